@@ -1,0 +1,33 @@
+// metalkv-bench: benchmarks that measure and print (table, optionally JSON).
+// Each bench_*.cpp registers its cases with MKV_BENCH.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mkv::bench {
+
+struct Result {
+  std::string name;
+  std::vector<std::pair<std::string, double>> metrics;  // printed in this order
+  std::string note;
+};
+
+struct Context {
+  int repeat = 5;  // timed repetitions; the median is reported
+};
+
+using BenchFn = std::function<std::vector<Result>(const Context&)>;
+int register_bench(const std::string& group, BenchFn fn);
+
+// Median wall time in milliseconds of `repeat` runs of fn, after one warm-up.
+double median_ms(int repeat, const std::function<void()>& fn);
+
+}  // namespace mkv::bench
+
+#define MKV_BENCH_CAT2(a, b) a##b
+#define MKV_BENCH_CAT(a, b) MKV_BENCH_CAT2(a, b)
+#define MKV_BENCH(group, fn) \
+  static const int MKV_BENCH_CAT(mkv_bench_, __LINE__) = ::mkv::bench::register_bench(group, fn)

@@ -1,0 +1,162 @@
+// Python view of the device layer: devices, buffers as numpy arrays, command
+// buffers and encoders. Used by the executor tests and by anyone who wants to
+// run a metalkv kernel directly.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "bindings.h"
+#include "gpu/device.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+using gpu::BufferPtr;
+using Shape3 = std::tuple<uint32_t, uint32_t, uint32_t>;
+
+gpu::Size3 size3(const Shape3& t) { return {std::get<0>(t), std::get<1>(t), std::get<2>(t)}; }
+
+// A device with its default queue, as Python sees it.
+struct PyDevice {
+  gpu::DevicePtr device;
+  gpu::CommandQueuePtr queue;
+};
+
+void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, size_t offset) {
+  const size_t bytes = a.nbytes();
+  if (offset > b.length() || bytes > b.length() - offset)
+    throw gpu::GpuError("[buffer] writing " + std::to_string(bytes) + " bytes at offset " +
+                        std::to_string(offset) + " overflows the " + std::to_string(b.length()) +
+                        "-byte buffer");
+  std::memcpy(static_cast<char*>(b.contents()) + offset, a.data(), bytes);
+}
+
+}  // namespace
+
+void bind_gpu(nb::module_& m) {
+  nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
+
+  m.def("device_kinds", &gpu::available_device_kinds,
+        "Device kinds this machine can create, best first ('metal' on Apple Silicon, 'host').");
+
+  nb::class_<gpu::Buffer>(m, "Buffer", "Shared-storage device memory.")
+      .def_prop_ro("nbytes", &gpu::Buffer::length)
+      .def(
+          "numpy",
+          [](nb::handle self) {
+            auto& b = nb::cast<gpu::Buffer&>(self);
+            size_t shape[1] = {b.length()};
+            // Zero-copy on the host device and on unified memory; the array
+            // keeps the buffer alive.
+            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(b.contents(), 1, shape, self);
+          },
+          "A writable uint8 numpy view of the whole buffer (use .view(dtype)).")
+      .def(
+          "write",
+          [](gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, size_t offset) {
+            write_array(b, a, offset);
+          },
+          "array"_a, "offset"_a = 0, "Copies a C-contiguous array into the buffer at offset bytes.");
+
+  nb::class_<gpu::Pipeline>(m, "Pipeline")
+      .def_prop_ro("name", &gpu::Pipeline::name)
+      .def_prop_ro("max_total_threads_per_threadgroup",
+                   &gpu::Pipeline::max_total_threads_per_threadgroup)
+      .def_prop_ro("thread_execution_width", &gpu::Pipeline::thread_execution_width);
+
+  nb::class_<gpu::ComputeEncoder>(m, "ComputeEncoder")
+      .def("set_pipeline", &gpu::ComputeEncoder::set_pipeline, "pipeline"_a)
+      .def(
+          "set_buffer",
+          [](gpu::ComputeEncoder& e, uint32_t index, const BufferPtr& b, size_t offset) {
+            e.set_buffer(b, offset, index);
+          },
+          "index"_a, "buffer"_a, "offset"_a = 0)
+      .def(
+          "set_bytes",
+          [](gpu::ComputeEncoder& e, uint32_t index, nb::bytes data) {
+            e.set_bytes(data.c_str(), data.size(), index);
+          },
+          "index"_a, "data"_a, "Copies up to 4 KiB of argument bytes (e.g. a packed struct).")
+      .def(
+          "set_threadgroup_memory",
+          [](gpu::ComputeEncoder& e, uint32_t index, size_t length) {
+            e.set_threadgroup_memory_length(length, index);
+          },
+          "index"_a, "length"_a)
+      .def(
+          "dispatch",
+          [](gpu::ComputeEncoder& e, const Shape3& groups, const Shape3& threads) {
+            e.dispatch_threadgroups(size3(groups), size3(threads));
+          },
+          "threadgroups"_a, "threads_per_threadgroup"_a)
+      .def("end", &gpu::ComputeEncoder::end_encoding);
+
+  nb::class_<gpu::BlitEncoder>(m, "BlitEncoder")
+      .def(
+          "copy",
+          [](gpu::BlitEncoder& e, const BufferPtr& src, size_t src_offset, const BufferPtr& dst,
+             size_t dst_offset, size_t size) { e.copy(src, src_offset, dst, dst_offset, size); },
+          "src"_a, "src_offset"_a, "dst"_a, "dst_offset"_a, "size"_a)
+      .def("fill", &gpu::BlitEncoder::fill, "buffer"_a, "offset"_a, "size"_a, "value"_a)
+      .def("end", &gpu::BlitEncoder::end_encoding);
+
+  nb::class_<gpu::CommandBuffer>(m, "CommandBuffer")
+      .def("compute", &gpu::CommandBuffer::compute_encoder, nb::rv_policy::reference_internal)
+      .def("blit", &gpu::CommandBuffer::blit_encoder, nb::rv_policy::reference_internal)
+      .def("commit", &gpu::CommandBuffer::commit, nb::call_guard<nb::gil_scoped_release>())
+      .def("wait", &gpu::CommandBuffer::wait, nb::call_guard<nb::gil_scoped_release>(),
+           "Blocks until done; raises GpuError if the work failed.")
+      .def_prop_ro("counters", [](const gpu::CommandBuffer& cb) { return cb.counters().as_map(); });
+
+  nb::class_<PyDevice>(m, "Device")
+      .def(
+          "__init__",
+          [](PyDevice* self, const std::string& kind, const std::string& fiber_order,
+             uint64_t seed) {
+            gpu::DeviceOptions options;
+            options.fiber_order = fiber_order;
+            options.seed = seed;
+            auto device = gpu::create_device(kind, options);
+            new (self) PyDevice{device, device->new_command_queue()};
+          },
+          "kind"_a = "auto", "fiber_order"_a = "", "seed"_a = 0,
+          "kind: 'auto', 'host' or 'metal'. fiber_order (host only): 'forward', 'reverse' or "
+          "'random' with seed; '' uses $METALKV_FIBER_ORDER or 'forward'.")
+      .def_prop_ro("kind", [](const PyDevice& d) { return d.device->kind(); })
+      .def_prop_ro("name", [](const PyDevice& d) { return d.device->name(); })
+      .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
+      .def(
+          "buffer",
+          [](PyDevice& d, size_t nbytes) { return d.device->new_buffer(nbytes); }, "nbytes"_a,
+          "A new zero-filled buffer.")
+      .def(
+          "buffer_from",
+          [](PyDevice& d, nb::ndarray<nb::c_contig, nb::device::cpu> a) {
+            auto b = d.device->new_buffer(a.nbytes() ? a.nbytes() : 1);
+            write_array(*b, a, 0);
+            return b;
+          },
+          "array"_a, "A new buffer holding a copy of a C-contiguous array.")
+      .def(
+          "pipeline", [](PyDevice& d, const std::string& name) { return d.device->pipeline(name); },
+          "kernel_name"_a)
+      .def(
+          "command_buffer", [](PyDevice& d) { return d.queue->command_buffer(); },
+          "A new command buffer on the device's queue.")
+      .def("counters", [](const PyDevice& d) { return d.device->counters().as_map(); },
+           "Totals since creation or reset_counters().")
+      .def("reset_counters", [](PyDevice& d) { d.device->reset_counters(); })
+      .def("__repr__", [](const PyDevice& d) { return "<metalkv.Device " + d.device->name() + ">"; });
+}
+
+}  // namespace mkv::bindings

@@ -1,0 +1,136 @@
+// Device layer: a small interface in Metal's own terms.
+//
+// Everything above cpp/gpu (ops, kv, model, engine, bindings) talks to the GPU
+// only through these classes. Two implementations exist:
+//   host  (cpp/gpu/host)  runs metal/*.metal on the CPU with GPU semantics;
+//   metal (cpp/gpu/metal) drives a real Apple GPU through metal-cpp.
+//
+// Lifetime: objects are handed out as shared_ptr; a command buffer keeps the
+// buffers and pipelines bound to it alive until it has completed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mkv::gpu {
+
+// Raised for every device-layer failure: bad arguments, unknown kernels, and
+// kernel validation errors found by the host executor.
+class GpuError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Size3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t volume() const { return uint64_t(x) * y * z; }
+};
+
+// Buffers always use shared storage: the CPU sees the same bytes as the GPU
+// (unified memory on Apple Silicon; plain memory on the host executor).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* contents() = 0;
+  virtual size_t length() const = 0;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+class Pipeline {
+ public:
+  virtual ~Pipeline() = default;
+  virtual const std::string& name() const = 0;
+  virtual uint32_t max_total_threads_per_threadgroup() const = 0;
+  virtual uint32_t thread_execution_width() const = 0;  // SIMD-group width: 32
+};
+using PipelinePtr = std::shared_ptr<Pipeline>;
+
+class ComputeEncoder {
+ public:
+  virtual ~ComputeEncoder() = default;
+  virtual void set_pipeline(const PipelinePtr& pipeline) = 0;
+  virtual void set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) = 0;
+  // Copies `length` bytes now (like setBytes); at most 4 KiB.
+  virtual void set_bytes(const void* data, size_t length, uint32_t index) = 0;
+  virtual void set_threadgroup_memory_length(size_t length, uint32_t index) = 0;
+  virtual void dispatch_threadgroups(Size3 threadgroups, Size3 threads_per_threadgroup) = 0;
+  virtual void end_encoding() = 0;
+};
+
+class BlitEncoder {
+ public:
+  virtual ~BlitEncoder() = default;
+  virtual void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst,
+                    size_t dst_offset, size_t size) = 0;
+  virtual void fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) = 0;
+  virtual void end_encoding() = 0;
+};
+
+// Work counted per command buffer; the device keeps running totals.
+struct Counters {
+  uint64_t dispatches = 0;
+  uint64_t compute_encoders = 0;
+  uint64_t blit_encoders = 0;
+  uint64_t command_buffers_committed = 0;
+  uint64_t waits = 0;
+  uint64_t blit_bytes_copied = 0;
+
+  Counters& operator+=(const Counters& o);
+  std::map<std::string, uint64_t> as_map() const;
+};
+
+class CommandBuffer {
+ public:
+  virtual ~CommandBuffer() = default;
+  // Only one encoder may be open at a time; the returned encoder is valid until
+  // end_encoding().
+  virtual ComputeEncoder& compute_encoder() = 0;
+  virtual BlitEncoder& blit_encoder() = 0;
+  virtual void commit() = 0;
+  // Blocks until the work has completed. Raises GpuError if it failed.
+  virtual void wait() = 0;
+  virtual const Counters& counters() const = 0;
+};
+using CommandBufferPtr = std::shared_ptr<CommandBuffer>;
+
+class CommandQueue {
+ public:
+  virtual ~CommandQueue() = default;
+  virtual CommandBufferPtr command_buffer() = 0;
+};
+using CommandQueuePtr = std::shared_ptr<CommandQueue>;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string kind() const = 0;  // "host" or "metal"
+  virtual std::string name() const = 0;  // human-readable
+  virtual BufferPtr new_buffer(size_t length) = 0;  // zero-filled
+  // Raises GpuError naming the kernel if it does not exist.
+  virtual PipelinePtr pipeline(const std::string& kernel_name) = 0;
+  virtual std::vector<std::string> kernel_names() const = 0;
+  virtual CommandQueuePtr new_command_queue() = 0;
+  virtual Counters counters() const = 0;  // totals since creation / reset
+  virtual void reset_counters() = 0;
+};
+using DevicePtr = std::shared_ptr<Device>;
+
+struct DeviceOptions {
+  // Host executor only: order in which the fibers of a threadgroup run —
+  // "forward", "reverse" or "random" (seeded). Empty: $METALKV_FIBER_ORDER,
+  // else "forward". Tests run kernels in several orders to expose races.
+  std::string fiber_order;
+  uint64_t seed = 0;
+};
+
+// "auto" (metal where available, else host), "host" or "metal".
+DevicePtr create_device(const std::string& kind = "auto", const DeviceOptions& options = {});
+// Kinds that can be created on this machine, best first.
+std::vector<std::string> available_device_kinds();
+
+}  // namespace mkv::gpu

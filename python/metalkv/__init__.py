@@ -1,0 +1,36 @@
+"""metalkv: a KV-cache-centred LLM inference engine for Apple Silicon.
+
+The C++ core lives in the private extension ``metalkv._core``; this package
+re-exports what users need. Importing metalkv never touches a device: devices
+are created when asked for.
+"""
+from ._core import (
+    BlitEncoder,
+    Buffer,
+    CommandBuffer,
+    ComputeEncoder,
+    Device,
+    GpuError,
+    Pipeline,
+)
+from ._core import device_kinds as _device_kinds
+
+__all__ = [
+    "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "GpuError",
+    "Pipeline", "device", "devices",
+]
+__version__ = "0.1.0"
+
+
+def devices() -> list[str]:
+    """Device kinds available here, best first: 'metal' on Apple Silicon, then 'host'."""
+    return list(_device_kinds())
+
+
+def device(kind: str = "auto", *, fiber_order: str = "", seed: int = 0) -> Device:
+    """A device: 'auto' (Metal where available, else the host executor), 'host' or 'metal'.
+
+    fiber_order applies to the host executor only: the order in which the
+    threads of a threadgroup run ('forward', 'reverse', 'random' with seed).
+    """
+    return Device(kind, fiber_order=fiber_order, seed=seed)
