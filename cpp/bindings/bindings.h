@@ -1,10 +1,30 @@
-// One bind_* function per layer, each in its own file.
+// Shared pieces of the nanobind bindings. Each layer binds itself in its own
+// file and registers with MKV_BINDING, so module.cpp never lists them.
 #pragma once
 
 #include <nanobind/nanobind.h>
 
+#include <functional>
+
+#include "gpu/device.h"
+
 namespace mkv::bindings {
 
-void bind_gpu(nanobind::module_& m);
+// A device with its default queue, as Python sees it (metalkv.Device).
+struct PyDevice {
+  gpu::DevicePtr device;
+  gpu::CommandQueuePtr queue;
+};
+
+// Encodes work into one compute encoder of a new command buffer, commits and
+// waits with the GIL released. For op-level entry points used by tests.
+void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode);
+
+// m: metalkv._core; ops: metalkv._core.ops (one function per kernel family).
+using BindFn = void (*)(nanobind::module_& m, nanobind::module_& ops);
+int register_binding(const char* name, BindFn fn);
 
 }  // namespace mkv::bindings
+
+#define MKV_BINDING(name, fn) \
+  static const int mkv_binding_##name = ::mkv::bindings::register_binding(#name, fn)

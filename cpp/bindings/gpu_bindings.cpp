@@ -25,12 +25,6 @@ using Shape3 = std::tuple<uint32_t, uint32_t, uint32_t>;
 
 gpu::Size3 size3(const Shape3& t) { return {std::get<0>(t), std::get<1>(t), std::get<2>(t)}; }
 
-// A device with its default queue, as Python sees it.
-struct PyDevice {
-  gpu::DevicePtr device;
-  gpu::CommandQueuePtr queue;
-};
-
 void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, size_t offset) {
   const size_t bytes = a.nbytes();
   if (offset > b.length() || bytes > b.length() - offset)
@@ -42,7 +36,7 @@ void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, s
 
 }  // namespace
 
-void bind_gpu(nb::module_& m) {
+void bind_gpu(nb::module_& m, nb::module_&) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
 
   m.def("device_kinds", &gpu::available_device_kinds,
@@ -158,5 +152,7 @@ void bind_gpu(nb::module_& m) {
       .def("reset_counters", [](PyDevice& d) { d.device->reset_counters(); })
       .def("__repr__", [](const PyDevice& d) { return "<metalkv.Device " + d.device->name() + ">"; });
 }
+
+MKV_BINDING(gpu, bind_gpu);
 
 }  // namespace mkv::bindings

@@ -3,9 +3,46 @@
 // devices are created when Python asks for one.
 #include <nanobind/nanobind.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "bindings.h"
 
+namespace mkv::bindings {
+namespace {
+
+std::vector<std::pair<std::string, BindFn>>& registry() {
+  static std::vector<std::pair<std::string, BindFn>> fns;
+  return fns;
+}
+
+}  // namespace
+
+int register_binding(const char* name, BindFn fn) {
+  registry().emplace_back(name, fn);
+  return 0;
+}
+
+void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode) {
+  nanobind::gil_scoped_release release;
+  auto cb = dev.queue->command_buffer();
+  auto& enc = cb->compute_encoder();
+  encode(enc);
+  enc.end_encoding();
+  cb->commit();
+  cb->wait();
+}
+
+}  // namespace mkv::bindings
+
 NB_MODULE(_core, m) {
-  m.doc() = "metalkv C++ core: device layer, host executor (and, later, KV cache and engine)";
-  mkv::bindings::bind_gpu(m);
+  m.doc() = "metalkv C++ core: device layer, host executor, KV cache, kernels and engine";
+  auto ops = m.def_submodule("ops", "One entry point per kernel family, for tests and tools.");
+  auto& fns = mkv::bindings::registry();
+  // "gpu" first: the other layers' signatures use its classes.
+  std::stable_sort(fns.begin(), fns.end(),
+                   [](const auto& a, const auto& b) { return a.first == "gpu" && b.first != "gpu"; });
+  for (const auto& [name, fn] : fns) fn(m, ops);
 }

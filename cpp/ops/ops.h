@@ -1,0 +1,38 @@
+// Shared helpers of the ops layer. An op is one host function per kernel
+// family: it picks the kernel variant (by name), binds the argument struct and
+// buffers, and chooses the dispatch geometry. Ops see only cpp/gpu/device.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "gpu/device.h"
+
+namespace mkv::ops {
+
+inline uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
+
+// A range of a device buffer: tensors live at offsets inside larger buffers.
+struct BufferView {
+  gpu::BufferPtr buffer;
+  size_t offset = 0;
+};
+
+inline void bind(gpu::ComputeEncoder& enc, const BufferView& v, uint32_t index) {
+  enc.set_buffer(v.buffer, v.offset, index);
+}
+
+// The kernel's argument struct (from metal/*params.h), copied by value.
+template <class P>
+void bind_params(gpu::ComputeEncoder& enc, const P& params, uint32_t index) {
+  static_assert(std::is_trivially_copyable_v<P>, "kernel params are plain structs");
+  enc.set_bytes(&params, sizeof params, index);
+}
+
+// Errors raised by ops start with the op's name: "[attention_decode] ...".
+[[noreturn]] inline void fail(const char* op, const std::string& message) {
+  throw gpu::GpuError(std::string("[") + op + "] " + message);
+}
+
+}  // namespace mkv::ops
