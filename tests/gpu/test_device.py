@@ -43,8 +43,10 @@ def test_blit_copy_and_fill_with_counters():
     blit = cb.blit()
     blit.copy(src, 4, dst, 0, 8)
     blit.fill(dst, 16, 4, 0xAB)
-    with pytest.raises(metalkv.GpuError, match=r"range \[30, 38\) is outside the 32-byte buffer"):
-        blit.copy(src, 30, dst, 0, 8)
+    with pytest.raises(metalkv.GpuError, match=r"range \[28, 36\) is outside the 32-byte buffer"):
+        blit.copy(src, 28, dst, 0, 8)
+    with pytest.raises(metalkv.GpuError, match="multiples of 4 bytes"):
+        blit.copy(src, 2, dst, 0, 8)
     blit.end()
     cb.commit()
     cb.wait()

@@ -273,6 +273,11 @@ void HostBlitEncoder::copy(const BufferPtr& src, size_t src_offset, const Buffer
   check_open();
   check_range("copy source", src, src_offset, size);
   check_range("copy destination", dst, dst_offset, size);
+  // macOS Metal requires this; checking here keeps host-only code honest.
+  if (src_offset % 4 || dst_offset % 4 || size % 4)
+    throw GpuError("[blit] copy offsets and size must be multiples of 4 bytes (got " +
+                   std::to_string(src_offset) + ", " + std::to_string(dst_offset) + ", " +
+                   std::to_string(size) + ")");
   cb_.record(CopyCommand{src, dst, src_offset, dst_offset, size});
   cb_.counters_mut().blit_bytes_copied += size;
 }
