@@ -1,0 +1,43 @@
+// ops.sample: the device sampler, for tests.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
+
+#include "bindings.h"
+#include "ops/sample.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+void bind_sample(nb::module_&, nb::module_& ops) {
+  ops.def(
+      "sample",
+      [](PyDevice& dev, const gpu::BufferPtr& logits, uint32_t vocab, float uniform,
+         float temperature, uint32_t top_k, float top_p, float min_p, float repetition_penalty,
+         const gpu::BufferPtr& penalty_ids, uint32_t n_penalty_ids) {
+        if (!logits || logits->length() < size_t(vocab) * 4)
+          throw gpu::GpuError("[sample] logits buffer holds fewer than vocab floats");
+        if (n_penalty_ids && (!penalty_ids || penalty_ids->length() < size_t(n_penalty_ids) * 4))
+          throw gpu::GpuError("[sample] penalty_ids buffer holds fewer than n_penalty_ids ids");
+        auto work = dev.device->new_buffer(size_t(vocab) * 4);
+        auto token = dev.device->new_buffer(4);
+        ops::SamplingParams s{temperature, top_k, top_p, min_p, repetition_penalty};
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) {
+          ops::sample(*dev.device, enc, {logits, 0}, {penalty_ids, 0}, n_penalty_ids, {work, 0},
+                      {token, 0}, vocab, s, uniform);
+        });
+        return *static_cast<uint32_t*>(token->contents());
+      },
+      "device"_a, "logits"_a, "vocab"_a, "uniform"_a = 0.0f, "temperature"_a = 0.0f,
+      "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f,
+      "penalty_ids"_a.none() = nb::none(), "n_penalty_ids"_a = 0,
+      "Draws one token id from a row of logits on the device.");
+}
+
+}  // namespace
+
+MKV_BINDING(sample, bind_sample);
+
+}  // namespace mkv::bindings

@@ -1,0 +1,166 @@
+// Token sampling on the device: one threadgroup of kThreads threads per row.
+//
+// No sort: top-k and top-p thresholds are found by bisection over the
+// order-preserving integer key of a float (32 rounds, each a counting or
+// summing pass over the row), so the cost is ~64 passes over the vocabulary
+// whatever k is. Tokens tied with the threshold are all kept.
+#include <metal_stdlib>
+#include "sample_params.h"
+using namespace metal;
+
+constant uint kThreads = 1024;
+constant uint kSimds = kThreads / 32;
+
+// Monotonic map float -> uint: a < b  <=>  key(a) < key(b).
+inline uint order_key(float x) {
+  const uint bits = as_type<uint>(x);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// Threadgroup-wide sum / max through one slot per SIMD-group.
+inline float group_sum(float v, threadgroup float* slots, uint simd, uint lane) {
+  v = simd_sum(v);
+  if (lane == 0) slots[simd] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float total = simd_sum(lane < kSimds ? slots[lane] : 0.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return total;
+}
+inline float group_max(float v, threadgroup float* slots, uint simd, uint lane) {
+  v = simd_max(v);
+  if (lane == 0) slots[simd] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float m = simd_max(lane < kSimds ? slots[lane] : -INFINITY);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return m;
+}
+
+kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
+                       const device float* logits [[buffer(1)]],        // (vocab)
+                       const device uint* penalty_ids [[buffer(2)]],    // (n_penalty_ids)
+                       device float* work [[buffer(3)]],                // (vocab) scratch
+                       device uint* token [[buffer(4)]],                // (1) result
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint simd [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float slots[kSimds];
+  threadgroup float best_value[kSimds];
+  threadgroup uint best_index[kSimds];
+  threadgroup float chunk_sums[kThreads];
+
+  // 1. Repetition penalty (transformers: divide positive logits, multiply
+  //    negative ones); applying it twice to a repeated id writes the same value.
+  for (uint i = tid; i < p.vocab; i += kThreads) work[i] = logits[i];
+  threadgroup_barrier(mem_flags::mem_device);
+  if (p.repetition_penalty != 1.0f) {
+    for (uint j = tid; j < p.n_penalty_ids; j += kThreads) {
+      const uint id = penalty_ids[j];
+      if (id < p.vocab) {
+        const float x = logits[id];
+        work[id] = x > 0.0f ? x / p.repetition_penalty : x * p.repetition_penalty;
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_device);
+
+  // 2. Greedy: argmax, lowest index on ties.
+  if (p.temperature <= 0.0f) {
+    float bv = -INFINITY;
+    uint bi = 0xffffffffu;
+    for (uint i = tid; i < p.vocab; i += kThreads) {
+      const float x = work[i];
+      if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
+    }
+    for (ushort off = 16; off > 0; off /= 2) {
+      const float ov = simd_shuffle_down(bv, off);
+      const uint oi = simd_shuffle_down(bi, off);
+      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) { best_value[simd] = bv; best_index[simd] = bi; }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (tid == 0) {
+      for (uint s = 1; s < kSimds; ++s)
+        if (best_value[s] > bv || (best_value[s] == bv && best_index[s] < bi)) {
+          bv = best_value[s];
+          bi = best_index[s];
+        }
+      token[0] = bi;
+    }
+    return;
+  }
+
+  // 3. Temperature, then the row maximum.
+  float m = -INFINITY;
+  for (uint i = tid; i < p.vocab; i += kThreads) {
+    const float x = work[i] / p.temperature;
+    work[i] = x;
+    m = max(m, x);
+  }
+  m = group_max(m, slots, simd, lane);
+  threadgroup_barrier(mem_flags::mem_device);
+
+  // 4. Thresholds as order keys: keep x with key(x) >= lo. top-p measures
+  //    mass among the top-k survivors; min-p (relative to the maximum, which
+  //    every filter keeps) comes last, as in transformers.
+  uint lo = 0;
+  if (p.top_k > 0 && p.top_k < p.vocab) {
+    // Largest key t with count(key >= t) >= k.
+    uint a = 0, b = 0xffffffffu;
+    while (a < b) {
+      const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
+      float count = 0.0f;
+      for (uint i = tid; i < p.vocab; i += kThreads) count += order_key(work[i]) >= mid ? 1.0f : 0.0f;
+      if (group_sum(count, slots, simd, lane) >= float(p.top_k)) a = mid; else b = mid - 1;
+    }
+    lo = a;
+  }
+  if (p.top_p < 1.0f) {
+    // Mass of the candidates left so far, then the largest key t whose upper
+    // set still holds top_p of it: the smallest top set with that mass.
+    float z = 0.0f;
+    for (uint i = tid; i < p.vocab; i += kThreads)
+      if (order_key(work[i]) >= lo) z += exp(work[i] - m);
+    z = group_sum(z, slots, simd, lane);
+    uint a = lo, b = order_key(m);
+    while (a < b) {
+      const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
+      float mass = 0.0f;
+      for (uint i = tid; i < p.vocab; i += kThreads)
+        if (order_key(work[i]) >= mid) mass += exp(work[i] - m);
+      if (group_sum(mass, slots, simd, lane) >= p.top_p * z) a = mid; else b = mid - 1;
+    }
+    lo = a;
+  }
+  if (p.min_p > 0.0f) lo = max(lo, order_key(m + log(p.min_p)));  // p_i >= min_p * p_max
+
+  // 5. Draw: each thread owns a contiguous chunk; prefix sums of chunk masses
+  //    in index order find the chunk holding uniform * total.
+  const uint chunk = (p.vocab + kThreads - 1) / kThreads;
+  const uint begin = min(tid * chunk, p.vocab), end = min(begin + chunk, p.vocab);
+  float mine = 0.0f;
+  for (uint i = begin; i < end; ++i)
+    if (order_key(work[i]) >= lo) mine += exp(work[i] - m);
+  chunk_sums[tid] = mine;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (tid == 0) {
+    float total = 0.0f;
+    for (uint t = 0; t < kThreads; ++t) total += chunk_sums[t];
+    const float target = p.uniform * total;
+    float acc = 0.0f;
+    uint pick = 0xffffffffu;
+    for (uint t = 0; t < kThreads && pick == 0xffffffffu; ++t) {
+      if (acc + chunk_sums[t] <= target) { acc += chunk_sums[t]; continue; }
+      const uint b0 = min(t * chunk, p.vocab), e0 = min(b0 + chunk, p.vocab);
+      for (uint i = b0; i < e0; ++i) {
+        if (order_key(work[i]) < lo) continue;
+        acc += exp(work[i] - m);
+        if (acc > target) { pick = i; break; }
+      }
+    }
+    if (pick == 0xffffffffu) {  // rounding left target at the very end: the last kept token
+      for (uint i = p.vocab; i-- > 0;)
+        if (order_key(work[i]) >= lo) { pick = i; break; }
+    }
+    token[0] = pick;
+  }
+}
