@@ -1,0 +1,140 @@
+// metalkv._core.ops.attention_*: the attention ops as Python functions over
+// device buffers, for tests and tools. Each call encodes into one command
+// buffer, commits and waits.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+#include <optional>
+
+#include "bindings.h"
+#include "ops/attention.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+using gpu::BufferPtr;
+
+ops::AttentionSplit parse_split(const std::string& s) {
+  if (s == "auto") return ops::AttentionSplit::automatic;
+  if (s == "never") return ops::AttentionSplit::never;
+  if (s == "always") return ops::AttentionSplit::always;
+  throw nb::value_error(("[attention_decode] split '" + s + "' is not one of 'auto', 'never', 'always'").c_str());
+}
+
+ops::AttentionDesc make_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                             uint32_t n_tokens, uint32_t slots, uint32_t window,
+                             std::optional<float> scale, float softcap, bool has_sinks) {
+  ops::AttentionDesc d;
+  d.n_q_heads = n_q_heads;
+  d.n_kv_heads = n_kv_heads;
+  d.head_dim = head_dim;
+  d.n_tokens = n_tokens;
+  d.slots = slots;
+  d.window = window;
+  d.scale = scale ? *scale : (head_dim ? 1.0f / std::sqrt(float(head_dim)) : 0.0f);
+  d.softcap = softcap;
+  d.has_sinks = has_sinks;
+  return d;
+}
+
+ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                               uint32_t n_tokens, uint32_t slots, uint32_t window,
+                               std::optional<float> scale, float softcap, bool has_sinks,
+                               const std::string& split, uint32_t chunks) {
+  ops::AttentionDesc d =
+      make_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap, has_sinks);
+  d.split = parse_split(split);
+  d.split_chunks = chunks;
+  return d;
+}
+
+ops::BufferView view(const BufferPtr& b, size_t offset = 0) { return {b, offset}; }
+
+void bind_attention(nb::module_&, nb::module_& ops_m) {
+  ops_m.def(
+      "attention_decode",
+      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& out,
+         uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
+         uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
+         const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
+         size_t kv_offset, const std::optional<BufferPtr>& scratch) {
+        const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
+                                                 window, scale, softcap, sinks.has_value(), split, chunks);
+        const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
+        BufferPtr scratch_buf = scratch ? *scratch : nullptr;
+        if (!scratch_buf && scratch_bytes) scratch_buf = dev.device->new_buffer(scratch_bytes);
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) {
+          ops::attention_decode(enc, *dev.device, d, view(q), view(kv, kv_offset), view(out),
+                                view(sinks ? *sinks : nullptr), view(scratch_buf));
+        });
+      },
+      "device"_a, "q"_a, "kv"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
+      "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
+      "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
+      "kv_offset"_a = 0, "scratch"_a = nb::none(),
+      "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the half\n"
+      "cache kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32.\n"
+      "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
+      "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
+      "'always' (chunks: number of key chunks, 0 = heuristic). scratch is allocated\n"
+      "when not given (see attention_decode_plan()['scratch_bytes']).");
+
+  ops_m.def(
+      "attention_decode_plan",
+      [](uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
+         uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks) {
+        const ops::AttentionDecodePlan p = ops::attention_decode_plan(decode_desc(
+            n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, 1.0f, 0.0f, has_sinks, split, chunks));
+        nb::dict r;
+        r["kernel"] = p.kernel;
+        r["split"] = p.split;
+        r["n_keys"] = p.n_keys;
+        r["heads_per_block"] = p.heads_per_block;
+        r["head_blocks"] = p.head_blocks;
+        r["n_chunks"] = p.n_chunks;
+        r["chunk_keys"] = p.chunk_keys;
+        r["threadgroups"] = p.threadgroups;
+        r["scratch_bytes"] = p.scratch_bytes;
+        r["kv_bytes_read"] = p.kv_bytes_read;
+        r["kv_bytes_visible"] = p.kv_bytes_visible;
+        return r;
+      },
+      nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a, "head_dim"_a, "n_tokens"_a, "slots"_a,
+      "window"_a = 0, "has_sinks"_a = false, "split"_a = "auto", "chunks"_a = 0,
+      "How attention_decode would run: kernel, split-K chunks, threadgroups, scratch bytes and\n"
+      "the K/V bytes it reads per step (kv_bytes_read / kv_bytes_visible = reads per byte).");
+
+  ops_m.def(
+      "attention_prefill",
+      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& out,
+         uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_queries,
+         uint32_t q_pos0, uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
+         const std::optional<BufferPtr>& sinks, size_t kv_offset) {
+        ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
+                                         slots, window, scale, softcap, sinks.has_value());
+        d.n_queries = n_queries;
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) {
+          ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(out),
+                                 view(sinks ? *sinks : nullptr));
+        });
+      },
+      "device"_a, "q"_a, "kv"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
+      "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
+      "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0,
+      "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
+      "q_pos0+n_queries-1 over the half cache kv (2, slots, n_kv_heads, head_dim), which already\n"
+      "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
+      "head_dim) f32. Causal; window > 0 adds the sliding-window mask.");
+}
+
+}  // namespace
+
+MKV_BINDING(attention, bind_attention);
+
+}  // namespace mkv::bindings

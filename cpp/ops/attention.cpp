@@ -1,0 +1,217 @@
+// Attention ops: validate the descriptor, pick the variant and geometry, bind,
+// dispatch. Design and read counts: metal/attention_decode.h, _prefill.h and
+// docs/ATTENTION.md.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "metal/attention_params.h"
+
+namespace mkv::ops {
+namespace {
+
+constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;
+
+std::string num(uint64_t v) { return std::to_string(v); }
+
+// Checks shared by decode and prefill; returns the visible key positions of
+// the whole call (all queries together).
+uint32_t validate_desc(const char* op, const AttentionDesc& d) {
+  if (d.head_dim != 64 && d.head_dim != 128 && d.head_dim != 256)
+    fail(op, "head_dim " + num(d.head_dim) + " is not supported; expected 64, 128 or 256");
+  if (d.n_q_heads == 0 || d.n_kv_heads == 0)
+    fail(op, "n_q_heads (" + num(d.n_q_heads) + ") and n_kv_heads (" + num(d.n_kv_heads) +
+                 ") must both be at least 1");
+  if (d.n_q_heads % d.n_kv_heads != 0)
+    fail(op, "n_q_heads " + num(d.n_q_heads) + " is not a multiple of n_kv_heads " +
+                 num(d.n_kv_heads) + "; each KV head serves n_q_heads / n_kv_heads query heads");
+  if (d.n_queries == 0 || (d.n_tokens != 0 && d.n_queries > d.n_tokens))
+    fail(op, "n_queries " + num(d.n_queries) + " must be between 1 and n_tokens " +
+                 num(d.n_tokens) + " (the cache holds the queries' own keys)");
+  if (d.n_tokens == 0)
+    fail(op, "n_tokens is 0; the cache must hold at least the query's own key");
+  if (d.slots == 0) fail(op, "slots is 0; the layer's cache has no capacity");
+  if (!std::isfinite(d.scale) || d.scale <= 0.0f)
+    fail(op, "scale " + std::to_string(d.scale) + " must be finite and > 0 (usually 1/sqrt(head_dim))");
+  if (!std::isfinite(d.softcap) || d.softcap < 0.0f)
+    fail(op, "softcap " + std::to_string(d.softcap) + " must be finite and >= 0 (0 = off)");
+  // Positions from the first query's window start to the last query.
+  const uint64_t first_q = d.n_tokens - d.n_queries;
+  const uint64_t lo = d.window > 0 && first_q + 1 > d.window ? first_q + 1 - d.window : 0;
+  const uint64_t visible = d.n_tokens - lo;
+  if (visible > d.slots)
+    fail(op, "slots " + num(d.slots) + " cannot hold the " + num(visible) +
+                 " key positions the queries see (n_tokens " + num(d.n_tokens) + ", n_queries " +
+                 num(d.n_queries) + ", window " + num(d.window) +
+                 "); a full layer needs slots >= n_tokens, a sliding one slots >= window + "
+                 "n_queries - 1");
+  return uint32_t(visible);
+}
+
+void check_view(const char* op, const char* what, const BufferView& v, uint64_t bytes,
+                size_t align) {
+  if (!v.buffer) fail(op, std::string(what) + " buffer is missing (" + num(bytes) + " bytes needed)");
+  if (v.offset % align != 0)
+    fail(op, std::string(what) + " offset " + num(v.offset) + " is not a multiple of " + num(align));
+  const size_t length = v.buffer->length();
+  if (v.offset > length || bytes > length - v.offset)
+    fail(op, std::string(what) + " needs " + num(bytes) + " bytes at offset " + num(v.offset) +
+                 " but the buffer has " + num(length));
+}
+
+void check_common_views(const char* op, const AttentionDesc& d, const BufferView& kv,
+                        const BufferView& sinks) {
+  check_view(op, "kv", kv, uint64_t(2) * d.slots * d.n_kv_heads * d.head_dim * 2, 8);
+  if (d.has_sinks) check_view(op, "sinks", sinks, uint64_t(d.n_q_heads) * 4, 4);
+  else if (sinks.buffer)
+    fail(op, "a sinks buffer was given but has_sinks is false");
+}
+
+// Query heads of one KV head, split into blocks of at most max_rows.
+void head_blocks(uint32_t group, uint32_t max_rows, uint32_t& per_block, uint32_t& blocks) {
+  blocks = (group + max_rows - 1) / max_rows;
+  per_block = (group + blocks - 1) / blocks;
+}
+
+}  // namespace
+
+std::string attention_kernel_name(const char* family, uint32_t head_dim) {
+  return std::string(family) + "_d" + num(head_dim);
+}
+
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d) {
+  const char* op = "attention_decode";
+  if (d.n_queries != 1)
+    fail(op, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
+             "(use attention_prefill for more)");
+  AttentionDecodePlan plan;
+  plan.n_keys = validate_desc(op, d);
+  head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_rows_per_simdgroup(d.head_dim),
+              plan.heads_per_block, plan.head_blocks);
+  if (d.split_chunks != 0 && d.split != AttentionSplit::always)
+    fail(op, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
+
+  const uint32_t base = d.n_kv_heads * plan.head_blocks;  // threadgroups without split
+  const uint32_t wanted = (kAttnTargetThreadgroups + base - 1) / base;
+  uint32_t chunks = 1;
+  if (d.split == AttentionSplit::automatic) {
+    if (base < kAttnTargetThreadgroups) chunks = std::min(wanted, plan.n_keys / kAttnMinChunkKeys);
+  } else if (d.split == AttentionSplit::always) {
+    chunks = d.split_chunks ? d.split_chunks
+                            : std::max(2u, std::min(wanted, ceil_div(plan.n_keys, kAttnMinChunkKeys)));
+  }
+  chunks = std::clamp(chunks, 1u, plan.n_keys);
+  plan.split = d.split == AttentionSplit::always || chunks > 1;
+  plan.chunk_keys = ceil_div(plan.n_keys, chunks);
+  plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
+  plan.threadgroups = base * plan.n_chunks;
+  plan.kernel = attention_kernel_name(plan.split ? "attn_decode_split_f16" : "attn_decode_f16",
+                                      d.head_dim);
+  if (plan.split)
+    plan.scratch_bytes = size_t(d.n_q_heads) * plan.n_chunks * (d.head_dim + 2) * sizeof(float);
+  plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * d.head_dim * 2 * 2;
+  plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
+  return plan;
+}
+
+size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
+  return attention_decode_plan(d).scratch_bytes;
+}
+
+void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+                      const BufferView& q, const BufferView& kv, const BufferView& out,
+                      const BufferView& sinks, const BufferView& scratch) {
+  const char* op = "attention_decode";
+  const AttentionDecodePlan plan = attention_decode_plan(d);
+  const uint64_t head_bytes = uint64_t(d.n_q_heads) * d.head_dim * 4;
+  check_view(op, "q", q, head_bytes, 4);
+  check_view(op, "out", out, head_bytes, 4);
+  check_common_views(op, d, kv, sinks);
+
+  mkv_params::AttnDecode p{};
+  p.n_q_heads = d.n_q_heads;
+  p.n_kv_heads = d.n_kv_heads;
+  p.group_size = d.n_q_heads / d.n_kv_heads;
+  p.heads_per_block = plan.heads_per_block;
+  p.head_blocks = plan.head_blocks;
+  p.n_tokens = d.n_tokens;
+  p.slots = d.slots;
+  p.window = d.window;
+  p.chunk_keys = plan.chunk_keys;
+  p.n_chunks = plan.n_chunks;
+  p.scale = d.scale;
+  p.softcap = d.softcap;
+  p.has_sinks = d.has_sinks ? 1 : 0;
+  const BufferView& sinks_or_q = d.has_sinks ? sinks : q;  // every argument must be bound
+  const gpu::Size3 grid{d.n_kv_heads * plan.head_blocks, plan.n_chunks, 1};
+
+  enc.set_pipeline(dev.pipeline(plan.kernel));
+  bind_params(enc, p, 0);
+  bind(enc, q, 1);
+  bind(enc, kv, 2);
+  if (!plan.split) {
+    bind(enc, sinks_or_q, 3);
+    bind(enc, out, 4);
+    enc.dispatch_threadgroups(grid, {kThreads, 1, 1});
+    return;
+  }
+  // Split-K: partial acc (n_q_heads, n_chunks, D), then (m, l) (n_q_heads, n_chunks, 2).
+  check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 4);
+  const BufferView part_o = scratch;
+  const BufferView part_ml{scratch.buffer,
+                           scratch.offset + size_t(d.n_q_heads) * plan.n_chunks * d.head_dim * 4};
+  bind(enc, part_o, 3);
+  bind(enc, part_ml, 4);
+  enc.dispatch_threadgroups(grid, {kThreads, 1, 1});
+
+  const mkv_params::AttnDecodeReduce r{d.n_q_heads, plan.n_chunks, p.has_sinks};
+  enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_decode_reduce", d.head_dim)));
+  bind_params(enc, r, 0);
+  bind(enc, part_o, 1);
+  bind(enc, part_ml, 2);
+  bind(enc, d.has_sinks ? sinks : part_o, 3);
+  bind(enc, out, 4);
+  enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {d.head_dim, 1, 1});
+}
+
+void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+                       const BufferView& q, const BufferView& kv, const BufferView& out,
+                       const BufferView& sinks) {
+  const char* op = "attention_prefill";
+  validate_desc(op, d);
+  if (d.split != AttentionSplit::automatic || d.split_chunks != 0)
+    fail(op, "split and split_chunks apply to attention_decode only");
+  const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
+  check_view(op, "q", q, bytes, 4);
+  check_view(op, "out", out, bytes, 4);
+  check_common_views(op, d, kv, sinks);
+
+  // All rows of a threadgroup share its staged K/V tiles: as many heads of
+  // the group as fit, the rest of the rows for more query positions.
+  const uint32_t rows = mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);
+  mkv_params::AttnPrefill p{};
+  p.n_q_heads = d.n_q_heads;
+  p.n_kv_heads = d.n_kv_heads;
+  p.group_size = d.n_q_heads / d.n_kv_heads;
+  head_blocks(p.group_size, rows, p.heads_per_block, p.head_blocks);
+  p.n_queries = d.n_queries;
+  p.q_pos0 = d.n_tokens - d.n_queries;
+  p.queries_per_tile = rows / p.heads_per_block;
+  p.slots = d.slots;
+  p.window = d.window;
+  p.scale = d.scale;
+  p.softcap = d.softcap;
+  p.has_sinks = d.has_sinks ? 1 : 0;
+
+  enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_prefill_f16", d.head_dim)));
+  bind_params(enc, p, 0);
+  bind(enc, q, 1);
+  bind(enc, kv, 2);
+  bind(enc, d.has_sinks ? sinks : q, 3);
+  bind(enc, out, 4);
+  enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
+                            {kThreads, 1, 1});
+}
+
+}  // namespace mkv::ops

@@ -1,0 +1,91 @@
+// Attention ops over one layer's KV cache: decode (one query per head, single
+// pass or flash-decoding split-K) and prefill (many queries, tiled).
+//
+// Cache layout (cpp/kv builds it): half (2, slots, n_kv_heads, head_dim), K
+// block then V block. With n = n_tokens stored, slot s < min(n, slots) holds
+// position (n-1) - ((n-1-s) mod slots); equivalently position p sits in slot
+// p % slots while p >= n - slots. Masks are by position: causal, and for a
+// sliding window W > 0 key pos > query pos - W. Kernels: metal/attention_*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace mkv::ops {
+
+enum class AttentionSplit { automatic, never, always };
+
+struct AttentionDesc {
+  uint32_t n_q_heads = 0;
+  uint32_t n_kv_heads = 0;   // divides n_q_heads (1: MQA)
+  uint32_t head_dim = 0;     // 64, 128 or 256
+  uint32_t n_tokens = 0;     // tokens stored in the layer, the new ones included
+  uint32_t n_queries = 1;    // queries at positions n_tokens - n_queries .. n_tokens - 1 (decode: 1)
+  uint32_t slots = 0;        // ring capacity R of the layer's cache
+  uint32_t window = 0;       // sliding window W; 0 = full attention
+  float scale = 0.0f;        // multiplies q.k; usually 1 / sqrt(head_dim)
+  float softcap = 0.0f;      // Gemma 2 logit soft-capping c: s = c * tanh(s / c); 0 = off
+  bool has_sinks = false;    // sinks: per-query-head logit of a zero-value virtual key (gpt-oss)
+  AttentionSplit split = AttentionSplit::automatic;  // decode only
+  uint32_t split_chunks = 0;  // decode with split == always: chunks (0: heuristic, >= 2)
+};
+
+// Flash-decoding heuristic. One threadgroup per (KV head, head block) leaves
+// most of a GPU idle for small n_kv_heads (Llama-3-8B: 8 threadgroups; an M2
+// Max has 38 cores). Split the keys into chunks when fewer than
+// kAttnTargetThreadgroups threadgroups would run, as many chunks as bring the
+// count up to the target, but never chunks shorter than kAttnMinChunkKeys keys
+// (per chunk the partial write and the reduce cost ~ head_dim floats per head,
+// which pays off only against hundreds of keys). So split-K starts at
+// 2 * kAttnMinChunkKeys visible keys.
+inline constexpr uint32_t kAttnTargetThreadgroups = 64;
+inline constexpr uint32_t kAttnMinChunkKeys = 256;
+
+// How attention_decode will run a given desc (validated).
+struct AttentionDecodePlan {
+  std::string kernel;          // first (or only) kernel
+  bool split = false;          // split-K: partials + attn_decode_reduce_*
+  uint32_t n_keys = 0;         // visible key positions
+  uint32_t heads_per_block = 0;
+  uint32_t head_blocks = 0;    // threadgroups per KV head along the heads
+  uint32_t n_chunks = 1;
+  uint32_t chunk_keys = 0;
+  uint32_t threadgroups = 0;   // of the first kernel
+  size_t scratch_bytes = 0;    // 0 unless split
+  // K/V bytes loaded per step, from the kernel's access pattern: each
+  // (KV head, head block, chunk) threadgroup loads the K and V rows of its
+  // chunk once and chunks partition the visible range, so
+  // read = head_blocks * n_kv_heads * n_keys * head_dim * 2 (K, V) * 2 bytes.
+  uint64_t kv_bytes_read = 0;
+  uint64_t kv_bytes_visible = 0;  // the same with head_blocks = 1: each byte once
+};
+
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d);
+
+// Scratch attention_decode needs for d (0 when it runs in one pass). Grows
+// with n_tokens, so the value at the longest context bounds every shorter one.
+size_t attention_decode_scratch_bytes(const AttentionDesc& d);
+
+// out (n_q_heads, head_dim) f32 = attention of q (n_q_heads, head_dim) f32 at
+// position n_tokens - 1 over kv. sinks: (n_q_heads) f32 iff d.has_sinks, else
+// an empty view. scratch: attention_decode_scratch_bytes(d) bytes (may be
+// empty when that is 0). Encodes one dispatch, or two for split-K.
+void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+                      const BufferView& q, const BufferView& kv, const BufferView& out,
+                      const BufferView& sinks, const BufferView& scratch);
+
+// out (n_queries, n_q_heads, head_dim) f32 = attention of q (n_queries,
+// n_q_heads, head_dim) f32 at positions n_tokens - n_queries .. n_tokens - 1,
+// whose keys kv already holds. Needs slots >= the positions the queries see
+// (full: n_tokens; sliding: min(n_tokens, window + n_queries - 1)).
+void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+                       const BufferView& q, const BufferView& kv, const BufferView& out,
+                       const BufferView& sinks);
+
+// Kernel names, built in one place: attn_decode_f16_d128, ...
+std::string attention_kernel_name(const char* family, uint32_t head_dim);
+
+}  // namespace mkv::ops

@@ -1,0 +1,118 @@
+// Pieces shared by the decode and prefill attention kernels: per-lane slices
+// of head_dim, score transform, and the online-softmax update of a block of 4
+// keys for the query rows a SIMD-group holds.
+//
+// Layout inside a SIMD-group: lane l owns elements [l*E, l*E + E) of head_dim,
+// E = head_dim / 32, for every query row, K row and V row. A q.k dot product is
+// a per-lane partial followed by simd_sum; scores of 4 keys travel together as
+// a float4 so one simd_sum serves 4 keys.
+#pragma once
+
+#include <metal_stdlib>
+#include "attention_params.h"
+using namespace metal;
+
+// Online-softmax state of up to R query rows; every lane holds the same m and
+// l (they come from simd_sum results) and its own E-slice of q and acc.
+template <uint E, uint R>
+struct AttnRows {
+  float q[R][E];
+  float acc[R][E];  // unnormalised output: sum_k exp(s_k - m) * v_k
+  float m[R];       // running max of the visible scores (-inf before the first)
+  float l[R];       // running sum of exp(s_k - m)
+};
+
+template <uint E, uint R>
+inline void attn_rows_init(thread AttnRows<E, R>& st) {
+  for (uint r = 0; r < R; ++r) {
+    for (uint e = 0; e < E; ++e) {
+      st.q[r][e] = 0.0f;
+      st.acc[r][e] = 0.0f;
+    }
+    st.m[r] = -INFINITY;
+    st.l[r] = 0.0f;
+  }
+}
+
+// The lane's E halfs of a device row, widened to float (half4 loads when E
+// allows, else half2; rows start 8-byte aligned because head_dim >= 64).
+template <uint E>
+inline void load_slice(const device half* row, uint lane, thread float (&out)[E]) {
+  const device half* p = row + lane * E;
+  for (uint i = 0; i + 3 < E; i += 4) {
+    const float4 v = float4(*(const device half4*)(p + i));
+    out[i] = v.x;
+    out[i + 1] = v.y;
+    out[i + 2] = v.z;
+    out[i + 3] = v.w;
+  }
+  for (uint i = (E / 4) * 4; i + 1 < E; i += 2) {
+    const float2 v = float2(*(const device half2*)(p + i));
+    out[i] = v.x;
+    out[i + 1] = v.y;
+  }
+}
+
+// The same from a K/V tile staged in threadgroup memory.
+template <uint E>
+inline void load_slice_tg(const threadgroup half* row, uint lane, thread float (&out)[E]) {
+  const threadgroup half* p = row + lane * E;
+  for (uint e = 0; e < E; ++e) out[e] = float(p[e]);
+}
+
+template <uint E>
+inline void load_q_slice(const device float* row, uint lane, thread float (&out)[E]) {
+  for (uint e = 0; e < E; ++e) out[e] = row[lane * E + e];
+}
+
+// Lane partials of q.k for 4 keys; the caller simd_sums them.
+template <uint E>
+inline float4 attn_dot4(thread const float (&q)[E], thread const float (&k)[4][E]) {
+  float4 d = float4(0.0f);
+  for (uint e = 0; e < E; ++e) {
+    d.x += q[e] * k[0][e];
+    d.y += q[e] * k[1][e];
+    d.z += q[e] * k[2][e];
+    d.w += q[e] * k[3][e];
+  }
+  return d;
+}
+
+// Scale, then Gemma-2 logit soft-capping (before masking, as the model does).
+inline float4 attn_transform(float4 dots, float scale, float softcap) {
+  float4 s = dots * scale;
+  if (softcap > 0.0f) s = softcap * tanh(s / softcap);
+  return s;
+}
+
+// Keys kp0 .. kp0+3 outside the row's visible positions [lo, hi] get -inf.
+inline float4 attn_mask(float4 s, int kp0, int lo, int hi) {
+  for (int j = 0; j < 4; ++j)
+    if (kp0 + j < lo || kp0 + j > hi) s[j] = -INFINITY;
+  return s;
+}
+
+// Online-softmax step of row r with 4 masked scores and the 4 keys' V slices.
+template <uint E, uint R>
+inline void attn_update(thread AttnRows<E, R>& st, uint r, float4 s, thread const float (&v)[4][E]) {
+  const float m_new = max(st.m[r], max(max(s.x, s.y), max(s.z, s.w)));
+  if (m_new == -INFINITY) return;  // nothing visible yet: keep the empty state
+  const float factor = exp(st.m[r] - m_new);  // 0 on the first visible key
+  const float4 p = exp(s - m_new);            // masked keys give exactly 0
+  st.l[r] = st.l[r] * factor + ((p.x + p.y) + (p.z + p.w));
+  for (uint e = 0; e < E; ++e)
+    st.acc[r][e] = st.acc[r][e] * factor + (p.x * v[0][e] + p.y * v[1][e]) + (p.z * v[2][e] + p.w * v[3][e]);
+  st.m[r] = m_new;
+}
+
+// Folds an attention sink (a virtual key with logit `sink` and a zero value)
+// into (m, l, o) and returns the normalised output o / l.
+inline float attn_finish(float m, float l, float o, bool has_sink, float sink) {
+  if (has_sink) {
+    const float m_all = max(m, sink);
+    const float w = exp(m - m_all);
+    l = l * w + exp(sink - m_all);
+    o = o * w;
+  }
+  return o / l;
+}

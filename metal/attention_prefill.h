@@ -1,0 +1,126 @@
+// Prefill attention body: n_queries queries at consecutive positions against
+// one layer's KV cache (which already holds their own keys), f16 K/V, f32
+// accumulation, causal and sliding-window masks by position.
+//
+// Geometry. A threadgroup serves one query tile (queries_per_tile positions)
+// for one KV head and a block of heads_per_block query heads sharing it
+// (native GQA): rows = (query, head) pairs, row = qi * heads_per_block + h.
+// SIMD-group g holds rows g, g + S, g + 2S, ... (up to R each, interleaved so
+// causal work is balanced) in registers, lanes splitting head_dim. Keys are
+// visited in tiles of BK positions staged into threadgroup memory by all
+// threads (K and V, zero past the last visible key); each SIMD-group then walks
+// the tile 4 keys at a time exactly like decode (one simd_sum(float4) per row).
+//
+// Skipping. The tile loop covers only positions some row of the threadgroup
+// can see, [first query - W + 1, last query] (causal: from 0), so fully masked
+// tiles are never loaded; inside a tile a SIMD-group skips each 4-key block
+// that none of its rows sees, and each row skips blocks outside its own range.
+//
+// Read count: each visible K/V element is read from device memory once per
+// (query tile, KV head, head block) — the staged tile serves all
+// queries_per_tile * heads_per_block rows.
+#pragma once
+
+#include "attention.h"
+
+template <uint D, uint BK, uint R>
+inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
+                              const device float* q,      // (n_queries, n_q_heads, D)
+                              const device half* kv,      // (2, slots, n_kv_heads, D)
+                              const device float* sinks,  // (n_q_heads) if has_sinks
+                              device float* out,          // (n_queries, n_q_heads, D)
+                              threadgroup half* k_tile,   // (BK, D)
+                              threadgroup half* v_tile,   // (BK, D)
+                              uint2 tg, uint tid, uint simd, uint lane) {
+  constexpr uint E = D / 32;
+  constexpr uint S = mkv_params::kAttnSimdgroups;
+  const uint kv_head = tg.y / p.head_blocks;
+  const uint block = tg.y % p.head_blocks;
+  const uint head0 = kv_head * p.group_size + block * p.heads_per_block;
+  const uint g = min(p.heads_per_block, p.group_size - block * p.heads_per_block);
+  const uint qi0 = tg.x * p.queries_per_tile;
+  const uint n_tile_queries = min(p.queries_per_tile, p.n_queries - qi0);
+  const uint n_rows = n_tile_queries * g;
+  const int window = int(p.window);
+
+  // This SIMD-group's rows and the key positions [lo, hi] each may see.
+  AttnRows<E, R> st;
+  attn_rows_init(st);
+  int lo[R];
+  int hi[R];
+  for (uint j = 0; j < R; ++j) {
+    const uint row = simd + S * j;
+    lo[j] = 0;  // empty range for rows past the tile
+    hi[j] = -1;
+    if (row < n_rows) {
+      const uint qi = qi0 + row / g;
+      const int qpos = int(p.q_pos0 + qi);
+      hi[j] = qpos;
+      lo[j] = window > 0 ? max(0, qpos - window + 1) : 0;
+      load_q_slice(q + (qi * p.n_q_heads + head0 + row % g) * D, lane, st.q[j]);
+    }
+  }
+
+  // Positions any row of the threadgroup may see.
+  const int first_q = int(p.q_pos0 + qi0);
+  const int k_hi = first_q + int(n_tile_queries) - 1;
+  const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
+  const uint slot_stride = p.n_kv_heads * D;
+  const device half* k_base = kv + kv_head * D;
+  const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
+
+  for (int k0 = k_lo; k0 <= k_hi; k0 += int(BK)) {
+    // Stage positions k0 .. k0+BK-1 (slot p % slots; all lie in the ring).
+    const uint slot0 = uint(k0) % p.slots;
+    for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
+      const uint t = idx / (D / 4);
+      const uint c = idx % (D / 4) * 4;
+      half4 kh = half4(0.0h);
+      half4 vh = half4(0.0h);
+      if (k0 + int(t) <= k_hi) {
+        uint slot = slot0 + t;  // t <= k_hi - k_lo < slots
+        if (slot >= p.slots) slot -= p.slots;
+        kh = *(const device half4*)(k_base + slot * slot_stride + c);
+        vh = *(const device half4*)(v_base + slot * slot_stride + c);
+      }
+      *(threadgroup half4*)(k_tile + t * D + c) = kh;
+      *(threadgroup half4*)(v_tile + t * D + c) = vh;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (uint b = 0; b < BK; b += 4) {
+      const int kp = k0 + int(b);
+      bool sees[R];
+      bool any = false;
+      for (uint j = 0; j < R; ++j) {
+        sees[j] = lo[j] <= kp + 3 && hi[j] >= kp;
+        any = any || sees[j];
+      }
+      if (!any) continue;  // uniform within the SIMD-group
+      float kv4[4][E];
+      for (uint j = 0; j < 4; ++j) load_slice_tg(k_tile + (b + j) * D, lane, kv4[j]);
+      float4 scores[R];
+      for (uint j = 0; j < R; ++j)
+        if (sees[j]) scores[j] = simd_sum(attn_dot4(st.q[j], kv4));
+      for (uint j = 0; j < 4; ++j) load_slice_tg(v_tile + (b + j) * D, lane, kv4[j]);
+      for (uint j = 0; j < R; ++j) {
+        if (sees[j]) {
+          const float4 s = attn_transform(scores[j], p.scale, p.softcap);
+          attn_update(st, j, attn_mask(s, kp, lo[j], hi[j]), kv4);
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is overwritten next
+  }
+
+  for (uint j = 0; j < R; ++j) {
+    const uint row = simd + S * j;
+    if (row < n_rows) {
+      const uint qh = head0 + row % g;
+      const float sink = p.has_sinks ? sinks[qh] : 0.0f;
+      device float* o = out + ((qi0 + row / g) * p.n_q_heads + qh) * D + lane * E;
+      for (uint e = 0; e < E; ++e)
+        o[e] = attn_finish(st.m[j], st.l[j], st.acc[j][e], p.has_sinks != 0, sink);
+    }
+  }
+}

@@ -1,0 +1,330 @@
+"""Attention kernels (metal/attention_*.metal) through metalkv._core.ops against
+the float64 numpy reference in attention_ref.py, in every fiber order.
+
+Tolerance. The reference gets the very same f16 K/V values (exact in float64)
+and the same f32 q, so the only differences are the kernel's f32 arithmetic:
+the q.k sums (D terms, |terms| <~ 4), exp, and the weighted sums of V (weights
+<= 1, |v| <~ 4). Rounding errors of ~2^-24 per operation add up like a random
+walk: ~sqrt(D) * 2^-24 * 4 <~ 1e-6 per score, and the output is a convex
+combination, so its error is of the same order. We allow ATOL = 2e-5 (10-20x
+the ~1e-6 we measure) but no more: dropping one key out of 4096 moves the
+output by ~1e-4, so a masking or chunking bug cannot hide inside it. Results
+of two kernel paths (split vs single pass, prefill vs decode) differ only in
+summation order and are held to CLOSE = 2e-6.
+
+Unused cache slots hold NaN (build_cache(poison=True)), so a kernel that reads
+a slot it should not would turn its output into NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv._core import ops
+
+from .attention_ref import attention, build_cache
+
+ATOL = 2e-5
+RTOL = 1e-5
+CLOSE = 2e-6
+N_KV = 2  # KV heads for the GQA ratios below; MQA has 1
+
+
+def heads(ratio) -> tuple[int, int]:
+    """(n_q_heads, n_kv_heads) for a GQA ratio; 'mqa' shares one KV head among 8."""
+    return (8, 1) if ratio == "mqa" else (N_KV * ratio, N_KV)
+
+
+def make_inputs(rng, n_q: int, n_q_heads: int, n_kv: int, d: int, n: int):
+    """q (n_q, n_q_heads, d) f32 scaled so softmax is peaked (score std ~2),
+    k, v (n, n_kv, d) f16."""
+    q = (2.0 * rng.standard_normal((n_q, n_q_heads, d))).astype(np.float32)
+    k = rng.standard_normal((n, n_kv, d)).astype(np.float16)
+    v = rng.standard_normal((n, n_kv, d)).astype(np.float16)
+    return q, k, v
+
+
+def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
+           split="auto", chunks=0):
+    n_q_heads, d = q.shape[-2], q.shape[-1]
+    out = dev.buffer(n_q_heads * d * 4)
+    ops.attention_decode(
+        dev, dev.buffer_from(np.ascontiguousarray(q.reshape(n_q_heads, d))), dev.buffer_from(cache),
+        out, n_q_heads=n_q_heads, n_kv_heads=cache.shape[2], head_dim=d, n_tokens=n_tokens,
+        slots=slots, window=window, softcap=softcap,
+        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)),
+        split=split, chunks=chunks)
+    return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
+
+
+def prefill(dev, q, cache, *, q_pos0, slots, window=0, softcap=0.0, sinks=None):
+    n_q, n_q_heads, d = q.shape
+    out = dev.buffer(q.nbytes)
+    ops.attention_prefill(
+        dev, dev.buffer_from(q), dev.buffer_from(cache), out, n_q_heads=n_q_heads,
+        n_kv_heads=cache.shape[2], head_dim=d, n_queries=n_q, q_pos0=q_pos0, slots=slots,
+        window=window, softcap=softcap,
+        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)))
+    return out.numpy().view(np.float32).reshape(q.shape).copy()
+
+
+# ---- decode ---------------------------------------------------------------
+
+CONTEXTS = [1, 31, 33, 257, 4096]  # 4096: ~0.1-0.2 s per case on the host executor
+
+
+@pytest.mark.parametrize("n", CONTEXTS)
+@pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_decode_matches_reference(dev, d, ratio, n):
+    rng = np.random.default_rng(1000 * d + n)
+    n_q_heads, n_kv = heads(ratio)
+    slots = n + 5  # a full layer's capacity exceeds what is stored: the tail is poison
+    plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d,
+                                     n_tokens=n, slots=slots)
+    assert plan["split"] == (n == 4096)  # the heuristic splits only the long context
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    got = decode(dev, q, build_cache(k, v, slots, poison=True), n_tokens=n, slots=slots)
+    ref = attention(q, k, v, n - 1, scale=d ** -0.5)[0]
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+
+
+# More query heads per KV head than one threadgroup holds: head blocks, the
+# last one partial when they do not divide evenly (9 = 5 + 4).
+@pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 9, 1), (128, 32, 1), (256, 10, 2), (256, 40, 1)])
+def test_many_query_heads_per_kv_head(dev, d, n_q_heads, n_kv):
+    n, n_q = 70, 12
+    rng = np.random.default_rng(n_q_heads)
+    q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, n)
+    for split in ["never", "always"]:
+        got = decode(dev, q[-1], cache, n_tokens=n, slots=n, split=split)
+        np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, scale=d ** -0.5)[0],
+                                   atol=ATOL, rtol=RTOL)
+    got = prefill(dev, q, cache, q_pos0=n - n_q, slots=n)
+    np.testing.assert_allclose(got, attention(q, k, v, n - n_q, scale=d ** -0.5), atol=ATOL,
+                               rtol=RTOL)
+
+
+# (n_tokens, window, slots, split): windows below and above the context; ring
+# wrap-around whenever slots < n_tokens; slots = window + chunk - 1 as the
+# cache sizes sliding layers; split-K chunks crossing the ring's end.
+SLIDING = [
+    (100, 16, 16, "auto"),     # ring of exactly the window, wrapped several times
+    (100, 16, 24, "auto"),     # slots = window + 9 - 1: stale in-ring keys must be masked
+    (40, 64, 64, "auto"),      # window larger than the context: nothing masked
+    (64, 64, 64, "auto"),      # context == window
+    (1000, 300, 307, "never"),
+    (1000, 300, 307, "always"),
+    (2100, 700, 711, "auto"),  # long enough to split by itself
+]
+
+
+@pytest.mark.parametrize("n,window,slots,split", SLIDING)
+@pytest.mark.parametrize("d,ratio", [(64, 3), (128, 8)])
+def test_decode_sliding_window(dev, d, ratio, n, window, slots, split):
+    rng = np.random.default_rng(n + window + slots)
+    n_q_heads, n_kv = heads(ratio)
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, slots, poison=True)
+    got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
+                 chunks=5 if split == "always" else 0)
+    ref = attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0]
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+
+
+def test_decode_reads_only_visible_slots(dev):
+    """Slots whose position is outside the window hold NaN: never read."""
+    n, window, slots, d = 90, 20, 28, 64
+    rng = np.random.default_rng(7)
+    q, k, v = make_inputs(rng, 1, 6, 2, d, n)
+    cache = build_cache(k, v, slots)
+    for s in range(slots):
+        if (n - 1) - ((n - 1 - s) % slots) < n - window:
+            cache[:, s] = np.nan
+    for split in ["never", "always"]:
+        got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split)
+        np.testing.assert_allclose(got, attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0],
+                                   atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 7, 64, 257])
+@pytest.mark.parametrize("d,ratio", [(64, 3), (128, 1), (256, "mqa")])
+def test_split_equals_single_pass(dev, d, ratio, chunks):
+    n = 257
+    rng = np.random.default_rng(chunks)
+    n_q_heads, n_kv = heads(ratio)
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, n)
+    single = decode(dev, q, cache, n_tokens=n, slots=n, split="never")
+    split = decode(dev, q, cache, n_tokens=n, slots=n, split="always", chunks=chunks)
+    np.testing.assert_allclose(split, single, atol=CLOSE, rtol=CLOSE)
+    np.testing.assert_allclose(split, attention(q, k, v, n - 1, scale=d ** -0.5)[0], atol=ATOL,
+                               rtol=RTOL)
+
+
+def test_split_heuristic_plan():
+    def plan(**kw):
+        return ops.attention_decode_plan(**kw)
+    # Short context: one pass, one threadgroup per KV head, K/V read once.
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=257, slots=257)
+    assert (p["split"], p["threadgroups"], p["scratch_bytes"]) == (False, 3, 0)
+    assert p["kv_bytes_read"] == p["kv_bytes_visible"] == 3 * 257 * 64 * 4
+    # Long context, few KV heads: split up to ~64 threadgroups, chunks >= 256 keys.
+    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768)
+    assert p["split"] and p["n_chunks"] == 8 and p["threadgroups"] == 64
+    assert p["scratch_bytes"] == 32 * 8 * (128 + 2) * 4
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=1024, slots=1024)
+    assert p["n_chunks"] == 4 and p["chunk_keys"] == 256
+    # Enough KV heads already fill the GPU: no split however long the context.
+    assert not plan(n_q_heads=64, n_kv_heads=64, head_dim=64, n_tokens=32768, slots=32768)["split"]
+    # A sliding layer sees only its window.
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=10000, slots=600, window=512)
+    assert p["n_keys"] == 512 and p["n_chunks"] == 2
+    # Scratch grows with the context: the longest context bounds the shorter ones.
+    sizes = [plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=n, slots=40000)["scratch_bytes"]
+             for n in range(1, 40000, 997)]
+    assert sizes == sorted(sizes)
+    # More query heads per KV head than a SIMD-group holds: K/V read once per head block.
+    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=128, n_tokens=100, slots=100)
+    assert p["head_blocks"] == 4 and p["kv_bytes_read"] == 4 * p["kv_bytes_visible"]
+
+
+# ---- prefill --------------------------------------------------------------
+
+# (n_queries, q_pos0): a whole prompt, a chunk after earlier chunks, several
+# query tiles per threadgroup grid.
+PREFILL_CASES = [(1, 0), (33, 0), (70, 30), (5, 200)]
+
+
+@pytest.mark.parametrize("n_q,q_pos0", PREFILL_CASES)
+@pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
+    n = q_pos0 + n_q
+    rng = np.random.default_rng(n * d)
+    n_q_heads, n_kv = heads(ratio)
+    q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
+    got = prefill(dev, q, build_cache(k, v, n + 3, poison=True), q_pos0=q_pos0, slots=n + 3)
+    np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5), atol=ATOL,
+                               rtol=RTOL)
+
+
+# (n_queries, q_pos0, window): chunked prefill of a sliding layer whose ring
+# (slots = window + n_queries - 1) has wrapped; windows below and above n.
+@pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (40, 0, 8), (9, 50, 64), (64, 0, 100)])
+@pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)])
+def test_prefill_sliding_window(dev, d, ratio, n_q, q_pos0, window):
+    n = q_pos0 + n_q
+    slots = min(n, window + n_q - 1)
+    rng = np.random.default_rng(n_q + q_pos0 + window)
+    n_q_heads, n_kv = heads(ratio)
+    q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
+    got = prefill(dev, q, build_cache(k, v, slots, poison=True), q_pos0=q_pos0, slots=slots,
+                  window=window)
+    np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5, window=window),
+                               atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("window", [0, 12])
+def test_prefill_equals_repeated_decode(dev, window):
+    """Prefill of n queries == n decode steps, the cache growing one token each."""
+    n, d, q_pos0 = 40, 64, 0
+    slots = n if window == 0 else window  # decode: a ring of exactly the window
+    rng = np.random.default_rng(window)
+    q, k, v = make_inputs(rng, n, 9, 3, d, n)
+    pre_slots = n if window == 0 else window + n - 1
+    pre = prefill(dev, q, build_cache(k, v, pre_slots, poison=True), q_pos0=q_pos0,
+                  slots=pre_slots, window=window)
+    for t in range(1, n + 1):
+        step = decode(dev, q[t - 1], build_cache(k[:t], v[:t], slots, poison=True), n_tokens=t,
+                      slots=slots, window=window)
+        np.testing.assert_allclose(pre[t - 1], step, atol=CLOSE, rtol=CLOSE, err_msg=f"step {t}")
+
+
+# ---- sinks and soft-capping -----------------------------------------------
+
+# Sinks around, far above and far below the scores; a softcap that saturates.
+@pytest.mark.parametrize("sink_scale,softcap", [(1.0, 0.0), (20.0, 0.0), (-30.0, 0.0),
+                                                (0.0, 1.0), (1.0, 5.0)])
+@pytest.mark.parametrize("d,ratio", [(64, 3), (128, "mqa")])
+def test_sinks_and_softcap(dev, d, ratio, sink_scale, softcap):
+    rng = np.random.default_rng([int(abs(sink_scale)), int(softcap)])
+    n_q_heads, n_kv = heads(ratio)
+    sinks = None if sink_scale == 0.0 else sink_scale * np.abs(rng.standard_normal(n_q_heads)) + \
+        (rng.standard_normal(n_q_heads) if sink_scale == 1.0 else 0.0)
+    n, n_q = 300, 20
+    q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, n)
+    opts = dict(scale=d ** -0.5, softcap=softcap, sinks=sinks)
+    for split in ["never", "always"]:
+        got = decode(dev, q[-1], cache, n_tokens=n, slots=n, softcap=softcap, sinks=sinks,
+                     split=split)
+        np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, **opts)[0], atol=ATOL,
+                                   rtol=RTOL)
+    got = prefill(dev, q, cache, q_pos0=n - n_q, slots=n, softcap=softcap, sinks=sinks)
+    np.testing.assert_allclose(got, attention(q, k, v, n - n_q, **opts), atol=ATOL, rtol=RTOL)
+
+
+# ---- bad inputs -------------------------------------------------------------
+
+def _decode_kwargs(**over):
+    kw = dict(n_q_heads=8, n_kv_heads=2, head_dim=64, n_tokens=10, slots=16)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize("over,message", [
+    (dict(head_dim=96), r"\[attention_decode\] head_dim 96 is not supported; expected 64, 128 or 256"),
+    (dict(n_kv_heads=3), r"n_q_heads 8 is not a multiple of n_kv_heads 3"),
+    (dict(n_kv_heads=0), r"must both be at least 1"),
+    (dict(n_tokens=0), r"\[attention_decode\] n_tokens is 0"),
+    (dict(slots=0), r"slots is 0"),
+    (dict(n_tokens=20), r"slots 16 cannot hold the 20 key positions"),
+    (dict(n_tokens=40, window=20), r"slots 16 cannot hold the 20 key positions"),
+    (dict(scale=0.0), r"scale 0\.0+ must be finite and > 0"),
+    (dict(softcap=-1.0), r"softcap -1\.0+ must be finite and >= 0"),
+    (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
+])
+def test_decode_bad_shapes(over, message):
+    dev = metalkv.device("host")
+    kw = _decode_kwargs(**over)
+    buf = dev.buffer(1 << 16)
+    with pytest.raises(metalkv.GpuError, match=message):
+        ops.attention_decode(dev, buf, buf, buf, **kw)
+
+
+def test_decode_bad_buffers():
+    dev = metalkv.device("host")
+    kw = _decode_kwargs()
+    big = dev.buffer(1 << 16)
+    with pytest.raises(metalkv.GpuError, match=r"\[attention_decode\] q needs 2048 bytes at offset 0 "
+                                               r"but the buffer has 100"):
+        ops.attention_decode(dev, dev.buffer(100), big, big, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"kv needs 8192 bytes at offset 60000"):
+        ops.attention_decode(dev, big, big, big, kv_offset=60000, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"kv offset 6 is not a multiple of 8"):
+        ops.attention_decode(dev, big, big, big, kv_offset=6, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"sinks needs 32 bytes"):
+        ops.attention_decode(dev, big, big, big, sinks=dev.buffer(8), **kw)
+    with pytest.raises(metalkv.GpuError, match=r"scratch \(attention_decode_scratch_bytes\) needs"):
+        ops.attention_decode(dev, big, big, big, split="always", scratch=dev.buffer(4), **kw)
+    with pytest.raises(ValueError, match=r"split 'sometimes' is not one of"):
+        ops.attention_decode(dev, big, big, big, split="sometimes", **kw)
+
+
+def test_prefill_bad_shapes():
+    dev = metalkv.device("host")
+    buf = dev.buffer(1 << 16)
+    kw = dict(n_q_heads=4, n_kv_heads=2, head_dim=64, q_pos0=0, slots=16)
+    with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] head_dim 32 is not supported"):
+        ops.attention_prefill(dev, buf, buf, buf, n_queries=4, **{**kw, "head_dim": 32})
+    with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] n_queries 0 must be between"):
+        ops.attention_prefill(dev, buf, buf, buf, n_queries=0, **kw)
+    # A sliding chunk of 10 queries with window 8 sees 17 positions: 16 slots are too few.
+    with pytest.raises(metalkv.GpuError, match=r"slots 16 cannot hold the 17 key positions.*"
+                                               r"window \+ n_queries - 1"):
+        ops.attention_prefill(dev, buf, buf, buf, n_queries=10, window=8, **{**kw, "q_pos0": 30})
+    with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] out needs 8192 bytes"):
+        ops.attention_prefill(dev, buf, buf, dev.buffer(64), n_queries=8, **kw)
