@@ -11,13 +11,14 @@ from ._core import (
     ComputeEncoder,
     Device,
     GpuError,
+    KVCache,
     Pipeline,
 )
 from ._core import device_kinds as _device_kinds
 
 __all__ = [
     "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "GpuError",
-    "Pipeline", "device", "devices",
+    "KVCache", "Pipeline", "device", "devices",
 ]
 __version__ = "0.1.0"
 

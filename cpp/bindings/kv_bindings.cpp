@@ -1,0 +1,255 @@
+// Python view of the KV cache (metalkv.KVCache) and of the rope op
+// (metalkv._core.ops.rope, rope_inv_freq_default, rope_inv_freq_llama3).
+// KVCache.append runs one command buffer per call: it is for tests and tools;
+// the engine encodes stores into its own step with kv::KVCache::store.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "bindings.h"
+#include "kv/kv_cache.h"
+#include "ops/rope.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+using Array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+struct PyKVCache {
+  PyDevice dev;
+  std::unique_ptr<kv::KVCache> cache;
+  gpu::Counters last;  // counters of the last append's command buffer
+};
+
+std::string dtype_name(nb::dlpack::dtype t) {
+  const char* kind = t.code == uint8_t(nb::dlpack::dtype_code::Float) ? "float"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::Int) ? "int"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::UInt) ? "uint"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::Bool) ? "bool" : "other";
+  return kind + std::to_string(t.bits);
+}
+
+std::string shape_str(const Array& a) {
+  std::string s = "(";
+  for (size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+void require_float32(const char* op, const char* name, const Array& a) {
+  if (a.dtype() != nb::dtype<float>())
+    throw nb::value_error((std::string("[") + op + "] " + name + " has dtype " + dtype_name(a.dtype()) +
+                           "; expected float32 (use .astype(np.float32))").c_str());
+}
+
+gpu::BufferPtr upload(PyDevice& dev, const Array& a) {
+  auto b = dev.device->new_buffer(a.nbytes() ? a.nbytes() : 1);
+  std::memcpy(b->contents(), a.data(), a.nbytes());
+  return b;
+}
+
+// rope=None or dict(style=..., inv_freq=np.ndarray float32, rotary_dim=2*len(inv_freq)).
+std::optional<ops::RopeSpec> parse_rope(PyDevice& dev, nb::handle rope) {
+  if (rope.is_none()) return std::nullopt;
+  if (!nb::isinstance<nb::dict>(rope))
+    throw nb::value_error("[kv_cache] rope must be None or a dict(style=..., inv_freq=..., rotary_dim=...)");
+  nb::dict d = nb::borrow<nb::dict>(rope);
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k != "style" && k != "inv_freq" && k != "rotary_dim")
+      throw nb::value_error(("[kv_cache] unknown rope key '" + k + "'; expected style, inv_freq, rotary_dim").c_str());
+  }
+  if (!d.contains("style") || !d.contains("inv_freq"))
+    throw nb::value_error("[kv_cache] rope needs 'style' ('neox' or 'interleaved') and 'inv_freq'");
+  ops::RopeSpec spec;
+  try {
+    spec.style = ops::parse_rope_style(nb::cast<std::string>(d["style"]));
+  } catch (const gpu::GpuError& e) {
+    throw nb::value_error(e.what());
+  }
+  const Array inv = nb::cast<Array>(d["inv_freq"]);
+  require_float32("kv_cache", "rope inv_freq", inv);
+  if (inv.ndim() != 1) throw nb::value_error("[kv_cache] rope inv_freq must be 1-D (rotary_dim/2,)");
+  spec.rotary_dim = d.contains("rotary_dim") ? nb::cast<uint32_t>(d["rotary_dim"]) : uint32_t(2 * inv.shape(0));
+  if (spec.rotary_dim % 2 == 0 && inv.shape(0) != spec.rotary_dim / 2)
+    throw nb::value_error(("[kv_cache] rope inv_freq has " + std::to_string(inv.shape(0)) +
+                           " frequencies; rotary_dim " + std::to_string(spec.rotary_dim) + " needs " +
+                           std::to_string(spec.rotary_dim / 2)).c_str());
+  spec.inv_freq = {upload(dev, inv), 0};
+  return spec;
+}
+
+// Checks k and v: float32 (lead..., n, n_kv_heads, head_dim) with n >= 1, where
+// lead is () for append and (n_layers,) for append_all_layers. Returns n.
+uint32_t check_rows(const kv::KVCacheSpec& s, const Array& k, const Array& v, bool all_layers) {
+  const size_t nd = all_layers ? 4 : 3;
+  const std::string want = std::string("; expected (") + (all_layers ? "n_layers=" + std::to_string(s.n_layers) + ", " : "") +
+                           "n, n_kv_heads=" + std::to_string(s.n_kv_heads) + ", head_dim=" +
+                           std::to_string(s.head_dim) + ") with n >= 1";
+  for (auto [name, a] : {std::pair<const char*, const Array*>{"k", &k}, {"v", &v}}) {
+    require_float32("kv_cache", name, *a);
+    if (a->ndim() != nd || a->shape(nd - 3) == 0 || a->shape(nd - 2) != s.n_kv_heads ||
+        a->shape(nd - 1) != s.head_dim || (all_layers && a->shape(0) != s.n_layers))
+      throw nb::value_error((std::string("[kv_cache] ") + name + " has shape " + shape_str(*a) + want).c_str());
+  }
+  if (k.shape(nd - 3) != v.shape(nd - 3))
+    throw nb::value_error(("[kv_cache] k has " + std::to_string(k.shape(nd - 3)) + " tokens but v has " +
+                           std::to_string(v.shape(nd - 3))).c_str());
+  return uint32_t(k.shape(nd - 3));
+}
+
+// One command buffer storing into `layers` (all of them for append_all_layers)
+// through one EncoderSession, as a model step would.
+void run_stores(PyKVCache& c, const std::vector<uint32_t>& layers, const Array& k, const Array& v,
+                uint32_t n, nb::handle rope) {
+  const std::optional<ops::RopeSpec> spec = parse_rope(c.dev, rope);
+  const gpu::BufferPtr kb = upload(c.dev, k), vb = upload(c.dev, v);
+  const size_t layer_bytes = size_t(n) * c.cache->spec().n_kv_heads * c.cache->spec().head_dim * 4;
+  for (uint32_t layer : layers) c.cache->check_store(layer, n, spec ? &*spec : nullptr);  // all or nothing
+  nb::gil_scoped_release release;
+  auto cb = c.dev.queue->command_buffer();
+  {
+    kv::EncoderSession session(*cb);
+    for (size_t i = 0; i < layers.size(); ++i)
+      c.cache->store(session, layers[i], {kb, i * layer_bytes}, {vb, i * layer_bytes}, n,
+                     spec ? &*spec : nullptr);
+    session.end();
+  }
+  cb->commit();
+  cb->wait();
+  c.last = cb->counters();
+}
+
+void append(PyKVCache& c, uint32_t layer, const Array& k, const Array& v, nb::handle rope) {
+  const uint32_t n = check_rows(c.cache->spec(), k, v, false);
+  run_stores(c, {layer}, k, v, n, rope);
+}
+
+void append_all_layers(PyKVCache& c, const Array& k, const Array& v, nb::handle rope) {
+  const uint32_t n = check_rows(c.cache->spec(), k, v, true);
+  std::vector<uint32_t> layers(c.cache->n_layers());
+  for (uint32_t l = 0; l < layers.size(); ++l) layers[l] = l;
+  run_stores(c, layers, k, v, n, rope);
+}
+
+// A float16 (slots, n_kv_heads, head_dim) view of block kv (0 = K, 1 = V).
+nb::ndarray<nb::numpy> block_view(nb::handle self, uint32_t layer, uint32_t kv) {
+  auto& c = nb::cast<PyKVCache&>(self);
+  const kv::LayerLayout lay = c.cache->layout(layer);
+  const kv::BufferView r = c.cache->region(layer);
+  char* base = static_cast<char*>(r.buffer->contents()) + r.offset + lay.row_offset(kv, 0);
+  const size_t shape[3] = {lay.slots, lay.n_kv_heads, lay.head_dim};
+  const nb::dlpack::dtype f16{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+  // No copy: the array aliases the layer's device buffer (shared storage) and
+  // keeps the cache object alive.
+  return nb::ndarray<nb::numpy>(base, 3, shape, self, nullptr, f16);
+}
+
+nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint32_t layer) {
+  const uint32_t R = c.cache->slots(layer);
+  auto* data = new int64_t[R];
+  for (uint32_t s = 0; s < R; ++s) data[s] = c.cache->position(layer, s);
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
+  const size_t shape[1] = {R};
+  return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(data, 1, shape, owner);
+}
+
+}  // namespace
+
+void bind_kv(nb::module_& m, nb::module_& ops_m) {
+  nb::class_<PyKVCache>(m, "KVCache",
+                        "Preallocated per-layer K/V cache: (2, slots, n_kv_heads, head_dim) float16 per layer.")
+      .def(
+          "__init__",
+          [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+             uint32_t capacity, std::optional<std::vector<uint32_t>> windows, uint32_t max_chunk,
+             const std::string& store) {
+            kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
+                                 max_chunk, kv::StorePath::compute};
+            try {
+              spec.store = kv::parse_store_path(store);
+            } catch (const gpu::GpuError& e) {
+              throw nb::value_error(e.what());
+            }
+            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}};
+          },
+          "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
+          "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute",
+          "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
+          "one append puts in a sliding layer (its ring has W + max_chunk - 1 slots). store: "
+          "'compute' or 'blit'.")
+      .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(),
+           "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
+           "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
+           "rotates k. Runs and waits for one command buffer.")
+      .def("append_all_layers", &append_all_layers, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(),
+           "One step: k, v (n_layers, n, n_kv_heads, head_dim) float32 stored into every layer in ONE "
+           "command buffer through one encoder session, as the model will (see last_append_counters).")
+      .def("keys", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 0); }, "layer"_a,
+           "The layer's K block as a writable float16 (slots, n_kv_heads, head_dim) view, no copy.")
+      .def("values", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 1); }, "layer"_a,
+           "The layer's V block as a writable float16 (slots, n_kv_heads, head_dim) view, no copy.")
+      .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
+      .def("length", [](const PyKVCache& c, uint32_t l) { return c.cache->length(l); }, "layer"_a,
+           "Tokens ever stored in the layer = position of its next token.")
+      .def("slots", [](const PyKVCache& c, uint32_t l) { return c.cache->slots(l); }, "layer"_a)
+      .def("window", [](const PyKVCache& c, uint32_t l) { return c.cache->window(l); }, "layer"_a)
+      .def("wraps", [](const PyKVCache& c, uint32_t l) { return c.cache->wraps(l); }, "layer"_a,
+           "True for a ring buffer (a sliding layer), False for a linear layer that overflows.")
+      .def("layer_nbytes", [](const PyKVCache& c, uint32_t l) { return c.cache->layer_nbytes(l); }, "layer"_a)
+      .def_prop_ro("nbytes", [](const PyKVCache& c) { return c.cache->nbytes(); },
+                   "All device memory the cache holds: layer regions plus blit staging.")
+      .def_prop_ro("staging_nbytes", [](const PyKVCache& c) { return c.cache->staging_nbytes(); })
+      .def_prop_ro("bytes_per_token", [](const PyKVCache& c) { return c.cache->bytes_per_token(); },
+                   "Bytes one more context token costs: a K and a V row in every non-wrapping layer.")
+      .def_prop_ro("n_layers", [](const PyKVCache& c) { return c.cache->spec().n_layers; })
+      .def_prop_ro("n_kv_heads", [](const PyKVCache& c) { return c.cache->spec().n_kv_heads; })
+      .def_prop_ro("head_dim", [](const PyKVCache& c) { return c.cache->spec().head_dim; })
+      .def_prop_ro("capacity", [](const PyKVCache& c) { return c.cache->spec().capacity; })
+      .def_prop_ro("max_chunk", [](const PyKVCache& c) { return c.cache->spec().max_chunk; })
+      .def_prop_ro("windows", [](const PyKVCache& c) { return c.cache->spec().windows; })
+      .def_prop_ro("store", [](const PyKVCache& c) { return std::string(kv::store_path_name(c.cache->spec().store)); })
+      .def_prop_ro("last_append_counters", [](const PyKVCache& c) { return c.last.as_map(); },
+                   "Counters (encoders, dispatches, blit bytes) of the last append's command buffer.")
+      .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0.");
+
+  ops_m.def(
+      "rope",
+      [](PyDevice& dev, const gpu::BufferPtr& x, const gpu::BufferPtr& positions, const gpu::BufferPtr& inv_freq,
+         uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, const std::string& style) {
+        ops::RopeSpec spec{ops::parse_rope_style(style), rotary_dim ? rotary_dim : head_dim, {inv_freq, 0}};
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) {
+          ops::rope(enc, *dev.device, {x, 0}, {positions, 0}, spec, {n_tokens, n_heads, head_dim});
+        });
+      },
+      "device"_a, "x"_a, "positions"_a, "inv_freq"_a, nb::kw_only(), "n_tokens"_a, "n_heads"_a, "head_dim"_a,
+      "rotary_dim"_a = 0, "style"_a = "neox",
+      "Rotates x (n_tokens, n_heads, head_dim) float32 in place; positions (n_tokens) uint32; "
+      "inv_freq (rotary_dim/2) float32; rotary_dim 0 = head_dim.");
+  ops_m.def("rope_inv_freq_default", &ops::rope_inv_freq_default, "rotary_dim"_a, "base"_a,
+            "inv_freq[i] = base^(-2i/rotary_dim) in float32, as HF transformers computes it.");
+  ops_m.def(
+      "rope_inv_freq_llama3",
+      [](uint32_t rotary_dim, float base, float factor, float low_freq_factor, float high_freq_factor,
+         uint32_t original_max_position_embeddings) {
+        return ops::rope_inv_freq_llama3(
+            rotary_dim, base, {factor, low_freq_factor, high_freq_factor, original_max_position_embeddings});
+      },
+      "rotary_dim"_a, "base"_a, nb::kw_only(), "factor"_a = 8.0f, "low_freq_factor"_a = 1.0f,
+      "high_freq_factor"_a = 4.0f, "original_max_position_embeddings"_a = 8192,
+      "Llama 3.1 scaled inv_freq (transformers' _compute_llama3_parameters, float32).");
+}
+
+MKV_BINDING(kv, bind_kv);
+
+}  // namespace mkv::bindings

@@ -1,0 +1,96 @@
+// KVCache: preallocated per-layer K/V regions on the device, per-layer
+// lengths, and the two store paths.
+//
+// Each layer owns one device buffer holding its region (2, R, n_kv_heads,
+// head_dim) half (layout: kv/kv_layout.h). Full layers hold capacity tokens
+// and raise on overflow (eviction comes later); sliding layers are rings of
+// window + max_chunk - 1 slots. Every buffer is allocated at construction;
+// only the blit path's staging buffer may grow (see store()).
+//
+// store() encodes one layer's new K/V rows through an EncoderSession:
+//   StorePath::compute  kv_store kernel into the open compute encoder; adds no encoder.
+//   StorePath::blit     the same kernel into a staging buffer, then one blit encoder
+//                       copies the rows (a wrapped range: 2 copies each for K and V);
+//                       the session's next compute() opens a new compute encoder.
+// Both paths produce bit-identical caches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu/device.h"
+#include "kv/encoder_session.h"
+#include "kv/kv_layout.h"
+#include "ops/ops.h"
+#include "ops/rope.h"
+
+namespace mkv::kv {
+
+using ops::BufferView;
+using ops::RopeSpec;
+
+enum class StorePath { compute, blit };
+StorePath parse_store_path(const std::string& name);  // "compute" | "blit"
+const char* store_path_name(StorePath path);
+
+struct KVCacheSpec {
+  uint32_t n_layers = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t capacity = 0;          // tokens a full layer holds
+  std::vector<uint32_t> windows;  // per layer: 0 = full, W = sliding window; empty = all full
+  uint32_t max_chunk = 1;         // most tokens one store() may put in a sliding layer
+  StorePath store = StorePath::compute;
+};
+
+class KVCache {
+ public:
+  KVCache(gpu::DevicePtr device, KVCacheSpec spec);  // raises GpuError "[kv_cache] ..."
+
+  const KVCacheSpec& spec() const { return spec_; }
+  uint32_t n_layers() const { return spec_.n_layers; }
+
+  // Layer l's region (2, slots, n_kv_heads, head_dim) half: K block, then V block.
+  BufferView region(uint32_t layer) const;
+  LayerLayout layout(uint32_t layer) const;
+  uint32_t slots(uint32_t layer) const;   // R
+  uint32_t length(uint32_t layer) const;  // n: tokens ever stored = position of the next token
+  uint32_t window(uint32_t layer) const;  // 0 = full
+  bool wraps(uint32_t layer) const;       // a ring (sliding, R < context) rather than linear
+  int64_t position(uint32_t layer, uint32_t slot) const;  // -1: empty
+
+  // Appends n_new tokens to `layer` at positions n .. n+n_new-1 and advances n
+  // (at encode time: the rows are there once the command buffer completes).
+  // k_new, v_new: (n_new, n_kv_heads, head_dim) float. rope_k: rotate K at
+  // those positions (nullptr: store K as is). Raises GpuError before encoding
+  // anything when the layer is out of range, a full layer would overflow, or a
+  // sliding layer gets more than max_chunk tokens.
+  void store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, const BufferView& v_new,
+             uint32_t n_new, const RopeSpec* rope_k = nullptr);
+  // The checks store() makes, without encoding: call it for every layer before
+  // a multi-layer step to fail before any layer's n has moved.
+  void check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k = nullptr) const;
+
+  void reset();  // every layer back to n = 0 (contents are left, positions say empty)
+
+  // Byte accounting, exact.
+  size_t layer_nbytes(uint32_t layer) const;  // 2 * R * n_kv_heads * head_dim * 2
+  size_t staging_nbytes() const;              // blit path staging (0 for compute)
+  size_t nbytes() const;                      // all resident: layers + staging
+  size_t bytes_per_token() const;             // one more context token: K+V row in each non-wrapping layer
+
+ private:
+  void check_layer(uint32_t layer) const;
+  BufferView staging_for(uint32_t n_new);
+
+  gpu::DevicePtr device_;
+  KVCacheSpec spec_;
+  std::vector<gpu::BufferPtr> buffers_;  // one per layer
+  std::vector<uint32_t> slots_;
+  std::vector<uint32_t> lengths_;
+  gpu::BufferPtr staging_;  // (2, staging_rows_, n_kv_heads, head_dim) half; blit path only
+  uint32_t staging_rows_ = 0;
+};
+
+}  // namespace mkv::kv

@@ -1,0 +1,65 @@
+// KV store op: checks, kernel choice (kv_store_f32[_rope_<style>]), dispatch.
+#include "ops/kv_store.h"
+
+#include <algorithm>
+
+#include "metal/kv_params.h"
+
+namespace mkv::ops {
+namespace {
+
+constexpr const char* kOp = "kv_store";
+
+void check_bytes(const char* what, const BufferView& v, uint64_t bytes) {
+  if (!v.buffer) fail(kOp, std::string(what) + " buffer is null");
+  const size_t have = v.offset <= v.buffer->length() ? v.buffer->length() - v.offset : 0;
+  if (have < bytes)
+    fail(kOp, std::string(what) + " needs " + std::to_string(bytes) + " bytes from offset " +
+                  std::to_string(v.offset) + " but the buffer has " + std::to_string(have));
+}
+
+}  // namespace
+
+std::string kv_store_kernel_name(const RopeSpec* rope) {
+  return rope ? std::string("kv_store_f32_rope_") + rope_style_name(rope->style) : "kv_store_f32";
+}
+
+void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+              const BufferView& v_new, const BufferView& dst, const KvStoreDesc& d) {
+  // 1. check the arguments
+  if (d.n_new == 0 || d.n_kv_heads == 0 || d.head_dim == 0)
+    fail(kOp, "n_new, n_kv_heads and head_dim must be positive (got " + std::to_string(d.n_new) +
+                  ", " + std::to_string(d.n_kv_heads) + ", " + std::to_string(d.head_dim) + ")");
+  // Two tokens of one call must never share a row: the kernel writes them concurrently.
+  if (d.n_new > d.dst_rows)
+    fail(kOp, std::to_string(d.n_new) + " new tokens do not fit in " + std::to_string(d.dst_rows) +
+                  " destination rows");
+  if (d.dst_first_row >= d.dst_rows)
+    fail(kOp, "dst_first_row " + std::to_string(d.dst_first_row) + " must be < dst_rows " +
+                  std::to_string(d.dst_rows));
+  if (uint64_t(d.first_pos) + d.n_new > (uint64_t(1) << 32))
+    fail(kOp, "positions past 2^32 - 1 are not supported");
+  const uint64_t row = uint64_t(d.n_kv_heads) * d.head_dim;  // elements per token row
+  if (2 * d.dst_rows * row >= (uint64_t(1) << 32))
+    fail(kOp, "the destination has more than 2^32 elements; the kernel indexes with 32 bits");
+  if (d.rope) check_rope(kOp, *d.rope, d.head_dim);
+  check_bytes("k_new (n_new, n_kv_heads, head_dim) float", k_new, d.n_new * row * 4);
+  check_bytes("v_new (n_new, n_kv_heads, head_dim) float", v_new, d.n_new * row * 4);
+  check_bytes("dst (2, dst_rows, n_kv_heads, head_dim) half", dst, 2 * d.dst_rows * row * 2);
+
+  // 2. get the kernel and bind its arguments
+  enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
+  const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
+                              d.dst_rows, d.dst_first_row, d.first_pos, 0u};
+  bind_params(enc, p, 0);
+  bind(enc, k_new, 1);
+  bind(enc, v_new, 2);
+  bind(enc, dst, 3);
+  if (d.rope) bind(enc, d.rope->inv_freq, 4);
+
+  // 3. one threadgroup per (token, K|V); threads stride over the token's heads
+  const uint32_t threads = std::min<uint32_t>(256, ceil_div(row, 32) * 32);
+  enc.dispatch_threadgroups({d.n_new, 2, 1}, {threads, 1, 1});
+}
+
+}  // namespace mkv::ops

@@ -1,0 +1,37 @@
+// KV store op: writes n_new new K and V rows (float, the model's projection
+// outputs) as half into rows of a (2, dst_rows, n_kv_heads, head_dim)
+// destination, RoPE-rotating K when asked. Kernels kv_store_f32 and
+// kv_store_f32_rope_<style> (metal/kv_store.metal).
+//
+// The destination is either a layer's cache region (the compute store: row of
+// token t = (first_pos + t) % slots, wrapping per token) or a staging buffer
+// that a blit encoder then copies into the cache (the blit store). Both run the
+// same kernel, so the half rows they produce are bit-identical.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/ops.h"
+#include "ops/rope.h"
+
+namespace mkv::ops {
+
+struct KvStoreDesc {
+  uint32_t n_new = 0;          // tokens to store
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t dst_rows = 0;       // rows per block of dst; n_new <= dst_rows
+  uint32_t dst_first_row = 0;  // row of token 0, < dst_rows
+  uint32_t first_pos = 0;      // position of token 0 (rope angle)
+  const RopeSpec* rope = nullptr;  // rotate K; V is never rotated
+};
+
+// k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: (2, dst_rows,
+// n_kv_heads, head_dim) half. Raises GpuError "[kv_store] ..." on bad input.
+void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+              const BufferView& v_new, const BufferView& dst, const KvStoreDesc& desc);
+
+// The kernel name kv_store() dispatches for this rope (nullptr: none).
+std::string kv_store_kernel_name(const RopeSpec* rope);
+
+}  // namespace mkv::ops

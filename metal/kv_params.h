@@ -1,0 +1,43 @@
+// Argument structs of the KV-store and RoPE kernels (metal/kv_store.metal,
+// metal/rope.metal), shared with the C++ ops that bind them (cpp/ops/kv_store,
+// cpp/ops/rope). Sizes are static_asserted on the C++ side.
+#pragma once
+
+#ifndef __METAL_VERSION__
+#include <cstdint>
+#endif
+
+namespace mkv_params {
+
+// kv_store_f32[_rope_*]: converts n_new new K and V rows (float, the model's
+// projection outputs) to half, RoPE-rotating K, and writes them to rows of a
+// (2, dst_rows, n_kv_heads, head_dim) half destination: K block, then V block.
+// Token t goes to row (dst_first_row + t) % dst_rows, so the same kernel writes
+// into a layer's ring of slots (compute store) or into a staging buffer
+// (blit store: dst_rows = n_new, dst_first_row = 0).
+struct KvStore {
+  uint32_t n_new;          // tokens in this call
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint32_t rotary_dim;     // rotated leading dims of each K head (0 without rope)
+  uint32_t dst_rows;       // rows in each of the K and V blocks of dst
+  uint32_t dst_first_row;  // row of token 0, < dst_rows
+  uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
+  uint32_t pad_;
+};
+
+// rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
+// is at position positions[t].
+struct Rope {
+  uint32_t n_tokens;
+  uint32_t n_heads;
+  uint32_t head_dim;
+  uint32_t rotary_dim;     // even, 2..head_dim; dims past it are untouched
+};
+
+}  // namespace mkv_params
+
+#ifndef __METAL_VERSION__
+static_assert(sizeof(mkv_params::KvStore) == 32, "KvStore params layout");
+static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
+#endif

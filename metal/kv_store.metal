@@ -1,0 +1,81 @@
+// KV store kernels: the model's new K and V rows (float) become half rows of a
+// cache region (2, dst_rows, n_kv_heads, head_dim): K block, then V block.
+// K is optionally RoPE-rotated on the way (positions first_pos + t).
+//
+// The compute store writes straight into a layer's slots (ring wrap per token);
+// the blit store runs the very same kernel into a staging buffer and copies the
+// rows with a blit encoder. One kernel for both paths keeps them bit-identical.
+//
+// Names: kv_store_f32 (no rope), kv_store_f32_rope_neox, kv_store_f32_rope_interleaved.
+#include <metal_stdlib>
+#include "kv_params.h"
+#include "rope.h"
+using namespace metal;
+
+// One threadgroup per (token, K|V) = (tg.x, tg.y). Its threads stride over the
+// work items of the token's n_kv_heads rows: a roped K head has rotary_dim/2
+// pair items (each reads and writes both elements of its pair, so no two
+// threads touch one element) followed by one item per dim past rotary_dim; a
+// V head, or K without rope, has one item per dim.
+template <mkv_rope::Style S>
+inline void kv_store_rows(constant mkv_params::KvStore& p,
+                          const device float* k_new,  // (n_new, n_kv_heads, head_dim)
+                          const device float* v_new,  // (n_new, n_kv_heads, head_dim)
+                          device half* dst,           // (2, dst_rows, n_kv_heads, head_dim)
+                          const device float* inv_freq,  // (rotary_dim / 2); unused without rope
+                          uint2 tg, uint tid, uint nt) {
+  const uint t = tg.x;
+  const bool is_k = tg.y == 0;
+  const uint D = p.head_dim;
+  const uint row_elems = p.n_kv_heads * D;
+  const uint row = (p.dst_first_row + t) % p.dst_rows;  // the ring wraps per token
+  const device float* src = (is_k ? k_new : v_new) + t * row_elems;
+  device half* out = dst + (is_k ? 0u : p.dst_rows * row_elems) + row * row_elems;
+
+  const uint rd = (S != mkv_rope::kStyleNone && is_k) ? p.rotary_dim : 0u;
+  const uint pairs = rd / 2;
+  const uint items = pairs + (D - rd);  // per head
+  const uint pos = p.first_pos + t;
+  for (uint j = tid; j < p.n_kv_heads * items; j += nt) {
+    const uint h = j / items;
+    const uint item = j - h * items;
+    const device float* x = src + h * D;
+    device half* y = out + h * D;
+    if (item < pairs) {
+      const uint2 e = mkv_rope::pair_elements<S>(item, rd);
+      const float2 r = mkv_rope::rotate(x[e.x], x[e.y], pos, inv_freq[item]);
+      y[e.x] = half(r.x);
+      y[e.y] = half(r.y);
+    } else {
+      const uint d = rd + (item - pairs);
+      y[d] = half(x[d]);
+    }
+  }
+}
+
+kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
+                         const device float* k_new [[buffer(1)]],
+                         const device float* v_new [[buffer(2)]],
+                         device half* dst [[buffer(3)]],
+                         uint2 tg [[threadgroup_position_in_grid]],
+                         uint tid [[thread_index_in_threadgroup]],
+                         uint nt [[threads_per_threadgroup]]) {
+  kv_store_rows<mkv_rope::kStyleNone>(p, k_new, v_new, dst, k_new, tg, tid, nt);
+}
+
+template <mkv_rope::Style S>
+[[kernel]] void kv_store_f32_rope(constant mkv_params::KvStore& p [[buffer(0)]],
+                              const device float* k_new [[buffer(1)]],
+                              const device float* v_new [[buffer(2)]],
+                              device half* dst [[buffer(3)]],
+                              const device float* inv_freq [[buffer(4)]],
+                              uint2 tg [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint nt [[threads_per_threadgroup]]) {
+  kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, tg, tid, nt);
+}
+
+template [[host_name("kv_store_f32_rope_neox")]] [[kernel]]
+decltype(kv_store_f32_rope<mkv_rope::kStyleNeox>) kv_store_f32_rope<mkv_rope::kStyleNeox>;
+template [[host_name("kv_store_f32_rope_interleaved")]] [[kernel]]
+decltype(kv_store_f32_rope<mkv_rope::kStyleInterleaved>) kv_store_f32_rope<mkv_rope::kStyleInterleaved>;
