@@ -1,10 +1,12 @@
 // Linear-layer benchmarks on the host executor (group "linear"): gemv for every
 // weight type at SmolLM2-135M's shapes (n_out x n_in: 1536x576 gate/up,
 // 576x1536 down, 49152x576 lm_head), and gemm for a 64-token prefill chunk.
-// Prints ms per call and the weight bytes each call reads.
+// Prints ms per call (median wall time), cpu_ms (mean CPU time of the whole
+// process per call: steadier than wall time when other work shares the
+// cores) and the weight bytes each call reads.
 //
 //   metalkv-bench --filter linear [--repeat N]
-#include <cstring>
+#include <ctime>
 #include <random>
 
 #include "bench.h"
@@ -41,6 +43,12 @@ gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uin
   return buf;
 }
 
+double process_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ctx, WeightType t,
                    uint32_t n_tokens, uint32_t n_out, uint32_t n_in, ops::MatmulKernel kernel) {
   ops::MatmulArgs a;
@@ -54,6 +62,7 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
   a.n_out = n_out;
   a.wtype = t;
   a.kernel = kernel;
+  const double cpu0 = process_cpu_ms();
   const double ms = median_ms(ctx.repeat, [&] {
     auto cb = queue.command_buffer();
     auto& enc = cb->compute_encoder();
@@ -62,6 +71,7 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
     cb->commit();
     cb->wait();
   });
+  const double cpu_ms = (process_cpu_ms() - cpu0) / (ctx.repeat + 1);  // + the warm-up run
   const double bytes = double(ops::matmul_weight_bytes_read(a));
   const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
   const bool gemv = kernel == ops::MatmulKernel::gemv;
@@ -70,6 +80,7 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
   const double macs = double(n_tokens) * n_out * n_in;
   return {name,
           {{"ms", ms},
+           {"cpu_ms", cpu_ms},
            {"weight_MB", bytes / 1e6},
            {"GB_per_s", bytes / (ms * 1e-3) / 1e9},
            {"GMAC_per_s", macs / (ms * 1e-3) / 1e9}},

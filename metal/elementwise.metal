@@ -24,9 +24,10 @@ kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
   const device uchar* row = table + ulong(valid ? id : 0) * F::row_bytes(p.dim);
   device float* o = out + ulong(t) * p.dim;
   for (uint c = tid; c < p.dim / F::kChunk; c += nt) {
-    float v[F::kChunk];
+    float4 v[F::kChunk / 4];
     F::load(row, c, v);
-    for (uint j = 0; j < F::kChunk; ++j) o[c * F::kChunk + j] = valid ? v[j] * p.scale : 0.0f;
+    for (uint i = 0; i < F::kChunk / 4; ++i)
+      ((device float4*)(o + c * F::kChunk))[i] = valid ? v[i] * p.scale : float4(0.0f);
   }
 }
 
@@ -97,7 +98,9 @@ kernel void swiglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
   }
 }
 
-// gelu_pytorch_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g³))).
+// gelu_pytorch_tanh(g) = 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g³),
+// computed as g / (1 + e^(-2u)) (the same function: 0.5 (1 + tanh(u)) is
+// sigmoid(2u)), which avoids the cancellation in 1 + tanh(u) for negative g.
 kernel void geglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                       const device float* gate [[buffer(1)]],  // (n)
                       const device float* up [[buffer(2)]],    // (n)
@@ -107,8 +110,8 @@ kernel void geglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                       uint nt [[threads_per_threadgroup]]) {
   MKV_FOR_EACH_ELEMENT(i) {
     const float g = gate[i];
-    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-    out[i] = 0.5f * g * (1.0f + tanh(inner)) * up[i];
+    const float u = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+    out[i] = g / (1.0f + exp(-2.0f * u)) * up[i];
   }
 }
 

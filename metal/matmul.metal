@@ -44,12 +44,13 @@ kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
 
   const uint n_chunks = p.n_in / F::kChunk;
   for (uint c = lane; c < n_chunks; c += 32) {
-    float xc[F::kChunk];
-    float xsum = 0.0f;
-    for (uint j = 0; j < F::kChunk; ++j) {
-      xc[j] = xt[c * F::kChunk + j];
-      xsum += xc[j];
+    float4 xc[F::kChunk / 4];
+    float4 xs4 = float4(0.0f);
+    for (uint i = 0; i < F::kChunk / 4; ++i) {
+      xc[i] = ((const device float4*)(xt + c * F::kChunk))[i];
+      xs4 += xc[i];
     }
+    const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
     for (uint r = 0; r < kGemvRows; ++r) {
       // Rows past the end re-read the last row (no branch); never written.
       const ulong row = min(row0 + r, p.n_out - 1);
@@ -91,15 +92,15 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
     for (uint i = tid; i < kGemmRows * chunks_per_step; i += kGemmThreads) {
       const uint r = i / chunks_per_step, cc = i % chunks_per_step;
       const ulong row = min(n0 + r, p.n_out - 1);
-      float v[F::kChunk];
+      float4 v[F::kChunk / 4];
       if (k0 + cc * F::kChunk < p.n_in) {
         F::load(w + row * row_bytes, k0 / F::kChunk + cc, v);
       } else {
-        for (uint j = 0; j < F::kChunk; ++j) v[j] = 0.0f;
+        for (uint i = 0; i < F::kChunk / 4; ++i) v[i] = float4(0.0f);
       }
       for (uint j = 0; j < F::kChunk; ++j) {
         const uint k = cc * F::kChunk + j;
-        ws[(k * kGemmRows + r) / 4][r % 4] = v[j];
+        ws[(k * kGemmRows + r) / 4][r % 4] = v[j / 4][j % 4];
       }
     }
     // Activation tile: kGemmTokens tokens x kGemmK inputs, float4 loads.

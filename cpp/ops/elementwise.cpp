@@ -42,7 +42,7 @@ void embedding(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& 
   check_view(op, ("table (vocab, dim) " + std::string(weight_type_name(ttype))).c_str(), table,
              table_bytes, weight_align(ttype));
   check_view(op, "ids (n_tokens) int32", ids, size_t(n_tokens) * 4, 4);
-  check_view(op, "out (n_tokens, dim) float32", out, size_t(n_tokens) * dim * 4, 4);
+  check_view(op, "out (n_tokens, dim) float32", out, size_t(n_tokens) * dim * 4, 16);
   enc.set_pipeline(device.pipeline(std::string("embedding_") + weight_type_name(ttype)));
   bind_params(enc, mkv_params::Embedding{n_tokens, dim, vocab, scale}, 0);
   bind(enc, table, 1);
