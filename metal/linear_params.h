@@ -25,8 +25,8 @@ enum : uint32_t {
   kGemvSimds = 2,          // gemv: SIMD-groups per threadgroup
   kGemmTokens = 32,        // gemm: a threadgroup's tile of Y is kGemmTokens ...
   kGemmRows = 64,          // ... x kGemmRows
-  kGemmK = 32,             // gemm: inputs per step (one quant block)
-  kGemmThreads = 128,      // gemm: threads per threadgroup (4 x 4 outputs each)
+  kGemmK = 64,             // gemm: inputs per step (two quant blocks)
+  kGemmThreads = 64,       // gemm: threads per threadgroup (8 tokens x 4 rows each)
   kElementThreads = 256,   // add/scale/swiglu/geglu: threads per threadgroup ...
   kElementsPerThread = 8,  // ... each handling 8 elements
   kRmsNormSimds = 4,       // rms_norm: rows (one per SIMD-group) per threadgroup

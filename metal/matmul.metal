@@ -7,10 +7,10 @@
 //               apply them to all its rows, then reduce four rows per simd_sum.
 //               Grid: (ceil(n_out / (kGemvRows * simds)), n_tokens).
 //   gemm_<fmt>  prefill. A threadgroup computes a kGemmTokens x kGemmRows tile
-//               of Y: per step of 32 inputs it dequantizes the weight tile and
+//               of Y: per step of kGemmK inputs it dequantizes the weight tile and
 //               the activation tile into threadgroup memory, so each weight
-//               block read serves kGemmTokens tokens. Each of the 128 threads
-//               computes 4 tokens x 4 rows. Grid: (ceil(n_out / 64), ceil(n_tokens / 32)).
+//               block read serves kGemmTokens tokens. Each thread computes kTM
+//               tokens x 4 rows. Grid: (ceil(n_out / 64), ceil(n_tokens / 32)).
 //
 // The host functions that build these names and geometries: cpp/ops/linear.cpp.
 #include <metal_stdlib>
@@ -24,6 +24,8 @@ using mkv_params::kGemmTokens;
 using mkv_params::kGemmRows;
 using mkv_params::kGemmK;
 using mkv_params::kGemmThreads;
+// Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
+constant uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
 template <typename F>
 kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
@@ -80,11 +82,12 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
   threadgroup float4 xs[kGemmK * kGemmTokens / 4];  // (k, token)
   threadgroup float4 ws[kGemmK * kGemmRows / 4];    // (k, row)
   const uint n0 = tg.x * kGemmRows, t0 = tg.y * kGemmTokens;
-  const uint tx = tid % (kGemmRows / 4), ty = tid / (kGemmRows / 4);  // rows 4tx.., tokens 4ty..
+  // Thread tile: rows 4tx .. 4tx + 4 x tokens kTM·ty .. kTM·ty + kTM.
+  const uint tx = tid % (kGemmRows / 4), ty = tid / (kGemmRows / 4);
   const ulong row_bytes = F::row_bytes(p.n_in);
   const uint chunks_per_step = kGemmK / F::kChunk;
-  float4 acc[4];  // acc[i][j]: token 4ty + i, row 4tx + j
-  for (uint i = 0; i < 4; ++i) acc[i] = float4(0.0f);
+  float4 acc[kTM];  // acc[i][j]: token kTM·ty + i, row 4tx + j
+  for (uint i = 0; i < kTM; ++i) acc[i] = float4(0.0f);
 
   for (uint k0 = 0; k0 < p.n_in; k0 += kGemmK) {
     // Weight tile: kGemmRows rows x kGemmK inputs, dequantized chunk by chunk;
@@ -113,15 +116,17 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint k = 0; k < kGemmK; ++k) {
-      const float4 a = xs[(k * kGemmTokens) / 4 + ty];
       const float4 b = ws[(k * kGemmRows) / 4 + tx];
-      for (uint i = 0; i < 4; ++i) acc[i] += a[i] * b;
+      for (uint i4 = 0; i4 < kTM / 4; ++i4) {
+        const float4 a = xs[(k * kGemmTokens + kTM * ty) / 4 + i4];
+        for (uint i = 0; i < 4; ++i) acc[4 * i4 + i] += a[i] * b;
+      }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }
 
-  for (uint i = 0; i < 4; ++i) {
-    const uint t = t0 + ty * 4 + i;
+  for (uint i = 0; i < kTM; ++i) {
+    const uint t = t0 + ty * kTM + i;
     for (uint j = 0; j < 4; ++j) {
       const uint n = n0 + tx * 4 + j;
       if (t < p.n_tokens && n < p.n_out)
