@@ -1,6 +1,7 @@
 // Linear-layer benchmarks on the host executor (group "linear"): gemv for every
 // weight type at SmolLM2-135M's shapes (n_out x n_in: 1536x576 gate/up,
-// 576x1536 down, 49152x576 lm_head), and gemm for a 64-token prefill chunk.
+// 576x1536 down, 49152x576 lm_head), gemm for a 64-token prefill chunk, and
+// the small per-token ops (argmax, softmax, rms_norm, swiglu, embedding).
 // Prints ms per call (median wall time), cpu_ms (mean CPU time of the whole
 // process per call: steadier than wall time when other work shares the
 // cores) and the weight bytes each call reads.
@@ -13,6 +14,7 @@
 #include "gpu/device.h"
 #include "gpu/host/executor.h"
 #include "metal/linear_params.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 
 namespace mkv::bench {
@@ -87,6 +89,42 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
           "host, " + std::to_string(host::executor_threads()) + " threads"};
 }
 
+// One op encoded alone in a command buffer: ms and cpu_ms per call.
+Result time_op(gpu::CommandQueue& queue, const Context& ctx, const std::string& name,
+               const std::function<void(gpu::ComputeEncoder&)>& encode) {
+  const double cpu0 = process_cpu_ms();
+  const double ms = median_ms(ctx.repeat, [&] {
+    auto cb = queue.command_buffer();
+    auto& enc = cb->compute_encoder();
+    encode(enc);
+    enc.end_encoding();
+    cb->commit();
+    cb->wait();
+  });
+  return {name, {{"ms", ms}, {"cpu_ms", (process_cpu_ms() - cpu0) / (ctx.repeat + 1)}}, "host"};
+}
+
+// The small per-token ops of a SmolLM2 decode step, for scale.
+std::vector<Result> small_ops(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ctx) {
+  const uint32_t vocab = 49152, hidden = 576, ff = 1536;
+  ops::BufferView logits{dev.new_buffer(vocab * 4)}, ids{dev.new_buffer(4)};
+  ops::BufferView h{dev.new_buffer(hidden * 4)}, norm_w{dev.new_buffer(hidden * 4)};
+  ops::BufferView gate{dev.new_buffer(ff * 4)}, up{dev.new_buffer(ff * 4)};
+  ops::BufferView table{random_weights(dev, WeightType::q4_1, vocab, hidden)};
+  return {
+      time_op(queue, ctx, "argmax_f32_49152",
+              [&](auto& enc) { ops::argmax(dev, enc, logits, ids, 1, vocab); }),
+      time_op(queue, ctx, "softmax_f32_49152",
+              [&](auto& enc) { ops::softmax(dev, enc, logits, logits, 1, vocab); }),
+      time_op(queue, ctx, "rms_norm_f32_576",
+              [&](auto& enc) { ops::rms_norm(dev, enc, h, norm_w, WeightType::f32, h, 1, hidden, 1e-5f); }),
+      time_op(queue, ctx, "swiglu_f32_1536",
+              [&](auto& enc) { ops::swiglu(dev, enc, gate, up, gate, ff); }),
+      time_op(queue, ctx, "embedding_q4_1_576",
+              [&](auto& enc) { ops::embedding(dev, enc, table, WeightType::q4_1, ids, h, 1, hidden, vocab); }),
+  };
+}
+
 std::vector<Result> linear(const Context& ctx) {
   auto dev = gpu::create_device("host");
   auto queue = dev->new_command_queue();
@@ -102,6 +140,7 @@ std::vector<Result> linear(const Context& ctx) {
   // The same 64 tokens through gemv: what tiling saves.
   out.push_back(time_matmul(*dev, *queue, ctx, WeightType::q4_1, 64, 1536, 576, ops::MatmulKernel::gemv));
   out.back().name += "_t64";
+  for (Result& r : small_ops(*dev, *queue, ctx)) out.push_back(std::move(r));
   return out;
 }
 

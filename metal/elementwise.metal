@@ -1,5 +1,6 @@
 // The transformer's small per-element and per-row kernels: embedding lookup,
-// RMSNorm, residual add, scale, SwiGLU / GeGLU, argmax. Activations are float.
+// RMSNorm, residual add, scale, SwiGLU / GeGLU, argmax, softmax. Activations
+// are float.
 // The host functions that build these names and geometries:
 // cpp/ops/elementwise.cpp.
 #include <metal_stdlib>
@@ -8,7 +9,7 @@
 using namespace metal;
 
 using mkv_params::kElementsPerThread;  // geometry shared with the host
-using mkv_params::kArgmaxSimds;
+using mkv_params::kRowSimds;
 
 // ---- embedding: one threadgroup per token, threads over the row's chunks ----
 template <typename F>
@@ -115,7 +116,7 @@ kernel void geglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
   }
 }
 
-// ---- argmax: one threadgroup of kArgmaxSimds SIMD-groups per row ----------
+// ---- argmax: one threadgroup of kRowSimds SIMD-groups per row ----------
 // Each thread scans a strided slice (indices increase, so `>` keeps the
 // lowest index of a tie), then SIMD and threadgroup reductions pick the
 // largest value and, among equal values, the lowest index.
@@ -127,8 +128,8 @@ kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
                        uint nt [[threads_per_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float group_best[kArgmaxSimds];
-  threadgroup uint group_index[kArgmaxSimds];
+  threadgroup float group_best[kRowSimds];
+  threadgroup uint group_index[kRowSimds];
   const device float* xr = x + ulong(row) * p.n;
   float best = -INFINITY;
   uint index = p.n;  // none yet: larger than every real index
@@ -147,10 +148,43 @@ kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (simd == 0) {
-    best = lane < kArgmaxSimds ? group_best[lane] : -INFINITY;
-    index = lane < kArgmaxSimds ? group_index[lane] : p.n;
+    best = lane < kRowSimds ? group_best[lane] : -INFINITY;
+    index = lane < kRowSimds ? group_index[lane] : p.n;
     m = simd_max(best);
     index = simd_min(best == m ? index : p.n);
     if (lane == 0) out[row] = index < p.n ? int(index) : 0;  // all NaN: 0
   }
+}
+
+// ---- softmax: one threadgroup of kRowSimds SIMD-groups per row ----------
+// Two threadgroup reductions (max, then Σ e^(x - max)); in place is safe:
+// each thread writes only elements it read.
+kernel void softmax_f32(constant mkv_params::Softmax& p [[buffer(0)]],
+                        const device float* x [[buffer(1)]],  // (n_rows, n)
+                        device float* out [[buffer(2)]],      // (n_rows, n); may be x
+                        uint row [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint nt [[threads_per_threadgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float group_max[kRowSimds];
+  threadgroup float group_sum[kRowSimds];
+  const device float* xr = x + ulong(row) * p.n;
+  device float* o = out + ulong(row) * p.n;
+  float m = -INFINITY;
+  for (uint i = tid; i < p.n; i += nt) m = max(m, xr[i] * p.scale);
+  m = simd_max(m);
+  if (lane == 0) group_max[simd] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  m = group_max[0];
+  for (uint s = 1; s < kRowSimds; ++s) m = max(m, group_max[s]);
+  float sum = 0.0f;
+  for (uint i = tid; i < p.n; i += nt) sum += exp(xr[i] * p.scale - m);
+  sum = simd_sum(sum);
+  if (lane == 0) group_sum[simd] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  sum = 0.0f;
+  for (uint s = 0; s < kRowSimds; ++s) sum += group_sum[s];
+  const float inv = 1.0f / sum;
+  for (uint i = tid; i < p.n; i += nt) o[i] = exp(xr[i] * p.scale - m) * inv;
 }

@@ -31,7 +31,7 @@ enum : uint32_t {
   kElementsPerThread = 8,  // ... each handling 8 elements
   kRmsNormSimds = 4,       // rms_norm: rows (one per SIMD-group) per threadgroup
   kEmbeddingThreads = 64,  // embedding: threads per token
-  kArgmaxSimds = 8,        // argmax: SIMD-groups per row
+  kRowSimds = 8,           // argmax, softmax: SIMD-groups per row
 };
 
 // gemv_* / gemm_*: Y = X · Wᵀ (+ bias).
@@ -77,6 +77,14 @@ struct Argmax {
   uint32_t n;
 };
 
+// softmax_f32: out[r, :] = softmax(x[r, :] * scale), x and out (n_rows, n)
+//   float (out may be x).
+struct Softmax {
+  uint32_t n_rows;
+  uint32_t n;
+  float scale;  // 1, or 1 / temperature
+};
+
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
@@ -85,4 +93,5 @@ static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
 static_assert(sizeof(mkv_params::RmsNorm) == 16, "RmsNorm params layout");
 static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");
 static_assert(sizeof(mkv_params::Argmax) == 8, "Argmax params layout");
+static_assert(sizeof(mkv_params::Softmax) == 12, "Softmax params layout");
 #endif

@@ -135,6 +135,17 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a,
       "out[r] (int32) = lowest index of the largest value of x (n_rows, n) float32; NaNs are "
       "never chosen.");
+
+  m.def(
+      "softmax",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& out, uint32_t n_rows, uint32_t n,
+         float scale) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::softmax(*d.device, enc, {x}, {out}, n_rows, n, scale);
+        });
+      },
+      "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a, "scale"_a = 1.0f,
+      "out = softmax(x * scale) over each row of x (n_rows, n) float32; out may be x.");
 }
 
 }  // namespace

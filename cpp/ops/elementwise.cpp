@@ -119,7 +119,22 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   bind_params(enc, mkv_params::Argmax{n_rows, n}, 0);
   bind(enc, x, 1);
   bind(enc, out, 2);
-  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kArgmaxSimds, 1, 1});
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
+}
+
+void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
+             const BufferView& out, uint32_t n_rows, uint32_t n, float scale) {
+  const char* op = "softmax";
+  check_count(op, "n_rows", n_rows);
+  check_count(op, "n", n);
+  if (!(scale > 0.0f)) fail(op, "scale must be > 0, got " + std::to_string(scale));
+  check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
+  check_view(op, "out (n_rows, n) float32", out, size_t(n_rows) * n * 4, 4);
+  enc.set_pipeline(device.pipeline("softmax_f32"));
+  bind_params(enc, mkv_params::Softmax{n_rows, n, scale}, 0);
+  bind(enc, x, 1);
+  bind(enc, out, 2);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
 }
 
 }  // namespace mkv::ops

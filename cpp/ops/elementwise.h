@@ -1,5 +1,5 @@
 // The transformer's small kernels (metal/elementwise.metal): embedding lookup,
-// RMSNorm, residual add, scale, SwiGLU / GeGLU and argmax. Activations are
+// RMSNorm, residual add, scale, SwiGLU / GeGLU, argmax and softmax. Activations are
 // float32; every function validates, then encodes one dispatch, and raises
 // GpuError "[op] ..." on bad input.
 #pragma once
@@ -47,5 +47,10 @@ void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate
 //   of NaNs gives 0).
 void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
             const BufferView& out, uint32_t n_rows, uint32_t n);
+
+// out[r, :] = softmax(x[r, :] * scale) for r < n_rows; x, out (n_rows, n)
+// float32, out may be x. scale = 1 / temperature for sampling.
+void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
+             const BufferView& out, uint32_t n_rows, uint32_t n, float scale = 1.0f);
 
 }  // namespace mkv::ops

@@ -203,3 +203,32 @@ def test_argmax_bad_inputs():
         ops.argmax(dev, dev.buffer(800), dev.buffer(4), n_rows=2, n=100)
     with pytest.raises(metalkv.GpuError, match=r"\[argmax\] n must be positive"):
         ops.argmax(dev, dev.buffer(800), dev.buffer(8), n_rows=2, n=0)
+
+
+# ---- softmax ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_rows,n", [(2, 49152), (3, 5), (1, 257)])
+@pytest.mark.parametrize("scale", [1.0, 1 / 0.7])  # 1 / temperature
+def test_softmax(dev, n_rows, n, scale):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((n_rows, n)) * 5).astype(np.float32)
+    x[0, 0] = -np.inf  # a masked entry gets probability 0
+    out = dev.buffer(x.nbytes)
+    ops.softmax(dev, dev.buffer_from(x), out, n_rows=n_rows, n=n, scale=scale)
+    z = x.astype(np.float64) * np.float32(scale)
+    ref = np.exp(z - z.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    # exp within ~1 ulp; the float32 sum over n terms bounds the relative error.
+    np.testing.assert_allclose(f32(out, x.shape), ref, rtol=1e-5, atol=1e-9)
+
+
+def test_softmax_in_place_and_bad_inputs(dev):
+    x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], np.float32)
+    buf = dev.buffer_from(x)
+    ops.softmax(dev, buf, buf, n_rows=2, n=3)
+    e = np.exp([-2.0, -1.0, 0.0])
+    np.testing.assert_allclose(f32(buf, (2, 3)), [e / e.sum(), [1 / 3] * 3], rtol=1e-6)
+    with pytest.raises(metalkv.GpuError, match=r"\[softmax\] scale must be > 0, got 0"):
+        ops.softmax(dev, buf, buf, n_rows=2, n=3, scale=0.0)
+    with pytest.raises(metalkv.GpuError, match=r"\[softmax\] out \(n_rows, n\) float32 needs 24 bytes"):
+        ops.softmax(dev, buf, dev.buffer(20), n_rows=2, n=3)
