@@ -38,7 +38,7 @@ size_t weight_align(WeightType t) {
 }
 
 size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
-  const uint32_t multiple = is_quantized(t) ? mkv_params::kQuantBlock : 4;
+  const uint32_t multiple = is_quantized(t) ? uint32_t(mkv_params::kQuantBlock) : 4u;
   if (cols == 0 || cols % multiple != 0)
     fail(op, std::string(weight_type_name(t)) + " weights need a row length that is a positive " +
                  "multiple of " + std::to_string(multiple) + ", got " + std::to_string(cols) +
