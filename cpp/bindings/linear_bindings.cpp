@@ -1,0 +1,155 @@
+// metalkv._core.ops entry points for the linear and elementwise kernels: one
+// call encodes one op into a fresh command buffer and waits. For tests and
+// tools; the model encodes the same ops (cpp/ops) into its own command buffers.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "bindings.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+using gpu::BufferPtr;
+using ops::BufferView;
+
+ops::MatmulKernel parse_kernel(const std::string& name) {
+  if (name == "auto") return ops::MatmulKernel::automatic;
+  if (name == "gemv") return ops::MatmulKernel::gemv;
+  if (name == "gemm") return ops::MatmulKernel::gemm;
+  ops::fail("matmul", "unknown kernel '" + name + "'; expected 'auto', 'gemv' or 'gemm'");
+}
+
+// The ids come from Python here, so unlike the kernel (which writes zeros) we
+// can say which one is out of range.
+void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
+  if (!ids || ids->length() < size_t(n_tokens) * 4) return;  // ops::embedding reports it
+  const auto* p = static_cast<const int32_t*>(ids->contents());
+  for (uint32_t t = 0; t < n_tokens; ++t)
+    if (p[t] < 0 || uint32_t(p[t]) >= vocab)
+      ops::fail("embedding", "token id " + std::to_string(p[t]) + " at position " +
+                                 std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
+}
+
+void bind_linear(nb::module_&, nb::module_& m) {
+  m.def(
+      "matmul",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
+         uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
+         const std::string& kernel) {
+        ops::MatmulArgs a;
+        a.x = {x};
+        a.w = {w};
+        a.y = {y};
+        a.bias = {bias};
+        a.n_tokens = n_tokens;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.wtype = ops::parse_weight_type(wtype, "matmul");
+        a.kernel = parse_kernel(kernel);
+        run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul(*d.device, enc, a); });
+      },
+      "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
+      "bias"_a.none() = nb::none(), "kernel"_a = "auto",
+      "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations.\n"
+      "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', or the GGUF blocks 'q8_0', 'q4_0',\n"
+      "'q4_1' (n_in a multiple of 32). kernel: 'auto' (gemv for one token, else gemm),\n"
+      "'gemv' or 'gemm'.");
+
+  m.def(
+      "embedding",
+      [](PyDevice& d, const BufferPtr& table, const BufferPtr& ids, const BufferPtr& out,
+         uint32_t n_tokens, uint32_t dim, uint32_t vocab, const std::string& ttype, float scale) {
+        const ops::WeightType t = ops::parse_weight_type(ttype, "embedding");
+        check_ids(ids, n_tokens, vocab);
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::embedding(*d.device, enc, {table}, t, {ids}, {out}, n_tokens, dim, vocab, scale);
+        });
+      },
+      "device"_a, "table"_a, "ids"_a, "out"_a, nb::kw_only(), "n_tokens"_a, "dim"_a, "vocab"_a,
+      "ttype"_a, "scale"_a = 1.0f,
+      "out (n_tokens, dim) float32 = table[ids] * scale; table (vocab, dim) in ttype, ids int32.");
+
+  m.def(
+      "rms_norm",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& out, uint32_t n_rows,
+         uint32_t dim, float eps, const std::string& wtype, float w_offset) {
+        const ops::WeightType t = ops::parse_weight_type(wtype, "rms_norm");
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::rms_norm(*d.device, enc, {x}, {w}, t, {out}, n_rows, dim, eps, w_offset);
+        });
+      },
+      "device"_a, "x"_a, "w"_a, "out"_a, nb::kw_only(), "n_rows"_a, "dim"_a, "eps"_a,
+      "wtype"_a = "f32", "w_offset"_a = 0.0f,
+      "out = x / sqrt(mean(x², row) + eps) * (w_offset + w) over (n_rows, dim); out may be x.\n"
+      "w_offset=1 gives Gemma's (1 + w). w is 'f32' or 'f16'.");
+
+  m.def(
+      "add",
+      [](PyDevice& d, const BufferPtr& y, const BufferPtr& x, uint32_t n) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::add(*d.device, enc, {y}, {x}, n); });
+      },
+      "device"_a, "y"_a, "x"_a, nb::kw_only(), "n"_a, "y[:n] += x[:n] (float32).");
+
+  m.def(
+      "scale",
+      [](PyDevice& d, const BufferPtr& y, uint32_t n, float s) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::scale(*d.device, enc, {y}, n, s); });
+      },
+      "device"_a, "y"_a, nb::kw_only(), "n"_a, "s"_a, "y[:n] *= s (float32).");
+
+  m.def(
+      "swiglu",
+      [](PyDevice& d, const BufferPtr& gate, const BufferPtr& up, const BufferPtr& out, uint32_t n) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::swiglu(*d.device, enc, {gate}, {up}, {out}, n);
+        });
+      },
+      "device"_a, "gate"_a, "up"_a, "out"_a, nb::kw_only(), "n"_a,
+      "out[:n] = silu(gate) * up (float32); out may be gate or up.");
+
+  m.def(
+      "geglu",
+      [](PyDevice& d, const BufferPtr& gate, const BufferPtr& up, const BufferPtr& out, uint32_t n) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::geglu(*d.device, enc, {gate}, {up}, {out}, n);
+        });
+      },
+      "device"_a, "gate"_a, "up"_a, "out"_a, nb::kw_only(), "n"_a,
+      "out[:n] = gelu_pytorch_tanh(gate) * up (float32); out may be gate or up.");
+
+  m.def(
+      "argmax",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& out, uint32_t n_rows, uint32_t n) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::argmax(*d.device, enc, {x}, {out}, n_rows, n);
+        });
+      },
+      "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a,
+      "out[r] (int32) = lowest index of the largest value of x (n_rows, n) float32; NaNs are "
+      "never chosen.");
+
+  m.def(
+      "softmax",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& out, uint32_t n_rows, uint32_t n,
+         float scale) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) {
+          ops::softmax(*d.device, enc, {x}, {out}, n_rows, n, scale);
+        });
+      },
+      "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a, "scale"_a = 1.0f,
+      "out = softmax(x * scale) over each row of x (n_rows, n) float32; out may be x.");
+}
+
+}  // namespace
+
+MKV_BINDING(linear, bind_linear);
+
+}  // namespace mkv::bindings

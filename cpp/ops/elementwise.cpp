@@ -1,0 +1,140 @@
+// Host side of metal/elementwise.metal: validate, bind, dispatch.
+#include "ops/elementwise.h"
+
+#include "metal/linear_params.h"
+
+namespace mkv::ops {
+namespace {
+
+void check_count(const char* op, const char* what, uint64_t n) {
+  if (n == 0) fail(op, std::string(what) + " must be positive");
+}
+
+// add/scale/swiglu/geglu: kElementThreads threads x kElementsPerThread elements per group.
+void dispatch_elements(gpu::ComputeEncoder& enc, uint32_t n) {
+  const uint32_t per_group = mkv_params::kElementThreads * mkv_params::kElementsPerThread;
+  enc.dispatch_threadgroups({ceil_div(n, per_group), 1, 1}, {mkv_params::kElementThreads, 1, 1});
+}
+
+void gated(const char* op, gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate,
+           const BufferView& up, const BufferView& out, uint32_t n) {
+  check_count(op, "n", n);
+  check_view(op, "gate (n) float32", gate, size_t(n) * 4, 4);
+  check_view(op, "up (n) float32", up, size_t(n) * 4, 4);
+  check_view(op, "out (n) float32", out, size_t(n) * 4, 4);
+  enc.set_pipeline(device.pipeline(std::string(op) + "_f32"));
+  bind_params(enc, mkv_params::Elementwise{n, 1.0f}, 0);
+  bind(enc, gate, 1);
+  bind(enc, up, 2);
+  bind(enc, out, 3);
+  dispatch_elements(enc, n);
+}
+
+}  // namespace
+
+void embedding(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& table,
+               WeightType ttype, const BufferView& ids, const BufferView& out, uint32_t n_tokens,
+               uint32_t dim, uint32_t vocab, float scale) {
+  const char* op = "embedding";
+  check_count(op, "n_tokens", n_tokens);
+  check_count(op, "vocab", vocab);
+  const size_t table_bytes = weight_bytes(ttype, vocab, dim, op);
+  check_view(op, ("table (vocab, dim) " + std::string(weight_type_name(ttype))).c_str(), table,
+             table_bytes, weight_align(ttype));
+  check_view(op, "ids (n_tokens) int32", ids, size_t(n_tokens) * 4, 4);
+  check_view(op, "out (n_tokens, dim) float32", out, size_t(n_tokens) * dim * 4, 16);
+  enc.set_pipeline(device.pipeline(std::string("embedding_") + weight_type_name(ttype)));
+  bind_params(enc, mkv_params::Embedding{n_tokens, dim, vocab, scale}, 0);
+  bind(enc, table, 1);
+  bind(enc, ids, 2);
+  bind(enc, out, 3);
+  enc.dispatch_threadgroups({n_tokens, 1, 1}, {mkv_params::kEmbeddingThreads, 1, 1});
+}
+
+void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
+              const BufferView& w, WeightType wtype, const BufferView& out, uint32_t n_rows,
+              uint32_t dim, float eps, float w_offset) {
+  const char* op = "rms_norm";
+  check_count(op, "n_rows", n_rows);
+  check_count(op, "dim", dim);
+  if (wtype != WeightType::f32 && wtype != WeightType::f16)
+    fail(op, std::string("weight type must be 'f32' or 'f16', got '") + weight_type_name(wtype) + "'");
+  if (!(eps >= 0.0f)) fail(op, "eps must be >= 0, got " + std::to_string(eps));
+  const size_t w_size = wtype == WeightType::f32 ? 4 : 2;
+  check_view(op, "x (n_rows, dim) float32", x, size_t(n_rows) * dim * 4, 4);
+  check_view(op, "w (dim)", w, size_t(dim) * w_size, w_size);
+  check_view(op, "out (n_rows, dim) float32", out, size_t(n_rows) * dim * 4, 4);
+  enc.set_pipeline(device.pipeline(std::string("rms_norm_") + weight_type_name(wtype)));
+  bind_params(enc, mkv_params::RmsNorm{n_rows, dim, eps, w_offset}, 0);
+  bind(enc, x, 1);
+  bind(enc, w, 2);
+  bind(enc, out, 3);
+  enc.dispatch_threadgroups({ceil_div(n_rows, mkv_params::kRmsNormSimds), 1, 1},
+                            {32 * mkv_params::kRmsNormSimds, 1, 1});
+}
+
+void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, const BufferView& x,
+         uint32_t n) {
+  const char* op = "add";
+  check_count(op, "n", n);
+  check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
+  check_view(op, "x (n) float32", x, size_t(n) * 4, 4);
+  enc.set_pipeline(device.pipeline("add_f32"));
+  bind_params(enc, mkv_params::Elementwise{n, 1.0f}, 0);
+  bind(enc, y, 1);
+  bind(enc, x, 2);
+  dispatch_elements(enc, n);
+}
+
+void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
+           float s) {
+  const char* op = "scale";
+  check_count(op, "n", n);
+  check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
+  enc.set_pipeline(device.pipeline("scale_f32"));
+  bind_params(enc, mkv_params::Elementwise{n, s}, 0);
+  bind(enc, y, 1);
+  dispatch_elements(enc, n);
+}
+
+void swiglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate,
+            const BufferView& up, const BufferView& out, uint32_t n) {
+  gated("swiglu", device, enc, gate, up, out, n);
+}
+
+void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate,
+           const BufferView& up, const BufferView& out, uint32_t n) {
+  gated("geglu", device, enc, gate, up, out, n);
+}
+
+void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
+            const BufferView& out, uint32_t n_rows, uint32_t n) {
+  const char* op = "argmax";
+  check_count(op, "n_rows", n_rows);
+  check_count(op, "n", n);
+  if (n > uint32_t(INT32_MAX)) fail(op, "n must fit an int32 index");
+  check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
+  check_view(op, "out (n_rows) int32", out, size_t(n_rows) * 4, 4);
+  enc.set_pipeline(device.pipeline("argmax_f32"));
+  bind_params(enc, mkv_params::Argmax{n_rows, n}, 0);
+  bind(enc, x, 1);
+  bind(enc, out, 2);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
+}
+
+void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
+             const BufferView& out, uint32_t n_rows, uint32_t n, float scale) {
+  const char* op = "softmax";
+  check_count(op, "n_rows", n_rows);
+  check_count(op, "n", n);
+  if (!(scale > 0.0f)) fail(op, "scale must be > 0, got " + std::to_string(scale));
+  check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
+  check_view(op, "out (n_rows, n) float32", out, size_t(n_rows) * n * 4, 4);
+  enc.set_pipeline(device.pipeline("softmax_f32"));
+  bind_params(enc, mkv_params::Softmax{n_rows, n, scale}, 0);
+  bind(enc, x, 1);
+  bind(enc, out, 2);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
+}
+
+}  // namespace mkv::ops

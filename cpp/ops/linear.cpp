@@ -1,0 +1,114 @@
+// Linear layers: pick gemv_<wtype> or gemm_<wtype>, check every shape and
+// buffer, bind mkv_params::Matmul and dispatch (see metal/matmul.metal).
+#include "ops/linear.h"
+
+#include "metal/linear_params.h"
+
+namespace mkv::ops {
+namespace {
+
+constexpr const char* kOp = "matmul";
+
+}  // namespace
+
+WeightType parse_weight_type(const std::string& name, const char* op) {
+  if (name == "f32") return WeightType::f32;
+  if (name == "f16") return WeightType::f16;
+  if (name == "q8_0") return WeightType::q8_0;
+  if (name == "q4_0") return WeightType::q4_0;
+  if (name == "q4_1") return WeightType::q4_1;
+  fail(op, "unknown weight type '" + name + "'; expected 'f32', 'f16', 'q8_0', 'q4_0' or 'q4_1'");
+}
+
+const char* weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return "f32";
+    case WeightType::f16: return "f16";
+    case WeightType::q8_0: return "q8_0";
+    case WeightType::q4_0: return "q4_0";
+    case WeightType::q4_1: return "q4_1";
+  }
+  return "?";
+}
+
+bool is_quantized(WeightType t) { return t != WeightType::f32 && t != WeightType::f16; }
+
+size_t weight_align(WeightType t) {
+  return t == WeightType::f32 ? 16 : t == WeightType::f16 ? 8 : 2;
+}
+
+size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
+  const uint32_t multiple = is_quantized(t) ? uint32_t(mkv_params::kQuantBlock) : 4u;
+  if (cols == 0 || cols % multiple != 0)
+    fail(op, std::string(weight_type_name(t)) + " weights need a row length that is a positive " +
+                 "multiple of " + std::to_string(multiple) + ", got " + std::to_string(cols) +
+                 (is_quantized(t) ? " (GGUF blocks hold 32 weights)" : " (rows are read 4 at a time)"));
+  const uint64_t blocks = rows * (cols / mkv_params::kQuantBlock);
+  switch (t) {
+    case WeightType::f32: return rows * cols * 4;
+    case WeightType::f16: return rows * cols * 2;
+    case WeightType::q8_0: return blocks * mkv_params::kQ8_0BlockBytes;
+    case WeightType::q4_0: return blocks * mkv_params::kQ4_0BlockBytes;
+    case WeightType::q4_1: return blocks * mkv_params::kQ4_1BlockBytes;
+  }
+  return 0;
+}
+
+void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
+                size_t align) {
+  if (!view.buffer) fail(op, std::string(what) + " buffer is missing");
+  const size_t length = view.buffer->length();
+  if (view.offset > length || bytes > length - view.offset)
+    fail(op, std::string(what) + " needs " + std::to_string(bytes) + " bytes at offset " +
+                 std::to_string(view.offset) + ", but the buffer has " + std::to_string(length) +
+                 " bytes");
+  if (view.offset % align != 0)
+    fail(op, std::string(what) + " offset " + std::to_string(view.offset) +
+                 " must be a multiple of " + std::to_string(align) + " bytes");
+}
+
+uint64_t matmul_weight_bytes_read(const MatmulArgs& a) {
+  const bool gemv = a.kernel == MatmulKernel::gemv ||
+                    (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
+  const uint64_t passes = gemv ? a.n_tokens : ceil_div(a.n_tokens, mkv_params::kGemmTokens);
+  return passes * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
+}
+
+void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) {
+  // 1. Check shapes and buffers.
+  if (a.n_tokens == 0 || a.n_out == 0)
+    fail(kOp, "n_tokens and n_out must be positive, got n_tokens=" + std::to_string(a.n_tokens) +
+                  ", n_out=" + std::to_string(a.n_out));
+  const size_t w_bytes = weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
+  check_view(kOp, "x (n_tokens, n_in) float32", a.x, size_t(a.n_tokens) * a.n_in * 4, 16);
+  check_view(kOp, ("w (n_out, n_in) " + std::string(weight_type_name(a.wtype))).c_str(), a.w,
+             w_bytes, weight_align(a.wtype));
+  check_view(kOp, "y (n_tokens, n_out) float32", a.y, size_t(a.n_tokens) * a.n_out * 4, 4);
+  const bool has_bias = a.bias.buffer != nullptr;
+  if (has_bias) check_view(kOp, "bias (n_out) float32", a.bias, size_t(a.n_out) * 4, 4);
+
+  // 2. Pick the kernel.
+  const bool gemv = a.kernel == MatmulKernel::gemv ||
+                    (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
+  auto pipeline = device.pipeline(std::string(gemv ? "gemv_" : "gemm_") + weight_type_name(a.wtype));
+
+  // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, has_bias ? 1u : 0u};
+  enc.set_pipeline(pipeline);
+  bind_params(enc, p, 0);
+  bind(enc, a.w, 1);
+  bind(enc, a.x, 2);
+  bind(enc, a.y, 3);
+  bind(enc, has_bias ? a.bias : a.x, 4);
+  if (gemv) {
+    const uint32_t rows_per_group = mkv_params::kGemvRows * mkv_params::kGemvSimds;
+    enc.dispatch_threadgroups({ceil_div(a.n_out, rows_per_group), a.n_tokens, 1},
+                              {32 * mkv_params::kGemvSimds, 1, 1});
+  } else {
+    enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
+                               ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
+                              {mkv_params::kGemmThreads, 1, 1});
+  }
+}
+
+}  // namespace mkv::ops

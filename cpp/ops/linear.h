@@ -1,0 +1,57 @@
+// Linear layers (metal/matmul.metal): Y = X · Wᵀ (+ bias) with f32, f16 or
+// GGUF block-quantized (Q8_0, Q4_0, Q4_1) weights read inside the kernel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace mkv::ops {
+
+// How a weight matrix is stored: row-major (rows, cols), quantized along rows.
+enum class WeightType { f32, f16, q8_0, q4_0, q4_1 };
+
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1"; anything else raises "[op] unknown ...".
+WeightType parse_weight_type(const std::string& name, const char* op);
+const char* weight_type_name(WeightType t);  // the kernel-name suffix, e.g. "q4_1"
+bool is_quantized(WeightType t);
+// Offset alignment the kernels' loads need: 16 (f32, float4), 8 (f16, half4), 2 (blocks).
+size_t weight_align(WeightType t);
+
+// Bytes of a (rows, cols) matrix; raises if cols does not suit the type
+// (quantized: a multiple of 32; f32/f16: a multiple of 4).
+size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op);
+
+// Raises unless [view.offset, view.offset + bytes) lies in the buffer and the
+// offset is a multiple of `align`. `what` names the argument in the message.
+void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
+                size_t align);
+
+enum class MatmulKernel {
+  automatic,  // gemv for one token, gemm otherwise
+  gemv,       // one weight pass per token: decode
+  gemm,       // tiled, weight tiles reused across 32 tokens: prefill
+};
+
+struct MatmulArgs {
+  BufferView x;     // (n_tokens, n_in) float32, offset 16-byte aligned
+  BufferView w;     // (n_out, n_in) in wtype, offset aligned to weight_align(wtype)
+  BufferView y;     // (n_tokens, n_out) float32
+  BufferView bias;  // (n_out) float32, or no buffer for none
+  uint32_t n_tokens = 1;
+  uint32_t n_in = 0;
+  uint32_t n_out = 0;
+  WeightType wtype = WeightType::f16;
+  MatmulKernel kernel = MatmulKernel::automatic;
+};
+
+// Validates shapes and buffer sizes, then encodes one dispatch of
+// gemv_<wtype> or gemm_<wtype>. Raises GpuError "[matmul] ...".
+void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a);
+
+// Weight bytes one call reads from device memory: gemv reads W once per
+// token, gemm once per tile of 32 tokens.
+uint64_t matmul_weight_bytes_read(const MatmulArgs& a);
+
+}  // namespace mkv::ops

@@ -1,0 +1,190 @@
+// The transformer's small per-element and per-row kernels: embedding lookup,
+// RMSNorm, residual add, scale, SwiGLU / GeGLU, argmax, softmax. Activations
+// are float.
+// The host functions that build these names and geometries:
+// cpp/ops/elementwise.cpp.
+#include <metal_stdlib>
+#include "linear_params.h"
+#include "quant.h"
+using namespace metal;
+
+using mkv_params::kElementsPerThread;  // geometry shared with the host
+using mkv_params::kRowSimds;
+
+// ---- embedding: one threadgroup per token, threads over the row's chunks ----
+template <typename F>
+kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
+                      const device uchar* table [[buffer(1)]],  // (vocab, dim) in format F
+                      const device int* ids [[buffer(2)]],      // (n_tokens)
+                      device float* out [[buffer(3)]],          // (n_tokens, dim)
+                      uint t [[threadgroup_position_in_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint nt [[threads_per_threadgroup]]) {
+  const int id = ids[t];
+  const bool valid = id >= 0 && uint(id) < p.vocab;
+  const device uchar* row = table + ulong(valid ? id : 0) * F::row_bytes(p.dim);
+  device float* o = out + ulong(t) * p.dim;
+  for (uint c = tid; c < p.dim / F::kChunk; c += nt) {
+    float4 v[F::kChunk / 4];
+    F::load(row, c, v);
+    for (uint i = 0; i < F::kChunk / 4; ++i)
+      ((device float4*)(o + c * F::kChunk))[i] = valid ? v[i] * p.scale : float4(0.0f);
+  }
+}
+
+template [[host_name("embedding_f32")]] [[kernel]] decltype(embedding<FmtF32>) embedding<FmtF32>;
+template [[host_name("embedding_f16")]] [[kernel]] decltype(embedding<FmtF16>) embedding<FmtF16>;
+template [[host_name("embedding_q8_0")]] [[kernel]] decltype(embedding<FmtQ8_0>) embedding<FmtQ8_0>;
+template [[host_name("embedding_q4_0")]] [[kernel]] decltype(embedding<FmtQ4_0>) embedding<FmtQ4_0>;
+template [[host_name("embedding_q4_1")]] [[kernel]] decltype(embedding<FmtQ4_1>) embedding<FmtQ4_1>;
+
+// ---- RMSNorm: one SIMD-group per row (rows are short: hidden or head_dim) ----
+// In place is safe: each lane reads and writes only its own elements.
+template <typename W>
+kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
+                     const device float* x [[buffer(1)]],  // (n_rows, dim)
+                     const device W* w [[buffer(2)]],      // (dim)
+                     device float* out [[buffer(3)]],      // (n_rows, dim); may be x
+                     uint tg [[threadgroup_position_in_grid]],
+                     uint simd [[simdgroup_index_in_threadgroup]],
+                     uint simds [[simdgroups_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]]) {
+  const uint r = tg * simds + simd;
+  if (r >= p.n_rows) return;  // the whole SIMD-group leaves together
+  const device float* xr = x + ulong(r) * p.dim;
+  device float* o = out + ulong(r) * p.dim;
+  float ss = 0.0f;
+  for (uint j = lane; j < p.dim; j += 32) ss += xr[j] * xr[j];
+  const float inv = 1.0f / sqrt(simd_sum(ss) / float(p.dim) + p.eps);
+  for (uint j = lane; j < p.dim; j += 32) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
+}
+
+template [[host_name("rms_norm_f32")]] [[kernel]] decltype(rms_norm<float>) rms_norm<float>;
+template [[host_name("rms_norm_f16")]] [[kernel]] decltype(rms_norm<half>) rms_norm<half>;
+
+// ---- elementwise: thread tid of group g handles g*2048 + tid + 256k, k < 8 ----
+#define MKV_FOR_EACH_ELEMENT(i)                                                   \
+  for (uint k = 0, i = tg * nt * kElementsPerThread + tid; k < kElementsPerThread; \
+       ++k, i += nt)                                                              \
+    if (i < p.n)
+
+kernel void add_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+                    device float* y [[buffer(1)]],        // (n): y += x
+                    const device float* x [[buffer(2)]],  // (n)
+                    uint tg [[threadgroup_position_in_grid]],
+                    uint tid [[thread_index_in_threadgroup]],
+                    uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) y[i] += x[i];
+}
+
+kernel void scale_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+                      device float* y [[buffer(1)]],  // (n): y *= scale
+                      uint tg [[threadgroup_position_in_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) y[i] *= p.scale;
+}
+
+// silu(g) = g / (1 + e^-g); e^-g overflows to inf for g < -88, giving -0.
+kernel void swiglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+                       const device float* gate [[buffer(1)]],  // (n)
+                       const device float* up [[buffer(2)]],    // (n)
+                       device float* out [[buffer(3)]],         // (n); may be gate or up
+                       uint tg [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + exp(-g)) * up[i];
+  }
+}
+
+// gelu_pytorch_tanh(g) = 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g³),
+// computed as g / (1 + e^(-2u)) (the same function: 0.5 (1 + tanh(u)) is
+// sigmoid(2u)), which avoids the cancellation in 1 + tanh(u) for negative g.
+kernel void geglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+                      const device float* gate [[buffer(1)]],  // (n)
+                      const device float* up [[buffer(2)]],    // (n)
+                      device float* out [[buffer(3)]],         // (n); may be gate or up
+                      uint tg [[threadgroup_position_in_grid]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) {
+    const float g = gate[i];
+    const float u = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+    out[i] = g / (1.0f + exp(-2.0f * u)) * up[i];
+  }
+}
+
+// ---- argmax: one threadgroup of kRowSimds SIMD-groups per row ----------
+// Each thread scans a strided slice (indices increase, so `>` keeps the
+// lowest index of a tie), then SIMD and threadgroup reductions pick the
+// largest value and, among equal values, the lowest index.
+kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
+                       const device float* x [[buffer(1)]],  // (n_rows, n)
+                       device int* out [[buffer(2)]],        // (n_rows)
+                       uint row [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint nt [[threads_per_threadgroup]],
+                       uint simd [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float group_best[kRowSimds];
+  threadgroup uint group_index[kRowSimds];
+  const device float* xr = x + ulong(row) * p.n;
+  float best = -INFINITY;
+  uint index = p.n;  // none yet: larger than every real index
+  for (uint i = tid; i < p.n; i += nt) {
+    const float v = xr[i];
+    if (v > best || (index == p.n && v == best)) {  // the first -inf counts too
+      best = v;
+      index = i;
+    }
+  }
+  float m = simd_max(best);
+  index = simd_min(best == m ? index : p.n);
+  if (lane == 0) {
+    group_best[simd] = m;
+    group_index[simd] = index;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (simd == 0) {
+    best = lane < kRowSimds ? group_best[lane] : -INFINITY;
+    index = lane < kRowSimds ? group_index[lane] : p.n;
+    m = simd_max(best);
+    index = simd_min(best == m ? index : p.n);
+    if (lane == 0) out[row] = index < p.n ? int(index) : 0;  // all NaN: 0
+  }
+}
+
+// ---- softmax: one threadgroup of kRowSimds SIMD-groups per row ----------
+// Two threadgroup reductions (max, then Σ e^(x - max)); in place is safe:
+// each thread writes only elements it read.
+kernel void softmax_f32(constant mkv_params::Softmax& p [[buffer(0)]],
+                        const device float* x [[buffer(1)]],  // (n_rows, n)
+                        device float* out [[buffer(2)]],      // (n_rows, n); may be x
+                        uint row [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint nt [[threads_per_threadgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float group_max[kRowSimds];
+  threadgroup float group_sum[kRowSimds];
+  const device float* xr = x + ulong(row) * p.n;
+  device float* o = out + ulong(row) * p.n;
+  float m = -INFINITY;
+  for (uint i = tid; i < p.n; i += nt) m = max(m, xr[i] * p.scale);
+  m = simd_max(m);
+  if (lane == 0) group_max[simd] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  m = group_max[0];
+  for (uint s = 1; s < kRowSimds; ++s) m = max(m, group_max[s]);
+  float sum = 0.0f;
+  for (uint i = tid; i < p.n; i += nt) sum += exp(xr[i] * p.scale - m);
+  sum = simd_sum(sum);
+  if (lane == 0) group_sum[simd] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  sum = 0.0f;
+  for (uint s = 0; s < kRowSimds; ++s) sum += group_sum[s];
+  const float inv = 1.0f / sum;
+  for (uint i = tid; i < p.n; i += nt) o[i] = exp(xr[i] * p.scale - m) * inv;
+}

@@ -1,0 +1,97 @@
+// Argument structs of the transformer's non-attention kernels (matmul.metal,
+// elementwise.metal), shared by the kernels (MSL) and the C++ ops that bind
+// them (cpp/ops/linear.cpp, cpp/ops/elementwise.cpp). Sizes are
+// static_asserted on the C++ side so a field added on one side fails the build.
+#pragma once
+
+#ifndef __METAL_VERSION__
+#include <cstdint>
+#endif
+
+namespace mkv_params {
+
+// GGUF block formats (see metal/quant.h): 32 weights per block, quantized
+// along a row (in_features), stored back to back.
+enum : uint32_t {
+  kQuantBlock = 32,       // weights per block
+  kQ8_0BlockBytes = 34,   // half d; int8 qs[32]
+  kQ4_0BlockBytes = 18,   // half d; uint8 qs[16]
+  kQ4_1BlockBytes = 20,   // half d; half m; uint8 qs[16]
+};
+
+// Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
+enum : uint32_t {
+  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4)
+  kGemvSimds = 2,          // gemv: SIMD-groups per threadgroup
+  kGemmTokens = 32,        // gemm: a threadgroup's tile of Y is kGemmTokens ...
+  kGemmRows = 64,          // ... x kGemmRows
+  kGemmK = 64,             // gemm: inputs per step (two quant blocks)
+  kGemmThreads = 64,       // gemm: threads per threadgroup (8 tokens x 4 rows each)
+  kElementThreads = 256,   // add/scale/swiglu/geglu: threads per threadgroup ...
+  kElementsPerThread = 8,  // ... each handling 8 elements
+  kRmsNormSimds = 4,       // rms_norm: rows (one per SIMD-group) per threadgroup
+  kEmbeddingThreads = 64,  // embedding: threads per token
+  kRowSimds = 8,           // argmax, softmax: SIMD-groups per row
+};
+
+// gemv_* / gemm_*: Y = X · Wᵀ (+ bias).
+//   W (n_out, n_in) row-major in the kernel's weight format
+//   X (n_tokens, n_in) float, Y (n_tokens, n_out) float, bias (n_out) float.
+struct Matmul {
+  uint32_t n_tokens;
+  uint32_t n_in;      // f16/f32: multiple of 4; quantized: multiple of 32
+  uint32_t n_out;
+  uint32_t has_bias;  // 0: the bias buffer is a placeholder and not read
+};
+
+// embedding_*: out[t, :] = table[ids[t], :] * scale.
+//   table (vocab, dim) in the kernel's weight format; ids (n_tokens) int32;
+//   out (n_tokens, dim) float. An id outside [0, vocab) gives a row of zeros.
+struct Embedding {
+  uint32_t n_tokens;
+  uint32_t dim;
+  uint32_t vocab;
+  float scale;  // 1, or sqrt(hidden) for Gemma
+};
+
+// rms_norm_*: out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * (w_offset + w).
+//   x, out (n_rows, dim) float (may alias); w (dim) in the kernel's type.
+struct RmsNorm {
+  uint32_t n_rows;
+  uint32_t dim;
+  float eps;
+  float w_offset;  // 0 (Llama: w), 1 (Gemma: 1 + w)
+};
+
+// add_f32 (y += x), scale_f32 (y *= s), swiglu_f32 / geglu_f32
+// (out = act(gate) * up; out may alias gate or up): n elements each.
+struct Elementwise {
+  uint32_t n;
+  float scale;  // scale_f32 only
+};
+
+// argmax_f32: out[r] = lowest index of the largest value of x[r, :].
+//   x (n_rows, n) float; out (n_rows) int32. NaNs are never chosen.
+struct Argmax {
+  uint32_t n_rows;
+  uint32_t n;
+};
+
+// softmax_f32: out[r, :] = softmax(x[r, :] * scale), x and out (n_rows, n)
+//   float (out may be x).
+struct Softmax {
+  uint32_t n_rows;
+  uint32_t n;
+  float scale;  // 1, or 1 / temperature
+};
+
+}  // namespace mkv_params
+
+#ifndef __METAL_VERSION__
+static_assert(sizeof(mkv_params::Matmul) == 16, "Matmul params layout");
+static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
+static_assert(sizeof(mkv_params::RmsNorm) == 16, "RmsNorm params layout");
+static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");
+static_assert(sizeof(mkv_params::Argmax) == 8, "Argmax params layout");
+static_assert(sizeof(mkv_params::Softmax) == 12, "Softmax params layout");
+#endif

@@ -1,0 +1,148 @@
+// Linear layers: Y = X · Wᵀ (+ bias), W (n_out, n_in) row-major in one of
+// the formats of quant.h, activations float. Two kernel shapes:
+//
+//   gemv_<fmt>  decode. Memory bound: every weight byte is read exactly once.
+//               A SIMD-group owns kGemvRows rows; its lanes stride over the
+//               row's chunks (quant.h), load the matching activations once and
+//               apply them to all its rows, then reduce four rows per simd_sum.
+//               Grid: (ceil(n_out / (kGemvRows * simds)), n_tokens).
+//   gemm_<fmt>  prefill. A threadgroup computes a kGemmTokens x kGemmRows tile
+//               of Y: per step of kGemmK inputs it dequantizes the weight tile and
+//               the activation tile into threadgroup memory, so each weight
+//               block read serves kGemmTokens tokens. Each thread computes kTM
+//               tokens x 4 rows. Grid: (ceil(n_out / 64), ceil(n_tokens / 32)).
+//
+// The host functions that build these names and geometries: cpp/ops/linear.cpp.
+#include <metal_stdlib>
+#include "linear_params.h"
+#include "quant.h"
+using namespace metal;
+
+// Geometry shared with the host (linear_params.h).
+using mkv_params::kGemvRows;
+using mkv_params::kGemmTokens;
+using mkv_params::kGemmRows;
+using mkv_params::kGemmK;
+using mkv_params::kGemmThreads;
+// Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
+constant uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
+
+template <typename F>
+kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
+                 const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
+                 const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                 device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                 const device float* bias [[buffer(4)]],   // (n_out) if p.has_bias
+                 uint2 tg [[threadgroup_position_in_grid]],
+                 uint simd [[simdgroup_index_in_threadgroup]],
+                 uint simds [[simdgroups_per_threadgroup]],
+                 uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (tg.x * simds + simd) * kGemvRows;
+  if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
+  const ulong row_bytes = F::row_bytes(p.n_in);
+  const device float* xt = x + ulong(tg.y) * p.n_in;
+  float acc[kGemvRows];
+  for (uint r = 0; r < kGemvRows; ++r) acc[r] = 0.0f;
+
+  const uint n_chunks = p.n_in / F::kChunk;
+  for (uint c = lane; c < n_chunks; c += 32) {
+    float4 xc[F::kChunk / 4];
+    float4 xs4 = float4(0.0f);
+    for (uint i = 0; i < F::kChunk / 4; ++i) {
+      xc[i] = ((const device float4*)(xt + c * F::kChunk))[i];
+      xs4 += xc[i];
+    }
+    const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
+    for (uint r = 0; r < kGemvRows; ++r) {
+      // Rows past the end re-read the last row (no branch); never written.
+      const ulong row = min(row0 + r, p.n_out - 1);
+      acc[r] += F::dot(w + row * row_bytes, c, xc, xsum);
+    }
+  }
+
+  device float* yt = y + ulong(tg.y) * p.n_out;
+  for (uint r = 0; r < kGemvRows; r += 4) {
+    const float4 total = simd_sum(float4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
+    for (uint i = 0; i < 4; ++i) {
+      const uint row = row0 + r + i;
+      if (lane == 0 && row < p.n_out) yt[row] = total[i] + (p.has_bias ? bias[row] : 0.0f);
+    }
+  }
+}
+
+template <typename F>
+kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
+                 const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
+                 const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                 device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                 const device float* bias [[buffer(4)]],   // (n_out) if p.has_bias
+                 uint2 tg [[threadgroup_position_in_grid]],
+                 uint tid [[thread_index_in_threadgroup]]) {
+  // k-major tiles, so the inner loop reads 4 consecutive tokens / rows as one float4.
+  threadgroup float4 xs[kGemmK * kGemmTokens / 4];  // (k, token)
+  threadgroup float4 ws[kGemmK * kGemmRows / 4];    // (k, row)
+  const uint n0 = tg.x * kGemmRows, t0 = tg.y * kGemmTokens;
+  // Thread tile: rows 4tx .. 4tx + 4 x tokens kTM·ty .. kTM·ty + kTM.
+  const uint tx = tid % (kGemmRows / 4), ty = tid / (kGemmRows / 4);
+  const ulong row_bytes = F::row_bytes(p.n_in);
+  const uint chunks_per_step = kGemmK / F::kChunk;
+  float4 acc[kTM];  // acc[i][j]: token kTM·ty + i, row 4tx + j
+  for (uint i = 0; i < kTM; ++i) acc[i] = float4(0.0f);
+
+  for (uint k0 = 0; k0 < p.n_in; k0 += kGemmK) {
+    // Weight tile: kGemmRows rows x kGemmK inputs, dequantized chunk by chunk;
+    // rows past n_out re-read the last row, inputs past n_in (f16/f32) are 0.
+    for (uint i = tid; i < kGemmRows * chunks_per_step; i += kGemmThreads) {
+      const uint r = i / chunks_per_step, cc = i % chunks_per_step;
+      const ulong row = min(n0 + r, p.n_out - 1);
+      float4 v[F::kChunk / 4];
+      if (k0 + cc * F::kChunk < p.n_in) {
+        F::load(w + row * row_bytes, k0 / F::kChunk + cc, v);
+      } else {
+        for (uint i = 0; i < F::kChunk / 4; ++i) v[i] = float4(0.0f);
+      }
+      for (uint j = 0; j < F::kChunk; ++j) {
+        const uint k = cc * F::kChunk + j;
+        ws[(k * kGemmRows + r) / 4][r % 4] = v[j / 4][j % 4];
+      }
+    }
+    // Activation tile: kGemmTokens tokens x kGemmK inputs, float4 loads.
+    for (uint i = tid; i < kGemmTokens * kGemmK / 4; i += kGemmThreads) {
+      const uint t = i / (kGemmK / 4), k4 = i % (kGemmK / 4);
+      const uint k = k0 + k4 * 4;
+      float4 v = float4(0.0f);
+      if (t0 + t < p.n_tokens && k < p.n_in) v = *(const device float4*)(x + ulong(t0 + t) * p.n_in + k);
+      for (uint j = 0; j < 4; ++j) xs[((k4 * 4 + j) * kGemmTokens + t) / 4][t % 4] = v[j];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint k = 0; k < kGemmK; ++k) {
+      const float4 b = ws[(k * kGemmRows) / 4 + tx];
+      for (uint i4 = 0; i4 < kTM / 4; ++i4) {
+        const float4 a = xs[(k * kGemmTokens + kTM * ty) / 4 + i4];
+        for (uint i = 0; i < 4; ++i) acc[4 * i4 + i] += a[i] * b;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
+  }
+
+  for (uint i = 0; i < kTM; ++i) {
+    const uint t = t0 + ty * kTM + i;
+    for (uint j = 0; j < 4; ++j) {
+      const uint n = n0 + tx * 4 + j;
+      if (t < p.n_tokens && n < p.n_out)
+        y[ulong(t) * p.n_out + n] = acc[i][j] + (p.has_bias ? bias[n] : 0.0f);
+    }
+  }
+}
+
+// One instance per kernel shape and weight format; the host builds the same names.
+template [[host_name("gemv_f32")]] [[kernel]] decltype(gemv<FmtF32>) gemv<FmtF32>;
+template [[host_name("gemv_f16")]] [[kernel]] decltype(gemv<FmtF16>) gemv<FmtF16>;
+template [[host_name("gemv_q8_0")]] [[kernel]] decltype(gemv<FmtQ8_0>) gemv<FmtQ8_0>;
+template [[host_name("gemv_q4_0")]] [[kernel]] decltype(gemv<FmtQ4_0>) gemv<FmtQ4_0>;
+template [[host_name("gemv_q4_1")]] [[kernel]] decltype(gemv<FmtQ4_1>) gemv<FmtQ4_1>;
+template [[host_name("gemm_f32")]] [[kernel]] decltype(gemm<FmtF32>) gemm<FmtF32>;
+template [[host_name("gemm_f16")]] [[kernel]] decltype(gemm<FmtF16>) gemm<FmtF16>;
+template [[host_name("gemm_q8_0")]] [[kernel]] decltype(gemm<FmtQ8_0>) gemm<FmtQ8_0>;
+template [[host_name("gemm_q4_0")]] [[kernel]] decltype(gemm<FmtQ4_0>) gemm<FmtQ4_0>;
+template [[host_name("gemm_q4_1")]] [[kernel]] decltype(gemm<FmtQ4_1>) gemm<FmtQ4_1>;

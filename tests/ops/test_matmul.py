@@ -1,0 +1,132 @@
+"""ops.matmul: gemv_* and gemm_* for every weight format against float64 numpy
+on the weights as gguf dequantizes them."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv._core import ops
+
+from .reference import QUANTIZED, WTYPES, f32, make_weights, matmul, matmul_tolerance
+
+
+def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto"):
+    n_tokens, n_in = x.shape
+    y = dev.buffer(n_tokens * n_out * 4)
+    ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(stored), y,
+               n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
+               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel)
+    return f32(y, (n_tokens, n_out))
+
+
+def check(dev, wtype, n_tokens, n_out, n_in, kernel, with_bias, seed):
+    rng = np.random.default_rng(seed)
+    stored, w = make_weights(wtype, n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32) if with_bias else None
+    y = run_matmul(dev, x, stored, n_out, wtype, bias, kernel)
+    ref = matmul(x, w, bias)
+    assert np.all(np.abs(y - ref) <= matmul_tolerance(x, w)), np.abs(y - ref).max()
+
+
+# SmolLM2-135M's decode shapes (n_out, n_in): gate/up and down projections.
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_out,n_in", [(1536, 576), (576, 1536)])
+def test_gemv_smollm2_shapes(dev, wtype, n_out, n_in):
+    check(dev, wtype, 1, n_out, n_in, "auto", False, n_out + n_in)
+
+
+# Prefill chunks: n_out not a multiple of the 64-row tile, tokens not a
+# multiple of the 32-token tile; forced gemv runs one weight pass per token.
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_tokens", [3, 17, 64])
+@pytest.mark.parametrize("kernel", ["auto", "gemm", "gemv"])
+def test_prefill_tokens(dev, wtype, n_tokens, kernel):
+    check(dev, wtype, n_tokens, 130, 96, kernel, False, n_tokens)
+
+
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_tokens,kernel", [(1, "gemv"), (1, "gemm"), (17, "gemm"), (17, "gemv")])
+def test_bias(dev, wtype, n_tokens, kernel):
+    check(dev, wtype, n_tokens, 70, 64, kernel, True, 7)
+
+
+# f16/f32 rows need only n_in % 4 == 0: gemm's last 32-input step is partial.
+@pytest.mark.parametrize("wtype", ["f32", "f16"])
+@pytest.mark.parametrize("n_tokens", [1, 33])
+def test_float_weights_with_partial_last_step(dev, wtype, n_tokens):
+    check(dev, wtype, n_tokens, 9, 100, "auto", True, 3)
+
+
+def test_gemv_lm_head_49152x576():
+    """SmolLM2's tied lm_head, once (forward fiber order: it is a size test)."""
+    dev = metalkv.device("host")
+    check(dev, "q4_1", 1, 49152, 576, "gemv", False, 49152)
+
+
+def test_quantized_layout_is_ggufs():
+    """One nonzero weight in an otherwise zero matrix lands where gguf says.
+
+    With x = 1, 2, 3, ... the output names the column the kernel read the
+    weight from: this pins the nibble order (low nibbles are weights 0..15 of
+    a block) and the block order along the row, independent of tolerances.
+    """
+    dev = metalkv.device("host")
+    n_out, n_in = 3, 64
+    for wtype in QUANTIZED:
+        for col in [0, 5, 15, 16, 31, 32, 47, 63]:
+            w = np.zeros((n_out, n_in), np.float32)
+            w[1, col] = 1.0
+            qtype = gguf.GGMLQuantizationType[wtype.upper()]
+            stored = gguf.quants.quantize(w, qtype)
+            value = float(gguf.quants.dequantize(stored, qtype)[1, col])  # 1.0 as the format holds it
+            x = np.arange(1, n_in + 1, dtype=np.float32)[None, :]
+            for kernel in ["gemv", "gemm"]:
+                y = run_matmul(dev, x, stored, n_out, wtype, kernel=kernel)
+                np.testing.assert_allclose(y[0], [0.0, value * (col + 1), 0.0], rtol=1e-6,
+                                           atol=1e-6, err_msg=f"{wtype} {kernel} col {col}")
+
+
+# ---- bad inputs ----------------------------------------------------------------
+
+def call(dev, *, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", x_bytes=None, w_bytes=None,
+         y_bytes=None, bias_bytes=None, kernel="auto"):
+    row = {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in // 32 * 34, "q4_0": n_in // 32 * 18,
+           "q4_1": n_in // 32 * 20}.get(wtype, n_in * 4)
+    buf = lambda n: dev.buffer(max(n, 1))  # noqa: E731
+    ops.matmul(dev, buf(x_bytes if x_bytes is not None else n_tokens * n_in * 4),
+               buf(w_bytes if w_bytes is not None else n_out * row),
+               buf(y_bytes if y_bytes is not None else n_tokens * n_out * 4),
+               n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
+               bias=None if bias_bytes is None else buf(bias_bytes), kernel=kernel)
+
+
+def test_bad_inputs_raise_clear_errors():
+    dev = metalkv.device("host")
+    call(dev)  # the defaults are valid
+    with pytest.raises(metalkv.GpuError,
+                       match=r"\[matmul\] q4_0 weights need a row length that is a positive "
+                             r"multiple of 32, got 48 \(GGUF blocks hold 32 weights\)"):
+        call(dev, wtype="q4_0", n_in=48)
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] f16 weights need .* multiple of 4, got 10"):
+        call(dev, wtype="f16", n_in=10)
+    with pytest.raises(metalkv.GpuError,
+                       match=r"\[matmul\] unknown weight type 'q5_k'; expected 'f32', 'f16', "
+                             r"'q8_0', 'q4_0' or 'q4_1'"):
+        call(dev, wtype="q5_k")
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] unknown kernel 'gemmv'"):
+        call(dev, kernel="gemmv")
+    with pytest.raises(metalkv.GpuError,
+                       match=r"\[matmul\] w \(n_out, n_in\) q8_0 needs 544 bytes at offset 0, "
+                             r"but the buffer has 543 bytes"):
+        call(dev, w_bytes=8 * 68 - 1)
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] x \(n_tokens, n_in\) float32 needs 768 bytes"):
+        call(dev, n_tokens=3, x_bytes=512)
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] y \(n_tokens, n_out\) float32 needs 96 bytes"):
+        call(dev, n_tokens=3, y_bytes=95)
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] bias \(n_out\) float32 needs 32 bytes"):
+        call(dev, bias_bytes=16)
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] n_tokens and n_out must be positive"):
+        call(dev, n_tokens=0)
