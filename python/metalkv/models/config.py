@@ -1,0 +1,155 @@
+"""ModelConfig: one description of a model, whether it came from GGUF metadata or
+a Hugging Face config.json. Everything the engine needs to build the forward pass
+is here; nothing here depends on tensors except what GGUF only tells through them
+(q/k/v bias, rope frequency factors).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .tensor import ModelLoadError
+
+SUPPORTED_ARCHS = ("llama", "gemma3")
+# Source architecture names (GGUF general.architecture / HF model_type) -> our arch.
+# qwen2 is a llama with q/k/v bias and NEOX rope.
+_ARCH_ALIASES = {"llama": "llama", "qwen2": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+# llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
+# fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
+EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                       "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<eos>",
+                       "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|fim_repo|>",
+                       "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str                   # "llama" | "gemma3"
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+    vocab: int
+    rms_eps: float
+    rope_theta: float           # full-attention layers
+    rope_style: str             # "interleaved" (GGUF llama: pairs (2i, 2i+1)) | "neox" (pairs (i, i+d/2))
+    context_length: int
+    tie_embeddings: bool
+    hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma3), gating the ffn_up product
+    # None, {"type": "linear", "factor"}, {"type": "llama3", "factor", "low_freq_factor",
+    # "high_freq_factor", "original_max_position_embeddings"} or {"type": "freq_factors"}
+    # (GGUF: divide each frequency by the rope_freqs.weight tensor). Full-attention layers only.
+    rope_scaling: dict | None = None
+    rope_local_base_freq: float | None = None   # gemma3 sliding layers (no scaling there)
+    attn_bias: bool = False     # q/k/v projections carry a bias (qwen2)
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()           # per layer "full" | "sliding"
+    query_pre_attn_scalar: float | None = None  # scores scale = scalar**-0.5 (gemma3)
+    attn_logit_softcap: float | None = None     # scores = cap * tanh(scores / cap)
+    final_logit_softcap: float | None = None
+    embedding_scale: float = 1.0                # x = token_embd[id] * scale (gemma: sqrt(hidden))
+    norm_weight_offset: float = 0.0             # rms_norm(x) * (offset + w): HF gemma stores w - 1
+    bos_id: int | None = None
+    eos_ids: tuple[int, ...] = ()               # any of these ends generation
+    source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text"
+    source_format: str = ""                     # "gguf" | "safetensors"
+
+    @property
+    def attn_scale(self) -> float:
+        base = self.query_pre_attn_scalar if self.query_pre_attn_scalar else self.head_dim
+        return 1.0 / math.sqrt(base)
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.layer_types) and self.layer_types[layer] == "sliding"
+
+    def validate(self, source: str) -> "ModelConfig":
+        for name in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ModelLoadError(f"[config] {source}: {name} must be a positive integer, got {v!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ModelLoadError(f"[config] {source}: n_heads={self.n_heads} is not a multiple of "
+                                 f"n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ModelLoadError(f"[config] {source}: head_dim={self.head_dim} must be even for rope")
+        if self.layer_types and len(self.layer_types) != self.n_layers:
+            raise ModelLoadError(f"[config] {source}: {len(self.layer_types)} layer types for "
+                                 f"{self.n_layers} layers")
+        if "sliding" in self.layer_types and not self.sliding_window:
+            raise ModelLoadError(f"[config] {source}: sliding layers but no sliding_window")
+        return self
+
+
+def normalize_arch(name: str | None, source: str) -> str:
+    arch = _ARCH_ALIASES.get(name or "")
+    if arch is None:
+        raise ModelLoadError(
+            f"[config] {source}: architecture {name!r} is not supported; metalkv supports "
+            f"{', '.join(SUPPORTED_ARCHS)} (source names: {', '.join(sorted(_ARCH_ALIASES))})")
+    return arch
+
+
+def normalize_rope_scaling(s: Mapping[str, Any] | None, source: str) -> dict | None:
+    """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None."""
+    if not s:
+        return None
+    kind = s.get("rope_type") or s.get("type") or "default"
+    if kind == "default":
+        return None
+    if kind == "linear":
+        return {"type": "linear", "factor": float(s["factor"])}
+    if kind == "llama3":
+        keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        missing = [k for k in keys if k not in s]
+        if missing:
+            raise ModelLoadError(f"[config] {source}: llama3 rope scaling lacks {', '.join(missing)}")
+        out = {"type": "llama3", **{k: float(s[k]) for k in keys}}
+        out["original_max_position_embeddings"] = int(s["original_max_position_embeddings"])
+        return out
+    raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
+                         f"(supported: linear, llama3)")
+
+
+def rope_freq_factors(cfg: ModelConfig) -> np.ndarray | None:
+    """Per-frequency divisors (head_dim/2,) that llama3 scaling applies to
+    theta_i = rope_theta**(-2i/head_dim), the same numbers llama.cpp's converter
+    stores as rope_freqs.weight. None when the config has no llama3 scaling."""
+    s = cfg.rope_scaling
+    if not s or s["type"] != "llama3":
+        return None
+    inv_freq = cfg.rope_theta ** (-np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
+    wavelen = 2 * math.pi / inv_freq
+    old = s["original_max_position_embeddings"]
+    low_wavelen = old / s["low_freq_factor"]
+    high_wavelen = old / s["high_freq_factor"]
+    smooth = (old / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+    # long wavelengths are slowed by `factor`, short ones kept, the band between blended
+    factors = np.where(wavelen > low_wavelen, s["factor"],
+                       np.where(wavelen < high_wavelen, 1.0, 1.0 / ((1 - smooth) / s["factor"] + smooth)))
+    return factors.astype(np.float32)
+
+
+def sliding_pattern_types(n_layers: int, pattern: int) -> tuple[str, ...]:
+    """Gemma3's pattern: every `pattern`-th layer (1-based) is full, the rest sliding."""
+    if pattern <= 0:
+        return ("sliding",) * n_layers
+    return tuple("full" if i % pattern == pattern - 1 else "sliding" for i in range(n_layers))
+
+
+def eog_ids(tokens: Mapping[str, int], *explicit: Any) -> tuple[int, ...]:
+    """End-of-generation ids: the explicit ones (ints, lists or None) plus the
+    special tokens llama.cpp recognises as ends of turn by their text."""
+    ids: set[int] = set()
+    for e in explicit:
+        if isinstance(e, (list, tuple)):
+            ids.update(int(x) for x in e)
+        elif e is not None:
+            ids.add(int(e))
+    ids.update(i for text, i in tokens.items() if text in EOG_TEXTS)
+    return tuple(sorted(ids))
+

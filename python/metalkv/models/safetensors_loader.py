@@ -1,0 +1,178 @@
+"""A Hugging Face model directory (config.json + *.safetensors) -> canonical Tensors.
+
+The safetensors format is an 8-byte little-endian header length, a JSON header
+{name: {dtype, shape, data_offsets}} and the raw data. We parse it ourselves
+rather than through the safetensors package because its numpy view cannot hold
+bf16, which is what most checkpoints are; this also lets every inconsistency be
+reported with the tensor and file it concerns. Matrices become f16, vectors
+(norms, biases) f32.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+from typing import Any
+
+import numpy as np
+
+from .config import ModelConfig
+from .hf_config import config_from_hf
+from .progress import progress_bar
+from .tensor import ModelLoadError, Tensor, check_tensors
+
+_DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
+_MAX_HEADER = 100 << 20  # the format's own limit
+
+# HF per-layer names -> canonical suffixes; the one name whose meaning depends on
+# the architecture is handled in canonical_name.
+_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+_GLOBAL = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+# Prefixes of the language model inside CausalLM and multimodal (gemma3) checkpoints.
+_PREFIX = re.compile(r"^(?:model\.language_model\.|language_model\.model\.|language_model\.|model\.)")
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+def canonical_name(hf_name: str, arch: str) -> str | None:
+    """The GGUF name of an HF tensor, or None for tensors we do not use (vision tower, ...)."""
+    name = _PREFIX.sub("", hf_name)
+    if name in _GLOBAL:
+        return _GLOBAL[name]
+    m = _LAYER_RE.match(name)
+    if not m:
+        return None
+    i, rest = m.groups()
+    if rest == "post_attention_layernorm.weight":
+        # llama: the norm before the MLP; gemma3: the norm after attention
+        rest_c = "post_attention_norm.weight" if arch == "gemma3" else "ffn_norm.weight"
+    else:
+        rest_c = _LAYER.get(rest)
+    return f"blk.{i}.{rest_c}" if rest_c else None
+
+
+def hf_name_hint(canonical: str, arch: str) -> str:
+    """The HF name a canonical tensor is read from, for error messages."""
+    m = re.match(r"^blk\.(\d+)\.(.+)$", canonical)
+    if not m:
+        return next(("model." + k if k != "lm_head.weight" else k)
+                    for k, v in _GLOBAL.items() if v == canonical)
+    i, rest = m.groups()
+    if rest == ("post_attention_norm.weight" if arch == "gemma3" else "ffn_norm.weight"):
+        return f"model.layers.{i}.post_attention_layernorm.weight"
+    return f"model.layers.{i}." + next(k for k, v in _LAYER.items() if v == rest)
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, tuple[str, np.ndarray]]:
+    """{name: (dtype, array)} of one file; arrays are read-only views of a memory
+    map, BF16 as uint16 bit patterns. Raises ModelLoadError for a truncated or
+    malformed file, naming the file and, where it applies, the tensor."""
+    path = str(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > min(size - 8, _MAX_HEADER):
+            raise ModelLoadError(f"[safetensors] {path}: header length {n} does not fit a file of "
+                                 f"{size} bytes: not a safetensors file, or truncated")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelLoadError(f"[safetensors] {path}: header is not valid JSON ({e}): "
+                                 f"corrupt file") from None
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"[safetensors] {path}: header is not a JSON object: corrupt file")
+    start = 8 + n
+    blob = np.memmap(path, dtype=np.uint8, mode="r", offset=start) if size > start else np.zeros(0, np.uint8)
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, e) = info["dtype"], tuple(int(x) for x in info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name}: malformed header entry {info!r}") from None
+        if dtype not in _DTYPES:
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name} has dtype {dtype}; "
+                                 f"supported: {', '.join(_DTYPES)}")
+        np_dtype, itemsize = _DTYPES[dtype]
+        want = int(np.prod(shape, dtype=np.int64)) * itemsize
+        if not (0 <= b <= e) or e - b != want:
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name} of shape {shape} {dtype} needs "
+                                 f"{want} bytes but its offsets span {e - b}: corrupt header")
+        if start + e > size:
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name} ends at byte {start + e} but "
+                                 f"the file has {size} bytes: the file is truncated")
+        out[name] = (dtype.lower(), blob[b:e].view(np_dtype).reshape(shape))
+    return out
+
+
+def to_engine_dtype(t: Tensor) -> Tensor:
+    """bf16/f16/f32 -> f16 for matrices, f32 for vectors; refuses silent overflow."""
+    src = t.data
+    if t.dtype == "f16" and len(t.shape) > 1:
+        return t  # already what the engine wants; stays a view of the file
+    f32 = (src.astype(np.uint32) << 16).view(np.float32) if t.dtype == "bf16" else src.astype(np.float32)
+    if len(t.shape) == 1:
+        return Tensor(t.name, t.shape, "f32", np.ascontiguousarray(f32))
+    with np.errstate(over="ignore"):
+        f16 = f32.astype(np.float16)
+    if t.dtype != "f16" and np.isinf(f16).sum() != np.isinf(f32).sum():
+        big = float(np.abs(f32[np.isfinite(f32)]).max())
+        raise ModelLoadError(f"[safetensors] tensor {t.name} holds values up to {big:.3g}, beyond "
+                             f"f16's 65504: metalkv keeps matrices in f16 and cannot load it")
+    return Tensor(t.name, t.shape, "f16", f16)
+
+
+def _read_json(path: pathlib.Path, required: bool) -> dict[str, Any] | None:
+    if not path.is_file():
+        if required:
+            raise ModelLoadError(f"[safetensors] {path.parent}: no {path.name}")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"[safetensors] {path}: not valid JSON ({e})") from None
+
+
+def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = None
+                         ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
+    """(config, tensors, config.json) of an HF model directory."""
+    d = pathlib.Path(path)
+    hf = _read_json(d / "config.json", required=True)
+    tok = _read_json(d / "tokenizer.json", required=False) or {}
+    special = {t["content"]: t["id"] for t in tok.get("added_tokens", []) if t.get("special")}
+    cfg = config_from_hf(hf, str(d), generation_config=_read_json(d / "generation_config.json", False),
+                         special_tokens=special)
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"[safetensors] {d}: no *.safetensors files next to config.json")
+    raw: dict[str, Tensor] = {}
+    origin: dict[str, str] = {}
+    for f in files:
+        for hf_name, (dtype, arr) in read_safetensors(f).items():
+            name = canonical_name(hf_name, cfg.arch)
+            if name is None:
+                continue
+            if name in raw:
+                raise ModelLoadError(f"[safetensors] {d}: {name} appears twice ({origin[name]} and "
+                                     f"{f.name}:{hf_name})")
+            raw[name], origin[name] = Tensor(name, arr.shape, dtype, arr), f"{f.name}:{hf_name}"
+    if cfg.tie_embeddings:
+        raw.pop("output.weight", None)  # some exports save the tied copy too
+    check_tensors(raw, cfg, str(d), hint=lambda n: hf_name_hint(n, cfg.arch))
+    tensors = {n: to_engine_dtype(t) for n, t in progress_bar(raw.items(), desc="tensors",
+                                                               progress=progress, total=len(raw))}
+    return cfg, tensors, hf

@@ -1,0 +1,146 @@
+"""The loaders' common currency: a named tensor in canonical (GGUF) naming, the
+error every loader raises, and the shape check both sources go through.
+
+Canonical names are llama.cpp's GGUF names, whatever the source file was:
+
+    token_embd.weight                 (vocab, hidden)
+    output_norm.weight                (hidden,)
+    output.weight                     (vocab, hidden)       absent when tied
+    rope_freqs.weight                 (head_dim / 2,)       optional (llama3 GGUF)
+    blk.{i}.attn_norm.weight          (hidden,)
+    blk.{i}.attn_q.weight             (n_heads * head_dim, hidden)
+    blk.{i}.attn_k.weight             (n_kv_heads * head_dim, hidden)
+    blk.{i}.attn_v.weight             (n_kv_heads * head_dim, hidden)
+    blk.{i}.attn_{q,k,v}.bias         (rows of the weight,)  when config.attn_bias
+    blk.{i}.attn_output.weight        (hidden, n_heads * head_dim)
+    blk.{i}.ffn_norm.weight           (hidden,)
+    blk.{i}.ffn_gate.weight           (ffn_hidden, hidden)
+    blk.{i}.ffn_up.weight             (ffn_hidden, hidden)
+    blk.{i}.ffn_down.weight           (hidden, ffn_hidden)
+  gemma3 only:
+    blk.{i}.attn_q_norm.weight        (head_dim,)
+    blk.{i}.attn_k_norm.weight        (head_dim,)
+    blk.{i}.post_attention_norm.weight (hidden,)
+    blk.{i}.post_ffw_norm.weight      (hidden,)
+
+Shapes are logical and row-major: (out, in) for a matrix, so row r of
+attn_q.weight produces output feature r. GGUF lists dimensions the other way
+round (ne[0] is the contiguous one); the loaders reverse them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+
+class ModelLoadError(ValueError):
+    """A model could not be found, read or understood. The message names the
+    file, tensor or key that was wrong and what was expected."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One weight tensor.
+
+    dtype is "f32", "f16", "bf16" or a GGML quantization name in lower case
+    ("q8_0", "q4_0", "q4_1", "q4_k", ...). For f32/f16 `data` is a float array
+    of `shape`. For quantized types `data` is the raw GGUF bytes, uint8 of
+    shape (rows, bytes_per_row) where rows = prod(shape[:-1]): blocks are not
+    dequantized, the engine reads them as they are. Arrays from a GGUF file are
+    read-only views of a memory map (nothing is copied at load time).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    data: np.ndarray
+
+    def __repr__(self) -> str:  # the data itself would flood a REPL or a test report
+        return f"Tensor({self.name!r}, shape={self.shape}, dtype={self.dtype!r}, nbytes={self.nbytes})"
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def quantized(self) -> bool:
+        return self.dtype not in ("f32", "f16", "bf16")
+
+
+def layer_names(i: int, cfg: ModelConfig) -> list[str]:
+    """Canonical tensor names of layer i, in the order a forward pass uses them."""
+    p = f"blk.{i}."
+    names = [p + "attn_norm.weight", p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+    if cfg.attn_bias:
+        names += [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]
+    if cfg.arch == "gemma3":
+        names += [p + "attn_q_norm.weight", p + "attn_k_norm.weight"]
+    names.append(p + "attn_output.weight")
+    if cfg.arch == "gemma3":
+        names.append(p + "post_attention_norm.weight")
+    names += [p + "ffn_norm.weight", p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight"]
+    if cfg.arch == "gemma3":
+        names.append(p + "post_ffw_norm.weight")
+    return names
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the model needs, with its logical shape, from the config alone."""
+    q_rows = cfg.n_heads * cfg.head_dim
+    kv_rows = cfg.n_kv_heads * cfg.head_dim
+    per_kind = {
+        "attn_norm.weight": (cfg.hidden,),
+        "attn_q.weight": (q_rows, cfg.hidden),
+        "attn_k.weight": (kv_rows, cfg.hidden),
+        "attn_v.weight": (kv_rows, cfg.hidden),
+        "attn_q.bias": (q_rows,),
+        "attn_k.bias": (kv_rows,),
+        "attn_v.bias": (kv_rows,),
+        "attn_q_norm.weight": (cfg.head_dim,),
+        "attn_k_norm.weight": (cfg.head_dim,),
+        "attn_output.weight": (cfg.hidden, q_rows),
+        "post_attention_norm.weight": (cfg.hidden,),
+        "ffn_norm.weight": (cfg.hidden,),
+        "ffn_gate.weight": (cfg.ffn_hidden, cfg.hidden),
+        "ffn_up.weight": (cfg.ffn_hidden, cfg.hidden),
+        "ffn_down.weight": (cfg.hidden, cfg.ffn_hidden),
+        "post_ffw_norm.weight": (cfg.hidden,),
+    }
+    shapes = {"token_embd.weight": (cfg.vocab, cfg.hidden), "output_norm.weight": (cfg.hidden,)}
+    if not cfg.tie_embeddings:
+        shapes["output.weight"] = (cfg.vocab, cfg.hidden)
+    for i in range(cfg.n_layers):
+        for name in layer_names(i, cfg):
+            shapes[name] = per_kind[name.split(".", 2)[2]]
+    return shapes
+
+
+# Tensors a model may carry without the config asking for them.
+OPTIONAL_SHAPES = {"rope_freqs.weight": lambda cfg: (cfg.head_dim // 2,)}
+
+
+def check_tensors(tensors: dict[str, Tensor], cfg: ModelConfig, source: str,
+                  hint: Callable[[str], str] | None = None) -> None:
+    """Raise ModelLoadError naming the first missing or misshapen tensors; `hint`
+    gives the name a canonical tensor has in the source file, for the message."""
+    want = expected_shapes(cfg)
+    missing = [n if hint is None else f"{n} ({hint(n)})" for n in want if n not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise ModelLoadError(
+            f"[load] {source}: missing tensor(s) {', '.join(missing[:5])}{more} "
+            f"for a {cfg.arch} model with {cfg.n_layers} layers")
+    for name, t in tensors.items():
+        shape = want.get(name) or (OPTIONAL_SHAPES[name](cfg) if name in OPTIONAL_SHAPES else None)
+        if shape is not None and tuple(t.shape) != shape:
+            if hint is not None:
+                name = f"{name} ({hint(name)})"
+            raise ModelLoadError(
+                f"[load] {source}: tensor {name} has shape {tuple(t.shape)}, expected {shape} "
+                f"from the config (hidden={cfg.hidden}, heads={cfg.n_heads}, kv_heads="
+                f"{cfg.n_kv_heads}, head_dim={cfg.head_dim}, ffn={cfg.ffn_hidden}, vocab={cfg.vocab})")
