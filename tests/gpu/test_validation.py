@@ -27,7 +27,7 @@ def at(needle, after):
 
 def test_barrier_divergence(dev):
     expect_error(dev, "broken_barrier_divergence", [np.zeros(64, np.float32)], (2, 1, 1), 64,
-                 "barrier divergence", r"threadgroup \(0,0,0\)",
+                 "barrier divergence", r"threadgroup \([01],0,0\)",  # either group may fail first
                  at("threadgroup_barrier", "broken_barrier_divergence"),
                  at("threadgroup_barrier", "} else {"))
 
