@@ -14,6 +14,24 @@ using namespace metal;
 
 // Online-softmax state of up to R query rows; every lane holds the same m and
 // l (they come from simd_sum results) and its own E-slice of q and acc.
+// The query heads one threadgroup serves: KV head `kv_head` and its query
+// heads head0 .. head0 + count - 1 (a block of at most heads_per_block of the
+// group_size heads sharing it). `index` is the threadgroup's head-block index.
+struct AttnHeadBlock {
+  uint kv_head;
+  uint head0;
+  uint count;
+};
+template <typename Params>
+inline AttnHeadBlock attn_head_block(constant Params& p, uint index) {
+  AttnHeadBlock b;
+  b.kv_head = index / p.head_blocks;
+  const uint block = index % p.head_blocks;
+  b.head0 = b.kv_head * p.group_size + block * p.heads_per_block;
+  b.count = min(p.heads_per_block, p.group_size - block * p.heads_per_block);
+  return b;
+}
+
 template <uint E, uint R>
 struct AttnRows {
   float q[R][E];

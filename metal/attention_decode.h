@@ -36,10 +36,8 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              uint2 tg, uint tid, uint simd, uint lane, bool split) {
   constexpr uint E = D / 32;
   constexpr uint S = mkv_params::kAttnSimdgroups;
-  const uint kv_head = tg.x / p.head_blocks;
-  const uint block = tg.x % p.head_blocks;
-  const uint head0 = kv_head * p.group_size + block * p.heads_per_block;
-  const uint rows = min(p.heads_per_block, p.group_size - block * p.heads_per_block);
+  const AttnHeadBlock hb = attn_head_block(p, tg.x);
+  const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
 
   // Visible positions [lo, n): the whole history, or the last `window`.
   const uint n = p.n_tokens;

@@ -34,10 +34,8 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               uint2 tg, uint tid, uint simd, uint lane) {
   constexpr uint E = D / 32;
   constexpr uint S = mkv_params::kAttnSimdgroups;
-  const uint kv_head = tg.y / p.head_blocks;
-  const uint block = tg.y % p.head_blocks;
-  const uint head0 = kv_head * p.group_size + block * p.heads_per_block;
-  const uint g = min(p.heads_per_block, p.group_size - block * p.heads_per_block);
+  const AttnHeadBlock hb = attn_head_block(p, tg.y);
+  const uint kv_head = hb.kv_head, head0 = hb.head0, g = hb.count;
   const uint qi0 = tg.x * p.queries_per_tile;
   const uint n_tile_queries = min(p.queries_per_tile, p.n_queries - qi0);
   const uint n_rows = n_tile_queries * g;
