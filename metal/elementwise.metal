@@ -85,6 +85,15 @@ kernel void scale_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
   MKV_FOR_EACH_ELEMENT(i) y[i] *= p.scale;
 }
 
+// Logit soft-capping (Gemma 2's final_logit_softcapping): y = cap * tanh(y / cap).
+kernel void softcap_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+                        device float* y [[buffer(1)]],  // (n), p.scale = cap > 0
+                        uint tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) y[i] = p.scale * tanh(y[i] / p.scale);
+}
+
 // silu(g) = g / (1 + e^-g); e^-g overflows to inf for g < -88, giving -0.
 kernel void swiglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                        const device float* gate [[buffer(1)]],  // (n)

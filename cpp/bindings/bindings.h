@@ -5,8 +5,11 @@
 #include <nanobind/nanobind.h>
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "gpu/device.h"
+#include "kv/kv_cache.h"
 
 namespace mkv::bindings {
 
@@ -14,6 +17,15 @@ namespace mkv::bindings {
 struct PyDevice {
   gpu::DevicePtr device;
   gpu::CommandQueuePtr queue;
+};
+
+// metalkv.KVCache: a cache on a device. An Engine feeding it records the ids
+// in `tokens` (what the cache holds, for continuing and repetition penalty).
+struct PyKVCache {
+  PyDevice dev;
+  std::unique_ptr<kv::KVCache> cache;
+  gpu::Counters last;           // counters of the last append's command buffer
+  std::vector<int32_t> tokens;  // ids an Engine fed, in order
 };
 
 // Encodes work into one compute encoder of a new command buffer, commits and

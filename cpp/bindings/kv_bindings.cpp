@@ -26,11 +26,6 @@ namespace {
 
 using Array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
-struct PyKVCache {
-  PyDevice dev;
-  std::unique_ptr<kv::KVCache> cache;
-  gpu::Counters last;  // counters of the last append's command buffer
-};
 
 std::string dtype_name(nb::dlpack::dtype t) {
   const char* kind = t.code == uint8_t(nb::dlpack::dtype_code::Float) ? "float"
@@ -167,7 +162,7 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 }  // namespace
 
 void bind_kv(nb::module_& m, nb::module_& ops_m) {
-  nb::class_<PyKVCache>(m, "KVCache",
+  nb::class_<PyKVCache>(m, "KVCache", nb::dynamic_attr(),
                         "Preallocated per-layer K/V cache: (2, slots, n_kv_heads, head_dim) float16 per layer.")
       .def(
           "__init__",
@@ -181,7 +176,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
             } catch (const gpu::GpuError& e) {
               throw nb::value_error(e.what());
             }
-            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}};
+            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}, {}};
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute",
@@ -221,7 +216,19 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def_prop_ro("store", [](const PyKVCache& c) { return std::string(kv::store_path_name(c.cache->spec().store)); })
       .def_prop_ro("last_append_counters", [](const PyKVCache& c) { return c.last.as_map(); },
                    "Counters (encoders, dispatches, blit bytes) of the last append's command buffer.")
-      .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0.");
+      .def_prop_ro("tokens", [](const PyKVCache& c) { return c.tokens; },
+                   "Token ids an Engine fed into this cache, in order (empty when filled by append).")
+      .def(
+          "truncate",
+          [](PyKVCache& c, uint32_t n) {
+            c.cache->truncate(n);
+            if (c.tokens.size() > n) c.tokens.resize(n);
+          },
+          "n"_a,
+          "Forgets every token from position n on (all layers), so the next token goes to position n. "
+          "A sliding layer can drop at most max_chunk tokens; raises GpuError otherwise.")
+      .def("reset", [](PyKVCache& c) { c.cache->reset(); c.tokens.clear(); },
+           "Every layer back to length 0, no tokens.");
 
   ops_m.def(
       "rope",

@@ -106,6 +106,13 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "device"_a, "y"_a, nb::kw_only(), "n"_a, "s"_a, "y[:n] *= s (float32).");
 
   m.def(
+      "softcap",
+      [](PyDevice& d, const BufferPtr& y, uint32_t n, float cap) {
+        run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::softcap(*d.device, enc, {y}, n, cap); });
+      },
+      "device"_a, "y"_a, nb::kw_only(), "n"_a, "cap"_a, "y[:n] = cap * tanh(y[:n] / cap) (float32).");
+
+  m.def(
       "swiglu",
       [](PyDevice& d, const BufferPtr& gate, const BufferPtr& up, const BufferPtr& out, uint32_t n) {
         run_compute(d, [&](gpu::ComputeEncoder& enc) {

@@ -144,6 +144,20 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   lengths_[layer] = n + n_new;
 }
 
+void KVCache::truncate(uint32_t n) {
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
+    const uint32_t len = lengths_[l];
+    if (n > len)
+      fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(len));
+    if (wraps(l) && len - n > spec_.max_chunk)
+      fail("cannot truncate layer " + str(l) + " from " + str(len) + " to " + str(n) + " tokens: it is a ring of " +
+           str(slots_[l]) + " slots for window " + str(spec_.windows[l]) + ", and the positions the window "
+           "at " + str(n) + " needs were overwritten (a ring can drop at most max_chunk = " +
+           str(spec_.max_chunk) + " tokens)");
+  }
+  std::fill(lengths_.begin(), lengths_.end(), n);
+}
+
 void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0u); }
 
 size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }

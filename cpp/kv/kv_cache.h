@@ -72,6 +72,13 @@ class KVCache {
   // a multi-layer step to fail before any layer's n has moved.
   void check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k = nullptr) const;
 
+  // Forgets every token from position n on, in every layer, so the next
+  // store continues at n (a conversation rolled back to a common prefix). A
+  // ring layer keeps only its last R slots, so it can drop at most
+  // R - W + 1 = max_chunk tokens and still hold the window position n needs.
+  // Raises GpuError before changing anything when a layer cannot.
+  void truncate(uint32_t n);
+
   void reset();  // every layer back to n = 0 (contents are left, positions say empty)
 
   // Byte accounting, exact.

@@ -1,6 +1,8 @@
 // Host side of metal/elementwise.metal: validate, bind, dispatch.
 #include "ops/elementwise.h"
 
+#include <cmath>
+
 #include "metal/linear_params.h"
 
 namespace mkv::ops {
@@ -93,6 +95,18 @@ void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, u
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   enc.set_pipeline(device.pipeline("scale_f32"));
   bind_params(enc, mkv_params::Elementwise{n, s}, 0);
+  bind(enc, y, 1);
+  dispatch_elements(enc, n);
+}
+
+void softcap(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
+             float cap) {
+  const char* op = "softcap";
+  check_count(op, "n", n);
+  check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
+  if (!(cap > 0.0f) || !std::isfinite(cap)) fail(op, "cap must be a positive finite number, got " + std::to_string(cap));
+  enc.set_pipeline(device.pipeline("softcap_f32"));
+  bind_params(enc, mkv_params::Elementwise{n, cap}, 0);
   bind(enc, y, 1);
   dispatch_elements(enc, n);
 }

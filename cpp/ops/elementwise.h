@@ -34,6 +34,10 @@ void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, con
 void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
            float s);
 
+// y[i] = cap * tanh(y[i] / cap) for i < n (logit soft-capping); cap > 0.
+void softcap(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
+             float cap);
+
 // out[i] = act(gate[i]) * up[i] for i < n, act = silu (swiglu) or
 // gelu_pytorch_tanh (geglu). gate and up are separate views (e.g. two halves
 // of one buffer); out may be gate or up.

@@ -15,9 +15,10 @@ from ._core import (
     Pipeline,
 )
 from ._core import device_kinds as _device_kinds
+from .engine import Engine
 
 __all__ = [
-    "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "GpuError",
+    "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
     "KVCache", "Pipeline", "device", "devices",
 ]
 __version__ = "0.1.0"

@@ -281,6 +281,28 @@ def test_reset(host):
     assert list(cache.positions(1)) == [0, -1, -1] and cache.keys(1)[0, 0, 0] == 3
 
 
+def test_truncate(host):
+    # layer 0 full (capacity 16), layer 1 a ring for window 3 with max_chunk 2: 4 slots
+    cache = metalkv.KVCache(host, 2, 1, 4, 16, windows=[0, 3], max_chunk=2)
+    for p in range(6):
+        row = np.full((1, 1, 4), p, np.float32)
+        cache.append(0, row, row)
+        cache.append(1, row, row)
+    with pytest.raises(metalkv.GpuError, match=r"cannot truncate layer 1 from 6 to 3 tokens.*at most max_chunk = 2"):
+        cache.truncate(3)
+    assert cache.length(0) == cache.length(1) == 6  # nothing changed
+    with pytest.raises(metalkv.GpuError, match=r"cannot truncate layer 0 to 7 tokens: it holds only 6"):
+        cache.truncate(7)
+    cache.truncate(4)
+    assert cache.length(0) == cache.length(1) == 4
+    # the window at position 4 needs positions 2, 3: still in the ring, labelled as such
+    pos1 = list(cache.positions(1))
+    assert 2 in pos1 and 3 in pos1 and max(pos1) == 3
+    row = np.full((1, 1, 4), 40, np.float32)
+    cache.append(1, row, row)  # position 4 goes to slot 4 % 4 = 0 again
+    assert cache.keys(1)[4 % 4, 0, 0] == 40 and list(cache.positions(0)[:4]) == [0, 1, 2, 3]
+
+
 def test_properties(host):
     cache = metalkv.KVCache(host, 2, 3, 16, 32, windows=[0, 8], max_chunk=4, store="blit")
     assert (cache.n_layers, cache.n_kv_heads, cache.head_dim, cache.capacity) == (2, 3, 16, 32)

@@ -10,7 +10,7 @@ import pytest
 from metalkv.models import ModelLoadError, load_model
 from metalkv.models.safetensors_loader import canonical_name, load_safetensors_dir
 
-from .tiny import gemma3_config, llama_config, write_hf_dir
+from .tiny import gemma3_config, llama_config, write_hf_dir, write_safetensors
 
 HF_TO_GGUF = {
     "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -38,9 +38,9 @@ def test_llama_names_and_values(tmp_path):
         if a.ndim == 1:  # norms stay f32, exactly
             assert t.dtype == "f32" and t.data.dtype == np.float32
             np.testing.assert_array_equal(t.data, a)
-        else:  # matrices become f16: round-to-nearest, relative error <= 2**-11
-            assert t.dtype == "f16" and t.data.dtype == np.float16
-            np.testing.assert_array_equal(t.data, a.astype(np.float16))
+        else:  # f32 matrices stay f32 (the kernels read f32), exactly
+            assert t.dtype == "f32" and t.data.dtype == np.float32
+            np.testing.assert_array_equal(t.data, a)
 
 
 def test_bf16_sharded(tmp_path):
@@ -132,11 +132,10 @@ def test_unsupported_dtype_and_f16_overflow(tmp_path):
     safetensors.numpy.save_file({"model.norm.weight": np.zeros(32, np.int8)}, str(f))
     with pytest.raises(ModelLoadError, match=r"tensor model.norm.weight has dtype I8; supported: F32, F16, BF16"):
         load_safetensors_dir(tmp_path)
-    arrays = write_hf_dir(tmp_path / "big", llama_config(), dtype="F32")
-    big = arrays["model.layers.0.mlp.up_proj.weight"] * 1e5
+    arrays = write_hf_dir(tmp_path / "big", llama_config(), dtype="BF16")
     (tmp_path / "big" / "model-00001-of-00001.safetensors").unlink()
-    arrays["model.layers.0.mlp.up_proj.weight"] = big
-    safetensors.numpy.save_file(arrays, str(tmp_path / "big" / "model.safetensors"))
+    arrays["model.layers.0.mlp.up_proj.weight"] *= 1e5  # bf16 holds it, f16 cannot
+    write_safetensors(tmp_path / "big" / "model.safetensors", arrays, "BF16")
     with pytest.raises(ModelLoadError, match=r"blk.0.ffn_up.weight holds values up to .* beyond f16"):
         load_safetensors_dir(tmp_path / "big")
 

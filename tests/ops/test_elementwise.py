@@ -123,6 +123,21 @@ def test_add_and_scale(dev, n):
 
 
 @pytest.mark.parametrize("n", N_ELEMENTS)
+def test_softcap(dev, n):
+    rng = np.random.default_rng(n)
+    y = (rng.standard_normal(n + 3) * 60).astype(np.float32)  # around and past the cap
+    yb = dev.buffer_from(y)
+    ops.softcap(dev, yb, n=n, cap=30.0)
+    expect = y.astype(np.float64)
+    expect[:n] = 30.0 * np.tanh(expect[:n] / 30.0)
+    # tanh in float32: a few ulps of a value bounded by the cap
+    np.testing.assert_allclose(f32(yb, (n + 3,)), expect, rtol=0, atol=30.0 * 4e-7)
+    assert np.all(np.abs(f32(yb, (n,))) <= 30.0)
+    with pytest.raises(metalkv.GpuError, match=r"\[softcap\] cap must be a positive finite"):
+        ops.softcap(dev, yb, n=n, cap=0.0)
+
+
+@pytest.mark.parametrize("n", N_ELEMENTS)
 @pytest.mark.parametrize("name,act", [("swiglu", silu), ("geglu", gelu_pytorch_tanh)])
 def test_gated_activations(dev, n, name, act):
     rng = np.random.default_rng(n)

@@ -4,8 +4,9 @@ The safetensors format is an 8-byte little-endian header length, a JSON header
 {name: {dtype, shape, data_offsets}} and the raw data. We parse it ourselves
 rather than through the safetensors package because its numpy view cannot hold
 bf16, which is what most checkpoints are; this also lets every inconsistency be
-reported with the tensor and file it concerns. Matrices become f16, vectors
-(norms, biases) f32.
+reported with the tensor and file it concerns. bf16 matrices become f16 (the
+kernels read f16, f32 and GGUF blocks, not bf16); f32 and f16 matrices stay as
+they are; vectors (norms, biases) become f32.
 """
 from __future__ import annotations
 
@@ -120,10 +121,10 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, tuple[str, np.ndarray
 
 
 def to_engine_dtype(t: Tensor) -> Tensor:
-    """bf16/f16/f32 -> f16 for matrices, f32 for vectors; refuses silent overflow."""
+    """Matrices: bf16 -> f16 (refusing silent overflow), f16 and f32 kept; vectors -> f32."""
     src = t.data
-    if t.dtype == "f16" and len(t.shape) > 1:
-        return t  # already what the engine wants; stays a view of the file
+    if t.dtype in ("f16", "f32") and len(t.shape) > 1:
+        return t  # the kernels read it as it is; stays a view of the file
     f32 = (src.astype(np.uint32) << 16).view(np.float32) if t.dtype == "bf16" else src.astype(np.float32)
     if len(t.shape) == 1:
         return Tensor(t.name, t.shape, "f32", np.ascontiguousarray(f32))

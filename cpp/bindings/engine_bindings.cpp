@@ -1,0 +1,181 @@
+// metalkv._core.Weights and metalkv._core.Engine: the doorway the Python
+// Engine (python/metalkv/engine.py) goes through. Python loads and tokenizes;
+// everything per token happens here with the GIL released.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+
+#include "bindings.h"
+#include "engine/engine.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+using Bytes = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using Ids = nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+struct PyWeights {
+  PyDevice dev;
+  std::unique_ptr<model::Weights> weights;
+};
+
+struct PyEngine {
+  PyDevice dev;
+  std::unique_ptr<engine::Engine> engine;
+  size_t weight_bytes = 0;
+  std::mutex busy;  // one call at a time: the workspace is shared
+};
+
+// dict(name=value) -> ModelSpec; every key must be known, so a typo is an error.
+model::ModelSpec parse_spec(const nb::dict& d) {
+  model::ModelSpec s;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    auto u32 = [&] { return nb::cast<uint32_t>(value); };
+    auto f32 = [&] { return nb::cast<float>(value); };
+    auto flag = [&] { return nb::cast<bool>(value); };
+    if (k == "n_layers") s.n_layers = u32();
+    else if (k == "hidden") s.hidden = u32();
+    else if (k == "n_heads") s.n_heads = u32();
+    else if (k == "n_kv_heads") s.n_kv_heads = u32();
+    else if (k == "head_dim") s.head_dim = u32();
+    else if (k == "ffn_hidden") s.ffn_hidden = u32();
+    else if (k == "vocab") s.vocab = u32();
+    else if (k == "rms_eps") s.rms_eps = f32();
+    else if (k == "norm_offset") s.norm_offset = f32();
+    else if (k == "embedding_scale") s.embedding_scale = f32();
+    else if (k == "attn_scale") s.attn_scale = f32();
+    else if (k == "attn_softcap") s.attn_softcap = f32();
+    else if (k == "final_softcap") s.final_softcap = f32();
+    else if (k == "activation") {
+      const std::string a = nb::cast<std::string>(value);
+      if (a != "silu" && a != "gelu_tanh")
+        throw nb::value_error(("[model] activation '" + a + "'; expected 'silu' or 'gelu_tanh'").c_str());
+      s.activation = a == "silu" ? model::Activation::silu : model::Activation::gelu_tanh;
+    } else if (k == "attn_bias") s.attn_bias = flag();
+    else if (k == "qk_norm") s.qk_norm = flag();
+    else if (k == "sandwich_norms") s.sandwich_norms = flag();
+    else if (k == "tied_embeddings") s.tied_embeddings = flag();
+    else if (k == "rope_style") s.rope_style = ops::parse_rope_style(nb::cast<std::string>(value));
+    else if (k == "rotary_dim") s.rotary_dim = u32();
+    else if (k == "rope_tables") s.rope_tables = nb::cast<std::vector<std::vector<float>>>(value);
+    else if (k == "layer_rope_table") s.layer_rope_table = nb::cast<std::vector<uint32_t>>(value);
+    else if (k == "layer_window") s.layer_window = nb::cast<std::vector<uint32_t>>(value);
+    else throw nb::value_error(("[model] unknown spec key '" + k + "'").c_str());
+  }
+  return s;
+}
+
+std::map<std::string, double> stats_dict(const engine::Stats& s) {
+  std::map<std::string, double> out{
+      {"prompt_tokens", s.prompt_tokens},      {"generated_tokens", s.generated_tokens},
+      {"prefill_steps", s.prefill_steps},      {"decode_steps", s.decode_steps},
+      {"prefill_seconds", s.prefill_seconds},  {"decode_seconds", s.decode_seconds}};
+  for (auto [prefix, c] : {std::pair<const char*, const gpu::Counters*>{"prefill_", &s.prefill_counters},
+                           {"decode_", &s.decode_counters}})
+    for (const auto& [k, v] : c->as_map()) out[prefix + k] = double(v);
+  return out;
+}
+
+void bind_engine(nb::module_& m, nb::module_&) {
+  nb::class_<PyWeights>(m, "Weights", "A model's tensors on a device, by canonical (GGUF) name.")
+      .def(
+          "__init__", [](PyWeights* self, PyDevice& dev) {
+            new (self) PyWeights{dev, std::make_unique<model::Weights>(dev.device)};
+          },
+          "device"_a)
+      .def(
+          "add",
+          [](PyWeights& w, const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+             const Bytes& data) {
+            if (!w.weights) throw nb::value_error("[weights] already given to an Engine");
+            w.weights->add(name, dtype, shape, data.data(), data.nbytes());
+          },
+          "name"_a, "dtype"_a, "shape"_a, "data"_a,
+          "Copies data (raw bytes of dtype 'f32'|'f16'|'q8_0'|'q4_0'|'q4_1', logical shape) to the device.")
+      .def_prop_ro("nbytes", [](const PyWeights& w) { return w.weights ? w.weights->nbytes() : 0; })
+      .def("__len__", [](const PyWeights& w) { return w.weights ? w.weights->size() : 0; });
+
+  nb::class_<PyEngine>(m, "Engine", "The C++ engine: a model on a device, run over KV caches.")
+      .def(
+          "__init__",
+          [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk) {
+            if (!weights.weights) throw nb::value_error("[engine] these weights were given to an Engine already");
+            if (weights.dev.device != dev.device)
+              throw nb::value_error("[engine] the weights live on another device");
+            const size_t bytes = weights.weights->nbytes();
+            auto mdl = std::make_shared<model::Model>(dev.device, parse_spec(spec), std::move(*weights.weights));
+            weights.weights.reset();
+            new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl),
+                                                                      engine::EngineOptions{prefill_chunk}),
+                                bytes, {}};
+          },
+          "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128,
+          "Takes the weights (the Weights object is empty afterwards).")
+      .def(
+          "new_cache",
+          [](PyEngine& e, uint32_t capacity, const std::string& store) {
+            return new PyKVCache{e.dev, e.engine->new_cache(capacity, kv::parse_store_path(store)), {}, {}};
+          },
+          "capacity"_a, "store"_a = "compute", nb::rv_policy::take_ownership)
+      .def(
+          "prefill",
+          [](PyEngine& e, PyKVCache& c, const Ids& ids, bool want_logits) -> nb::object {
+            const uint32_t n = uint32_t(ids.shape(0)), vocab = e.engine->model().spec().vocab;
+            if (n == 0) throw nb::value_error("[engine] no token ids");
+            float* out = want_logits ? new float[size_t(n) * vocab] : nullptr;
+            nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard<std::mutex> lock(e.busy);
+              e.engine->prefill(*c.cache, ids.data(), n, out);
+              c.tokens.insert(c.tokens.end(), ids.data(), ids.data() + n);
+            }
+            if (!want_logits) return nb::none();
+            const size_t shape[2] = {n, vocab};
+            return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, 2, shape, owner));
+          },
+          "cache"_a, "ids"_a, "want_logits"_a = true,
+          "Feeds ids (int32) after what the cache holds; returns their logits (n, vocab) float32 or None.")
+      .def(
+          "generate",
+          [](PyEngine& e, PyKVCache& c, const Ids& prompt, uint32_t max_tokens, float temperature, uint32_t top_k,
+             float top_p, float min_p, float repetition_penalty, uint64_t seed, const std::vector<int32_t>& stop_ids,
+             std::optional<std::function<bool(int32_t)>> on_token) {
+            engine::GenerateOptions o{max_tokens, {temperature, top_k, top_p, min_p, repetition_penalty}, seed, stop_ids};
+            engine::TokenCallback cb;
+            if (on_token)
+              cb = [&](int32_t id) {
+                nb::gil_scoped_acquire acquire;
+                return (*on_token)(id);
+              };
+            nb::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(e.busy);
+            return e.engine->generate(*c.cache, c.tokens, prompt.data(), uint32_t(prompt.shape(0)), o, cb);
+          },
+          "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0,
+          "top_p"_a = 1.0f, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f, "seed"_a = 0,
+          "stop_ids"_a = std::vector<int32_t>{}, "on_token"_a = nb::none(),
+          "Feeds the prompt, samples up to max_tokens ids (a stop id ends it, not returned); on_token(id) -> "
+          "bool is called for each with the GIL held, False stops.")
+      .def_prop_ro("last_stats", [](const PyEngine& e) { return stats_dict(e.engine->last_stats()); })
+      .def_prop_ro("finish_reason", [](const PyEngine& e) { return e.engine->last_stats().finish_reason; })
+      .def_prop_ro("weights_nbytes", [](const PyEngine& e) { return e.weight_bytes; })
+      .def_prop_ro("prefill_chunk", [](const PyEngine& e) { return e.engine->options().prefill_chunk; })
+      .def_prop_ro("device", [](const PyEngine& e) { return e.dev; });
+}
+
+}  // namespace
+
+MKV_BINDING(engine, bind_engine);
+
+}  // namespace mkv::bindings

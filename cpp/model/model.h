@@ -1,0 +1,73 @@
+// Model: the transformer forward pass, encoded op by op into a step's
+// encoder session. Which ops, in what order (one decoder layer):
+//
+//   h = rms_norm(x, attn_norm)
+//   q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)
+//   [qk_norm]  q, k = rms_norm per head (attn_q_norm, attn_k_norm)
+//   q = rope(q);  cache.store(k, v) rotates k and writes the K/V rows
+//   a = attention(q, cache)            decode (1 token) or prefill (a chunk)
+//   o = a Wo;  [sandwich] o = rms_norm(o, post_attention_norm);  x += o
+//   h = rms_norm(x, ffn_norm);  g = act(h Wgate) * (h Wup)
+//   d = g Wdown;  [sandwich] d = rms_norm(d, post_ffw_norm);  x += d
+//
+// then logits = rms_norm(x, output_norm) Wout (token_embd when tied) for the
+// rows asked for, soft-capped if the model says so.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/device.h"
+#include "kv/encoder_session.h"
+#include "kv/kv_cache.h"
+#include "model/model_spec.h"
+#include "model/weights.h"
+#include "model/workspace.h"
+
+namespace mkv::model {
+
+class Model {
+ public:
+  // Checks every tensor the spec needs: present, shape, and a type its op
+  // reads. Raises GpuError "[model] ..." naming the first bad tensor.
+  Model(gpu::DevicePtr device, ModelSpec spec, Weights weights);
+
+  const ModelSpec& spec() const { return spec_; }
+  const Weights& weights() const { return weights_; }
+  gpu::Device& device() const { return *device_; }
+
+  // A cache shaped for this model: one layer per decoder layer, sliding
+  // layers rings of their window (+ max_chunk - 1).
+  kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store) const;
+  // Raises unless `cache` was shaped for this model (layers, heads, windows).
+  void check_cache(const kv::KVCache& cache) const;
+
+  // Encodes one step of n tokens: ws.ids()[0..n) at positions cache.length()..,
+  // which the host has written (ws.positions() is filled here). Stores their
+  // K/V in the cache and writes logits of the last n_logits tokens to
+  // ws.logits() rows 0..n_logits-1. n <= ws.max_tokens(); n_logits in 1..n.
+  void encode_step(kv::EncoderSession& session, Workspace& ws, kv::KVCache& cache, uint32_t n,
+                   uint32_t n_logits) const;
+
+ private:
+  struct Layer {
+    const Weight *attn_norm, *q, *k, *v, *q_bias, *k_bias, *v_bias, *q_norm, *k_norm, *out,
+        *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;
+  };
+  const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
+  void encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t l,
+                    uint32_t n) const;
+  void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
+              const Weight* bias, const ops::BufferView& y, uint32_t n) const;
+  void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
+            const ops::BufferView& out, uint32_t rows, uint32_t dim) const;
+
+  gpu::DevicePtr device_;
+  ModelSpec spec_;
+  Weights weights_;
+  std::vector<Layer> layers_;
+  const Weight *embd_, *out_norm_, *lm_head_;
+  std::vector<ops::RopeSpec> rope_;  // per table
+};
+
+}  // namespace mkv::model

@@ -1,0 +1,44 @@
+#include "model/model_spec.h"
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace mkv::model {
+namespace {
+
+[[noreturn]] void fail(const std::string& m) { ops::fail("model", m); }
+std::string str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+void ModelSpec::validate() const {
+  if (!n_layers || !hidden || !n_heads || !n_kv_heads || !head_dim || !ffn_hidden || !vocab)
+    fail("n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn_hidden and vocab must be positive");
+  if (n_heads % n_kv_heads)
+    fail("n_heads " + str(n_heads) + " is not a multiple of n_kv_heads " + str(n_kv_heads));
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    fail("head_dim " + str(head_dim) + " is not supported; the attention kernels take 64, 128 or 256");
+  // float4 loads of activation rows (matmul inputs, row offsets)
+  if (hidden % 4 || ffn_hidden % 4)
+    fail("hidden (" + str(hidden) + ") and ffn_hidden (" + str(ffn_hidden) + ") must be multiples of 4");
+  const uint32_t rd = rotary_dim ? rotary_dim : head_dim;
+  if (rd % 2 || rd > head_dim) fail("rotary_dim " + str(rd) + " must be even and at most head_dim");
+  if (rope_tables.empty()) fail("no rope frequency table");
+  for (const auto& t : rope_tables)
+    if (t.size() != rd / 2)
+      fail("a rope table has " + str(t.size()) + " frequencies; rotary_dim " + str(rd) + " needs " + str(rd / 2));
+  if (layer_rope_table.size() != n_layers || layer_window.size() != n_layers)
+    fail("layer_rope_table and layer_window need one entry per layer (" + str(n_layers) + ")");
+  for (uint32_t l = 0; l < n_layers; ++l)
+    if (layer_rope_table[l] >= rope_tables.size())
+      fail("layer " + str(l) + " uses rope table " + str(layer_rope_table[l]) + " of " + str(rope_tables.size()));
+  for (float v : {rms_eps, embedding_scale, attn_scale, attn_softcap, final_softcap, norm_offset})
+    if (!std::isfinite(v)) fail("a scalar of the spec is not finite");
+  if (rms_eps < 0 || attn_scale < 0 || attn_softcap < 0 || final_softcap < 0)
+    fail("rms_eps, attn_scale and the softcaps must be >= 0");
+}
+
+float ModelSpec::scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(float(head_dim)); }
+
+}  // namespace mkv::model

@@ -1,0 +1,55 @@
+// What the forward pass needs to know about a model, beyond its tensors.
+//
+// The Python loader maps a source architecture (GGUF llama/qwen2/gemma3, HF
+// LlamaForCausalLM, Qwen2ForCausalLM, Gemma3ForCausalLM) to these switches, so
+// the C++ forward has no architecture names: a Gemma 3 layer is a Llama layer
+// with qk_norm, sandwich_norms, GeGLU, an embedding scale and (1 + w) norms.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/rope.h"
+
+namespace mkv::model {
+
+enum class Activation { silu, gelu_tanh };  // gates ffn_up: SwiGLU or GeGLU
+
+struct ModelSpec {
+  uint32_t n_layers = 0;
+  uint32_t hidden = 0;
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t ffn_hidden = 0;
+  uint32_t vocab = 0;
+
+  float rms_eps = 1e-5f;
+  float norm_offset = 0.0f;      // rms_norm(x) * (norm_offset + w): 1 for HF Gemma
+  float embedding_scale = 1.0f;  // x = token_embd[id] * scale: sqrt(hidden) for Gemma
+  float attn_scale = 0.0f;       // multiplies q.k; 0 = 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;     // 0 = off
+  float final_softcap = 0.0f;    // logits = c * tanh(logits / c); 0 = off
+  Activation activation = Activation::silu;
+
+  bool attn_bias = false;       // q/k/v projections carry a bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm of q and k before rope (Gemma 3)
+  bool sandwich_norms = false;  // norms after attention and ffn too (Gemma 3)
+  bool tied_embeddings = false; // lm_head = token_embd
+
+  // RoPE: one style for the model; per layer a window (0 = full attention)
+  // and which frequency table it uses (full and sliding layers may differ,
+  // Gemma 3: 1e6 with scaling vs 1e4). Tables hold rotary_dim/2 floats.
+  ops::RopeStyle rope_style = ops::RopeStyle::neox;
+  uint32_t rotary_dim = 0;  // 0 = head_dim
+  std::vector<std::vector<float>> rope_tables;
+  std::vector<uint32_t> layer_rope_table;  // per layer: index into rope_tables
+  std::vector<uint32_t> layer_window;      // per layer: 0 = full, W = sliding window
+
+  // Raises GpuError "[model] ..." naming the first inconsistent field.
+  void validate() const;
+  float scale() const;  // attn_scale, or 1/sqrt(head_dim) when 0
+};
+
+}  // namespace mkv::model

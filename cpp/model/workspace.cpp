@@ -1,0 +1,33 @@
+#include "model/workspace.h"
+
+namespace mkv::model {
+
+Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens)
+    : device_(device), max_tokens_(max_tokens) {
+  if (max_tokens == 0) ops::fail("workspace", "max_tokens must be at least 1");
+  const size_t t = max_tokens, f = sizeof(float);
+  auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
+  ids_ = alloc(t);
+  positions_ = alloc(t);
+  x_ = alloc(t * spec.hidden);
+  h_ = alloc(t * spec.hidden);
+  q_ = alloc(t * spec.n_heads * spec.head_dim);
+  k_ = alloc(t * spec.n_kv_heads * spec.head_dim);
+  v_ = alloc(t * spec.n_kv_heads * spec.head_dim);
+  attn_ = alloc(t * spec.n_heads * spec.head_dim);
+  gate_ = alloc(t * spec.ffn_hidden);
+  up_ = alloc(t * spec.ffn_hidden);
+  logits_ = alloc(t * spec.vocab);
+}
+
+int32_t* Workspace::ids() const { return static_cast<int32_t*>(ids_->contents()); }
+uint32_t* Workspace::positions() const { return static_cast<uint32_t*>(positions_->contents()); }
+const float* Workspace::logits_host() const { return static_cast<const float*>(logits_->contents()); }
+
+ops::BufferView Workspace::attention_scratch(size_t bytes) {
+  // Work already encoded keeps a replaced buffer alive through its command buffer.
+  if (bytes && (!scratch_ || scratch_->length() < bytes)) scratch_ = device_.new_buffer(bytes);
+  return {scratch_, 0};
+}
+
+}  // namespace mkv::model

@@ -1,0 +1,46 @@
+// Workspace: the activation buffers one forward step reuses, sized once for
+// the largest step (max_tokens tokens) so a step allocates nothing.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/device.h"
+#include "model/model_spec.h"
+#include "ops/ops.h"
+
+namespace mkv::model {
+
+class Workspace {
+ public:
+  Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens);
+
+  uint32_t max_tokens() const { return max_tokens_; }
+
+  // Inputs the host writes before committing (shared memory):
+  int32_t* ids() const;         // (max_tokens) token ids of the step
+  uint32_t* positions() const;  // (max_tokens) their positions
+
+  // Device views, all float32 unless noted:
+  ops::BufferView ids_view() const { return {ids_, 0}; }
+  ops::BufferView positions_view() const { return {positions_, 0}; }
+  ops::BufferView x() const { return {x_, 0}; }         // (max_tokens, hidden) residual stream
+  ops::BufferView h() const { return {h_, 0}; }         // (max_tokens, hidden) normed / projected
+  ops::BufferView q() const { return {q_, 0}; }         // (max_tokens, n_heads, head_dim)
+  ops::BufferView k() const { return {k_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
+  ops::BufferView v() const { return {v_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
+  ops::BufferView attn() const { return {attn_, 0}; }   // (max_tokens, n_heads, head_dim)
+  ops::BufferView gate() const { return {gate_, 0}; }   // (max_tokens, ffn_hidden)
+  ops::BufferView up() const { return {up_, 0}; }       // (max_tokens, ffn_hidden)
+  ops::BufferView logits() const { return {logits_, 0}; }  // (max_tokens, vocab)
+  const float* logits_host() const;
+
+  // Split-K attention scratch; grows to the largest request (context-dependent).
+  ops::BufferView attention_scratch(size_t bytes);
+
+ private:
+  gpu::Device& device_;
+  uint32_t max_tokens_;
+  gpu::BufferPtr ids_, positions_, x_, h_, q_, k_, v_, attn_, gate_, up_, logits_, scratch_;
+};
+
+}  // namespace mkv::model

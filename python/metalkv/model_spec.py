@@ -1,0 +1,118 @@
+"""From a loaded model to what the C++ engine takes: the spec dict (switches,
+scalars, rope tables) and the weights in dtypes the kernels read.
+
+The C++ forward has no architecture names; this is the one place that says
+what a Llama, Qwen2 or Gemma 3 layer is in terms of its switches.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from . import _core
+from .models import LoadedModel, ModelConfig, Tensor
+from .models.progress import progress_bar
+
+# Types the kernels read as they are (GGUF blocks stay blocks).
+KERNEL_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
+
+
+def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], list[int]]:
+    """inv_freq tables (head_dim/2 float32 each) and, per layer, which one it uses:
+    table 0 for full-attention layers (rope_theta and its scaling), table 1 for
+    Gemma 3's sliding layers (rope_local_base_freq, unscaled)."""
+    d = cfg.head_dim
+    full = np.asarray(_core.ops.rope_inv_freq_default(d, cfg.rope_theta), np.float32)
+    s = cfg.rope_scaling
+    if s is None:
+        pass
+    elif s["type"] == "linear":
+        full = (full / np.float32(s["factor"])).astype(np.float32)
+    elif s["type"] == "llama3":
+        full = np.asarray(_core.ops.rope_inv_freq_llama3(
+            d, cfg.rope_theta, factor=s["factor"], low_freq_factor=s["low_freq_factor"],
+            high_freq_factor=s["high_freq_factor"],
+            original_max_position_embeddings=s["original_max_position_embeddings"]), np.float32)
+    elif s["type"] == "freq_factors":  # GGUF: llama.cpp divides each frequency by rope_freqs.weight
+        factors = np.asarray(tensors["rope_freqs.weight"].data, np.float32).reshape(-1)
+        full = (full / factors).astype(np.float32)
+    else:
+        raise ValueError(f"[engine] rope scaling {s['type']!r} is not supported")
+    tables = [full]
+    which = [0] * cfg.n_layers
+    if any(cfg.is_sliding(i) for i in range(cfg.n_layers)):
+        local = cfg.rope_local_base_freq or cfg.rope_theta
+        tables.append(np.asarray(_core.ops.rope_inv_freq_default(d, local), np.float32))
+        which = [1 if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)]
+    return tables, which
+
+
+def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor]) -> dict:
+    tables, which = rope_tables(cfg, tensors)
+    gemma = cfg.arch == "gemma3"
+    return dict(
+        n_layers=cfg.n_layers, hidden=cfg.hidden, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, ffn_hidden=cfg.ffn_hidden, vocab=cfg.vocab, rms_eps=cfg.rms_eps,
+        norm_offset=cfg.norm_weight_offset, embedding_scale=cfg.embedding_scale,
+        attn_scale=cfg.attn_scale, attn_softcap=cfg.attn_logit_softcap or 0.0,
+        final_softcap=cfg.final_logit_softcap or 0.0,
+        activation="gelu_tanh" if cfg.hidden_act.startswith("gelu") else "silu",
+        attn_bias=cfg.attn_bias, qk_norm=gemma, sandwich_norms=gemma,
+        tied_embeddings=cfg.tie_embeddings, rope_style=cfg.rope_style, rotary_dim=cfg.head_dim,
+        rope_tables=[t.tolist() for t in tables], layer_rope_table=which,
+        layer_window=[cfg.sliding_window if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)],
+    )
+
+
+def _dequantized(t: Tensor) -> np.ndarray:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    qtype = GGMLQuantizationType[t.dtype.upper()]
+    return dequantize(t.data, qtype).reshape(t.shape)
+
+
+def device_tensor(t: Tensor) -> tuple[str, np.ndarray]:
+    """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases)
+    become f32, exactly; matrices in a type the kernels read stay as they are;
+    bf16 becomes f32 (exact); other GGUF quantizations are dequantized to f16
+    (see load_weights' warning)."""
+    if len(t.shape) == 1:
+        if t.dtype in ("f32", "f16"):
+            data = t.data.astype(np.float32)
+        elif t.dtype == "bf16":
+            data = (t.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            data = _dequantized(t).astype(np.float32)
+        return "f32", np.ascontiguousarray(data)
+    if t.dtype in KERNEL_DTYPES:
+        return t.dtype, np.ascontiguousarray(t.data)
+    if t.dtype == "bf16":
+        return "f32", np.ascontiguousarray((t.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+    return "f16", np.ascontiguousarray(_dequantized(t).astype(np.float16))
+
+
+def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Weights":
+    weights = _core.Weights(device)
+    other = sorted({t.dtype for t in m.tensors.values()
+                    if len(t.shape) > 1 and t.dtype not in KERNEL_DTYPES + ("bf16",)})
+    if other:
+        warnings.warn(f"metalkv reads {', '.join(KERNEL_DTYPES)} weights in-kernel; the {', '.join(other)} "
+                      f"matrices of {m.path.name} are dequantized to f16 at load (more memory, values "
+                      f"rounded to f16)", stacklevel=3)
+    for name in progress_bar(list(m.tensors), desc="uploading weights", progress=progress):
+        t = m.tensors[name]
+        if name == "rope_freqs.weight":
+            continue  # folded into the rope table
+        dtype, data = device_tensor(t)
+        weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
+    return weights
+
+
+def default_capacity(cfg: ModelConfig, context: int | None) -> int:
+    if context is not None:
+        if not isinstance(context, int) or context <= 0:
+            raise ValueError(f"[engine] context must be a positive int, got {context!r}")
+        return context
+    return max(1, min(4096, cfg.context_length or 4096))
