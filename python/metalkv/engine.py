@@ -228,14 +228,15 @@ class Engine:
         matcher = _StopMatcher(stops)
         text: list[str] = []
 
-        def on_token(token: int) -> bool:
+        def on_token(token: int) -> bool:  # False stops generation
             if detok is None:
                 return True
             piece = matcher.feed(detok.add(token))
+            go_on = True
             if piece:
                 text.append(piece)
-                on_text(piece)
-            return not matcher.stopped
+                go_on = on_text(piece)
+            return go_on and not matcher.stopped
 
         out = self._core.generate(
             cache, ids, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
