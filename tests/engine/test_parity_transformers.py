@@ -1,0 +1,275 @@
+"""metalkv against transformers (torch, CPU, float32) on tiny random-weight models
+built offline from configs (tests/engine/tiny_hf.py): Llama (GQA, untied), Llama
+(tied, llama3 rope), Qwen2 (q/k/v bias), Gemma3 text (sliding window 8 < the
+sequences, per-type rope base, QK-norm, query_pre_attn_scalar, GeGLU, embedding
+scale; one variant with linear rope scaling on the full layers).
+
+Tolerances. Both sides use the same weights (exact in f16), activations in
+float32. What differs by design: metalkv stores K (after QK-norm and rope) and V
+in float16, relative rounding error u = 2**-11 per element. Per sequence:
+- z16: transformers in float64 with K/V rounded to f16 the same way (tiny_hf's
+  f16kv attention): the exact answer to what metalkv computes.
+- KV_EFFECT = z16 - z32 (z32: plain float32 transformers): what f16 K/V storage
+  does to the logits, ~5e-4 rms, ~3e-3 max here.
+- FLOOR = (the same f16-K/V model in float32) - z16: what float32 costs
+  transformers. It is not ~1e-7 relative summation noise: a K/V element whose
+  float32 value is off by a relative d rounds to the neighbouring half with odds
+  ~d/u, and those flips (one half ulp each, on a fraction p of the elements)
+  dominate; against the full rounding (uniform in +-ulp/2 on every element) their
+  rms is ~sqrt(12 p). One sequence gives one sample of a random quantity (FLOOR's
+  rms varies 5x between prompts), so the bound takes the larger of two scales:
+      TIGHT = max(0.5 * KV_EFFECT, 2 * FLOOR), on the rms and on the max |.|.
+  0.5 * KV_EFFECT is p ~ 2%: a K/V relative error before rounding of ~1e-5
+  (~80 float32 ulps), what a few layers of float32 produce; 2 * FLOOR covers
+  models where transformers' own float32 is noisier than that (gemma3: QK-norm,
+  sqrt(hidden) embedding scale, 7 layers). Every engine output (any prefill
+  chunk, any split of the sequence over a cache) must be within TIGHT of z16. A
+  K or V not rounded to f16 (engine ~ z32) misses by ~KV_EFFECT > TIGHT.
+- Against z32 an a-priori first-order estimate: rounding k moves a score s by
+  ~u * |s| (random signs), softmax turns score changes into relative weight
+  changes of at most twice the largest, rounding v adds u * max|v|: per layer the
+  attention output moves by <= (2 S + 1) u relative, S = max |score| (4.0-6.3 on
+  these models; S = 8 taken). Residual stream and norms carry that with gain <~ 1
+  and the lm_head turns it into the same relative logit error:
+  LOOSE = (2 S + 1) * u * n_layers * max|z32|. (max KV_EFFECT is 20-100x below
+  it, asserted, so the estimate is checked; TIGHT is the test with teeth.)
+- argmax: equal to z32's wherever its top-2 margin exceeds
+  CLEAR = 2 * (TIGHT + KV_EFFECT) (maxima), the most the engine can move either logit;
+  greedy decoding is required to match only on prompts whose every step is clear.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import metalkv  # noqa: E402
+from metalkv.models import load_model  # noqa: E402
+
+from . import tiny_hf  # noqa: E402
+
+U = 2.0 ** -11          # float16 unit roundoff (round to nearest)
+S_MAX = 8.0             # bound on |attention score| (measured max 6.3), for LOOSE
+N_PROMPT = 40           # > 4 sliding windows of 8: the rings wrap several times
+N_GREEDY = 32
+CONTEXT = 128           # a small cache: the tiny models never need more
+PROMPT_SEEDS = range(20)  # greedy: the first prompt whose reference margins are clear
+
+
+def prompt(name: str, seed: int = 0) -> list[int]:
+    vocab = tiny_hf.SPECS[name]["vocab_size"]
+    return np.random.default_rng([seed, sum(map(ord, name))]).integers(0, vocab, N_PROMPT).tolist()
+
+
+@pytest.fixture(scope="session")
+def refs(tmp_path_factory):
+    return tiny_hf.build_all(tmp_path_factory.mktemp("tiny_hf"))
+
+
+@pytest.fixture(scope="module")
+def engines(refs):
+    """engines(name, prefill_chunk=128): one Engine per (model, chunk), loaded once."""
+    cache = {}
+
+    def get(name: str, prefill_chunk: int = 128) -> metalkv.Engine:
+        key = (name, prefill_chunk)
+        if key not in cache:
+            cache[key] = metalkv.Engine.load(refs[name].path, device="host", context=CONTEXT,
+                                             prefill_chunk=prefill_chunk, progress=False)
+        return cache[key]
+
+    return get
+
+
+def rms(a: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(a))))
+
+
+class Bounds:
+    """Reference logits of one sequence and the tolerances derived from them."""
+
+    def __init__(self, ref: tiny_hf.Reference, ids: list[int]):
+        self.z32 = ref.logits(ids)
+        self.z16 = ref.logits(ids, f16_kv=True, float64=True)
+        floor = ref.logits(ids, f16_kv=True) - self.z16
+        kv = self.z16 - self.z32
+        self.scale = float(np.abs(self.z32).max())
+        self.kv_effect = float(np.abs(kv).max())
+        self.tight = max(0.5 * self.kv_effect, 2 * float(np.abs(floor).max()))
+        self.tight_rms = max(0.5 * rms(kv), 2 * rms(floor))
+        n_layers = tiny_hf.SPECS[ref.name]["num_hidden_layers"]
+        self.loose = (2 * S_MAX + 1) * U * n_layers * self.scale
+        self.clear_margin = 2 * (self.tight + self.kv_effect)
+
+    def check_tight(self, got: np.ndarray, what: str) -> None:
+        d = np.abs(got - self.z16)
+        msg = (f"{what} vs transformers with f16 K/V (float64): {{}} (f16 K/V itself moves logits by "
+               f"{self.kv_effect:.3g} max, logit scale {self.scale:.3g})")
+        assert rms(d) <= self.tight_rms, msg.format(f"rms {rms(d):.3g} > {self.tight_rms:.3g}")
+        assert d.max() <= self.tight, msg.format(f"{where(d)} > {self.tight:.3g}")
+
+
+@pytest.fixture(scope="module")
+def bounds(refs):
+    memo = {}
+
+    def get(name: str) -> Bounds:
+        if name not in memo:
+            memo[name] = Bounds(refs[name], prompt(name))
+        return memo[name]
+
+    return get
+
+
+def where(diff: np.ndarray) -> str:
+    """Where the largest difference is, for failure messages."""
+    row, col = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return f"max {diff.max():.3g} at position {row}, token {col}"
+
+
+# ---- config ------------------------------------------------------------------------
+
+def expected_config(name: str) -> dict:
+    """What ModelConfig must say, written from the spec by hand."""
+    s = tiny_hf.SPECS[name]
+    gemma = s["model_type"] == "gemma3_text"
+    rp = s["rope_parameters"]
+    full = rp["full_attention"] if gemma else rp
+    scaling = {k: v for k, v in full.items() if k not in ("rope_type", "rope_theta")}
+    if full["rope_type"] != "default":
+        scaling["type"] = full["rope_type"]
+    e = dict(
+        arch="gemma3" if gemma else "llama", n_layers=s["num_hidden_layers"], hidden=s["hidden_size"],
+        n_heads=s["num_attention_heads"], n_kv_heads=s["num_key_value_heads"], head_dim=s["head_dim"],
+        ffn_hidden=s["intermediate_size"], vocab=s["vocab_size"], rms_eps=s["rms_norm_eps"],
+        rope_theta=full["rope_theta"], rope_scaling=scaling or None, rope_style="neox",
+        tie_embeddings=s["tie_word_embeddings"] if not gemma else True,
+        attn_bias=s["model_type"] == "qwen2", hidden_act="gelu_tanh" if gemma else "silu",
+        eos_ids=(), bos_id=None, context_length=s["max_position_embeddings"])
+    if gemma:
+        e.update(layer_types=tuple(t.split("_")[0] for t in s["layer_types"]),
+                 sliding_window=s["sliding_window"], query_pre_attn_scalar=s["query_pre_attn_scalar"],
+                 rope_local_base_freq=rp["sliding_attention"]["rope_theta"],
+                 embedding_scale=pytest.approx(s["hidden_size"] ** 0.5), norm_weight_offset=1.0)
+    else:
+        e.update(sliding_window=None, query_pre_attn_scalar=None, embedding_scale=1.0,
+                 norm_weight_offset=0.0, rope_local_base_freq=None)
+    return e
+
+
+@pytest.mark.parametrize("name", tiny_hf.NAMES)
+def test_config_from_transformers_5(refs, name):
+    """load_model reads the config.json transformers 5 wrote (rope_parameters, per
+    layer type for gemma3; layer_types; tie_word_embeddings)."""
+    cfg = load_model(refs[name].path, progress=False).config
+    got = {k: getattr(cfg, k) for k in expected_config(name)}
+    if not cfg.layer_types or set(cfg.layer_types) == {"full"}:
+        got.pop("layer_types", None)
+    assert got == expected_config(name)
+    assert cfg.source_format == "safetensors"
+
+
+def test_config_gemma3_multimodal_nesting():
+    """Gemma3ForConditionalGeneration's config.json nests the text model's config;
+    transformers 5 keeps its rope_parameters per layer type in there."""
+    from metalkv.models.hf_config import config_from_hf
+
+    text = tiny_hf.hf_config("gemma3_linear").to_dict()
+    c = transformers.Gemma3Config(text_config=text).to_dict()
+    assert "rope_parameters" in c["text_config"]
+    cfg = config_from_hf(c, "gemma3-mm")
+    e = expected_config("gemma3_linear")
+    assert {k: getattr(cfg, k) for k in e} == e
+
+
+# ---- logits --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", tiny_hf.NAMES)
+def test_logits_every_position(engines, bounds, name):
+    b = bounds(name)
+    got = engines(name).logits(prompt(name))
+    assert got.shape == b.z32.shape and got.dtype == np.float32
+    assert b.kv_effect < b.loose, "the first-order estimate of f16 K/V's effect does not hold"
+    assert b.tight < b.kv_effect, "float32 noise hides the f16 K/V rounding: TIGHT would not see it"
+    b.check_tight(got, "engine")
+    d32 = np.abs(got - b.z32)
+    assert d32.max() <= b.loose, f"engine vs transformers float32: {where(d32)} > {b.loose:.3g}"
+    ref_sorted = np.sort(b.z32, axis=1)
+    clear = ref_sorted[:, -1] - ref_sorted[:, -2] > b.clear_margin
+    assert clear.sum() >= N_PROMPT // 2, "too few rows with a clear argmax to test it"
+    np.testing.assert_array_equal(got[clear].argmax(1), b.z32[clear].argmax(1))
+
+
+# ---- greedy decoding -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def greedy_case(refs):
+    """(prompt, transformers' greedy tokens) for the first prompt seed whose every
+    greedy step has a top-2 margin > 2 * (TIGHT + kv_effect) over the whole
+    trajectory: only then is 'identical tokens' a fair requirement. The search
+    reads only the reference."""
+    memo = {}
+
+    def get(name: str):
+        if name in memo:
+            return memo[name]
+        ref, tried = refs[name], []
+        for seed in PROMPT_SEEDS:
+            ids = prompt(name, seed)
+            toks, margins = ref.greedy(ids, N_GREEDY)
+            b = Bounds(ref, ids + toks[:-1])
+            tried.append(float(margins.min() / b.clear_margin))
+            if margins.min() > b.clear_margin:
+                # generate's tokens (through its cache) are the argmax of one full forward
+                assert b.z32[N_PROMPT - 1:].argmax(1).tolist() == toks
+                memo[name] = (ids, toks, b)
+                return memo[name]
+        pytest.fail(f"{name}: no prompt among seeds {list(PROMPT_SEEDS)} has greedy margins above the f16-K/V "
+                    f"bound (best margin/bound {max(tried):.2f}); greedy equality would be luck")
+
+    return get
+
+
+@pytest.mark.parametrize("chunk", [128, 5])
+@pytest.mark.parametrize("name", tiny_hf.NAMES)
+def test_greedy_matches_generate(engines, greedy_case, name, chunk):
+    ids, want, b = greedy_case(name)
+    got = engines(name, prefill_chunk=chunk).generate_ids(ids, max_tokens=N_GREEDY, stop_ids=())
+    if got != want:
+        step = next(i for i, (g, w) in enumerate(zip(got + [-1] * N_GREEDY, want)) if g != w)
+        row = b.z32[N_PROMPT - 1 + step]
+        pytest.fail(f"greedy differs from step {step}: engine {got[step:step + 4]}, transformers "
+                    f"{want[step:step + 4]}; reference logits there {row[want[step]]:.4f} (its pick) vs "
+                    f"{row[got[step]] if 0 <= got[step] < len(row) else float('nan'):.4f} (engine's)")
+
+
+# ---- the cache: pieces and chunks -----------------------------------------------------
+
+# prefill, a 1-token decode, a chunk longer than the window, a decode, the rest
+SPLITS = (11, 12, 29, 30)
+
+
+@pytest.mark.parametrize("store", ["compute", "blit"])
+@pytest.mark.parametrize("name", tiny_hf.NAMES)
+def test_decode_through_cache_equals_prefill(engines, bounds, name, store):
+    eng, ids, b = engines(name), prompt(name), bounds(name)
+    whole = eng.logits(ids)
+    c = eng.new_cache(store=store)
+    edges = (0,) + SPLITS + (len(ids),)
+    pieces = [eng.logits(ids[lo:hi], cache=c) for lo, hi in zip(edges, edges[1:])]
+    got = np.concatenate(pieces)
+    assert got.shape == whole.shape
+    # the kernels differ (decode vs prefill attention, gemv vs gemm), so float32
+    # order differs and some halves round the other way: each within TIGHT of z16
+    b.check_tight(whole, "one call")
+    b.check_tight(got, f"pieces {edges} ({store} store)")
+
+
+# 1: every token through decode attention; 5, 13: not dividing 40; 8: the window
+@pytest.mark.parametrize("chunk", [1, 5, 8, 13])
+@pytest.mark.parametrize("name", tiny_hf.NAMES)
+def test_chunked_prefill(engines, bounds, name, chunk):
+    ids, b = prompt(name), bounds(name)
+    b.check_tight(engines(name, prefill_chunk=chunk).logits(ids), f"prefill_chunk={chunk}")

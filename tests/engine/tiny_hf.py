@@ -1,0 +1,199 @@
+"""Tiny random-weight transformers models, built offline from configs, and the
+transformers-side reference (logits, greedy tokens) the parity tests compare with.
+
+Weights are drawn with torch.manual_seed, then rounded so that they are exact
+in float16 and in the dtype the checkpoint is saved in (float32, float16 or
+bfloat16: one model each way, so every loader path runs). Whatever metalkv then
+keeps its matrices in (f16 or f32), both sides compute with the very same
+weights, and the only intended difference left is the f16 K/V cache (plus
+float32 summation order).
+
+Init scales are larger than transformers' 0.02 on purpose: with 0.02 the
+attention scores are ~1e-3 (uniform attention) and the logits nearly flat, which
+would test little. Here q.k/sqrt(d) and the logits come out O(1), and norm
+weights and biases are random too, so a wrong scale, offset or bias shows.
+"""
+from __future__ import annotations
+
+import copy
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# head_dim is one of the attention kernels' sizes (64, 128, 256).
+SPECS: dict[str, dict[str, Any]] = {
+    # GQA (4 query heads on 2 kv heads), untied lm_head, q width 256 != hidden 128.
+    "llama_gqa": dict(
+        model_type="llama", vocab_size=384, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, max_position_embeddings=512, save_dtype="float32"),
+    # MQA, tied embeddings, llama3 rope scaling whose original context (16) is short
+    # enough that all three frequency bands (kept, blended, slowed) occur at head_dim 128.
+    "llama_tied_llama3": dict(
+        model_type="llama", vocab_size=320, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=512,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 50000.0, "factor": 4.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 16},
+        save_dtype="bfloat16"),
+    # q/k/v bias (qwen2's config has no attention_bias key: the bias is implied).
+    "qwen2": dict(
+        model_type="qwen2", vocab_size=256, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        tie_word_embeddings=False, max_position_embeddings=512, save_dtype="float16"),
+    # Gemma3 text: 5 sliding + 1 full + 1 sliding (the default pattern of 6), window 8,
+    # per-type rope base, QK-norm, query_pre_attn_scalar != head_dim, GeGLU, sqrt(hidden)
+    # embedding scale, (1 + w) norms, four norms per layer, tied embeddings.
+    "gemma3": dict(
+        model_type="gemma3_text", vocab_size=288, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=7, num_attention_heads=2, num_key_value_heads=1, head_dim=256,
+        rms_norm_eps=1e-6, sliding_window=8, query_pre_attn_scalar=128,
+        layer_types=["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        max_position_embeddings=512, save_dtype="float16"),
+    # Gemma3 with linear rope scaling on the full layers, alternating layer types, GQA.
+    "gemma3_linear": dict(
+        model_type="gemma3_text", vocab_size=256, hidden_size=64, intermediate_size=160,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-6, sliding_window=8, query_pre_attn_scalar=48,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        max_position_embeddings=512, save_dtype="float32"),
+}
+NAMES = tuple(SPECS)
+WEIGHT_STD = 0.1  # see the module docstring
+NORM_STD = 0.1    # norm weights: 1 + N(0, 0.1²) (llama) or N(0, 0.1²) (gemma's w of x * (1 + w))
+BIAS_STD = 0.1
+
+
+def hf_config(name: str):
+    from transformers import AutoConfig
+
+    spec = dict(SPECS[name])
+    model_type = spec.pop("model_type")
+    spec.pop("save_dtype")
+    # No eos and no bos: the greedy tests run a fixed number of steps.
+    return AutoConfig.for_model(model_type, bos_token_id=None, eos_token_id=None,
+                                pad_token_id=None, **spec)
+
+
+def build_model(name: str, seed: int = 0):
+    """A float32 transformers CausalLM with f16-representable random weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = hf_config(name)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    gemma = cfg.model_type.startswith("gemma")
+    with torch.no_grad():
+        for pname, p in model.named_parameters():  # tied weights appear once
+            if pname.endswith("norm.weight"):
+                p.copy_((0.0 if gemma else 1.0) + NORM_STD * torch.randn_like(p))
+            elif pname.endswith(".bias"):
+                p.copy_(BIAS_STD * torch.randn_like(p))
+            else:
+                p.copy_(WEIGHT_STD * torch.randn_like(p))
+            if SPECS[name]["save_dtype"] == "bfloat16":
+                # bf16 values are f16 values too, except below f16's normal range
+                p.copy_(p.bfloat16().float())
+                p.masked_fill_(p.abs() < 2.0**-14, 0.0)
+            p.copy_(p.half().float())
+    return model.eval()
+
+
+def save_model(model, name: str, d: pathlib.Path) -> pathlib.Path:
+    """safetensors in the spec's save_dtype; lossless, as the weights were rounded for it."""
+    import torch
+
+    d.mkdir(parents=True, exist_ok=True)
+    # A copy: .to(dtype) also rounds buffers such as rope's inv_freq, and the
+    # reference must keep computing those in float32.
+    copy.deepcopy(model).to(getattr(torch, SPECS[name]["save_dtype"])).save_pretrained(str(d))
+    return d
+
+
+# ---- reference side ---------------------------------------------------------
+
+_F16KV = "metalkv_f16kv"
+
+
+def _register_f16kv() -> None:
+    """An attention implementation that rounds K and V to float16 (after rope and
+    QK-norm, as metalkv's cache stores them) and otherwise is transformers' sdpa."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    def f16kv(module, query, key, value, attention_mask, **kw):
+        return sdpa_attention_forward(module, query, key.to(torch.float16).to(query.dtype),
+                                      value.to(torch.float16).to(query.dtype), attention_mask, **kw)
+
+    AttentionInterface.register(_F16KV, f16kv)
+    # and sdpa's masks: without this, transformers builds no mask for an unknown
+    # implementation and the sliding window is lost (gemma3 logits off by ~5)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(_F16KV, sdpa_mask)
+
+
+@dataclass
+class Reference:
+    """One tiny model on disk and transformers' answers about it."""
+    name: str
+    path: pathlib.Path
+    model: Any = field(repr=False)
+    _model64: Any = field(default=None, repr=False)
+
+    def logits(self, ids: list[int], *, f16_kv: bool = False, float64: bool = False) -> np.ndarray:
+        """(n, vocab) logits of transformers at every position (as float64 when
+        float64, else float32). f16_kv: with K/V rounded to float16 like metalkv's
+        cache. float64: the same model computed in float64 (rope angles stay
+        float32 in transformers), the exact answer to compare float32 runs with."""
+        import torch
+
+        model = self.model
+        if float64:
+            if self._model64 is None:
+                self._model64 = copy.deepcopy(self.model).double()
+            model = self._model64
+        model.set_attn_implementation(_F16KV if f16_kv else "sdpa")
+        try:
+            with torch.no_grad():
+                out = model(torch.tensor([ids]), use_cache=False)
+        finally:
+            model.set_attn_implementation("sdpa")
+        return out.logits[0].numpy()
+
+    def greedy(self, ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+        """model.generate(do_sample=False) tokens, and per step the top-2 margin of the
+        logits they were chosen from (float32 K/V)."""
+        import torch
+
+        with torch.no_grad():
+            out = self.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=steps,
+                                      min_new_tokens=steps, output_logits=True,
+                                      return_dict_in_generate=True, pad_token_id=0)
+        toks = out.sequences[0, len(ids):].tolist()
+        margins = np.array([top2_margin(lg[0].float().numpy()) for lg in out.logits])
+        return toks, margins
+
+
+def top2_margin(row: np.ndarray) -> float:
+    top = np.sort(row)[-2:]
+    return float(top[1] - top[0])
+
+
+def build_all(root: pathlib.Path, names=NAMES) -> dict[str, Reference]:
+    _register_f16kv()
+    refs = {}
+    for name in names:
+        model = build_model(name, seed=1000 + NAMES.index(name))  # the same weights in any subset
+        refs[name] = Reference(name, save_model(model, name, root / name), model)
+    return refs
