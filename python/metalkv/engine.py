@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _core
 from .model_spec import default_capacity, engine_spec, load_weights
-from .models import LoadedModel, ModelConfig, Tokenizer, load_model
+from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Sampling:
 def _check_stop(stop) -> list[str]:
     if stop is None:
         return []
-    stops = [stop] if isinstance(stop, str) else list(stop)
+    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, (list, tuple)) else [None]
     if not all(isinstance(s, str) and s for s in stops):
         raise ValueError(f"[generate] stop={stop!r}: expected a non-empty str or a list of them")
     return stops
@@ -117,12 +117,15 @@ class Engine:
         the model's context length, at most 4096). prefill_chunk: prompt tokens per step."""
         if not isinstance(prefill_chunk, int) or prefill_chunk <= 0:
             raise ValueError(f"[engine] prefill_chunk must be a positive int, got {prefill_chunk!r}")
+        dev = _core.Device(device)  # a bad device fails before the model is read
         loaded = load_model(model, progress=progress)
         capacity = default_capacity(loaded.config, context)
-        dev = _core.Device(device)
         weights = load_weights(dev, loaded, progress=progress)
-        core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
-                            prefill_chunk=prefill_chunk)
+        try:
+            core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
+                                prefill_chunk=prefill_chunk)
+        except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
+            raise ModelLoadError(f"{loaded.path}: {e}") from None
         loaded.tensors.clear()  # the device holds them now; drop the file views
         return cls(loaded, core, capacity)
 

@@ -1,0 +1,138 @@
+"""Bad input gets a clear error naming what was wrong: model files, devices,
+arguments, token ids, caches. Small GGUF models are written with gguf-py."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv.models import ModelLoadError, ModelNotFoundError, load_model
+
+from models.tiny import write_gguf  # tests/ is on sys.path (rootdir-relative packages)
+from .reference import llama_logits
+
+# head_dim 64 (hidden 128 / 2 heads): a size the attention kernels take
+TINY = dict(hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    f = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    q = gguf.GGMLQuantizationType
+    write_gguf(f, **TINY, quantize={"blk.0.attn_q.weight": q.Q4_0, "blk.0.ffn_up.weight": q.Q4_1,
+                                    "blk.1.attn_output.weight": q.Q8_0, "blk.1.ffn_down.weight": q.F16})
+    return f
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    return metalkv.Engine.load(tiny_path, device="host", context=32)
+
+
+def test_tiny_quantized_model_matches_reference(tiny, tiny_path):
+    """Q4_0, Q4_1, Q8_0 and F16 matrices in one model, read in-kernel, against
+    the float64 forward of gguf-py's dequantization."""
+    ids = [1, 5, 9, 63, 0, 17, 17, 2]
+    ref = llama_logits(load_model(tiny_path, progress=False), ids)
+    got = tiny.logits(ids)
+    # random weights of std 1 give logits of ~1e2; float32 sums and the f16 cache
+    # keep ~1e-3 relative of that
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda f: write_gguf(f, arch="gptneox", **TINY), r"architecture 'gptneox' is not supported"),
+    (lambda f: write_gguf(f, omit=("blk.1.ffn_up.weight",), **TINY), r"missing tensor\(s\) blk.1.ffn_up.weight"),
+    (lambda f: write_gguf(f, reshape={"blk.0.attn_k.weight": (32, 128)}, **TINY),
+     r"blk.0.attn_k.weight has shape \(32, 128\), expected \(64, 128\)"),
+    (lambda f: write_gguf(f), r"head_dim 8 is not supported; the attention kernels take 64, 128 or 256"),
+])
+def test_bad_model_files(tmp_path, make, match):
+    f = tmp_path / "m.gguf"
+    make(f)
+    with pytest.raises(ModelLoadError, match=match):
+        metalkv.Engine.load(f, device="host")
+
+
+@pytest.mark.parametrize("keep", [0.9, 0.3])
+def test_truncated_and_corrupt_files(tmp_path, keep):
+    f = tmp_path / "m.gguf"
+    write_gguf(f, **TINY)
+    data = f.read_bytes()
+    f.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(ModelLoadError, match=r"truncated"):
+        metalkv.Engine.load(f, device="host")
+    f.write_bytes(b"GGUX" + data[4:])
+    with pytest.raises(ModelLoadError, match=r"not a GGUF file"):
+        metalkv.Engine.load(f, device="host")
+
+
+def test_missing_model_and_bad_device(tmp_path):
+    with pytest.raises(ModelNotFoundError):
+        metalkv.Engine.load(tmp_path / "nothing.gguf", device="host")
+    with pytest.raises(metalkv.GpuError, match=r"unknown device kind 'gpu'"):
+        metalkv.Engine.load(tmp_path / "nothing.gguf", device="gpu")
+
+
+def test_bad_engine_options(tiny_path):
+    with pytest.raises(ValueError, match=r"prefill_chunk must be a positive int"):
+        metalkv.Engine.load(tiny_path, device="host", prefill_chunk=0)
+    with pytest.raises(ValueError, match=r"context must be a positive int"):
+        metalkv.Engine.load(tiny_path, device="host", context=0)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"temperature": -1.0}, r"temperature=-1.0: expected a finite number >= 0"),
+    ({"temperature": float("nan")}, r"temperature=nan"),
+    ({"top_k": -1}, r"top_k=-1: expected an int >= 0"),
+    ({"top_k": 2.5}, r"top_k=2.5"),
+    ({"top_p": 0.0}, r"top_p=0.0: expected a number in \(0, 1\]"),
+    ({"top_p": 1.5}, r"top_p=1.5"),
+    ({"min_p": -0.1}, r"min_p=-0.1: expected a number in \[0, 1\]"),
+    ({"repetition_penalty": 0.0}, r"repetition_penalty=0.0: expected a number > 0"),
+    ({"max_tokens": -1}, r"max_tokens=-1: expected an int >= 0"),
+    ({"seed": -3}, r"seed=-3"),
+    ({"stop": 5}, r"stop=5: expected a non-empty str"),
+    ({"stop": [""]}, r"stop=\[''\]"),
+])
+def test_bad_sampling_arguments(tiny, kw, match):
+    with pytest.raises(ValueError, match=match):
+        tiny.generate([1, 2, 3], **kw)
+    if "stop" not in kw:
+        with pytest.raises(ValueError, match=match):
+            tiny.generate_ids([1, 2, 3], **kw)
+
+
+def test_token_ids_out_of_range(tiny):
+    with pytest.raises(ValueError, match=r"token id 64 at index 1 is out of range; the vocabulary has 64 ids"):
+        tiny.logits([3, 64])
+    with pytest.raises(ValueError, match=r"token id -1 at index 0 is out of range"):
+        tiny.generate_ids([-1, 3])
+    with pytest.raises(ValueError, match=r"1-D sequence of ints"):
+        tiny.logits([[1, 2]])
+    with pytest.raises(ValueError, match=r"1-D sequence of ints"):
+        tiny.logits([1.5, 2.0])
+    with pytest.raises(ValueError, match=r"no token ids"):
+        tiny.logits([])
+
+
+def test_prompt_longer_than_cache(tiny):
+    cache = tiny.new_cache(capacity=8)
+    with pytest.raises(ValueError, match=r"10 tokens do not fit: the cache holds 8 and 0 are used"):
+        tiny.generate_ids(list(range(10)), cache=cache)
+    tiny.logits(list(range(6)), cache=cache)
+    with pytest.raises(ValueError, match=r"3 tokens do not fit: the cache holds 8 and 6 are used"):
+        tiny.logits([1, 2, 3], cache=cache)
+    assert cache.length(0) == 6  # nothing was stored by the refused calls
+
+
+def test_cache_of_another_model(tiny, engine):
+    with pytest.raises(metalkv.GpuError, match=r"was not made for this model"):
+        tiny.logits([1, 2], cache=engine.new_cache(capacity=8))
+
+
+def test_model_without_tokenizer_needs_ids(tiny):
+    with pytest.raises(ValueError, match=r"ships no tokenizer; pass token ids"):
+        tiny.generate("hello")
+    assert len(tiny.generate_ids([1, 2, 3], max_tokens=3, stop_ids=())) == 3
