@@ -133,3 +133,32 @@ def test_cache_full_ends_generation(engine):
     out = engine.generate_ids(ids, max_tokens=20, stop_ids=(), cache=cache)
     assert engine.last_stats["finish_reason"] == "cache_full"
     assert len(out) == 4 and cache.length(0) == len(ids) + 3  # the 4th id was sampled, not stored
+
+
+def test_gil_is_released_while_the_engine_computes(engine):
+    """A Python thread keeps running while one long C++ call (a 96-token prefill)
+    computes. Were the GIL held through the call, that thread could not run at
+    all during it: its longest pause would be the whole call."""
+    import threading
+    import time
+
+    ids = np.asarray(engine.tokenizer.encode("one two three four five six seven eight " * 12)[:96], np.int32)
+    cache = engine.new_cache(capacity=128)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    time.sleep(0.01)
+    t0 = time.perf_counter()
+    engine._core.prefill(cache, ids, False)
+    t1 = time.perf_counter()
+    stop.set()
+    t.join()
+    during = [x for x in ticks if t0 <= x <= t1]
+    gaps = np.diff([t0] + during + [t1])
+    assert gaps.max() < 0.5 * (t1 - t0), (gaps.max(), t1 - t0)
