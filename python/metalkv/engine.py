@@ -226,7 +226,6 @@ class Engine:
             cache = self.new_cache()
         ids, messages = self._prompt_ids(prompt, chat, cache)
         self._room(cache, len(ids), "generate")
-        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
         matcher = _StopMatcher(stops)
         text: list[str] = []
@@ -241,10 +240,7 @@ class Engine:
                 go_on = on_text(piece)
             return go_on and not matcher.stopped
 
-        out = self._core.generate(
-            cache, ids, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-            min_p=s.min_p, repetition_penalty=s.repetition_penalty, seed=seed,
-            stop_ids=list(self.config.eos_ids), on_token=on_token)
+        out = self._generate(cache, ids, s, list(self.config.eos_ids), on_token)
         if detok is not None and not matcher.stopped:
             tail = matcher.feed(detok.flush()) + (matcher.flush() if not matcher.stopped else "")
             if tail:
@@ -310,12 +306,15 @@ class Engine:
         cache = self.new_cache() if cache is None else cache
         self._room(cache, len(ids), "generate")
         stops = list(self.config.eos_ids) if stop_ids is None else [int(i) for i in stop_ids]
-        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
-        out = self._core.generate(cache, ids, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k,
-                                  top_p=s.top_p, min_p=s.min_p, repetition_penalty=s.repetition_penalty,
-                                  seed=seed, stop_ids=stops)
+        out = self._generate(cache, ids, s, stops, None)
         self.last_stats = self._stats()
         return list(out)
+
+    def _generate(self, cache, ids: np.ndarray, s: Sampling, stop_ids: list[int], on_token) -> list[int]:
+        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
+        return self._core.generate(cache, ids, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k,
+                                   top_p=s.top_p, min_p=s.min_p, repetition_penalty=s.repetition_penalty,
+                                   seed=seed, stop_ids=stop_ids, on_token=on_token)
 
     def _stats(self) -> dict:
         st = dict(self._core.last_stats)
