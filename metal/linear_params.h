@@ -21,8 +21,10 @@ enum : uint32_t {
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
 enum : uint32_t {
-  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4)
-  kGemvSimds = 2,          // gemv: SIMD-groups per threadgroup
+  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4) ...
+  kGemvSimds = 2,          // ... and SIMD-groups per threadgroup: Metal's shape
+  kGemvRowsWide = 32,      // gemv_*_r32: the host executor's shape, where every
+  kGemvSimdsWide = 1,      // lane costs a fiber, so fewer lanes do more rows
   kGemmTokens = 32,        // gemm: a threadgroup's tile of Y is kGemmTokens ...
   kGemmRows = 64,          // ... x kGemmRows
   kGemmK = 64,             // gemm: inputs per step (two quant blocks)

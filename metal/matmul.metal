@@ -53,7 +53,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
   }
 }
 
-template <typename F>
+template <typename F, uint kRows>
 kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
                  const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
@@ -63,16 +63,16 @@ kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
                  uint simd [[simdgroup_index_in_threadgroup]],
                  uint simds [[simdgroups_per_threadgroup]],
                  uint lane [[thread_index_in_simdgroup]]) {
-  const uint row0 = (tg.x * simds + simd) * kGemvRows;
+  const uint row0 = (tg.x * simds + simd) * kRows;
   if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
   // Rows past the end re-read the last row (no branch); never written.
-  ulong rows[kGemvRows];
-  for (uint r = 0; r < kGemvRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
-  float acc[kGemvRows];
-  gemv_lane_dots<F, kGemvRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
+  ulong rows[kRows];
+  for (uint r = 0; r < kRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
+  float acc[kRows];
+  gemv_lane_dots<F, kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
-  for (uint r = 0; r < kGemvRows; r += 4) {
+  for (uint r = 0; r < kRows; r += 4) {
     const float4 total = simd_sum(float4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
     for (uint i = 0; i < 4; ++i) {
       const uint row = row0 + r + i;
@@ -86,7 +86,7 @@ kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
 // GLU feed-forward input in one weight pass: y = act(x · W_gateᵀ) * (x · W_upᵀ)
 // with W = [W_gate; W_up] stacked along rows. A SIMD-group computes the same
 // kGemvRows rows of both halves, so the gate and up values meet in registers.
-template <typename F, typename Act>
+template <typename F, typename Act, uint kRows>
 kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: rows per half
                      const device uchar* w [[buffer(1)]],      // (2 n_out, n_in) in format F
                      const device float* x [[buffer(2)]],      // (n_tokens, n_in)
@@ -95,21 +95,20 @@ kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: ro
                      uint simd [[simdgroup_index_in_threadgroup]],
                      uint simds [[simdgroups_per_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]]) {
-  const uint row0 = (tg.x * simds + simd) * kGemvRows;
+  const uint row0 = (tg.x * simds + simd) * kRows;
   if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
-  ulong rows[2 * kGemvRows];  // gate rows, then the matching up rows
-  for (uint r = 0; r < kGemvRows; ++r) {
+  ulong rows[2 * kRows];  // gate rows, then the matching up rows
+  for (uint r = 0; r < kRows; ++r) {
     rows[r] = min(row0 + r, p.n_out - 1);
-    rows[kGemvRows + r] = p.n_out + rows[r];
+    rows[kRows + r] = p.n_out + rows[r];
   }
-  float acc[2 * kGemvRows];
-  gemv_lane_dots<F, 2 * kGemvRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane,
-                                   acc);
+  float acc[2 * kRows];
+  gemv_lane_dots<F, 2 * kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
-  for (uint r = 0; r < kGemvRows; r += 4) {
+  for (uint r = 0; r < kRows; r += 4) {
     const float4 gate = simd_sum(float4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
-    const uint u = kGemvRows + r;
+    const uint u = kRows + r;
     const float4 up = simd_sum(float4(acc[u], acc[u + 1], acc[u + 2], acc[u + 3]));
     for (uint i = 0; i < 4; ++i) {
       const uint row = row0 + r + i;
@@ -185,26 +184,27 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
   }
 }
 
-// One instance per kernel shape and weight format; the host builds the same names.
-template [[host_name("gemv_f32")]] [[kernel]] decltype(gemv<FmtF32>) gemv<FmtF32>;
-template [[host_name("gemv_f16")]] [[kernel]] decltype(gemv<FmtF16>) gemv<FmtF16>;
-template [[host_name("gemv_q8_0")]] [[kernel]] decltype(gemv<FmtQ8_0>) gemv<FmtQ8_0>;
-template [[host_name("gemv_q4_0")]] [[kernel]] decltype(gemv<FmtQ4_0>) gemv<FmtQ4_0>;
-template [[host_name("gemv_q4_1")]] [[kernel]] decltype(gemv<FmtQ4_1>) gemv<FmtQ4_1>;
-// Both activations per format; the names are single literals (stringized
-// after pasting) so every compiler sees e.g. "gemv_swiglu_q4_1".
+// One instance per kernel shape, weight format and gemv width; the host
+// builds the same names (cpp/ops/linear.cpp). gemv_<fmt> has Metal's shape
+// (kGemvRows rows per SIMD-group), gemv_<fmt>_r32 the host executor's.
+// Names are single literals (stringized after pasting), e.g. "gemv_swiglu_q4_1_r32".
 #define MKV_STR_(x) #x
 #define MKV_STR(x) MKV_STR_(x)
-#define MKV_GEMV_GLU(fmt, F)                                                                          \
-  template [[host_name(MKV_STR(gemv_swiglu_##fmt))]] [[kernel]] decltype(gemv_glu<F, ActSilu>)        \
-      gemv_glu<F, ActSilu>;                                                                         \
-  template [[host_name(MKV_STR(gemv_geglu_##fmt))]] [[kernel]] decltype(gemv_glu<F, ActGeluTanh>)     \
-      gemv_glu<F, ActGeluTanh>;
-MKV_GEMV_GLU(f32, FmtF32)
-MKV_GEMV_GLU(f16, FmtF16)
-MKV_GEMV_GLU(q8_0, FmtQ8_0)
-MKV_GEMV_GLU(q4_0, FmtQ4_0)
-MKV_GEMV_GLU(q4_1, FmtQ4_1)
+#define MKV_GEMV(name, ...) \
+  template [[host_name(MKV_STR(name))]] [[kernel]] decltype(__VA_ARGS__) __VA_ARGS__;
+#define MKV_GEMV_FORMAT(fmt, F)                                                     \
+  MKV_GEMV(gemv_##fmt, gemv<F, kGemvRows>)                                          \
+  MKV_GEMV(gemv_##fmt##_r32, gemv<F, mkv_params::kGemvRowsWide>)                    \
+  MKV_GEMV(gemv_swiglu_##fmt, gemv_glu<F, ActSilu, kGemvRows>)                      \
+  MKV_GEMV(gemv_swiglu_##fmt##_r32, gemv_glu<F, ActSilu, mkv_params::kGemvRowsWide>) \
+  MKV_GEMV(gemv_geglu_##fmt, gemv_glu<F, ActGeluTanh, kGemvRows>)                   \
+  MKV_GEMV(gemv_geglu_##fmt##_r32, gemv_glu<F, ActGeluTanh, mkv_params::kGemvRowsWide>)
+MKV_GEMV_FORMAT(f32, FmtF32)
+MKV_GEMV_FORMAT(f16, FmtF16)
+MKV_GEMV_FORMAT(q8_0, FmtQ8_0)
+MKV_GEMV_FORMAT(q4_0, FmtQ4_0)
+MKV_GEMV_FORMAT(q4_1, FmtQ4_1)
+
 template [[host_name("gemm_f32")]] [[kernel]] decltype(gemm<FmtF32>) gemm<FmtF32>;
 template [[host_name("gemm_f16")]] [[kernel]] decltype(gemm<FmtF16>) gemm<FmtF16>;
 template [[host_name("gemm_q8_0")]] [[kernel]] decltype(gemm<FmtQ8_0>) gemm<FmtQ8_0>;

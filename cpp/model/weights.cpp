@@ -63,7 +63,8 @@ Weight Weights::stack_rows(const std::vector<std::string>& names) {
     if (it == by_name_.end()) fail("stack_rows: missing tensor " + n);
     Weight& w = it->second;
     const Weight& first = parts.empty() ? w : *parts.front();
-    if (w.type != first.type || w.shape.size() != first.shape.size() || w.cols() != first.cols())
+    const bool rows_match = w.shape.size() == 1 || w.cols() == first.cols();  // 1-D: any lengths
+    if (w.type != first.type || w.shape.size() != first.shape.size() || !rows_match)
       fail("stack_rows: " + n + " (" + ops::weight_type_name(w.type) + ", shape " + shape_str(w.shape) +
            ") does not match " + names.front() + " (" + ops::weight_type_name(first.type) + ", shape " +
            shape_str(first.shape) + ")");

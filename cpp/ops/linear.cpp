@@ -31,6 +31,10 @@ const char* weight_type_name(WeightType t) {
   return "?";
 }
 
+uint32_t gemv_rows(const gpu::Device& device) {
+  return device.kind() == "host" ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
+}
+
 bool is_quantized(WeightType t) { return t != WeightType::f32 && t != WeightType::f16; }
 
 size_t weight_align(WeightType t) {
@@ -89,10 +93,23 @@ void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const
     fail(op, "y overlaps x; the output needs its own memory");
 }
 
-void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t n_out, uint32_t n_tokens) {
-  const uint32_t rows_per_group = mkv_params::kGemvRows * mkv_params::kGemvSimds;
-  enc.dispatch_threadgroups({ceil_div(n_out, rows_per_group), n_tokens, 1},
-                            {32 * mkv_params::kGemvSimds, 1, 1});
+// The gemv width to run: 0 picks the device's; else kGemvRows or kGemvRowsWide.
+uint32_t pick_gemv_rows(const char* op, const gpu::Device& device, uint32_t asked) {
+  if (asked == 0) return gemv_rows(device);
+  if (asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
+    fail(op, "gemv_rows must be 0 (the device's choice), " + std::to_string(mkv_params::kGemvRows) + " or " +
+                 std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
+  return asked;
+}
+
+// "gemv_q4_1" (Metal's shape) or "gemv_q4_1_r32" (the host's).
+std::string gemv_name(const std::string& base, uint32_t rows) {
+  return rows == mkv_params::kGemvRows ? base : base + "_r" + std::to_string(rows);
+}
+
+void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t n_out, uint32_t n_tokens) {
+  const uint32_t simds = rows == mkv_params::kGemvRows ? mkv_params::kGemvSimds : mkv_params::kGemvSimdsWide;
+  enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), n_tokens, 1}, {32 * simds, 1, 1});
 }
 
 }  // namespace
@@ -113,7 +130,9 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  auto pipeline = device.pipeline(std::string(gemv ? "gemv_" : "gemm_") + weight_type_name(a.wtype));
+  const uint32_t rows = pick_gemv_rows(kOp, device, a.gemv_rows);
+  auto pipeline = device.pipeline(gemv ? gemv_name(std::string("gemv_") + weight_type_name(a.wtype), rows)
+                                       : std::string("gemm_") + weight_type_name(a.wtype));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
@@ -126,7 +145,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
   if (gemv) {
-    dispatch_gemv(enc, a.n_out, a.n_tokens);
+    dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
@@ -146,13 +165,14 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
+  const uint32_t rows = pick_gemv_rows(op, device, a.gemv_rows);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
-  enc.set_pipeline(device.pipeline(act + std::string(weight_type_name(a.wtype))));
+  enc.set_pipeline(device.pipeline(gemv_name(act + std::string(weight_type_name(a.wtype)), rows)));
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
-  dispatch_gemv(enc, a.n_out, a.n_tokens);
+  dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
 }
 
 }  // namespace mkv::ops

@@ -45,7 +45,14 @@ struct MatmulArgs {
   WeightType wtype = WeightType::f16;
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
+  uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (see gemv_rows())
 };
+
+// The gemv shape a device runs best: 8 rows per SIMD-group, 2 SIMD-groups per
+// threadgroup on Metal (enough SIMD-groups to fill the GPU); 32 rows, one
+// SIMD-group on the host executor, where each lane is a fiber and costs its
+// setup and switches whatever work it does. Both are real MSL; tests run both.
+uint32_t gemv_rows(const gpu::Device& device);
 
 // Validates shapes and buffer sizes, then encodes one dispatch of
 // gemv_<wtype> or gemm_<wtype>. Raises GpuError "[matmul] ...".
@@ -65,6 +72,7 @@ struct GluArgs {
   uint32_t n_out = 0;  // rows of each half (the FFN width)
   WeightType wtype = WeightType::f16;
   GluActivation act = GluActivation::silu;
+  uint32_t gemv_rows = 0;  // as MatmulArgs::gemv_rows
 };
 void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
 
