@@ -65,7 +65,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', or the GGUF blocks 'q8_0', 'q4_0',\n"
       "'q4_1' (n_in a multiple of 32). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
-      "(32 on the host executor, 8 on Metal), or 8 / 32 to run that variant.");
+      "(8 on Metal; 32 on the host executor, 8 there for f16), or 8 / 32 to run that variant.");
 
   m.def(
       "matmul_glu",

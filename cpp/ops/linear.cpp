@@ -31,8 +31,9 @@ const char* weight_type_name(WeightType t) {
   return "?";
 }
 
-uint32_t gemv_rows(const gpu::Device& device) {
-  return device.kind() == "host" ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
+uint32_t gemv_rows(const gpu::Device& device, WeightType wtype) {
+  const bool wide = device.kind() == "host" && wtype != WeightType::f16;
+  return wide ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
 }
 
 bool is_quantized(WeightType t) { return t != WeightType::f32 && t != WeightType::f16; }
@@ -94,8 +95,8 @@ void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const
 }
 
 // The gemv width to run: 0 picks the device's; else kGemvRows or kGemvRowsWide.
-uint32_t pick_gemv_rows(const char* op, const gpu::Device& device, uint32_t asked) {
-  if (asked == 0) return gemv_rows(device);
+uint32_t pick_gemv_rows(const char* op, const gpu::Device& device, WeightType wtype, uint32_t asked) {
+  if (asked == 0) return gemv_rows(device, wtype);
   if (asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
     fail(op, "gemv_rows must be 0 (the device's choice), " + std::to_string(mkv_params::kGemvRows) + " or " +
                  std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
@@ -130,7 +131,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  const uint32_t rows = pick_gemv_rows(kOp, device, a.gemv_rows);
+  const uint32_t rows = pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows);
   auto pipeline = device.pipeline(gemv ? gemv_name(std::string("gemv_") + weight_type_name(a.wtype), rows)
                                        : std::string("gemm_") + weight_type_name(a.wtype));
 
@@ -165,7 +166,7 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
-  const uint32_t rows = pick_gemv_rows(op, device, a.gemv_rows);
+  const uint32_t rows = pick_gemv_rows(op, device, a.wtype, a.gemv_rows);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
   enc.set_pipeline(device.pipeline(gemv_name(act + std::string(weight_type_name(a.wtype)), rows)));
   bind_params(enc, p, 0);
