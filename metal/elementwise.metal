@@ -6,6 +6,7 @@
 #include <metal_stdlib>
 #include "linear_params.h"
 #include "quant.h"
+#include "activation.h"
 using namespace metal;
 
 using mkv_params::kElementsPerThread;  // geometry shared with the host
@@ -94,36 +95,19 @@ kernel void softcap_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
   MKV_FOR_EACH_ELEMENT(i) y[i] = p.scale * tanh(y[i] / p.scale);
 }
 
-// silu(g) = g / (1 + e^-g); e^-g overflows to inf for g < -88, giving -0.
-kernel void swiglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
-                       const device float* gate [[buffer(1)]],  // (n)
-                       const device float* up [[buffer(2)]],    // (n)
-                       device float* out [[buffer(3)]],         // (n); may be gate or up
-                       uint tg [[threadgroup_position_in_grid]],
-                       uint tid [[thread_index_in_threadgroup]],
-                       uint nt [[threads_per_threadgroup]]) {
-  MKV_FOR_EACH_ELEMENT(i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + exp(-g)) * up[i];
-  }
+// out = act(gate) * up, act from activation.h.
+template <typename Act>
+kernel void gated(constant mkv_params::Elementwise& p [[buffer(0)]],
+                  const device float* gate [[buffer(1)]],  // (n)
+                  const device float* up [[buffer(2)]],    // (n)
+                  device float* out [[buffer(3)]],         // (n); may be gate or up
+                  uint tg [[threadgroup_position_in_grid]],
+                  uint tid [[thread_index_in_threadgroup]],
+                  uint nt [[threads_per_threadgroup]]) {
+  MKV_FOR_EACH_ELEMENT(i) out[i] = Act::apply(gate[i]) * up[i];
 }
-
-// gelu_pytorch_tanh(g) = 0.5 g (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g³),
-// computed as g / (1 + e^(-2u)) (the same function: 0.5 (1 + tanh(u)) is
-// sigmoid(2u)), which avoids the cancellation in 1 + tanh(u) for negative g.
-kernel void geglu_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
-                      const device float* gate [[buffer(1)]],  // (n)
-                      const device float* up [[buffer(2)]],    // (n)
-                      device float* out [[buffer(3)]],         // (n); may be gate or up
-                      uint tg [[threadgroup_position_in_grid]],
-                      uint tid [[thread_index_in_threadgroup]],
-                      uint nt [[threads_per_threadgroup]]) {
-  MKV_FOR_EACH_ELEMENT(i) {
-    const float g = gate[i];
-    const float u = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-    out[i] = g / (1.0f + exp(-2.0f * u)) * up[i];
-  }
-}
+template [[host_name("swiglu_f32")]] [[kernel]] decltype(gated<ActSilu>) gated<ActSilu>;
+template [[host_name("geglu_f32")]] [[kernel]] decltype(gated<ActGeluTanh>) gated<ActGeluTanh>;
 
 // ---- argmax: one threadgroup of kRowSimds SIMD-groups per row ----------
 // Each thread scans a strided slice (indices increase, so `>` keeps the

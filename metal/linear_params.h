@@ -21,8 +21,10 @@ enum : uint32_t {
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
 enum : uint32_t {
-  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4)
-  kGemvSimds = 2,          // gemv: SIMD-groups per threadgroup
+  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4) ...
+  kGemvSimds = 2,          // ... and SIMD-groups per threadgroup: Metal's shape
+  kGemvRowsWide = 32,      // gemv_*_r32: the host executor's shape, where every
+  kGemvSimdsWide = 1,      // lane costs a fiber, so fewer lanes do more rows
   kGemmTokens = 32,        // gemm: a threadgroup's tile of Y is kGemmTokens ...
   kGemmRows = 64,          // ... x kGemmRows
   kGemmK = 64,             // gemm: inputs per step (two quant blocks)
@@ -34,14 +36,20 @@ enum : uint32_t {
   kRowSimds = 8,           // argmax, softmax: SIMD-groups per row
 };
 
-// gemv_* / gemm_*: Y = X · Wᵀ (+ bias).
+// gemv_* / gemm_*: y = X · Wᵀ (+ bias), or y += X · Wᵀ (+ bias) (accumulate).
 //   W (n_out, n_in) row-major in the kernel's weight format
-//   X (n_tokens, n_in) float, Y (n_tokens, n_out) float, bias (n_out) float.
+//   X (n_tokens, n_in) float, y (n_tokens, n_out) float, bias (n_out) float.
+// gemv_swiglu_* / gemv_geglu_*: y = act(X · W_gateᵀ) * (X · W_upᵀ), W the
+//   (2 n_out, n_in) stack [W_gate; W_up]; flags 0.
+enum : uint32_t {
+  kMatmulBias = 1,        // add bias; without it the bias buffer is a placeholder, not read
+  kMatmulAccumulate = 2,  // add to y's contents (a fused residual add)
+};
 struct Matmul {
   uint32_t n_tokens;
-  uint32_t n_in;      // f16/f32: multiple of 4; quantized: multiple of 32
+  uint32_t n_in;   // f16/f32: multiple of 4; quantized: multiple of 32
   uint32_t n_out;
-  uint32_t has_bias;  // 0: the bias buffer is a placeholder and not read
+  uint32_t flags;  // kMatmulBias | kMatmulAccumulate
 };
 
 // embedding_*: out[t, :] = table[ids[t], :] * scale.

@@ -6,16 +6,22 @@
 //               row's chunks (quant.h), load the matching activations once and
 //               apply them to all its rows, then reduce four rows per simd_sum.
 //               Grid: (ceil(n_out / (kGemvRows * simds)), n_tokens).
+//   gemv_swiglu_<fmt>, gemv_geglu_<fmt>  decode of a GLU feed-forward: gate
+//               and up stacked in one matrix, act(gate) * up written directly.
 //   gemm_<fmt>  prefill. A threadgroup computes a kGemmTokens x kGemmRows tile
 //               of Y: per step of kGemmK inputs it dequantizes the weight tile and
 //               the activation tile into threadgroup memory, so each weight
 //               block read serves kGemmTokens tokens. Each thread computes kTM
 //               tokens x 4 rows. Grid: (ceil(n_out / 64), ceil(n_tokens / 32)).
 //
+// gemv and gemm add to what y holds when p.flags has kMatmulAccumulate (a
+// fused residual add).
+//
 // The host functions that build these names and geometries: cpp/ops/linear.cpp.
 #include <metal_stdlib>
 #include "linear_params.h"
 #include "quant.h"
+#include "activation.h"
 using namespace metal;
 
 // Geometry shared with the host (linear_params.h).
@@ -27,24 +33,14 @@ using mkv_params::kGemmThreads;
 // Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
 constant uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
-template <typename F>
-kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
-                 const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
-                 const device float* x [[buffer(2)]],      // (n_tokens, n_in)
-                 device float* y [[buffer(3)]],            // (n_tokens, n_out)
-                 const device float* bias [[buffer(4)]],   // (n_out) if p.has_bias
-                 uint2 tg [[threadgroup_position_in_grid]],
-                 uint simd [[simdgroup_index_in_threadgroup]],
-                 uint simds [[simdgroups_per_threadgroup]],
-                 uint lane [[thread_index_in_simdgroup]]) {
-  const uint row0 = (tg.x * simds + simd) * kGemvRows;
-  if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
-  const ulong row_bytes = F::row_bytes(p.n_in);
-  const device float* xt = x + ulong(tg.y) * p.n_in;
-  float acc[kGemvRows];
-  for (uint r = 0; r < kGemvRows; ++r) acc[r] = 0.0f;
-
-  const uint n_chunks = p.n_in / F::kChunk;
+// One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
+// of W[rows[r]] · x. The lanes stride over the chunks, load the matching
+// activations once and apply them to every row.
+template <typename F, uint kRows>
+void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows,
+                    const device float* xt, uint n_in, uint lane, thread float* acc) {
+  for (uint r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  const uint n_chunks = n_in / F::kChunk;
   for (uint c = lane; c < n_chunks; c += 32) {
     float4 xc[F::kChunk / 4];
     float4 xs4 = float4(0.0f);
@@ -53,19 +49,70 @@ kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
       xs4 += xc[i];
     }
     const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
-    for (uint r = 0; r < kGemvRows; ++r) {
-      // Rows past the end re-read the last row (no branch); never written.
-      const ulong row = min(row0 + r, p.n_out - 1);
-      acc[r] += F::dot(w + row * row_bytes, c, xc, xsum);
-    }
+    for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(w + rows[r] * row_bytes, c, xc, xsum);
   }
+}
+
+template <typename F, uint kRows>
+kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
+                 const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
+                 const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                 device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                 const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
+                 uint2 tg [[threadgroup_position_in_grid]],
+                 uint simd [[simdgroup_index_in_threadgroup]],
+                 uint simds [[simdgroups_per_threadgroup]],
+                 uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (tg.x * simds + simd) * kRows;
+  if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
+  // Rows past the end re-read the last row (no branch); never written.
+  ulong rows[kRows];
+  for (uint r = 0; r < kRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
+  float acc[kRows];
+  gemv_lane_dots<F, kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
-  for (uint r = 0; r < kGemvRows; r += 4) {
+  for (uint r = 0; r < kRows; r += 4) {
     const float4 total = simd_sum(float4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
     for (uint i = 0; i < 4; ++i) {
       const uint row = row0 + r + i;
-      if (lane == 0 && row < p.n_out) yt[row] = total[i] + (p.has_bias ? bias[row] : 0.0f);
+      if (lane != 0 || row >= p.n_out) continue;
+      const float out = total[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
+      yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;  // the residual add, fused
+    }
+  }
+}
+
+// GLU feed-forward input in one weight pass: y = act(x · W_gateᵀ) * (x · W_upᵀ)
+// with W = [W_gate; W_up] stacked along rows. A SIMD-group computes the same
+// kGemvRows rows of both halves, so the gate and up values meet in registers.
+template <typename F, typename Act, uint kRows>
+kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: rows per half
+                     const device uchar* w [[buffer(1)]],      // (2 n_out, n_in) in format F
+                     const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                     device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                     uint2 tg [[threadgroup_position_in_grid]],
+                     uint simd [[simdgroup_index_in_threadgroup]],
+                     uint simds [[simdgroups_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]]) {
+  const uint row0 = (tg.x * simds + simd) * kRows;
+  if (row0 >= p.n_out) return;  // the whole SIMD-group leaves together
+  ulong rows[2 * kRows];  // gate rows, then the matching up rows
+  for (uint r = 0; r < kRows; ++r) {
+    rows[r] = min(row0 + r, p.n_out - 1);
+    rows[kRows + r] = p.n_out + rows[r];
+  }
+  float acc[2 * kRows];
+  gemv_lane_dots<F, 2 * kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
+
+  device float* yt = y + ulong(tg.y) * p.n_out;
+  for (uint r = 0; r < kRows; r += 4) {
+    const float4 gate = simd_sum(float4(acc[r], acc[r + 1], acc[r + 2], acc[r + 3]));
+    const uint u = kRows + r;
+    const float4 up = simd_sum(float4(acc[u], acc[u + 1], acc[u + 2], acc[u + 3]));
+    for (uint i = 0; i < 4; ++i) {
+      const uint row = row0 + r + i;
+      if (lane == 0 && row < p.n_out) yt[row] = Act::apply(gate[i]) * up[i];
     }
   }
 }
@@ -75,7 +122,7 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
                  const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
-                 const device float* bias [[buffer(4)]],   // (n_out) if p.has_bias
+                 const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
                  uint2 tg [[threadgroup_position_in_grid]],
                  uint tid [[thread_index_in_threadgroup]]) {
   // k-major tiles, so the inner loop reads 4 consecutive tokens / rows as one float4.
@@ -129,18 +176,35 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
     const uint t = t0 + ty * kTM + i;
     for (uint j = 0; j < 4; ++j) {
       const uint n = n0 + tx * 4 + j;
-      if (t < p.n_tokens && n < p.n_out)
-        y[ulong(t) * p.n_out + n] = acc[i][j] + (p.has_bias ? bias[n] : 0.0f);
+      if (t >= p.n_tokens || n >= p.n_out) continue;
+      device float& out = y[ulong(t) * p.n_out + n];
+      const float v = acc[i][j] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
+      out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
     }
   }
 }
 
-// One instance per kernel shape and weight format; the host builds the same names.
-template [[host_name("gemv_f32")]] [[kernel]] decltype(gemv<FmtF32>) gemv<FmtF32>;
-template [[host_name("gemv_f16")]] [[kernel]] decltype(gemv<FmtF16>) gemv<FmtF16>;
-template [[host_name("gemv_q8_0")]] [[kernel]] decltype(gemv<FmtQ8_0>) gemv<FmtQ8_0>;
-template [[host_name("gemv_q4_0")]] [[kernel]] decltype(gemv<FmtQ4_0>) gemv<FmtQ4_0>;
-template [[host_name("gemv_q4_1")]] [[kernel]] decltype(gemv<FmtQ4_1>) gemv<FmtQ4_1>;
+// One instance per kernel shape, weight format and gemv width; the host
+// builds the same names (cpp/ops/linear.cpp). gemv_<fmt> has Metal's shape
+// (kGemvRows rows per SIMD-group), gemv_<fmt>_r32 the host executor's.
+// Names are single literals (stringized after pasting), e.g. "gemv_swiglu_q4_1_r32".
+#define MKV_STR_(x) #x
+#define MKV_STR(x) MKV_STR_(x)
+#define MKV_GEMV(name, ...) \
+  template [[host_name(MKV_STR(name))]] [[kernel]] decltype(__VA_ARGS__) __VA_ARGS__;
+#define MKV_GEMV_FORMAT(fmt, F)                                                     \
+  MKV_GEMV(gemv_##fmt, gemv<F, kGemvRows>)                                          \
+  MKV_GEMV(gemv_##fmt##_r32, gemv<F, mkv_params::kGemvRowsWide>)                    \
+  MKV_GEMV(gemv_swiglu_##fmt, gemv_glu<F, ActSilu, kGemvRows>)                      \
+  MKV_GEMV(gemv_swiglu_##fmt##_r32, gemv_glu<F, ActSilu, mkv_params::kGemvRowsWide>) \
+  MKV_GEMV(gemv_geglu_##fmt, gemv_glu<F, ActGeluTanh, kGemvRows>)                   \
+  MKV_GEMV(gemv_geglu_##fmt##_r32, gemv_glu<F, ActGeluTanh, mkv_params::kGemvRowsWide>)
+MKV_GEMV_FORMAT(f32, FmtF32)
+MKV_GEMV_FORMAT(f16, FmtF16)
+MKV_GEMV_FORMAT(q8_0, FmtQ8_0)
+MKV_GEMV_FORMAT(q4_0, FmtQ4_0)
+MKV_GEMV_FORMAT(q4_1, FmtQ4_1)
+
 template [[host_name("gemm_f32")]] [[kernel]] decltype(gemm<FmtF32>) gemm<FmtF32>;
 template [[host_name("gemm_f16")]] [[kernel]] decltype(gemm<FmtF16>) gemm<FmtF16>;
 template [[host_name("gemm_q8_0")]] [[kernel]] decltype(gemm<FmtQ8_0>) gemm<FmtQ8_0>;

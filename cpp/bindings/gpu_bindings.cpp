@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -116,16 +117,18 @@ void bind_gpu(nb::module_& m, nb::module_&) {
       .def(
           "__init__",
           [](PyDevice* self, const std::string& kind, const std::string& fiber_order,
-             uint64_t seed) {
+             uint64_t seed, bool profile) {
             gpu::DeviceOptions options;
             options.fiber_order = fiber_order;
             options.seed = seed;
+            options.profile = profile;
             auto device = gpu::create_device(kind, options);
             new (self) PyDevice{device, device->new_command_queue()};
           },
-          "kind"_a = "auto", "fiber_order"_a = "", "seed"_a = 0,
+          "kind"_a = "auto", "fiber_order"_a = "", "seed"_a = 0, "profile"_a = false,
           "kind: 'auto', 'host' or 'metal'. fiber_order (host only): 'forward', 'reverse' or "
-          "'random' with seed; '' uses $METALKV_FIBER_ORDER or 'forward'.")
+          "'random' with seed; '' uses $METALKV_FIBER_ORDER or 'forward'. profile (host only): "
+          "time each dispatch by kernel (kernel_times()); $METALKV_PROFILE=1 also turns it on.")
       .def_prop_ro("kind", [](const PyDevice& d) { return d.device->kind(); })
       .def_prop_ro("name", [](const PyDevice& d) { return d.device->name(); })
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
@@ -149,7 +152,17 @@ void bind_gpu(nb::module_& m, nb::module_&) {
           "A new command buffer on the device's queue.")
       .def("counters", [](const PyDevice& d) { return d.device->counters().as_map(); },
            "Totals since creation or reset_counters().")
-      .def("reset_counters", [](PyDevice& d) { d.device->reset_counters(); })
+      .def("reset_counters", [](PyDevice& d) { d.device->reset_counters(); },
+           "Zeroes counters() and kernel_times().")
+      .def(
+          "kernel_times",
+          [](const PyDevice& d) {
+            std::map<std::string, std::pair<uint64_t, double>> out;
+            for (const auto& [name, t] : d.device->kernel_times()) out[name] = {t.calls, t.seconds};
+            return out;
+          },
+          "{kernel name: (calls, seconds)} since creation or reset_counters(); empty unless "
+          "the device profiles (host executor with profile=True or $METALKV_PROFILE=1).")
       .def("__repr__", [](const PyDevice& d) { return "<metalkv.Device " + d.device->name() + ">"; });
 }
 

@@ -43,7 +43,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
-         const std::string& kernel) {
+         const std::string& kernel, bool accumulate, uint32_t gemv_rows) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -54,14 +54,43 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.n_out = n_out;
         a.wtype = ops::parse_weight_type(wtype, "matmul");
         a.kernel = parse_kernel(kernel);
+        a.accumulate = accumulate;
+        a.gemv_rows = gemv_rows;
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
-      "bias"_a.none() = nb::none(), "kernel"_a = "auto",
-      "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations.\n"
+      "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
+      "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
+      "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', or the GGUF blocks 'q8_0', 'q4_0',\n"
       "'q4_1' (n_in a multiple of 32). kernel: 'auto' (gemv for one token, else gemm),\n"
-      "'gemv' or 'gemm'.");
+      "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
+      "(8 on Metal; 32 on the host executor, 8 there for f16), or 8 / 32 to run that variant.");
+
+  m.def(
+      "matmul_glu",
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
+         uint32_t n_in, uint32_t n_out, const std::string& wtype, const std::string& act,
+         uint32_t gemv_rows) {
+        ops::GluArgs a;
+        a.x = {x};
+        a.w = {w};
+        a.y = {y};
+        a.n_tokens = n_tokens;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.wtype = ops::parse_weight_type(wtype, "matmul_glu");
+        if (act != "silu" && act != "gelu_tanh")
+          ops::fail("matmul_glu", "unknown activation '" + act + "'; expected 'silu' or 'gelu_tanh'");
+        a.act = act == "silu" ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
+        a.gemv_rows = gemv_rows;
+        run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul_glu(*d.device, enc, a); });
+      },
+      "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
+      "act"_a = "silu", "gemv_rows"_a = 0,
+      "y (n_tokens, n_out) = act(x · w[:n_out]ᵀ) * (x · w[n_out:]ᵀ): w is the (2 n_out, n_in)\n"
+      "stack of the gate and up matrices in wtype; act 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU).\n"
+      "gemv_rows as in matmul.");
 
   m.def(
       "embedding",

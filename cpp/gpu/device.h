@@ -84,6 +84,12 @@ struct Counters {
   std::map<std::string, uint64_t> as_map() const;
 };
 
+// Time spent running one kernel (host executor with profiling on).
+struct KernelTime {
+  uint64_t calls = 0;
+  double seconds = 0;  // wall time of its dispatches, all threadgroups
+};
+
 class CommandBuffer {
  public:
   virtual ~CommandBuffer() = default;
@@ -116,7 +122,11 @@ class Device {
   virtual std::vector<std::string> kernel_names() const = 0;
   virtual CommandQueuePtr new_command_queue() = 0;
   virtual Counters counters() const = 0;  // totals since creation / reset
-  virtual void reset_counters() = 0;
+  virtual void reset_counters() = 0;      // also clears kernel_times()
+  // Per kernel name (blits as "blit_copy" / "blit_fill"): calls and seconds
+  // since creation / reset. Empty unless the device profiles (host executor
+  // with DeviceOptions::profile or $METALKV_PROFILE=1).
+  virtual std::map<std::string, KernelTime> kernel_times() const { return {}; }
 };
 using DevicePtr = std::shared_ptr<Device>;
 
@@ -126,6 +136,9 @@ struct DeviceOptions {
   // else "forward". Tests run kernels in several orders to expose races.
   std::string fiber_order;
   uint64_t seed = 0;
+  // Host executor only: time every dispatch by kernel (kernel_times()).
+  // Also on when $METALKV_PROFILE=1. Costs two clock reads per dispatch.
+  bool profile = false;
 };
 
 // "auto" (metal where available, else host), "host" or "metal".

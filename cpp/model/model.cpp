@@ -63,6 +63,7 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     L.post_ffw_norm = opt(spec_.sandwich_norms, "post_ffw_norm.weight", {H}, false);
     for (const Weight* b : {L.q_bias, L.k_bias, L.v_bias})
       if (b && b->type != ops::WeightType::f32) fail("bias tensors must be f32 (" + p + "attn_*.bias)");
+    stack_layer(p, L);
     layers_.push_back(L);
   }
   const uint32_t rd = spec_.rotary_dim ? spec_.rotary_dim : spec_.head_dim;
@@ -71,6 +72,17 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     std::copy(table.begin(), table.end(), static_cast<float*>(b->contents()));
     rope_.push_back({spec_.rope_style, rd, {b, 0}});
   }
+}
+
+void Model::stack_layer(const std::string& p, Layer& L) {
+  // q, k and v must share a weight type; their views in the stacked output
+  // (ws.qkv()) start at Q and Q + KV floats, which the kernels read as float4.
+  const uint64_t Q = spec_.n_heads * spec_.head_dim, KV = spec_.n_kv_heads * spec_.head_dim;
+  if (L.q->type == L.k->type && L.k->type == L.v->type && Q % 4 == 0 && KV % 4 == 0) {
+    L.qkv = weights_.stack_rows({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"});
+    if (spec_.attn_bias) L.qkv_bias = weights_.stack_rows({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"});
+  }
+  if (L.gate->type == L.up->type) L.gate_up = weights_.stack_rows({p + "ffn_gate.weight", p + "ffn_up.weight"});
 }
 
 kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store) const {
@@ -91,7 +103,7 @@ void Model::check_cache(const kv::KVCache& cache) const {
 }
 
 void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
-                   const ops::BufferView& y, uint32_t n) const {
+                   const ops::BufferView& y, uint32_t n, bool accumulate) const {
   ops::MatmulArgs a;
   a.x = x;
   a.w = w.view;
@@ -101,6 +113,7 @@ void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Wei
   a.n_in = uint32_t(w.cols());
   a.n_out = uint32_t(w.rows());
   a.wtype = w.type;
+  a.accumulate = accumulate;
   ops::matmul(*device_, enc, a);
 }
 
@@ -114,19 +127,30 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
   const ModelSpec& m = spec_;
   const uint32_t H = m.hidden;
   gpu::Device& dev = *device_;
+  // A decode step's q/k/v come from one stacked matmul; a chunk's from three
+  // gemms, each its own tile grid over the token-major outputs.
+  const bool stacked_qkv = n == 1 && L.qkv.view.buffer;
+  const size_t Q = size_t(m.n_heads) * m.head_dim, KV = size_t(m.n_kv_heads) * m.head_dim;
+  const ops::BufferView q = stacked_qkv ? ws.qkv() : ws.q();
+  const ops::BufferView k = stacked_qkv ? at(ws.qkv(), Q * sizeof(float)) : ws.k();
+  const ops::BufferView v = stacked_qkv ? at(ws.qkv(), (Q + KV) * sizeof(float)) : ws.v();
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n, H);
-    linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), n);
-    linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), n);
-    linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), n);
-    if (m.qk_norm) {
-      norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
-      norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
+    if (stacked_qkv) {
+      linear(enc, ws.h(), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr, ws.qkv(), n);
+    } else {
+      linear(enc, ws.h(), *L.q, L.q_bias, q, n);
+      linear(enc, ws.h(), *L.k, L.k_bias, k, n);
+      linear(enc, ws.h(), *L.v, L.v_bias, v, n);
     }
-    ops::rope(enc, dev, ws.q(), ws.positions_view(), rope_[m.layer_rope_table[l]], {n, m.n_heads, m.head_dim});
+    if (m.qk_norm) {
+      norm(enc, q, *L.q_norm, q, n * m.n_heads, m.head_dim);
+      norm(enc, k, *L.k_norm, k, n * m.n_kv_heads, m.head_dim);
+    }
+    ops::rope(enc, dev, q, ws.positions_view(), rope_[m.layer_rope_table[l]], {n, m.n_heads, m.head_dim});
   }
-  cache.store(s, l, ws.k(), ws.v(), n, &rope_[m.layer_rope_table[l]]);
+  cache.store(s, l, k, v, n, &rope_[m.layer_rope_table[l]]);
 
   gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
   ops::AttentionDesc d;
@@ -140,25 +164,46 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
   d.scale = m.scale();
   d.softcap = m.attn_softcap;
   if (n == 1)
-    ops::attention_decode(enc, dev, d, ws.q(), cache.region(l), ws.attn(), {},
+    ops::attention_decode(enc, dev, d, q, cache.region(l), ws.attn(), {},
                           ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
   else
-    ops::attention_prefill(enc, dev, d, ws.q(), cache.region(l), ws.attn(), {});
+    ops::attention_prefill(enc, dev, d, q, cache.region(l), ws.attn(), {});
 
-  linear(enc, ws.attn(), *L.out, nullptr, ws.h(), n);
-  if (L.post_attn_norm) norm(enc, ws.h(), *L.post_attn_norm, ws.h(), n, H);
-  ops::add(dev, enc, ws.x(), ws.h(), n * H);
+  // x += o (+ post-norm): without a sandwich norm the add is Wo's epilogue.
+  if (L.post_attn_norm) {
+    linear(enc, ws.attn(), *L.out, nullptr, ws.h(), n);
+    norm(enc, ws.h(), *L.post_attn_norm, ws.h(), n, H);
+    ops::add(dev, enc, ws.x(), ws.h(), n * H);
+  } else {
+    linear(enc, ws.attn(), *L.out, nullptr, ws.x(), n, /*accumulate=*/true);
+  }
 
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n, H);
-  linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), n);
-  linear(enc, ws.h(), *L.up, nullptr, ws.up(), n);
-  if (m.activation == Activation::silu)
-    ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
-  else
-    ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
-  linear(enc, ws.gate(), *L.down, nullptr, ws.h(), n);
-  if (L.post_ffw_norm) norm(enc, ws.h(), *L.post_ffw_norm, ws.h(), n, H);
-  ops::add(dev, enc, ws.x(), ws.h(), n * H);
+  if (n == 1 && L.gate_up.view.buffer) {
+    ops::GluArgs g;
+    g.x = ws.h();
+    g.w = L.gate_up.view;
+    g.y = ws.gate();
+    g.n_in = H;
+    g.n_out = m.ffn_hidden;
+    g.wtype = L.gate_up.type;
+    g.act = m.activation == Activation::silu ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
+    ops::matmul_glu(dev, enc, g);
+  } else {
+    linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), n);
+    linear(enc, ws.h(), *L.up, nullptr, ws.up(), n);
+    if (m.activation == Activation::silu)
+      ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
+    else
+      ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
+  }
+  if (L.post_ffw_norm) {
+    linear(enc, ws.gate(), *L.down, nullptr, ws.h(), n);
+    norm(enc, ws.h(), *L.post_ffw_norm, ws.h(), n, H);
+    ops::add(dev, enc, ws.x(), ws.h(), n * H);
+  } else {
+    linear(enc, ws.gate(), *L.down, nullptr, ws.x(), n, /*accumulate=*/true);
+  }
 }
 
 void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t n,

@@ -2,13 +2,18 @@
 // encoder session. Which ops, in what order (one decoder layer):
 //
 //   h = rms_norm(x, attn_norm)
-//   q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)
+//   q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   [decode: one stacked matmul]
 //   [qk_norm]  q, k = rms_norm per head (attn_q_norm, attn_k_norm)
 //   q = rope(q);  cache.store(k, v) rotates k and writes the K/V rows
 //   a = attention(q, cache)            decode (1 token) or prefill (a chunk)
 //   o = a Wo;  [sandwich] o = rms_norm(o, post_attention_norm);  x += o
-//   h = rms_norm(x, ffn_norm);  g = act(h Wgate) * (h Wup)
+//   h = rms_norm(x, ffn_norm);  g = act(h Wgate) * (h Wup)   [decode: one gemv_*glu]
 //   d = g Wdown;  [sandwich] d = rms_norm(d, post_ffw_norm);  x += d
+//
+// Fusions (fewer dispatches, one weight pass): q/k/v and gate/up are stacked
+// into one buffer each at load (Weights::stack_rows; the separate tensors
+// become views of the stack, so prefill's gemms still see them), and without
+// sandwich norms the residual adds happen in Wo's and Wdown's epilogue.
 //
 // then logits = rms_norm(x, output_norm) Wout (token_embd when tied) for the
 // rows asked for, soft-capped if the model says so.
@@ -53,12 +58,18 @@ class Model {
   struct Layer {
     const Weight *attn_norm, *q, *k, *v, *q_bias, *k_bias, *v_bias, *q_norm, *k_norm, *out,
         *post_attn_norm, *ffn_norm, *gate, *up, *down, *post_ffw_norm;
+    // Stacks (view.buffer null when the parts could not be stacked):
+    Weight qkv;       // (Q + 2 KV, hidden): Wq, Wk, Wv
+    Weight qkv_bias;  // (Q + 2 KV,) when the model has attention biases
+    Weight gate_up;   // (2 ffn_hidden, hidden): Wgate, Wup
   };
+  void stack_layer(const std::string& prefix, Layer& L);
   const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
   void encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t l,
                     uint32_t n) const;
   void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
-              const Weight* bias, const ops::BufferView& y, uint32_t n) const;
+              const Weight* bias, const ops::BufferView& y, uint32_t n,
+              bool accumulate = false) const;
   void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
             const ops::BufferView& out, uint32_t rows, uint32_t dim) const;
 

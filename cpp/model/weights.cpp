@@ -13,6 +13,12 @@ std::string shape_str(const std::vector<uint64_t>& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
+// Device bytes of a tensor, from its type and shape.
+size_t tensor_bytes(const Weight& w) {
+  if (w.shape.size() == 1) return w.shape[0] * (w.type == ops::WeightType::f32 ? 4 : 2);
+  return ops::weight_bytes(w.type, w.shape[0], uint32_t(w.shape[1]), "weights");
+}
+
 }  // namespace
 
 Weights::Weights(gpu::DevicePtr device) : device_(std::move(device)) {
@@ -45,6 +51,43 @@ void Weights::add(const std::string& name, const std::string& dtype, const std::
 const Weight* Weights::find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &it->second;
+}
+
+Weight Weights::stack_rows(const std::vector<std::string>& names) {
+  if (names.empty()) fail("stack_rows needs at least one tensor");
+  std::vector<Weight*> parts;
+  size_t bytes = 0;
+  uint64_t rows = 0;
+  for (const std::string& n : names) {
+    auto it = by_name_.find(n);
+    if (it == by_name_.end()) fail("stack_rows: missing tensor " + n);
+    Weight& w = it->second;
+    const Weight& first = parts.empty() ? w : *parts.front();
+    const bool rows_match = w.shape.size() == 1 || w.cols() == first.cols();  // 1-D: any lengths
+    if (w.type != first.type || w.shape.size() != first.shape.size() || !rows_match)
+      fail("stack_rows: " + n + " (" + ops::weight_type_name(w.type) + ", shape " + shape_str(w.shape) +
+           ") does not match " + names.front() + " (" + ops::weight_type_name(first.type) + ", shape " +
+           shape_str(first.shape) + ")");
+    if (bytes % ops::weight_align(w.type) != 0)  // unreachable for valid shapes; the kernels rely on it
+      fail("stack_rows: " + n + " would start at offset " + std::to_string(bytes) + ", not a multiple of " +
+           std::to_string(ops::weight_align(w.type)));
+    parts.push_back(&w);
+    bytes += tensor_bytes(w);
+    rows += w.shape[0];
+  }
+  const Weight& first = *parts.front();
+  gpu::BufferPtr buf = device_->new_buffer(bytes);
+  size_t offset = 0;
+  for (Weight* w : parts) {
+    const size_t n = tensor_bytes(*w);
+    std::memcpy(static_cast<char*>(buf->contents()) + offset,
+                static_cast<const char*>(w->view.buffer->contents()) + w->view.offset, n);
+    w->view = {buf, offset};  // the tensor's old buffer is released here
+    offset += n;
+  }
+  std::vector<uint64_t> shape = first.shape.size() == 2 ? std::vector<uint64_t>{rows, first.cols()}
+                                                        : std::vector<uint64_t>{rows};
+  return Weight{{buf, 0}, first.type, shape};
 }
 
 std::vector<std::string> Weights::names() const {

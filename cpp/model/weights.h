@@ -33,6 +33,14 @@ class Weights {
            const void* data, size_t nbytes);
 
   const Weight* find(const std::string& name) const;  // nullptr when absent
+
+  // Moves the named tensors (same type and row length, or all 1-D) into one
+  // buffer, back to back along rows, and returns that stack: (Σ rows, cols)
+  // or (Σ n,). Each tensor stays findable, now a view into the stack, so
+  // nothing is stored twice. Quantized rows are independent blocks, so the
+  // stack is exactly the matrices one above the other. Raises "[weights] ..."
+  // on a missing tensor or a type/shape mismatch.
+  Weight stack_rows(const std::vector<std::string>& names);
   size_t size() const { return by_name_.size(); }
   size_t nbytes() const { return nbytes_; }  // device bytes of all tensors
   std::vector<std::string> names() const;

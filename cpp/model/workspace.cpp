@@ -14,6 +14,7 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_to
   q_ = alloc(t * spec.n_heads * spec.head_dim);
   k_ = alloc(t * spec.n_kv_heads * spec.head_dim);
   v_ = alloc(t * spec.n_kv_heads * spec.head_dim);
+  qkv_ = alloc((spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim);
   attn_ = alloc(t * spec.n_heads * spec.head_dim);
   gate_ = alloc(t * spec.ffn_hidden);
   up_ = alloc(t * spec.ffn_hidden);

@@ -28,6 +28,9 @@ class Workspace {
   ops::BufferView q() const { return {q_, 0}; }         // (max_tokens, n_heads, head_dim)
   ops::BufferView k() const { return {k_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
   ops::BufferView v() const { return {v_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
+  // One token's q, k, v side by side, from the stacked q/k/v projection of a
+  // decode step: (n_heads + 2 n_kv_heads, head_dim).
+  ops::BufferView qkv() const { return {qkv_, 0}; }
   ops::BufferView attn() const { return {attn_, 0}; }   // (max_tokens, n_heads, head_dim)
   ops::BufferView gate() const { return {gate_, 0}; }   // (max_tokens, ffn_hidden)
   ops::BufferView up() const { return {up_, 0}; }       // (max_tokens, ffn_hidden)
@@ -40,7 +43,7 @@ class Workspace {
  private:
   gpu::Device& device_;
   uint32_t max_tokens_;
-  gpu::BufferPtr ids_, positions_, x_, h_, q_, k_, v_, attn_, gate_, up_, logits_, scratch_;
+  gpu::BufferPtr ids_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, scratch_;
 };
 
 }  // namespace mkv::model

@@ -31,6 +31,11 @@ const char* weight_type_name(WeightType t) {
   return "?";
 }
 
+uint32_t gemv_rows(const gpu::Device& device, WeightType wtype) {
+  const bool wide = device.kind() == "host" && wtype != WeightType::f16;
+  return wide ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
+}
+
 bool is_quantized(WeightType t) { return t != WeightType::f32 && t != WeightType::f16; }
 
 size_t weight_align(WeightType t) {
@@ -74,26 +79,66 @@ uint64_t matmul_weight_bytes_read(const MatmulArgs& a) {
   return passes * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
 }
 
+namespace {
+
+void check_common(const char* op, uint32_t n_tokens, uint32_t n_out) {
+  if (n_tokens == 0 || n_out == 0)
+    fail(op, "n_tokens and n_out must be positive, got n_tokens=" + std::to_string(n_tokens) +
+                 ", n_out=" + std::to_string(n_out));
+}
+
+// The kernels read x while other SIMD-groups write y.
+void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const BufferView& y,
+                      size_t y_bytes) {
+  if (x.buffer == y.buffer && x.offset < y.offset + y_bytes && y.offset < x.offset + x_bytes)
+    fail(op, "y overlaps x; the output needs its own memory");
+}
+
+// The gemv width to run: 0 picks the device's; else kGemvRows or kGemvRowsWide.
+uint32_t pick_gemv_rows(const char* op, const gpu::Device& device, WeightType wtype, uint32_t asked) {
+  if (asked == 0) return gemv_rows(device, wtype);
+  if (asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
+    fail(op, "gemv_rows must be 0 (the device's choice), " + std::to_string(mkv_params::kGemvRows) + " or " +
+                 std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
+  return asked;
+}
+
+// "gemv_q4_1" (Metal's shape) or "gemv_q4_1_r32" (the host's).
+std::string gemv_name(const std::string& base, uint32_t rows) {
+  return rows == mkv_params::kGemvRows ? base : base + "_r" + std::to_string(rows);
+}
+
+void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t n_out, uint32_t n_tokens) {
+  const uint32_t simds = rows == mkv_params::kGemvRows ? mkv_params::kGemvSimds : mkv_params::kGemvSimdsWide;
+  enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), n_tokens, 1}, {32 * simds, 1, 1});
+}
+
+}  // namespace
+
 void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) {
   // 1. Check shapes and buffers.
-  if (a.n_tokens == 0 || a.n_out == 0)
-    fail(kOp, "n_tokens and n_out must be positive, got n_tokens=" + std::to_string(a.n_tokens) +
-                  ", n_out=" + std::to_string(a.n_out));
+  check_common(kOp, a.n_tokens, a.n_out);
   const size_t w_bytes = weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
-  check_view(kOp, "x (n_tokens, n_in) float32", a.x, size_t(a.n_tokens) * a.n_in * 4, 16);
+  const size_t x_bytes = size_t(a.n_tokens) * a.n_in * 4, y_bytes = size_t(a.n_tokens) * a.n_out * 4;
+  check_view(kOp, "x (n_tokens, n_in) float32", a.x, x_bytes, 16);
   check_view(kOp, ("w (n_out, n_in) " + std::string(weight_type_name(a.wtype))).c_str(), a.w,
              w_bytes, weight_align(a.wtype));
-  check_view(kOp, "y (n_tokens, n_out) float32", a.y, size_t(a.n_tokens) * a.n_out * 4, 4);
+  check_view(kOp, "y (n_tokens, n_out) float32", a.y, y_bytes, 4);
+  check_no_overlap(kOp, a.x, x_bytes, a.y, y_bytes);
   const bool has_bias = a.bias.buffer != nullptr;
   if (has_bias) check_view(kOp, "bias (n_out) float32", a.bias, size_t(a.n_out) * 4, 4);
 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  auto pipeline = device.pipeline(std::string(gemv ? "gemv_" : "gemm_") + weight_type_name(a.wtype));
+  const uint32_t rows = pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows);
+  auto pipeline = device.pipeline(gemv ? gemv_name(std::string("gemv_") + weight_type_name(a.wtype), rows)
+                                       : std::string("gemm_") + weight_type_name(a.wtype));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
-  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, has_bias ? 1u : 0u};
+  const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
+                         (a.accumulate ? mkv_params::kMatmulAccumulate : 0u);
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags};
   enc.set_pipeline(pipeline);
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
@@ -101,14 +146,34 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
   if (gemv) {
-    const uint32_t rows_per_group = mkv_params::kGemvRows * mkv_params::kGemvSimds;
-    enc.dispatch_threadgroups({ceil_div(a.n_out, rows_per_group), a.n_tokens, 1},
-                              {32 * mkv_params::kGemvSimds, 1, 1});
+    dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
                               {mkv_params::kGemmThreads, 1, 1});
   }
+}
+
+void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a) {
+  constexpr const char* op = "matmul_glu";
+  check_common(op, a.n_tokens, a.n_out);
+  const size_t w_bytes = weight_bytes(a.wtype, uint64_t(a.n_out) * 2, a.n_in, op);
+  const size_t x_bytes = size_t(a.n_tokens) * a.n_in * 4, y_bytes = size_t(a.n_tokens) * a.n_out * 4;
+  check_view(op, "x (n_tokens, n_in) float32", a.x, x_bytes, 16);
+  check_view(op, ("w (2 n_out, n_in) " + std::string(weight_type_name(a.wtype))).c_str(), a.w, w_bytes,
+             weight_align(a.wtype));
+  check_view(op, "y (n_tokens, n_out) float32", a.y, y_bytes, 4);
+  check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
+
+  const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
+  const uint32_t rows = pick_gemv_rows(op, device, a.wtype, a.gemv_rows);
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
+  enc.set_pipeline(device.pipeline(gemv_name(act + std::string(weight_type_name(a.wtype)), rows)));
+  bind_params(enc, p, 0);
+  bind(enc, a.w, 1);
+  bind(enc, a.x, 2);
+  bind(enc, a.y, 3);
+  dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
 }
 
 }  // namespace mkv::ops

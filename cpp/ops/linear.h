@@ -37,18 +37,46 @@ enum class MatmulKernel {
 struct MatmulArgs {
   BufferView x;     // (n_tokens, n_in) float32, offset 16-byte aligned
   BufferView w;     // (n_out, n_in) in wtype, offset aligned to weight_align(wtype)
-  BufferView y;     // (n_tokens, n_out) float32
+  BufferView y;     // (n_tokens, n_out) float32; must not overlap x
   BufferView bias;  // (n_out) float32, or no buffer for none
   uint32_t n_tokens = 1;
   uint32_t n_in = 0;
   uint32_t n_out = 0;
   WeightType wtype = WeightType::f16;
   MatmulKernel kernel = MatmulKernel::automatic;
+  bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
+  uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (see gemv_rows())
 };
+
+// The gemv shape a device runs best: 8 rows per SIMD-group, 2 SIMD-groups per
+// threadgroup on Metal (enough SIMD-groups to fill the GPU); on the host
+// executor, where each lane is a fiber and costs its setup and switches
+// whatever work it does, 32 rows and one SIMD-group (1.2-1.3x faster for
+// q4_1/q8_0/f32) except for f16, whose 8-row loop g++ vectorizes (r32 is
+// 0.6-0.96x there). Both are real MSL; tests run both.
+uint32_t gemv_rows(const gpu::Device& device, WeightType wtype);
 
 // Validates shapes and buffer sizes, then encodes one dispatch of
 // gemv_<wtype> or gemm_<wtype>. Raises GpuError "[matmul] ...".
 void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a);
+
+enum class GluActivation { silu, gelu_tanh };  // SwiGLU (Llama), GeGLU (Gemma)
+
+// y = act(X · W_gateᵀ) * (X · W_upᵀ) in one gemv pass over the stacked
+// weights (one dispatch of gemv_swiglu_<wtype> / gemv_geglu_<wtype>): the
+// decode step's feed-forward input. One weight pass per token.
+struct GluArgs {
+  BufferView x;  // (n_tokens, n_in) float32, offset 16-byte aligned
+  BufferView w;  // (2 n_out, n_in) in wtype: W_gate rows, then W_up rows
+  BufferView y;  // (n_tokens, n_out) float32; must not overlap x
+  uint32_t n_tokens = 1;
+  uint32_t n_in = 0;
+  uint32_t n_out = 0;  // rows of each half (the FFN width)
+  WeightType wtype = WeightType::f16;
+  GluActivation act = GluActivation::silu;
+  uint32_t gemv_rows = 0;  // as MatmulArgs::gemv_rows
+};
+void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
 
 // Weight bytes one call reads from device memory: gemv reads W once per
 // token, gemm once per tile of 32 tokens.

@@ -9,24 +9,29 @@ import pytest
 import metalkv
 from metalkv._core import ops
 
-from .reference import QUANTIZED, WTYPES, f32, make_weights, matmul, matmul_tolerance
+from .reference import (QUANTIZED, WTYPES, f32, gelu_pytorch_tanh, make_weights, matmul, matmul_tolerance,
+                        silu)
 
 
-def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto"):
+# gemv widths: 8 rows per SIMD-group (Metal's shape), 32 (the host's); 0 = the device's.
+GEMV_ROWS = [8, 32]
+
+
+def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto", gemv_rows=0):
     n_tokens, n_in = x.shape
     y = dev.buffer(n_tokens * n_out * 4)
     ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(stored), y,
                n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
-               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel)
+               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, gemv_rows=gemv_rows)
     return f32(y, (n_tokens, n_out))
 
 
-def check(dev, wtype, n_tokens, n_out, n_in, kernel, with_bias, seed):
+def check(dev, wtype, n_tokens, n_out, n_in, kernel, with_bias, seed, gemv_rows=0):
     rng = np.random.default_rng(seed)
     stored, w = make_weights(wtype, n_out, n_in, rng)
     x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
     bias = rng.standard_normal(n_out).astype(np.float32) if with_bias else None
-    y = run_matmul(dev, x, stored, n_out, wtype, bias, kernel)
+    y = run_matmul(dev, x, stored, n_out, wtype, bias, kernel, gemv_rows)
     ref = matmul(x, w, bias)
     assert np.all(np.abs(y - ref) <= matmul_tolerance(x, w)), np.abs(y - ref).max()
 
@@ -34,8 +39,17 @@ def check(dev, wtype, n_tokens, n_out, n_in, kernel, with_bias, seed):
 # SmolLM2-135M's decode shapes (n_out, n_in): gate/up and down projections.
 @pytest.mark.parametrize("wtype", WTYPES)
 @pytest.mark.parametrize("n_out,n_in", [(1536, 576), (576, 1536)])
-def test_gemv_smollm2_shapes(dev, wtype, n_out, n_in):
-    check(dev, wtype, 1, n_out, n_in, "auto", False, n_out + n_in)
+@pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
+def test_gemv_smollm2_shapes(dev, wtype, n_out, n_in, gemv_rows):
+    check(dev, wtype, 1, n_out, n_in, "auto", False, n_out + n_in, gemv_rows)
+
+
+# Ragged row counts: the last SIMD-group re-reads the last row and writes only real rows.
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_out", [1, 5, 33, 70])
+@pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
+def test_gemv_ragged_rows(dev, wtype, n_out, gemv_rows):
+    check(dev, wtype, 2, n_out, 64, "gemv", True, n_out, gemv_rows)
 
 
 # Prefill chunks: n_out not a multiple of the 64-row tile, tokens not a
@@ -130,3 +144,90 @@ def test_bad_inputs_raise_clear_errors():
         call(dev, bias_bytes=16)
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] n_tokens and n_out must be positive"):
         call(dev, n_tokens=0)
+
+
+# ---- fused epilogues -------------------------------------------------------------
+
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_tokens,kernel", [(1, "gemv"), (17, "gemm")])
+@pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
+def test_accumulate_adds_to_y(dev, wtype, n_tokens, kernel, gemv_rows):
+    """y += x·Wᵀ + bias: the residual add fused into the epilogue."""
+    rng = np.random.default_rng(11)
+    n_out, n_in = 70, 64
+    stored, w = make_weights(wtype, n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    y0 = rng.standard_normal((n_tokens, n_out)).astype(np.float32)
+    y = dev.buffer_from(y0)
+    ops.matmul(dev, dev.buffer_from(x), dev.buffer_from(stored), y, n_tokens=n_tokens, n_in=n_in,
+               n_out=n_out, wtype=wtype, bias=dev.buffer_from(bias), kernel=kernel, accumulate=True,
+               gemv_rows=gemv_rows)
+    ref = y0.astype(np.float64) + matmul(x, w, bias)
+    # the matmul's tolerance plus one float32 rounding of the sum
+    tol = matmul_tolerance(x, w) + 2 ** -23 * np.abs(ref)
+    assert np.all(np.abs(f32(y, (n_tokens, n_out)) - ref) <= tol)
+
+
+def run_glu(dev, x, stored, n_out, wtype, act, gemv_rows=0):
+    n_tokens, n_in = x.shape
+    y = dev.buffer(n_tokens * n_out * 4)
+    ops.matmul_glu(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(stored), y,
+                   n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype, act=act, gemv_rows=gemv_rows)
+    return f32(y, (n_tokens, n_out))
+
+
+# SmolLM2's FFN (1536 of 576) and ragged shapes: n_out not a multiple of the
+# rows a threadgroup owns, several tokens.
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("act,fn", [("silu", silu), ("gelu_tanh", gelu_pytorch_tanh)])
+@pytest.mark.parametrize("n_tokens,n_out,n_in", [(1, 1536, 576), (3, 37, 96)])
+@pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
+def test_glu_matches_reference(dev, wtype, act, fn, n_tokens, n_out, n_in, gemv_rows):
+    rng = np.random.default_rng(n_out)
+    stored, w = make_weights(wtype, 2 * n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    y = run_glu(dev, x, stored, n_out, wtype, act, gemv_rows)
+    g, u = matmul(x, w[:n_out]), matmul(x, w[n_out:])
+    tol_g, tol_u = matmul_tolerance(x, w[:n_out]), matmul_tolerance(x, w[n_out:])
+    # act'(g) is at most ~1.13 (silu, gelu_tanh), so an error e_g in g moves
+    # act(g)·u by <= 1.13·e_g·|u|; plus act(g)·e_u and float32 rounding of the
+    # activation and the product (a few ulps of the result).
+    ref = fn(g) * u
+    tol = 1.2 * tol_g * (np.abs(u) + tol_u) + np.abs(fn(g)) * tol_u + 1e-6 * np.abs(ref) + 1e-30
+    assert np.all(np.abs(y - ref) <= tol), np.abs(y - ref).max()
+
+
+@pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
+def test_glu_equals_unfused_ops_bit_for_bit(gemv_rows):
+    """The fused kernel computes the same floats as gemv + gemv + swiglu_f32."""
+    dev = metalkv.device("host")
+    rng = np.random.default_rng(5)
+    n_out, n_in = 1536, 576
+    stored, _ = make_weights("q4_1", 2 * n_out, n_in, rng)
+    x = rng.standard_normal((1, n_in)).astype(np.float32)
+    fused = run_glu(dev, x, stored, n_out, "q4_1", "silu", gemv_rows)
+    gate = run_matmul(dev, x, stored[:n_out], n_out, "q4_1", kernel="gemv", gemv_rows=gemv_rows)
+    up = run_matmul(dev, x, stored[n_out:], n_out, "q4_1", kernel="gemv", gemv_rows=gemv_rows)
+    g, u = dev.buffer_from(gate), dev.buffer_from(up)
+    ops.swiglu(dev, g, u, g, n=n_out)
+    np.testing.assert_array_equal(fused, f32(g, (1, n_out)))
+
+
+def test_glu_bad_inputs():
+    dev = metalkv.device("host")
+    x, y = dev.buffer(64 * 4), dev.buffer(8 * 4)
+    w = dev.buffer(16 * 2 * 34)  # (16, 64) q8_0: 2 x 8 rows
+    ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")  # valid
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] w \(2 n_out, n_in\) q8_0 needs 2176 bytes at offset 0, "
+                                              r"but the buffer has 1088 bytes"):
+        ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=16, wtype="q8_0")
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] unknown activation 'relu'"):
+        ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", act="relu")
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] y overlaps x"):
+        ops.matmul_glu(dev, x, w, x, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] y overlaps x"):
+        ops.matmul(dev, x, w, x, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")
+    for fn in (ops.matmul, ops.matmul_glu):
+        with pytest.raises(metalkv.GpuError, match=r"gemv_rows must be 0 \(the device's choice\), 8 or 32, got 16"):
+            fn(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", gemv_rows=16)

@@ -1,5 +1,6 @@
 #include "host_device.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -50,11 +51,21 @@ class HostPipeline final : public Pipeline {
 // Shared by a device and its command buffers, so a command buffer may outlive
 // the Python object of its device.
 struct CounterSink {
+  explicit CounterSink(bool profile) : profile(profile) {}
+  const bool profile;  // time each command by kernel name
   std::mutex mutex;
   Counters totals;
+  std::map<std::string, KernelTime> times;
   void add(const Counters& c) {
     std::lock_guard<std::mutex> lock(mutex);
     totals += c;
+  }
+  void add_times(const std::map<std::string, KernelTime>& t) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& [name, kt] : t) {
+      times[name].calls += kt.calls;
+      times[name].seconds += kt.seconds;
+    }
   }
 };
 
@@ -164,11 +175,23 @@ class HostCommandBuffer final : public CommandBuffer {
     committed_ = true;
     counters_.command_buffers_committed = 1;
     sink_->add(counters_);
+    std::map<std::string, KernelTime> times;
     try {
-      for (Command& c : commands_) run(c);
+      for (Command& c : commands_) {
+        if (!sink_->profile) {
+          run(c);
+          continue;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        run(c);
+        KernelTime& kt = times[command_name(c)];
+        ++kt.calls;
+        kt.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
     } catch (const GpuError& e) {
       error_ = e.what();
     }
+    if (sink_->profile) sink_->add_times(times);
     commands_.clear();  // release buffers now that the work is done
     bytes_.clear();
   }
@@ -197,6 +220,10 @@ class HostCommandBuffer final : public CommandBuffer {
     if (committed_) throw GpuError("[command buffer] already committed; create a new one");
     if (compute_.open() || blit_.open())
       throw GpuError("[command buffer] only one encoder may be open; call end_encoding() first");
+  }
+  static std::string command_name(const Command& c) {
+    if (auto* d = std::get_if<DispatchCommand>(&c)) return d->dispatch.kernel->name;
+    return std::holds_alternative<CopyCommand>(c) ? "blit_copy" : "blit_fill";
   }
   void run(Command& c) {
     if (auto* d = std::get_if<DispatchCommand>(&c)) {
@@ -303,7 +330,8 @@ class HostCommandQueue final : public CommandQueue {
 
 class HostDevice final : public Device {
  public:
-  explicit HostDevice(host::ExecutorOptions options) : options_(options) {}
+  HostDevice(host::ExecutorOptions options, bool profile)
+      : options_(options), sink_(std::make_shared<CounterSink>(profile)) {}
   std::string kind() const override { return "host"; }
   std::string name() const override {
     return "host executor (" + std::to_string(host::executor_threads()) + " threads, fiber order " +
@@ -336,11 +364,16 @@ class HostDevice final : public Device {
   void reset_counters() override {
     std::lock_guard<std::mutex> lock(sink_->mutex);
     sink_->totals = Counters{};
+    sink_->times.clear();
+  }
+  std::map<std::string, KernelTime> kernel_times() const override {
+    std::lock_guard<std::mutex> lock(sink_->mutex);
+    return sink_->times;
   }
 
  private:
   host::ExecutorOptions options_;
-  std::shared_ptr<CounterSink> sink_ = std::make_shared<CounterSink>();
+  std::shared_ptr<CounterSink> sink_;
   std::mutex mutex_;
   std::map<std::string, PipelinePtr> pipelines_;
 };
@@ -359,7 +392,9 @@ DevicePtr create_host_device(const DeviceOptions& options) {
 #if defined(__SANITIZE_ADDRESS__)
   exec.stack_bytes = 256 * 1024;  // instrumented frames are several times larger
 #endif
-  return std::make_shared<HostDevice>(exec);
+  const char* profile = std::getenv("METALKV_PROFILE");
+  const bool env_profile = profile && *profile && std::strcmp(profile, "0") != 0;
+  return std::make_shared<HostDevice>(exec, options.profile || env_profile);
 }
 
 }  // namespace mkv::gpu
