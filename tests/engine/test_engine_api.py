@@ -65,9 +65,10 @@ def test_counters_one_command_buffer_and_wait_per_token(engine):
     assert st["decode_steps"] == 3  # the first token comes out of the prefill step
     assert st["command_buffers_committed_per_token"] == 1 and st["waits_per_token"] == 1
     assert st["compute_encoders_per_token"] == 1 and st["blit_encoders_per_token"] == 0
-    # per layer: norm, q, k, v, rope, kv store, attention, o, add, norm, gate, up, swiglu, down, add
-    # = 15; plus embedding, final norm, lm_head, argmax
-    assert st["dispatches_per_token"] == 15 * engine.config.n_layers + 4
+    # per layer: norm, qkv (stacked weights), rope, kv store, attention, o (+ residual add),
+    # norm, gate/up + swiglu (one pass), down (+ residual add) = 9; plus embedding, final
+    # norm, lm_head, argmax
+    assert st["dispatches_per_token"] == 9 * engine.config.n_layers + 4
 
 
 def test_cache_continuation_equals_one_pass(engine):
