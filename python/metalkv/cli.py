@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     chat.set_defaults(fn=cmd_chat)
     sub.add_parser("devices", help="list the devices metalkv can run on").set_defaults(fn=cmd_devices)
     args = parser.parse_args(argv)
+    from ._core import GpuError
+
     try:
         return args.fn(args)
-    except ValueError as e:  # bad arguments or model files: the message says what and why
+    except (ValueError, GpuError) as e:  # bad arguments, model files or device: the message says why
         print(f"metalkv: error: {e}", file=sys.stderr)
         return 2
 

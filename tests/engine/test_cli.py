@@ -38,7 +38,14 @@ def test_chat_keeps_the_conversation(default_gguf, monkeypatch, capsys):
 
 
 def test_bad_arguments_exit_with_a_message(default_gguf, capsys):
+    import metalkv
+
+    if "metal" not in metalkv.devices():
+        assert cli.main(["generate", "hi", "--device", "metal"]) == 2
+        assert "[device] 'metal' needs macOS on Apple Silicon" in capsys.readouterr().err
     assert cli.main(["generate", "hi", "--temperature", "-1", "--device", "host"]) == 2
     assert "temperature=-1.0: expected a finite number >= 0" in capsys.readouterr().err
+    assert cli.main(["generate", "hi", "--model", "/nonexistent/model.gguf"]) == 2
+    assert "model '/nonexistent/model.gguf' not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["generate"])  # argparse: the prompt is required
