@@ -136,3 +136,34 @@ def test_model_without_tokenizer_needs_ids(tiny):
     with pytest.raises(ValueError, match=r"ships no tokenizer; pass token ids"):
         tiny.generate("hello")
     assert len(tiny.generate_ids([1, 2, 3], max_tokens=3, stop_ids=())) == 3
+
+
+def chi2_critical(df: int, z: float = 3.719) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile; z = 3.719 is the
+    standard normal's 1 - 1e-4 quantile."""
+    return df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=1.5), dict(temperature=0.8, top_k=5)])
+def test_sampled_first_tokens_follow_the_softmax(tiny, kw):
+    """Through the whole engine (seeded host draws, the device sampler): the first
+    sampled token over many seeds follows softmax(logits / T), restricted to the
+    top k when asked. Seeds are fixed, so the outcome is deterministic."""
+    prompt = [3, 14, 15, 9, 26]
+    logits = tiny.logits(prompt)[-1].astype(np.float64) / kw["temperature"]
+    p = np.exp(logits - logits.max())
+    if "top_k" in kw:
+        p[np.argsort(-logits, kind="stable")[kw["top_k"]:]] = 0
+    p /= p.sum()
+    n = 800
+    counts = np.zeros(len(p))
+    for seed in range(n):
+        counts[tiny.generate_ids(prompt, max_tokens=1, stop_ids=(), seed=seed, **kw)[0]] += 1
+    assert counts[p == 0].sum() == 0  # nothing outside the allowed set
+    expected = n * p
+    big = expected >= 5  # pool the rare tokens into one bin
+    obs = np.append(counts[big], counts[~big & (p > 0)].sum())
+    exp = np.append(expected[big], expected[~big & (p > 0)].sum())
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    assert stat < chi2_critical(int(keep.sum()) - 1), (stat, obs, exp)
