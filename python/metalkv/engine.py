@@ -211,6 +211,9 @@ class Engine:
                 break
             common += 1
         common = min(common, len(ids) - 1)  # at least one token to feed
+        if common < len(held) and not getattr(cache, "messages", None):
+            raise ValueError(f"[generate] the cache holds {len(held)} tokens that are not a chat this engine "
+                             f"rendered; continue it with chat=False or token ids, or pass a new cache")
         if common < cache.length(0):
             try:
                 cache.truncate(common)

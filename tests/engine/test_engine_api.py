@@ -120,6 +120,15 @@ def test_chat_turns_reuse_the_cache(engine):
     assert [m["role"] for m in cache.messages] == ["user", "assistant", "user", "assistant"]
 
 
+def test_chat_refuses_a_cache_of_plain_text(engine):
+    cache = engine.new_cache(capacity=128)
+    engine.generate("Once upon a time", chat=False, max_tokens=2, cache=cache)
+    held = list(cache.tokens)
+    with pytest.raises(ValueError, match=r"holds \d+ tokens that are not a chat this engine rendered"):
+        engine.generate("Hello", cache=cache)
+    assert list(cache.tokens) == held  # nothing was dropped
+
+
 def test_seeded_sampling_reproduces(engine):
     kw = dict(max_tokens=8, temperature=1.0, top_k=50, top_p=0.95, min_p=0.02, repetition_penalty=1.1)
     a = engine.generate("Write a word.", seed=7, **kw)
