@@ -107,6 +107,12 @@ std::vector<int32_t> Engine::generate(kv::KVCache& cache, std::vector<int32_t>& 
   ops::validate_sampling(o.sampling);
   check_ids(prompt, n);
   check_room(cache, n);
+  if (o.max_tokens == 0) {  // just feed the prompt
+    prefill(cache, prompt, n, nullptr);
+    history.insert(history.end(), prompt, prompt + n);
+    stats_.finish_reason = "length";
+    return {};
+  }
   stats_ = Stats{};
   stats_.prompt_tokens = n;
   std::mt19937_64 rng(o.seed);
@@ -123,12 +129,6 @@ std::vector<int32_t> Engine::generate(kv::KVCache& cache, std::vector<int32_t>& 
 
   std::vector<int32_t> out;
   stats_.finish_reason = "length";
-  if (o.max_tokens == 0) {  // just feed the prompt
-    prefill(cache, prompt, n, nullptr);
-    history.insert(history.end(), prompt, prompt + n);
-    stats_.finish_reason = "length";
-    return out;
-  }
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t chunk = chunk_for(cache);
   for (uint32_t i = 0; i < n; i += chunk) {  // the last chunk samples the first token

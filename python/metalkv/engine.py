@@ -67,10 +67,10 @@ class Sampling:
 def _check_stop(stop) -> list[str]:
     if stop is None:
         return []
-    stops = [stop] if isinstance(stop, str) else list(stop) if isinstance(stop, (list, tuple)) else [None]
-    if not all(isinstance(s, str) and s for s in stops):
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
         raise ValueError(f"[generate] stop={stop!r}: expected a non-empty str or a list of them")
-    return stops
+    return list(stops)
 
 
 class _StopMatcher:
@@ -245,7 +245,9 @@ class Engine:
 
         out = self._generate(cache, ids, s, list(self.config.eos_ids), on_token)
         if detok is not None and not matcher.stopped:
-            tail = matcher.feed(detok.flush()) + (matcher.flush() if not matcher.stopped else "")
+            tail = matcher.feed(detok.flush())  # incomplete bytes, then what was held back
+            if not matcher.stopped:
+                tail += matcher.flush()
             if tail:
                 text.append(tail)
                 on_text(tail)

@@ -13,6 +13,7 @@ import numpy as np
 from . import _core
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
+from .models.tensor import bf16_to_f32
 
 # Types the kernels read as they are (GGUF blocks stay blocks).
 KERNEL_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
@@ -82,14 +83,14 @@ def device_tensor(t: Tensor) -> tuple[str, np.ndarray]:
         if t.dtype in ("f32", "f16"):
             data = t.data.astype(np.float32)
         elif t.dtype == "bf16":
-            data = (t.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            data = bf16_to_f32(t.data)
         else:
             data = _dequantized(t).astype(np.float32)
         return "f32", np.ascontiguousarray(data)
     if t.dtype in KERNEL_DTYPES:
         return t.dtype, np.ascontiguousarray(t.data)
     if t.dtype == "bf16":
-        return "f32", np.ascontiguousarray((t.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+        return "f32", np.ascontiguousarray(bf16_to_f32(t.data))
     return "f16", np.ascontiguousarray(_dequantized(t).astype(np.float16))
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from .config import ModelConfig
 from .hf_config import config_from_hf
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, check_tensors
+from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
 _MAX_HEADER = 100 << 20  # the format's own limit
@@ -125,7 +125,7 @@ def to_engine_dtype(t: Tensor) -> Tensor:
     src = t.data
     if t.dtype in ("f16", "f32") and len(t.shape) > 1:
         return t  # the kernels read it as it is; stays a view of the file
-    f32 = (src.astype(np.uint32) << 16).view(np.float32) if t.dtype == "bf16" else src.astype(np.float32)
+    f32 = bf16_to_f32(src) if t.dtype == "bf16" else src.astype(np.float32)
     if len(t.shape) == 1:
         return Tensor(t.name, t.shape, "f32", np.ascontiguousarray(f32))
     with np.errstate(over="ignore"):

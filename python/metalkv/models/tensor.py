@@ -72,6 +72,12 @@ class Tensor:
         return self.dtype not in ("f32", "f16", "bf16")
 
 
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values stored as their 16-bit patterns -> float32, exactly (bf16 is
+    the top half of a float32)."""
+    return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def layer_names(i: int, cfg: ModelConfig) -> list[str]:
     """Canonical tensor names of layer i, in the order a forward pass uses them."""
     p = f"blk.{i}."
