@@ -19,13 +19,11 @@ struct PyDevice {
   gpu::CommandQueuePtr queue;
 };
 
-// metalkv.KVCache: a cache on a device. An Engine feeding it records the ids
-// in `tokens` (what the cache holds, for continuing and repetition penalty).
+// metalkv.KVCache: a cache on a device (which owns its token ids and chat).
 struct PyKVCache {
   PyDevice dev;
   std::unique_ptr<kv::KVCache> cache;
-  gpu::Counters last;           // counters of the last append's command buffer
-  std::vector<int32_t> tokens;  // ids an Engine fed, in order
+  gpu::Counters last;  // counters of the last append's command buffer
 };
 
 // Encodes work into one compute encoder of a new command buffer, commits and

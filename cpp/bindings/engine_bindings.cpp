@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "bindings.h"
+#include "bindings/args.h"
 #include "engine/engine.h"
 
 namespace nb = nanobind;
@@ -21,7 +22,6 @@ namespace mkv::bindings {
 namespace {
 
 using Bytes = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-using Ids = nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 struct PyWeights {
   PyDevice dev;
@@ -75,6 +75,23 @@ model::ModelSpec parse_spec(const nb::dict& d) {
   return s;
 }
 
+// Before every step: run Python's signal handlers (Ctrl-C raises
+// KeyboardInterrupt here on the main thread), then the caller's poll.
+engine::StepPoll step_poll(const std::optional<nb::callable>& poll) {
+  return [poll] {
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    return poll ? nb::cast<bool>((*poll)()) : true;
+  };
+}
+
+nb::object to_numpy(std::vector<float>&& rows, size_t n, size_t width) {
+  auto* data = new std::vector<float>(std::move(rows));
+  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  const size_t shape[2] = {n, width};
+  return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<2>>(data->data(), 2, shape, owner));
+}
+
 std::map<std::string, double> stats_dict(const engine::Stats& s) {
   std::map<std::string, double> out{
       {"prompt_tokens", s.prompt_tokens},      {"generated_tokens", s.generated_tokens},
@@ -87,6 +104,17 @@ std::map<std::string, double> stats_dict(const engine::Stats& s) {
 }
 
 void bind_engine(nb::module_& m, nb::module_&) {
+  m.def(
+      "check_generate",
+      [](nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p, nb::handle min_p,
+         nb::handle repetition_penalty, nb::handle seed) {
+        generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
+      },
+      nb::kw_only(), "max_tokens"_a = 256, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
+      "repetition_penalty"_a = 1.0, "seed"_a = 0,
+      "The checks Engine.generate makes of its options, without a model: raises ArgumentError (a ValueError "
+      "naming the argument) for a value of the wrong type or range.");
+
   nb::class_<PyWeights>(m, "Weights", "A model's tensors on a device, by canonical (GGUF) name.")
       .def(
           "__init__", [](PyWeights* self, PyDevice& dev) {
@@ -124,34 +152,38 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store) {
-            return new PyKVCache{e.dev, e.engine->new_cache(capacity, kv::parse_store_path(store)), {}, {}};
+            return new PyKVCache{e.dev, e.engine->new_cache(capacity, kv::parse_store_path(store)), {}};
           },
           "capacity"_a, "store"_a = "compute", nb::rv_policy::take_ownership)
       .def(
           "prefill",
-          [](PyEngine& e, PyKVCache& c, const Ids& ids, bool want_logits) -> nb::object {
-            const uint32_t n = uint32_t(ids.shape(0)), vocab = e.engine->model().spec().vocab;
-            if (n == 0) throw nb::value_error("[engine] no token ids");
-            float* out = want_logits ? new float[size_t(n) * vocab] : nullptr;
-            nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+          [](PyEngine& e, PyKVCache& c, nb::handle ids, bool want_logits, std::optional<nb::callable> poll) -> nb::object {
+            const uint32_t vocab = e.engine->model().spec().vocab;
+            const std::vector<int32_t> fed = token_ids_arg(ids, vocab);
+            const uint32_t n = uint32_t(fed.size());
+            std::vector<float> logits(want_logits ? size_t(n) * vocab : 0);
             {
               nb::gil_scoped_release release;
               std::lock_guard<std::mutex> lock(e.busy);
-              e.engine->prefill(*c.cache, ids.data(), n, out);
-              c.tokens.insert(c.tokens.end(), ids.data(), ids.data() + n);
+              e.engine->prefill(*c.cache, fed.data(), n, want_logits ? logits.data() : nullptr, step_poll(poll));
             }
-            if (!want_logits) return nb::none();
-            const size_t shape[2] = {n, vocab};
-            return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, 2, shape, owner));
+            if (!want_logits || e.engine->last_stats().finish_reason == "cancelled") return nb::none();
+            return to_numpy(std::move(logits), n, vocab);
           },
-          "cache"_a, "ids"_a, "want_logits"_a = true,
-          "Feeds ids (int32) after what the cache holds; returns their logits (n, vocab) float32 or None.")
+          "cache"_a, "ids"_a, "want_logits"_a = true, "poll"_a = nb::none(),
+          "Feeds ids (int64, 1-D) after what the cache holds; returns their logits (n, vocab) float32 or None. "
+          "poll() -> bool runs before every step (False cancels: the cache is restored, None is returned).")
       .def(
           "generate",
-          [](PyEngine& e, PyKVCache& c, const Ids& prompt, uint32_t max_tokens, float temperature, uint32_t top_k,
-             float top_p, float min_p, float repetition_penalty, uint64_t seed, const std::vector<int32_t>& stop_ids,
-             std::optional<std::function<bool(int32_t)>> on_token) {
-            engine::GenerateOptions o{max_tokens, {temperature, top_k, top_p, min_p, repetition_penalty}, seed, stop_ids};
+          [](PyEngine& e, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
+             nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty, nb::handle seed,
+             const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep,
+             std::optional<std::function<bool(int32_t)>> on_token, std::optional<nb::callable> poll) {
+            engine::GenerateOptions o =
+                generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
+            o.stop_ids = stop_ids;
+            o.keep = keep;
+            const std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab);
             engine::TokenCallback cb;
             if (on_token)
               cb = [&](int32_t id) {
@@ -160,13 +192,16 @@ void bind_engine(nb::module_& m, nb::module_&) {
               };
             nb::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(e.busy);
-            return e.engine->generate(*c.cache, c.tokens, prompt.data(), uint32_t(prompt.shape(0)), o, cb);
+            return e.engine->generate(*c.cache, ids.data(), uint32_t(ids.size()), o, cb, step_poll(poll));
           },
-          "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0,
-          "top_p"_a = 1.0f, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f, "seed"_a = 0,
-          "stop_ids"_a = std::vector<int32_t>{}, "on_token"_a = nb::none(),
-          "Feeds the prompt, samples up to max_tokens ids (a stop id ends it, not returned); on_token(id) -> "
-          "bool is called for each with the GIL held, False stops.")
+          "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0, "top_k"_a = 0,
+          "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0, "seed"_a = 0,
+          "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(), "on_token"_a = nb::none(),
+          "poll"_a = nb::none(),
+          "Rolls the cache back to `keep` tokens (None: keeps all), feeds the prompt (int64 ids), samples up to "
+          "max_tokens ids (a stop id ends it, not returned). on_token(id) -> bool is called for each with the GIL "
+          "held, False stops; poll() -> bool before every step, False cancels. Ctrl-C (on the main thread) or an "
+          "exception from a callback restores the cache to what it held before the call.")
       .def_prop_ro("last_stats", [](const PyEngine& e) { return stats_dict(e.engine->last_stats()); })
       .def_prop_ro("finish_reason", [](const PyEngine& e) { return e.engine->last_stats().finish_reason; })
       .def_prop_ro("weights_nbytes", [](const PyEngine& e) { return e.weight_bytes; })

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "bindings.h"
+#include "bindings/args.h"
 #include "gpu/device.h"
 
 namespace nb = nanobind;
@@ -39,6 +40,7 @@ void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, s
 
 void bind_gpu(nb::module_& m, nb::module_&) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
+  register_argument_error(m);
 
   m.def("device_kinds", &gpu::available_device_kinds,
         "Device kinds this machine can create, best first ('metal' on Apple Silicon, 'host').");

@@ -162,7 +162,7 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 }  // namespace
 
 void bind_kv(nb::module_& m, nb::module_& ops_m) {
-  nb::class_<PyKVCache>(m, "KVCache", nb::dynamic_attr(),
+  nb::class_<PyKVCache>(m, "KVCache",
                         "Preallocated per-layer K/V cache: (2, slots, n_kv_heads, head_dim) float16 per layer.")
       .def(
           "__init__",
@@ -176,7 +176,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
             } catch (const gpu::GpuError& e) {
               throw nb::value_error(e.what());
             }
-            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}, {}};
+            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}};
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute",
@@ -216,19 +216,35 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def_prop_ro("store", [](const PyKVCache& c) { return std::string(kv::store_path_name(c.cache->spec().store)); })
       .def_prop_ro("last_append_counters", [](const PyKVCache& c) { return c.last.as_map(); },
                    "Counters (encoders, dispatches, blit bytes) of the last append's command buffer.")
-      .def_prop_ro("tokens", [](const PyKVCache& c) { return c.tokens; },
+      .def_prop_ro("tokens", [](const PyKVCache& c) { return c.cache->tokens(); },
                    "Token ids an Engine fed into this cache, in order (empty when filled by append).")
-      .def(
-          "truncate",
-          [](PyKVCache& c, uint32_t n) {
-            c.cache->truncate(n);
-            if (c.tokens.size() > n) c.tokens.resize(n);
+      .def_prop_rw(
+          "messages",
+          [](const PyKVCache& c) {
+            nb::list out;
+            for (const kv::ChatMessage& m : c.cache->messages()) {
+              nb::dict d;
+              d["role"] = m.role;
+              d["content"] = m.content;
+              out.append(d);
+            }
+            return out;
           },
-          "n"_a,
-          "Forgets every token from position n on (all layers), so the next token goes to position n. "
-          "A sliding layer can drop at most max_chunk tokens; raises GpuError otherwise.")
-      .def("reset", [](PyKVCache& c) { c.cache->reset(); c.tokens.clear(); },
-           "Every layer back to length 0, no tokens.");
+          [](PyKVCache& c, const std::vector<std::map<std::string, std::string>>& messages) {
+            std::vector<kv::ChatMessage> ms;
+            for (const auto& m : messages) {
+              if (m.size() != 2 || !m.count("role") || !m.count("content"))
+                throw nb::value_error("[kv_cache] a message is a dict with exactly 'role' and 'content'");
+              ms.push_back({m.at("role"), m.at("content")});
+            }
+            c.cache->set_messages(std::move(ms));
+          },
+          "The chat (a list of {'role', 'content'}) whose rendering the tokens are; empty when the cache holds "
+          "plain text. A truncate() that drops tokens clears it.")
+      .def("truncate", [](PyKVCache& c, uint32_t n) { c.cache->truncate(n); }, "n"_a,
+           "Forgets every token from position n on (all layers), so the next token goes to position n. "
+           "A sliding layer can drop at most max_chunk tokens; raises GpuError otherwise.")
+      .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0, no tokens, no messages.");
 
   ops_m.def(
       "rope",

@@ -15,7 +15,7 @@ void bind_sample(nb::module_&, nb::module_& ops) {
   ops.def(
       "sample",
       [](PyDevice& dev, const gpu::BufferPtr& logits, uint32_t vocab, float uniform,
-         float temperature, uint32_t top_k, float top_p, float min_p, float repetition_penalty,
+         double temperature, int64_t top_k, double top_p, double min_p, double repetition_penalty,
          const gpu::BufferPtr& penalty_ids, uint32_t n_penalty_ids) {
         if (!logits || logits->length() < size_t(vocab) * 4)
           throw gpu::GpuError("[sample] logits buffer holds fewer than vocab floats");
@@ -30,8 +30,8 @@ void bind_sample(nb::module_&, nb::module_& ops) {
         });
         return *static_cast<uint32_t*>(token->contents());
       },
-      "device"_a, "logits"_a, "vocab"_a, "uniform"_a = 0.0f, "temperature"_a = 0.0f,
-      "top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f, "repetition_penalty"_a = 1.0f,
+      "device"_a, "logits"_a, "vocab"_a, "uniform"_a = 0.0f, "temperature"_a = 0.0,
+      "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0,
       "penalty_ids"_a.none() = nb::none(), "n_penalty_ids"_a = 0,
       "Draws one token id from a row of logits on the device.");
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "kv/encoder_session.h"
 #include "ops/elementwise.h"
@@ -17,9 +18,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool greedy(const ops::SamplingParams& s) { return s.temperature == 0.0f && s.repetition_penalty == 1.0f; }
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
+bool cache_full(const kv::KVCache& cache) {
+  for (uint32_t l = 0; l < cache.n_layers(); ++l)
+    if (!cache.wraps(l) && cache.length(l) >= cache.slots(l)) return true;
+  return false;
+}
 
 }  // namespace
+
+void check_generate_options(const GenerateOptions& o) {
+  if (o.max_tokens < 0)
+    throw gpu::ArgumentError("generate", "max_tokens", str(o.max_tokens), "an int >= 0");
+  ops::validate_sampling(o.sampling);
+}
 
 Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, EngineOptions options)
     : device_(std::move(device)),
@@ -44,21 +59,27 @@ uint32_t Engine::chunk_for(const kv::KVCache& cache) const {
   return chunk;
 }
 
-void Engine::check_ids(const int32_t* ids, uint32_t n) const {
-  const uint32_t vocab = model_->spec().vocab;
-  for (uint32_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || uint32_t(ids[i]) >= vocab)
-      fail("token id " + str(ids[i]) + " at index " + str(i) + " is out of range; the vocabulary has " +
-           str(vocab) + " ids (0.." + str(vocab - 1) + ")");
+void Engine::check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) const {
+  model_->check_cache(cache);
+  if (keep > cache.length(0))
+    throw gpu::ArgumentError("generate", "keep", "cannot keep " + str(keep) + " tokens of a cache that holds " +
+                                                     str(cache.length(0)));
+  for (uint32_t l = 0; l < cache.n_layers(); ++l)
+    if (!cache.wraps(l) && uint64_t(keep) + n > cache.slots(l))
+      throw gpu::ArgumentError("engine", "prompt",
+                               str(n) + " tokens do not fit: the cache holds " + str(cache.slots(l)) + " and " +
+                                   str(keep) + " are used; use a larger cache (new_cache(capacity=...) or "
+                                   "Engine.load(context=...)) or a shorter prompt");
 }
 
-void Engine::check_room(const kv::KVCache& cache, uint32_t n) const {
-  model_->check_cache(cache);
-  const uint32_t held = cache.length(0);
-  for (uint32_t l = 0; l < cache.n_layers(); ++l)
-    if (!cache.wraps(l) && uint64_t(held) + n > cache.slots(l))
-      fail("the prompt has " + str(n) + " tokens but the cache holds " + str(cache.slots(l)) + " (" + str(held) +
-           " already used); create a larger cache (capacity / context) or shorten the prompt");
+uint32_t* Engine::penalty_room(size_t n) {
+  const size_t have = penalty_ids_ ? penalty_ids_->length() / sizeof(uint32_t) : 0;
+  if (n > have) {
+    auto grown = device_->new_buffer(std::max(n, 2 * have) * sizeof(uint32_t));
+    if (have) std::memcpy(grown->contents(), penalty_ids_->contents(), have * sizeof(uint32_t));
+    penalty_ids_ = grown;
+  }
+  return static_cast<uint32_t*>(penalty_ids_->contents());
 }
 
 gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t n, uint32_t n_logits,
@@ -71,7 +92,7 @@ gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t 
     if (sample) {
       const uint32_t vocab = model_->spec().vocab;
       gpu::ComputeEncoder& enc = session.compute();
-      if (greedy(*sample))
+      if (sample->greedy())
         ops::argmax(*device_, enc, ws_.logits(), {token_, 0}, 1, vocab);
       else
         ops::sample(*device_, enc, ws_.logits(), {penalty_ids_, 0}, n_penalty, {sample_work_, 0}, {token_, 0},
@@ -81,65 +102,103 @@ gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t 
   }
   cb->commit();
   cb->wait();
+  cache.record_tokens(ids, n);
   return cb->counters();
 }
 
-void Engine::prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* logits_out) {
-  check_ids(ids, n);
-  check_room(cache, n);
+void Engine::prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* logits_out, const StepPoll& poll) {
+  check_token_ids(ids, n, model_->spec().vocab);
+  check_room(cache, cache.length(0), n);
   stats_ = Stats{};
   stats_.prompt_tokens = n;
+  stats_.finish_reason = "length";
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t chunk = chunk_for(cache), vocab = model_->spec().vocab;
-  for (uint32_t i = 0; i < n; i += chunk) {
-    const uint32_t m = std::min(chunk, n - i);
-    // Without logits wanted, one row is the cheapest the step can make.
-    stats_.prefill_counters += run_step(cache, ids + i, m, logits_out ? m : 1, nullptr, 0.0f, 0);
-    ++stats_.prefill_steps;
-    if (logits_out) std::memcpy(logits_out + size_t(i) * vocab, ws_.logits_host(), size_t(m) * vocab * sizeof(float));
+  const kv::KVCache::Checkpoint cp = cache.checkpoint(*queue_, cache.length(0), n);
+  try {
+    for (uint32_t i = 0; i < n; i += chunk) {
+      if (poll && !poll()) {
+        cache.restore(*queue_, cp);
+        stats_.finish_reason = "cancelled";
+        break;
+      }
+      const uint32_t m = std::min(chunk, n - i);
+      // Without logits wanted, one row is the cheapest the step can make.
+      stats_.prefill_counters += run_step(cache, ids + i, m, logits_out ? m : 1, nullptr, 0.0f, 0);
+      ++stats_.prefill_steps;
+      if (logits_out)
+        std::memcpy(logits_out + size_t(i) * vocab, ws_.logits_host(), size_t(m) * vocab * sizeof(float));
+    }
+  } catch (...) {
+    cache.restore(*queue_, cp);
+    throw;
   }
   stats_.prefill_seconds = seconds_since(t0);
 }
 
-std::vector<int32_t> Engine::generate(kv::KVCache& cache, std::vector<int32_t>& history, const int32_t* prompt,
-                                      uint32_t n, const GenerateOptions& o, const TokenCallback& on_token) {
-  if (n == 0) fail("generate needs at least one prompt token");
-  ops::validate_sampling(o.sampling);
-  check_ids(prompt, n);
-  check_room(cache, n);
-  if (o.max_tokens == 0) {  // just feed the prompt
-    prefill(cache, prompt, n, nullptr);
-    history.insert(history.end(), prompt, prompt + n);
-    stats_.finish_reason = "length";
-    return {};
-  }
+std::vector<int32_t> Engine::generate(kv::KVCache& cache, const int32_t* prompt, uint32_t n, const GenerateOptions& o,
+                                      const TokenCallback& on_token, const StepPoll& poll) {
+  // 1. checks, before the cache changes
+  check_generate_options(o);
+  check_token_ids(prompt, n, model_->spec().vocab);
+  const uint32_t keep = o.keep.value_or(cache.length(0));
+  check_room(cache, keep, n);
+
   stats_ = Stats{};
   stats_.prompt_tokens = n;
+  stats_.finish_reason = "length";
   std::mt19937_64 rng(o.seed);
   auto draw = [&] { return float(rng() >> 40) * 0x1.0p-24f; };  // uniform in [0, 1), 24 bits
-
-  // Every id the penalty may look at: what the cache holds, the prompt, and what is generated.
-  const size_t most = history.size() + n + o.max_tokens;
-  if (!penalty_ids_ || penalty_ids_->length() < most * sizeof(uint32_t))
-    penalty_ids_ = device_->new_buffer(std::max<size_t>(most, 1) * sizeof(uint32_t));
-  uint32_t* pen = static_cast<uint32_t*>(penalty_ids_->contents());
-  uint32_t n_pen = 0;
-  for (int32_t id : history) pen[n_pen++] = uint32_t(id);
-  for (uint32_t i = 0; i < n; ++i) pen[n_pen++] = uint32_t(prompt[i]);
-
-  std::vector<int32_t> out;
-  stats_.finish_reason = "length";
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t chunk = chunk_for(cache);
-  for (uint32_t i = 0; i < n; i += chunk) {  // the last chunk samples the first token
-    const uint32_t m = std::min(chunk, n - i);
-    const bool last = i + m == n;
-    stats_.prefill_counters += run_step(cache, prompt + i, m, 1, last ? &o.sampling : nullptr, draw(), n_pen);
-    ++stats_.prefill_steps;
+  const uint64_t n_store = saturating_add(n, o.max_tokens > 0 ? uint64_t(o.max_tokens - 1) : 0);
+  const kv::KVCache::Checkpoint cp = cache.checkpoint(*queue_, keep, n_store);
+  try {
+    // 2. roll back to what the caller keeps
+    if (keep < cache.length(0)) {
+      try {
+        cache.truncate(keep);
+      } catch (const gpu::GpuError& e) {
+        throw gpu::ArgumentError("generate", "cache",
+                                 std::string("the cache holds a conversation this prompt does not continue and "
+                                             "cannot roll it back (") + e.what() + "); pass a new cache");
+      }
+    }
+    // 3. the prompt; its last chunk samples the first token. Repetition penalty
+    // looks at every id the cache holds, the prompt, and what is generated.
+    const std::vector<int32_t>& held = cache.tokens();
+    uint32_t n_pen = 0;
+    uint32_t* pen = penalty_room(held.size() + n + 1);
+    for (int32_t id : held) pen[n_pen++] = uint32_t(id);
+    for (uint32_t i = 0; i < n; ++i) pen[n_pen++] = uint32_t(prompt[i]);
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint32_t chunk = chunk_for(cache);
+    for (uint32_t i = 0; i < n; i += chunk) {
+      if (poll && !poll()) {  // nothing generated yet: the call did not happen
+        cache.restore(*queue_, cp);
+        stats_.finish_reason = "cancelled";
+        return {};
+      }
+      const uint32_t m = std::min(chunk, n - i);
+      const bool last = i + m == n;
+      const bool sample = last && o.max_tokens > 0;
+      // A draw only where a token is sampled: the same seed gives the same
+      // tokens whatever prefill_chunk is.
+      stats_.prefill_counters +=
+          run_step(cache, prompt + i, m, 1, sample ? &o.sampling : nullptr, sample ? draw() : 0.0f, n_pen);
+      ++stats_.prefill_steps;
+    }
+    stats_.prefill_seconds = seconds_since(t0);
+    if (o.max_tokens == 0) return {};
+    // 4. decode
+    return decode(cache, o, on_token, poll, draw, n_pen);
+  } catch (...) {
+    cache.restore(*queue_, cp);
+    throw;
   }
-  history.insert(history.end(), prompt, prompt + n);
-  stats_.prefill_seconds = seconds_since(t0);
+}
 
+std::vector<int32_t> Engine::decode(kv::KVCache& cache, const GenerateOptions& o, const TokenCallback& on_token,
+                                    const StepPoll& poll, const std::function<float()>& draw, uint32_t n_pen) {
+  std::vector<int32_t> out;
   const auto t1 = std::chrono::steady_clock::now();
   for (;;) {
     const int32_t id = *static_cast<const int32_t*>(token_->contents());
@@ -148,21 +207,23 @@ std::vector<int32_t> Engine::generate(kv::KVCache& cache, std::vector<int32_t>& 
       break;
     }
     out.push_back(id);
-    pen[n_pen++] = uint32_t(id);
+    penalty_room(n_pen + 1)[n_pen] = uint32_t(id);
+    ++n_pen;
     if (on_token && !on_token(id)) {
-      stats_.finish_reason = "callback";
+      stats_.finish_reason = "cancelled";
       break;
     }
-    if (out.size() >= o.max_tokens) break;
-    bool full = false;
-    for (uint32_t l = 0; l < cache.n_layers(); ++l) full |= !cache.wraps(l) && cache.length(l) >= cache.slots(l);
-    if (full) {
-      stats_.finish_reason = "cache_full";
+    if (int64_t(out.size()) >= o.max_tokens) break;
+    if (cache_full(cache)) {
+      stats_.finish_reason = "context_full";
+      break;
+    }
+    if (poll && !poll()) {
+      stats_.finish_reason = "cancelled";
       break;
     }
     stats_.decode_counters += run_step(cache, &id, 1, 1, &o.sampling, draw(), n_pen);
     ++stats_.decode_steps;
-    history.push_back(id);
   }
   stats_.decode_seconds = seconds_since(t1);
   stats_.generated_tokens = uint32_t(out.size());

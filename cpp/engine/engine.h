@@ -3,11 +3,17 @@
 // step is one command buffer and one CPU wait: the host writes the step's
 // token ids into the workspace, encodes, commits, waits, and reads back the
 // sampled id (or the logits rows asked for).
+//
+// A call is all or nothing for the cache: if it throws part-way (a device
+// error, an exception from a callback), the cache is restored to what it held
+// before the call (KVCache::checkpoint). A cancelled call keeps what it
+// generated, or nothing when cancelled before its first token.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,11 +30,28 @@ struct EngineOptions {
 };
 
 struct GenerateOptions {
-  uint32_t max_tokens = 256;
+  int64_t max_tokens = 256;          // >= 0
   ops::SamplingParams sampling;
-  uint64_t seed = 0;               // the uniform draws of sampling
-  std::vector<int32_t> stop_ids;   // a sampled id in here ends generation (not emitted)
+  uint64_t seed = 0;                 // the uniform draws of sampling
+  std::vector<int32_t> stop_ids;     // a sampled id in here ends generation (not emitted)
+  std::optional<uint32_t> keep;      // first roll the cache back to this many tokens (a chat turn)
 };
+
+// The one check of a generate call's options (sampling included): raises
+// ArgumentError naming the argument.
+void check_generate_options(const GenerateOptions& o);
+
+// Every id must be a row of the vocabulary; raises ArgumentError("token_ids").
+template <class Int>
+void check_token_ids(const Int* ids, size_t n, uint32_t vocab) {
+  if (n == 0) throw gpu::ArgumentError("engine", "token_ids", "no token ids");
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || uint64_t(ids[i]) >= vocab)
+      throw gpu::ArgumentError("engine", "token_ids",
+                               "token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                                   " is out of range; the vocabulary has " + std::to_string(vocab) +
+                                   " ids (0.." + std::to_string(vocab - 1) + ")");
+}
 
 // Counts of the last call, for benchmarks and the per-token accounting.
 struct Stats {
@@ -40,12 +63,17 @@ struct Stats {
   double decode_seconds = 0;   // the decode steps after it
   gpu::Counters prefill_counters;
   gpu::Counters decode_counters;
-  std::string finish_reason;   // "stop" (stop id), "length" (max_tokens), "cache_full", "callback"
+  // "stop" (a stop id), "length" (max_tokens), "context_full" (a full layer
+  // has no slot left), "cancelled" (the poll or the token callback said stop)
+  std::string finish_reason;
 };
 
 // Called with each generated id, before the next step is encoded; return
 // false to stop (stop strings are matched by the caller on the text).
 using TokenCallback = std::function<bool(int32_t)>;
+// Called before every step (each prefill chunk and each decode step): return
+// false to cancel; an exception from it fails the call (the cache is restored).
+using StepPoll = std::function<bool()>;
 
 class Engine {
  public:
@@ -59,27 +87,32 @@ class Engine {
   std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute) const;
 
   // Feeds ids[0..n) into the cache after what it holds. logits_out: (n, vocab)
-  // floats, row i the logits after ids[i]; nullptr to skip them.
-  void prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* logits_out);
+  // floats, row i the logits after ids[i]; nullptr to skip them. A cancelled
+  // prefill restores the cache and leaves logits_out incomplete.
+  void prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* logits_out, const StepPoll& poll = {});
 
-  // Feeds the prompt (n >= 1 ids), then samples up to max_tokens ids, feeding
-  // each back. `history` holds the ids the cache already holds (repetition
-  // penalty looks at all of them); fed ids are appended to it. Returns the
+  // Rolls the cache back to options.keep tokens (if set), feeds the prompt
+  // (n >= 1 ids), then samples up to max_tokens ids, feeding each back.
+  // Repetition penalty looks at every id the cache holds. Returns the
   // generated ids, a stop id excluded. The last generated id is not fed (the
   // next call's prompt starts with whatever follows it).
-  std::vector<int32_t> generate(kv::KVCache& cache, std::vector<int32_t>& history, const int32_t* prompt,
-                                uint32_t n, const GenerateOptions& options, const TokenCallback& on_token);
+  std::vector<int32_t> generate(kv::KVCache& cache, const int32_t* prompt, uint32_t n, const GenerateOptions& options,
+                                const TokenCallback& on_token = {}, const StepPoll& poll = {});
 
   const Stats& last_stats() const { return stats_; }
 
  private:
   uint32_t chunk_for(const kv::KVCache& cache) const;
-  void check_ids(const int32_t* ids, uint32_t n) const;
-  void check_room(const kv::KVCache& cache, uint32_t n) const;
+  void check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) const;
   // One command buffer: n ids from ids; logits of the last n_logits rows, or
-  // (sample != nullptr) a sampled id of the last row into token_.
+  // (sample != nullptr) a sampled id of the last row into token_. Records the
+  // ids in the cache.
   gpu::Counters run_step(kv::KVCache& cache, const int32_t* ids, uint32_t n, uint32_t n_logits,
                          const ops::SamplingParams* sample, float uniform, uint32_t n_penalty);
+  // The decode loop after the prompt: returns the generated ids.
+  std::vector<int32_t> decode(kv::KVCache& cache, const GenerateOptions& o, const TokenCallback& on_token,
+                              const StepPoll& poll, const std::function<float()>& draw, uint32_t n_pen);
+  uint32_t* penalty_room(size_t n);  // the penalty id buffer, grown to hold n ids (kept contents)
 
   gpu::DevicePtr device_;
   gpu::CommandQueuePtr queue_;

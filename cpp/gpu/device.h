@@ -17,14 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace mkv::gpu {
+#include "gpu/errors.h"  // GpuError, ArgumentError
 
-// Raised for every device-layer failure: bad arguments, unknown kernels, and
-// kernel validation errors found by the host executor.
-class GpuError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace mkv::gpu {
 
 struct Size3 {
   uint32_t x = 1, y = 1, z = 1;

@@ -156,9 +156,17 @@ void KVCache::truncate(uint32_t n) {
            str(spec_.max_chunk) + " tokens)");
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
+  if (tokens_.size() > n) {
+    tokens_.resize(n);
+    messages_.clear();
+  }
 }
 
-void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0u); }
+void KVCache::reset() {
+  std::fill(lengths_.begin(), lengths_.end(), 0u);
+  tokens_.clear();
+  messages_.clear();
+}
 
 size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }
 

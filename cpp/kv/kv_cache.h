@@ -34,6 +34,13 @@ enum class StorePath { compute, blit };
 StorePath parse_store_path(const std::string& name);  // "compute" | "blit"
 const char* store_path_name(StorePath path);
 
+// One turn of the conversation whose rendering a cache holds (set by the
+// Python Engine after a chat turn; the cache only keeps it consistent).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
 struct KVCacheSpec {
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
@@ -79,7 +86,36 @@ class KVCache {
   // Raises GpuError before changing anything when a layer cannot.
   void truncate(uint32_t n);
 
-  void reset();  // every layer back to n = 0 (contents are left, positions say empty)
+  void reset();  // every layer back to n = 0, no tokens, no messages
+
+  // The token ids an engine fed, in order (what repetition penalty and chat
+  // continuation look at). Stores through store() alone (tests, tools) record
+  // none; truncate() and reset() keep them in step with the layers.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  void record_tokens(const int32_t* ids, uint32_t n) { tokens_.insert(tokens_.end(), ids, ids + n); }
+
+  // The chat whose rendering the tokens are. A truncate() that drops tokens
+  // clears it: the tokens no longer render those messages.
+  const std::vector<ChatMessage>& messages() const { return messages_; }
+  void set_messages(std::vector<ChatMessage> messages) { messages_ = std::move(messages); }
+
+  // Everything a call may change, so that a call that fails part-way can put
+  // the cache back exactly (kv_checkpoint.cpp). Slots are copied only where the
+  // call may overwrite a held position: a full layer's truncated rows, a ring
+  // layer when the call truncates or stores more than max_chunk tokens.
+  struct SavedRows {
+    uint32_t first = 0, count = 0;  // slots [first, first + count) of K and of V
+    gpu::BufferPtr copy;            // (2, count, n_kv_heads, head_dim) half
+  };
+  struct Checkpoint {
+    std::vector<uint32_t> lengths;
+    std::vector<int32_t> tokens;
+    std::vector<ChatMessage> messages;
+    std::vector<SavedRows> rows;  // per layer (count 0: nothing saved)
+  };
+  // keep: tokens the call keeps (truncates to) before it stores n_store more.
+  Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
+  void restore(gpu::CommandQueue& queue, const Checkpoint& cp);
 
   // Byte accounting, exact.
   size_t layer_nbytes(uint32_t layer) const;  // 2 * R * n_kv_heads * head_dim * 2
@@ -98,6 +134,8 @@ class KVCache {
   std::vector<uint32_t> lengths_;
   gpu::BufferPtr staging_;  // (2, staging_rows_, n_kv_heads, head_dim) half; blit path only
   uint32_t staging_rows_ = 0;
+  std::vector<int32_t> tokens_;        // ids fed by an engine
+  std::vector<ChatMessage> messages_;  // the chat they render, if any
 };
 
 }  // namespace mkv::kv

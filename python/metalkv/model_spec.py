@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from . import _core
+from .errors import argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
 from .models.tensor import bf16_to_f32
@@ -111,9 +112,17 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Wei
     return weights
 
 
+DEFAULT_CONTEXT = 4096  # tokens a cache holds unless asked: the model's context length, at most this
+
+
+def check_context(context: int | None) -> None:
+    if context is not None and (not isinstance(context, int) or isinstance(context, bool)
+                                or not 0 < context < 2**32):
+        raise argument_error("engine", "context", context, "a positive int (tokens a cache holds) or None")
+
+
 def default_capacity(cfg: ModelConfig, context: int | None) -> int:
+    check_context(context)
     if context is not None:
-        if not isinstance(context, int) or context <= 0:
-            raise ValueError(f"[engine] context must be a positive int, got {context!r}")
         return context
-    return max(1, min(4096, cfg.context_length or 4096))
+    return max(1, min(DEFAULT_CONTEXT, cfg.context_length or DEFAULT_CONTEXT))

@@ -47,3 +47,29 @@ def llamacpp_f32() -> dict:
 def llamacpp_q4_1() -> dict:
     """llama.cpp on the Q4_1 file itself (tools/record_llamacpp.py)."""
     return _data("llamacpp_smollm2.json")
+
+
+# A tiny llama GGUF with no tokenizer (token ids only); head_dim 64, a size the
+# attention kernels take.
+TINY = dict(hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> pathlib.Path:
+    from models.tiny import write_gguf  # tests/ is on sys.path
+
+    f = tmp_path_factory.mktemp("tiny_gguf") / "tiny.gguf"
+    write_gguf(f, **TINY)
+    return f
+
+
+@pytest.fixture(scope="session")
+def tiny_sliding_dir(tmp_path_factory) -> pathlib.Path:
+    """A tiny Gemma 3 directory (random safetensors): 7 layers, sliding window 8 on
+    all but layer 5, so its cache has ring layers."""
+    from models.tiny import gemma3_config, write_hf_dir
+
+    d = tmp_path_factory.mktemp("tiny_sliding")
+    write_hf_dir(d, gemma3_config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                  query_pre_attn_scalar=64), dtype="F32")
+    return d

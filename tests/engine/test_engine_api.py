@@ -40,7 +40,7 @@ def test_stream_stops_when_abandoned(engine):
     it = engine.stream("Count from one to one hundred.", max_tokens=40)
     next(it)
     it.close()  # the generator's finally stops the worker after its current token
-    assert engine.last_stats["finish_reason"] == "callback"
+    assert engine.last_stats["finish_reason"] == "cancelled"
     assert engine.last_stats["generated_tokens"] < 40
 
 
@@ -49,7 +49,7 @@ def test_stop_string_cuts_text(engine):
     cut = full.index("Paris")
     text = engine.generate(PROMPT, max_tokens=12, stop=["Paris", "never-appears"])
     assert text == full[:cut]
-    assert engine.last_stats["finish_reason"] == "callback"
+    assert engine.last_stats["finish_reason"] == "stop_string"
 
 
 def test_max_tokens_and_finish_reason(engine):
@@ -141,7 +141,7 @@ def test_cache_full_ends_generation(engine):
     ids = engine.tokenizer.encode("Hello there")
     cache = engine.new_cache(capacity=len(ids) + 3)
     out = engine.generate_ids(ids, max_tokens=20, stop_ids=(), cache=cache)
-    assert engine.last_stats["finish_reason"] == "cache_full"
+    assert engine.last_stats["finish_reason"] == "context_full"
     assert len(out) == 4 and cache.length(0) == len(ids) + 3  # the 4th id was sampled, not stored
 
 

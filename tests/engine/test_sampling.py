@@ -90,14 +90,28 @@ def test_top_k_one_is_greedy(host):
         assert ops.sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, top_k=1) == int(np.argmax(x))
 
 
+def test_min_p_one_keeps_only_the_most_likely(host):
+    """min_p = 1 keeps the tokens whose probability reaches the largest one's."""
+    x = logits_row(5000, 5)
+    for u in (0.0, 0.5, 0.99):
+        assert ops.sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, min_p=1.0) == int(np.argmax(x))
+
+
 @pytest.mark.parametrize("bad,match", [
-    (dict(temperature=-1.0), "temperature must be"),
-    (dict(temperature=1.0, top_p=0.0), "top_p must be in"),
-    (dict(temperature=1.0, min_p=1.0), "min_p must be in"),
-    (dict(repetition_penalty=0.0), "repetition_penalty must be"),
-    (dict(uniform=1.0, temperature=1.0), "uniform draw must be in"),
+    (dict(temperature=-1.0), r"temperature=-1.0: expected a finite number >= 0"),
+    (dict(temperature=1.0, top_p=0.0), r"top_p=0.0: expected a number in \(0, 1\]"),
+    (dict(temperature=1.0, min_p=1.5), r"min_p=1.5: expected a number in \[0, 1\]"),
+    (dict(repetition_penalty=0.0), r"repetition_penalty=0.0: expected a finite number > 0"),
+    (dict(top_k=-2), r"top_k=-2: expected an int >= 0"),
 ])
 def test_bad_sampling_arguments(host, bad, match):
+    """The op checks its arguments with the same function the engine uses."""
     x = logits_row(100, 4)
-    with pytest.raises(metalkv.GpuError, match=match):
+    with pytest.raises(metalkv.ArgumentError, match=match) as e:
         ops.sample(host, host.buffer_from(x), 100, **bad)
+    assert e.value.argument == next(k for k in bad if k != "temperature" or len(bad) == 1)
+
+
+def test_bad_uniform_draw(host):
+    with pytest.raises(metalkv.GpuError, match="uniform draw must be in"):
+        ops.sample(host, host.buffer_from(logits_row(100, 4)), 100, uniform=1.0, temperature=1.0)

@@ -1,0 +1,105 @@
+#include "bindings/args.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <limits>
+
+namespace nb = nanobind;
+
+namespace mkv::bindings {
+namespace {
+
+std::string py_repr(nb::handle v) { return nb::cast<std::string>(nb::repr(v)); }
+
+[[noreturn]] void bad_type(const char* op, const char* name, nb::handle v, const char* expected) {
+  throw gpu::ArgumentError(op, name, py_repr(v), expected);
+}
+
+}  // namespace
+
+int64_t int_arg(const char* op, const char* name, nb::handle v) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr())) bad_type(op, name, v, "an int");
+  nb::object index = nb::steal(PyNumber_Index(v.ptr()));
+  if (!index.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow) bad_type(op, name, v, "an int between -2**63 and 2**63 - 1");
+  return x;
+}
+
+double number_arg(const char* op, const char* name, nb::handle v) {
+  if (PyBool_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) ||
+      !(PyFloat_Check(v.ptr()) || PyIndex_Check(v.ptr()) || PyNumber_Check(v.ptr())))
+    bad_type(op, name, v, "a number");
+  const double x = PyFloat_AsDouble(v.ptr());
+  if (x == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    bad_type(op, name, v, "a number");
+  }
+  return x;
+}
+
+engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle temperature, nb::handle top_k,
+                                         nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty,
+                                         nb::handle seed) {
+  engine::GenerateOptions o;
+  o.max_tokens = int_arg("generate", "max_tokens", max_tokens);
+  o.sampling.temperature = number_arg("sampling", "temperature", temperature);
+  o.sampling.top_k = int_arg("sampling", "top_k", top_k);
+  o.sampling.top_p = number_arg("sampling", "top_p", top_p);
+  o.sampling.min_p = number_arg("sampling", "min_p", min_p);
+  o.sampling.repetition_penalty = number_arg("sampling", "repetition_penalty", repetition_penalty);
+  // the seed's range is its type's: checked here, where Python's int meets uint64
+  if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr())) bad_type("generate", "seed", seed, "an int in [0, 2**64)");
+  nb::object index = nb::steal(PyNumber_Index(seed.ptr()));
+  const unsigned long long s = PyLong_AsUnsignedLongLong(index.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    bad_type("generate", "seed", seed, "an int in [0, 2**64)");
+  }
+  o.seed = s;
+  engine::check_generate_options(o);
+  return o;
+}
+
+std::vector<int32_t> token_ids_arg(nb::handle ids, uint32_t vocab) {
+  using Ids64 = nb::ndarray<nb::ro, int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  using Ids32 = nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  Ids64 a;
+  Ids32 b;
+  if (nb::try_cast(ids, a, /*convert=*/false)) {
+    engine::check_token_ids(a.data(), a.shape(0), vocab);
+    return std::vector<int32_t>(a.data(), a.data() + a.shape(0));
+  }
+  if (nb::try_cast(ids, b, /*convert=*/false)) {
+    engine::check_token_ids(b.data(), b.shape(0), vocab);
+    return std::vector<int32_t>(b.data(), b.data() + b.shape(0));
+  }
+  throw gpu::ArgumentError("engine", "token_ids", "token ids must be a contiguous 1-D int64 or int32 array");
+}
+
+void register_argument_error(nb::module_& m) {
+  static PyObject* type = PyErr_NewExceptionWithDoc(
+      "metalkv.ArgumentError",
+      "An argument outside what it may be. A ValueError; .argument names it (Python spelling), "
+      ".value and .expected say what was given and what is allowed ('' when the message says it).",
+      PyExc_ValueError, nullptr);
+  m.attr("ArgumentError") = nb::handle(type);
+  // Registered after GpuError's translator, so it is tried first.
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const gpu::ArgumentError& e) {
+          nb::object err = nb::steal(PyObject_CallFunction(type, "s", e.what()));
+          if (!err.is_valid()) return;  // the call set a Python error already
+          err.attr("argument") = nb::str(e.argument.c_str());
+          err.attr("value") = nb::str(e.value.c_str());
+          err.attr("expected") = nb::str(e.expected.c_str());
+          PyErr_SetObject(type, err.ptr());
+        }
+      });
+}
+
+}  // namespace mkv::bindings

@@ -1,0 +1,35 @@
+// Python arguments -> C++ values, for the bindings that take user input
+// (Engine.generate, Engine.prefill, check_generate). Type checks live here: a
+// value that is not an int, not a number, or too large for 64 bits is an
+// ArgumentError naming the argument. Range checks live in C++
+// (engine::check_generate_options, ops::validate_sampling), one owner each.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace mkv::bindings {
+
+// An int (not a bool) that fits int64; np.integer counts.
+int64_t int_arg(const char* op, const char* name, nanobind::handle v);
+// A number (int or float, not a bool or a str); np.floating counts.
+double number_arg(const char* op, const char* name, nanobind::handle v);
+
+// GenerateOptions from the keyword arguments of generate/check_generate,
+// checked (types here, ranges by engine::check_generate_options).
+engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::handle temperature,
+                                         nanobind::handle top_k, nanobind::handle top_p, nanobind::handle min_p,
+                                         nanobind::handle repetition_penalty, nanobind::handle seed);
+
+// Token ids: a 1-D sequence of ints, each inside the vocabulary.
+std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);
+
+// Python's metalkv.ArgumentError (a ValueError with .argument, .value,
+// .expected) for C++'s gpu::ArgumentError; registered by bind_gpu.
+void register_argument_error(nanobind::module_& m);
+
+}  // namespace mkv::bindings

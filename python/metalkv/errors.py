@@ -1,0 +1,21 @@
+"""The errors metalkv raises for what a caller did, in one place.
+
+    ArgumentError   an argument outside what it may be: a ValueError whose
+                    .argument names it (Python spelling, e.g. "top_p"), .value
+                    and .expected say what was given and what is allowed. The C++
+                    core raises the same class (its checks are the ones that count).
+    ModelLoadError  a model file that cannot be found, read or understood.
+"""
+from __future__ import annotations
+
+from ._core import ArgumentError
+from .models import ModelLoadError
+
+__all__ = ["ArgumentError", "ModelLoadError", "argument_error"]
+
+
+def argument_error(op: str, name: str, value, expected: str) -> ArgumentError:
+    """ArgumentError("[op] name=value: expected ..."), as the C++ checks word it."""
+    e = ArgumentError(f"[{op}] {name}={value!r}: expected {expected}")
+    e.argument, e.value, e.expected = name, repr(value), expected
+    return e
