@@ -20,7 +20,8 @@ struct Context {
 };
 
 using BenchFn = std::function<std::vector<Result>(const Context&)>;
-int register_bench(const std::string& group, BenchFn fn);
+// group: the name --filter matches and --list shows, with its one-line description.
+int register_bench(const std::string& group, const std::string& description, BenchFn fn);
 
 // Median wall time in milliseconds of `repeat` runs of fn, after one warm-up.
 double median_ms(int repeat, const std::function<void()>& fn);
@@ -29,5 +30,5 @@ double median_ms(int repeat, const std::function<void()>& fn);
 
 #define MKV_BENCH_CAT2(a, b) a##b
 #define MKV_BENCH_CAT(a, b) MKV_BENCH_CAT2(a, b)
-#define MKV_BENCH(group, fn) \
-  static const int MKV_BENCH_CAT(mkv_bench_, __LINE__) = ::mkv::bench::register_bench(group, fn)
+#define MKV_BENCH(group, description, fn) \
+  static const int MKV_BENCH_CAT(mkv_bench_, __LINE__) = ::mkv::bench::register_bench(group, description, fn)

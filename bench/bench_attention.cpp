@@ -103,7 +103,8 @@ std::vector<Result> decode_attention(const Context& ctx) {
   return results;
 }
 
-MKV_BENCH("attention", decode_attention);
+MKV_BENCH("attention", "decode attention (single pass, split-K, sliding) for SmolLM2 and Llama-3-8B layers, 256..32k context",
+          decode_attention);
 
 }  // namespace
 }  // namespace mkv::bench

@@ -16,7 +16,7 @@ std::vector<Result> fiber_switch(const Context&) {
   return {{"fiber_switch", {{"ns_per_switch", ns}}, std::to_string(iterations) + " round trips"}};
 }
 
-MKV_BENCH("fiber", fiber_switch);
+MKV_BENCH("fiber", "host executor: the cost of one fiber switch", fiber_switch);
 
 }  // namespace
 }  // namespace mkv::bench

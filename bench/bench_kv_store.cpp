@@ -69,7 +69,7 @@ std::vector<Result> kv_store(const Context& ctx) {
   return out;
 }
 
-MKV_BENCH("kv_store", kv_store);
+MKV_BENCH("kv_store", "compute vs blit KV store, 30 layers: a decode step and a 256-token chunk", kv_store);
 
 }  // namespace
 }  // namespace mkv::bench

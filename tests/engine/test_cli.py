@@ -16,7 +16,8 @@ def test_generate(engine, capsys):
     assert cli.main(["generate", PROMPT, "--max-tokens", "12", "--device", "host", "--context", "128"]) == 0
     out, err = capsys.readouterr()
     assert out == engine.generate(PROMPT, max_tokens=12) + "\n"
-    assert re.search(r"\[\d+ prompt tokens at [\d.]+ tok/s, \d+ generated at [\d.]+ tok/s; finish: stop\]", err)
+    assert re.search(r"\[\d+ prompt tokens at [\d.]+ tok/s, \d+ generated at [\d.]+ tok/s; "
+                     r"finish: stop \(the model ended its turn\); context \d+/128 tokens\]", err)
 
 
 def test_generate_sampling_flags_and_stop(engine, capsys):
@@ -37,14 +38,72 @@ def test_chat_keeps_the_conversation(default_gguf, monkeypatch, capsys):
     assert len(fed) == 2 and fed[1] < fed[0]  # the second turn feeds only what is new
 
 
+def test_prompt_from_standard_input(engine, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO(PROMPT))
+    assert cli.main(["generate", "-", "--max-tokens", "4", "--device", "host", "--context", "128"]) == 0
+    out, err = capsys.readouterr()
+    assert out == engine.generate(PROMPT, max_tokens=4) + "\n"
+    assert "finish: length (--max-tokens reached)" in err
+
+
+def test_stop_string_finish_reason(engine, capsys):
+    assert cli.main(["generate", PROMPT, "--max-tokens", "12", "--device", "host", "--stop", "Paris"]) == 0
+    assert "finish: stop_string (a --stop string)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--top-p", "1.5"], "--top-p 1.5: expected a number in (0, 1] (1 = off)"),
+    (["--min-p", "-1"], "--min-p -1.0: expected a number in [0, 1] (0 = off)"),
+    (["--temperature", "-1"], "--temperature -1.0: expected a finite number >= 0 (0 = greedy)"),
+    (["--temperature", "nan"], "--temperature nan: expected a finite number >= 0"),
+    (["--top-k", "-3"], "--top-k -3: expected an int >= 0 (0 = off)"),
+    (["--max-tokens", "-1"], "--max-tokens -1: expected an int >= 0"),
+    (["--max-tokens", str(10**20)], f"--max-tokens {10**20}: expected an int between"),
+    (["--repetition-penalty", "0"], "--repetition-penalty 0.0: expected a finite number > 0"),
+    (["--seed", "-1"], "--seed -1: expected an int in [0, 2**64)"),
+    (["--context", "0"], "--context 0: expected a positive int (tokens a cache holds)"),
+    (["--stop", ""], "--stop ['']: expected a non-empty str or a list of them"),
+    (["--no-chat", "--system", "be brief"], "--system needs the chat template; drop --no-chat"),
+])
+def test_flags_are_checked_before_the_model_loads(flags, message, capsys):
+    """A model that does not exist would fail the load: the flag error comes first."""
+    assert cli.main(["generate", "hi", "--model", "/nonexistent/m.gguf", "--device", "host"] + flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("metalkv: error: ") and message in err and "nonexistent" not in err
+
+
+def test_impossible_numbers_are_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "hi", "--max-tokens", "10**20"])
+    assert e.value.code == 2 and "invalid int value: '10**20'" in capsys.readouterr().err
+
+
+def test_empty_prompt(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("  \n"))
+    assert cli.main(["generate", "-", "--model", "/nonexistent/m.gguf"]) == 2
+    assert "the prompt is empty (standard input had no text)" in capsys.readouterr().err
+
+
+def test_version_and_help(capsys):
+    import metalkv
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"metalkv {metalkv.__version__}\n"
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    out = capsys.readouterr().out
+    for shown in ("most tokens to generate per reply (default: 256)", "0 = greedy (default: 0.0)",
+                  "1 = off (default: 1.0)", "'-' reads it from standard input"):
+        assert shown in " ".join(out.split()), shown
+
+
 def test_bad_arguments_exit_with_a_message(default_gguf, capsys):
     import metalkv
 
     if "metal" not in metalkv.devices():
-        assert cli.main(["generate", "hi", "--device", "metal"]) == 2
+        assert cli.main(["generate", "hi", "--device", "metal"]) == 1  # a device error, not a usage error
         assert "[device] 'metal' needs macOS on Apple Silicon" in capsys.readouterr().err
-    assert cli.main(["generate", "hi", "--temperature", "-1", "--device", "host"]) == 2
-    assert "temperature=-1.0: expected a finite number >= 0" in capsys.readouterr().err
     assert cli.main(["generate", "hi", "--model", "/nonexistent/model.gguf"]) == 2
     assert "model '/nonexistent/model.gguf' not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
