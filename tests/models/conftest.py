@@ -23,7 +23,7 @@ def default_gguf() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def smollm(default_gguf):
-    """The default model, loaded once per session (~3 s: the GGUF reader parses 49k tokens)."""
+    """The default model, loaded once per session (~0.3 s)."""
     return load_model(default_gguf, progress=False)
 
 

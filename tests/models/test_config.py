@@ -100,7 +100,7 @@ def test_gemma3_config_json_4x_spelling():
     assert c.rope_scaling == {"type": "linear", "factor": 8.0}
     assert c.tie_embeddings and c.embedding_scale == pytest.approx(math.sqrt(32))
     assert c.norm_weight_offset == 1.0 and c.attn_scale == pytest.approx(16 ** -0.5)
-    assert c.eos_ids == (1, 106) and c.bos_id == 2 and c.final_logit_softcap is None
+    assert c.eos_ids == (1, 60) and c.bos_id == 2 and c.final_logit_softcap is None
 
 
 def test_gemma3_config_json_5x_spelling_and_nested():

@@ -10,6 +10,7 @@ import pytest
 
 from metalkv.models import ModelLoadError, expected_shapes, load_model
 from metalkv.models.gguf_loader import load_gguf
+from metalkv.models.tensor import bf16_to_f32
 
 from .tiny import write_gguf
 
@@ -114,3 +115,16 @@ def test_unsupported_architecture(tmp_path):
     write_gguf(f, arch="gptneox")
     with pytest.raises(ModelLoadError, match=r"architecture 'gptneox' is not supported; metalkv supports llama, gemma3"):
         load_gguf(f)
+
+
+def test_bf16_tensors_are_bit_patterns_of_the_logical_shape(tmp_path):
+    f = tmp_path / "m.gguf"
+    q = gguf.GGMLQuantizationType
+    arrays = write_gguf(f, quantize={"blk.0.ffn_gate.weight": q.BF16, "output_norm.weight": q.BF16})
+    t = load_model(f).tensors
+    for name in ("blk.0.ffn_gate.weight", "output_norm.weight"):
+        got = t[name]
+        assert (got.dtype, got.shape, got.data.dtype, got.data.shape) == ("bf16", arrays[name].shape, np.uint16,
+                                                                          arrays[name].shape)
+        want = gguf.quants.dequantize(gguf.quants.quantize(arrays[name], q.BF16), q.BF16)
+        np.testing.assert_array_equal(bf16_to_f32(got.data), want)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def gemma3_config(**over) -> dict:
          "num_hidden_layers": 7, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
          "vocab_size": 64, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
          "sliding_window": 8, "sliding_window_pattern": 6, "query_pre_attn_scalar": 16,
-         "max_position_embeddings": 512, "bos_token_id": 2, "eos_token_id": [1, 106],
+         "max_position_embeddings": 512, "bos_token_id": 2, "eos_token_id": [1, 60],
          "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None}
     c.update(over)
     return c
@@ -100,13 +101,22 @@ def write_hf_dir(d: pathlib.Path, config: dict, *, dtype: str = "F16", omit: tup
 
 def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), reshape: dict | None = None,
                quantize: dict | None = None, tokens: list[str] | None = None, seed: int = 0,
-               **meta) -> dict[str, np.ndarray]:
-    """A tiny llama GGUF (LLAMA sizes). quantize: {name: GGMLQuantizationType}.
-    Returns the float32 arrays (before quantization)."""
+               tokenizer: "TinyVocab | None" = None, alignment: int | None = None,
+               set_kv: dict | None = None, raw_arrays: dict | None = None,
+               extra_shapes: dict | None = None, **meta) -> dict[str, np.ndarray]:
+    """A tiny llama GGUF (LLAMA sizes). quantize: {name: GGMLQuantizationType};
+    tokenizer: a whole gpt2 vocabulary (tokens, types, merges, special ids), see TINY_VOCAB;
+    alignment: write general.alignment; set_kv: {key: (value, GGUFValueType[, element
+    type])} replaces or adds metadata, {key: None} drops it; raw_arrays: {name: array}
+    written as they are (any dtype gguf-py takes); extra_shapes: more tensors
+    {name: shape} (rope_freqs.weight, ...). Returns the float32 arrays
+    (before quantization)."""
     import gguf
 
     c = {**LLAMA, **meta}
     w = gguf.GGUFWriter(str(path), arch)
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
     w.add_block_count(c["n_layers"])
     w.add_context_length(256)
     w.add_embedding_length(c["hidden"])
@@ -116,10 +126,24 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(c["vocab"])
+    if tokenizer is not None:
+        tokens = tokenizer.tokens
     if tokens is not None:
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("smollm")
         w.add_token_list(tokens)
+    if tokenizer is not None:
+        w.add_token_types(tokenizer.types)
+        w.add_token_merges(tokenizer.merges)
+        w.add_bos_token_id(tokenizer.bos)
+        w.add_eos_token_id(tokenizer.eos)
+        w.add_pad_token_id(tokenizer.pad)
+        w.add_add_bos_token(False)
+    for key, v in (set_kv or {}).items():
+        if v is None:
+            del w.kv_data[0][key]
+        else:
+            w.add_key_value(key, *v)
     rng = np.random.default_rng(seed)
     h, q, kv, f = c["hidden"], c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"], c["ffn"]
     shapes = {"token_embd.weight": (c["vocab"], h), "output_norm.weight": (h,)}
@@ -130,6 +154,7 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
                        p + "attn_output.weight": (h, q), p + "ffn_norm.weight": (h,),
                        p + "ffn_gate.weight": (f, h), p + "ffn_up.weight": (f, h),
                        p + "ffn_down.weight": (h, f)})
+    shapes.update(extra_shapes or {})
     arrays = {}
     for name, shape in shapes.items():
         if name in omit:
@@ -137,7 +162,9 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
         a = rng.standard_normal((reshape or {}).get(name, shape)).astype(np.float32)
         arrays[name] = a
         qt = (quantize or {}).get(name)
-        if qt is None:
+        if name in (raw_arrays or {}):
+            w.add_tensor(name, raw_arrays[name])
+        elif qt is None:
             w.add_tensor(name, a)
         else:
             w.add_tensor(name, gguf.quants.quantize(a, qt), raw_dtype=qt)
@@ -146,3 +173,151 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
     w.write_tensors_to_file()
     w.close()
     return arrays
+
+
+@dataclass(frozen=True)
+class TinyVocab:
+    tokens: list[str]
+    types: list[int]     # gguf.TokenType values
+    merges: list[str]    # "left right", both and their join in tokens
+    bos: int
+    eos: int
+    pad: int
+
+
+def _tiny_vocab() -> TinyVocab:
+    """64 byte-level BPE tokens: 3 control tokens, a..z, Ġ, Ġa..Ġz and 8 letter pairs."""
+    letters = [chr(ord("a") + i) for i in range(26)]
+    pairs = [letters[i] + letters[i + 1] for i in range(8)]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + letters + ["Ġ"] + \
+        ["Ġ" + x for x in letters] + pairs
+    merges = [f"Ġ {x}" for x in letters] + [f"{p[0]} {p[1]}" for p in pairs]
+    return TinyVocab(tokens, [3, 3, 3] + [1] * (len(tokens) - 3), merges, bos=1, eos=2, pad=0)
+
+
+TINY_VOCAB = _tiny_vocab()
+assert len(TINY_VOCAB.tokens) == 64
+
+# llama config.json whose optional keys hold transformers' defaults, so a fuzzed
+# null means the same model; head_dim 64 (128 / 2 heads) is a size the kernels take.
+TINY_HF = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+               vocab_size=64, rope_theta=10000.0, rms_norm_eps=1e-6, max_position_embeddings=2048)
+
+
+# -- where each field of a GGUF file lies, for tests that edit bytes ------------------
+# Written apart from metalkv's reader on purpose (and only for well-formed files).
+
+GGUF_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+@dataclass
+class KVField:
+    key: str
+    start: int       # the key's length field
+    type_at: int     # the u32 value type
+    value_at: int    # the value (string: its u64 length; array: its u32 element type)
+    end: int
+    vtype: int
+    sub: int | None = None  # arrays: element type; the u64 length is at value_at + 4
+    items: list[int] | None = None  # arrays of strings: where each element (its u64 length) starts
+
+
+@dataclass
+class TensorField:
+    name: str
+    start: int
+    ndims_at: int
+    dims_at: int     # ne[0], ne[1], ... u64 each
+    type_at: int
+    offset_at: int
+    end: int
+    ne: tuple[int, ...]
+    ggml_type: int
+    offset: int      # relative to the data section
+    nbytes: int
+
+
+@dataclass
+class GGUFLayout:
+    kv: dict[str, KVField]
+    tensors: dict[str, TensorField]
+    kv_end: int
+    infos_end: int
+    data_start: int
+    size: int
+
+
+def gguf_layout(data: bytes) -> GGUFLayout:
+    """Byte positions of every header field of a well-formed little-endian GGUF v3."""
+    import struct
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    pos = 24
+
+    def skip_value(at: int, vtype: int) -> int:
+        if vtype == 8:
+            return at + 8 + struct.unpack_from("<Q", data, at)[0]
+        if vtype == 9:
+            sub, n = struct.unpack_from("<IQ", data, at)
+            at += 12
+            for _ in range(n):
+                at = skip_value(at, sub)
+            return at
+        return at + GGUF_SCALAR_SIZES[vtype]
+
+    kv: dict[str, KVField] = {}
+    alignment = 32
+    for _ in range(n_kv):
+        start = pos
+        klen = struct.unpack_from("<Q", data, pos)[0]
+        key = data[pos + 8:pos + 8 + klen].decode()
+        type_at = pos + 8 + klen
+        vtype = struct.unpack_from("<I", data, type_at)[0]
+        end = skip_value(type_at + 4, vtype)
+        sub = struct.unpack_from("<I", data, type_at + 4)[0] if vtype == 9 else None
+        items = None
+        if sub == 8:
+            items, at = [], type_at + 16
+            for _ in range(struct.unpack_from("<Q", data, type_at + 8)[0]):
+                items.append(at)
+                at = skip_value(at, 8)
+        kv[key] = KVField(key, start, type_at, type_at + 4, end, vtype, sub, items)
+        if key == "general.alignment":
+            alignment = struct.unpack_from("<I", data, type_at + 4)[0]
+        pos = end
+    kv_end = pos
+    tensors: dict[str, TensorField] = {}
+    for _ in range(n_tensors):
+        start = pos
+        nlen = struct.unpack_from("<Q", data, pos)[0]
+        name = data[pos + 8:pos + 8 + nlen].decode()
+        ndims_at = pos + 8 + nlen
+        nd = struct.unpack_from("<I", data, ndims_at)[0]
+        ne = struct.unpack_from(f"<{nd}Q", data, ndims_at + 4)
+        type_at = ndims_at + 4 + 8 * nd
+        gtype, offset = struct.unpack_from("<IQ", data, type_at)
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(gtype)]
+        nbytes = int(np.prod(ne)) // block * block_bytes
+        tensors[name] = TensorField(name, start, ndims_at, ndims_at + 4, type_at, type_at + 4,
+                                    type_at + 12, tuple(ne), gtype, offset, nbytes)
+        pos = type_at + 12
+    data_start = -(-pos // alignment) * alignment
+    return GGUFLayout(kv, tensors, kv_end, pos, data_start, len(data))
+
+
+# -- safetensors files, edited ------------------------------------------------------
+
+def safetensors_parts(f: pathlib.Path) -> tuple[dict, bytes]:
+    """(header, data section) of a safetensors file."""
+    data = f.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def write_safetensors_parts(f: pathlib.Path, header: dict | str | bytes, body: bytes) -> None:
+    """A safetensors file from a header (a dict, or its text as it should be) and data."""
+    text = header if isinstance(header, bytes) else \
+        (header if isinstance(header, str) else json.dumps(header)).encode()
+    f.write_bytes(len(text).to_bytes(8, "little") + text + body)

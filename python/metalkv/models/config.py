@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .tensor import ModelLoadError
+from .values import as_count, as_float, as_token_id, describe
 
 SUPPORTED_ARCHS = ("llama", "gemma3")
 # Source architecture names (GGUF general.architecture / HF model_type) -> our arch.
@@ -68,25 +69,58 @@ class ModelConfig:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding"
 
     def validate(self, source: str) -> "ModelConfig":
-        for name in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise ModelLoadError(f"[config] {source}: {name} must be a positive integer, got {v!r}")
+        """Ranges and relations of the fields, whatever file they came from; the
+        loaders have checked the type of each key they read."""
+        for name in _COUNT_FIELDS:
+            as_count(getattr(self, name), name, source, name)
         if self.n_heads % self.n_kv_heads:
             raise ModelLoadError(f"[config] {source}: n_heads={self.n_heads} is not a multiple of "
                                  f"n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelLoadError(f"[config] {source}: head_dim={self.head_dim} must be even for rope")
+        self._validate_floats(source)
+        check_rope_scaling(self.rope_scaling, "rope_scaling", source)
+        self._validate_layers(source)
+        if self.bos_id is not None:
+            as_token_id(self.bos_id, "bos_id", source, self.vocab)
+        for i in self.eos_ids:
+            as_token_id(i, "eos_ids", source, self.vocab)
+        return self
+
+    def _validate_floats(self, source: str) -> None:
+        as_float(self.rms_eps, "rms_eps", source, gt=0.0, hi=1.0)
+        as_float(self.rope_theta, "rope_theta", source, gt=1.0)
+        as_float(self.embedding_scale, "embedding_scale", source, gt=0.0)
+        as_float(self.norm_weight_offset, "norm_weight_offset", source)
+        if self.rope_local_base_freq is not None:
+            as_float(self.rope_local_base_freq, "rope_local_base_freq", source, gt=1.0)
+        for name in ("query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap"):
+            if getattr(self, name) is not None:
+                as_float(getattr(self, name), name, source, gt=0.0)
+
+    def _validate_layers(self, source: str) -> None:
         if self.layer_types and len(self.layer_types) != self.n_layers:
             raise ModelLoadError(f"[config] {source}: {len(self.layer_types)} layer types for "
                                  f"{self.n_layers} layers")
+        bad = sorted(set(self.layer_types) - {"full", "sliding"})
+        if bad:
+            raise ModelLoadError(f"[config] {source}: layer types {bad}; expected 'full' or 'sliding'")
+        if self.sliding_window is not None:
+            as_count(self.sliding_window, "sliding_window", source, "sliding_window")
         if "sliding" in self.layer_types and not self.sliding_window:
             raise ModelLoadError(f"[config] {source}: sliding layers but no sliding_window")
-        return self
+
+
+_COUNT_FIELDS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab",
+                 "context_length")
 
 
 def normalize_arch(name: str | None, source: str) -> str:
-    arch = _ARCH_ALIASES.get(name or "")
+    if name is None:
+        raise ModelLoadError(f"[config] {source}: no architecture: the file has no "
+                             f"general.architecture (GGUF) or model_type (config.json); metalkv "
+                             f"supports {', '.join(SUPPORTED_ARCHS)}")
+    arch = _ARCH_ALIASES.get(name)
     if arch is None:
         raise ModelLoadError(
             f"[config] {source}: architecture {name!r} is not supported; metalkv supports "
@@ -94,25 +128,43 @@ def normalize_arch(name: str | None, source: str) -> str:
     return arch
 
 
-def normalize_rope_scaling(s: Mapping[str, Any] | None, source: str) -> dict | None:
+def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling") -> dict | None:
     """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None."""
     if not s:
         return None
+    if not isinstance(s, dict):
+        raise ModelLoadError(f"[config] {source}: {key} is {describe(s)}; expected an object or null")
     kind = s.get("rope_type") or s.get("type") or "default"
     if kind == "default":
         return None
     if kind == "linear":
-        return {"type": "linear", "factor": float(s["factor"])}
-    if kind == "llama3":
+        out = {"type": "linear", "factor": as_float(s.get("factor"), f"{key}.factor", source)}
+    elif kind == "llama3":
         keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
         missing = [k for k in keys if k not in s]
         if missing:
             raise ModelLoadError(f"[config] {source}: llama3 rope scaling lacks {', '.join(missing)}")
-        out = {"type": "llama3", **{k: float(s[k]) for k in keys}}
-        out["original_max_position_embeddings"] = int(s["original_max_position_embeddings"])
-        return out
-    raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
-                         f"(supported: linear, llama3)")
+        out = {"type": "llama3", **{k: as_float(s[k], f"{key}.{k}", source) for k in keys[:3]}}
+        out["original_max_position_embeddings"] = as_count(
+            s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings", source,
+            "original_max_position_embeddings")
+    else:
+        raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
+                             f"(supported: linear, llama3)")
+    return out  # ranges: ModelConfig.validate (check_rope_scaling)
+
+
+def check_rope_scaling(s: dict | None, key: str, source: str) -> None:
+    """Factors that divide frequencies must be > 0, and llama3's blend divides by
+    high_freq_factor - low_freq_factor."""
+    if s is None or s["type"] == "freq_factors":
+        return
+    as_float(s["factor"], f"{key}.factor", source, gt=0.0)
+    if s["type"] == "llama3":
+        low = as_float(s["low_freq_factor"], f"{key}.low_freq_factor", source, gt=0.0)
+        as_float(s["high_freq_factor"], f"{key}.high_freq_factor", source, gt=low)
+        as_count(s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings",
+                 source, "original_max_position_embeddings")
 
 
 def rope_freq_factors(cfg: ModelConfig) -> np.ndarray | None:

@@ -1,142 +1,271 @@
-"""GGUF files through the PyPI `gguf` package: metadata -> ModelConfig, tensors ->
-canonical Tensors holding the file's own bytes (quantized blocks stay quantized).
+"""GGUF files -> ModelConfig + canonical Tensors holding the file's own bytes
+(quantized blocks stay quantized).
+
+Checked in this order, each by one owner, before a tensor byte is used:
+  gguf_file.read_gguf      the structure: counts, value types, tensor types, sizes, offsets
+  config_from_gguf         each metadata key the model needs: type and range (values.py),
+                           special token ids inside the vocabulary, no division by zero
+  check_vocab_metadata     the keys the tokenizer reads: types, lengths, merges in the vocabulary
+  check_tensors            names, shapes and types against the config (tensor.py)
+  check_finite             NaN / Inf in float tensors and in quantized block scales (finite.py)
 """
 from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 import numpy as np
 
 from .config import ModelConfig, eog_ids, normalize_arch, sliding_pattern_types
+from .finite import check_finite
+from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar
 from .tensor import ModelLoadError, Tensor, check_tensors
+from .values import (INT_RANGES, as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id,
+                     describe)
 
 _REQUIRED = object()
+_SPECIAL_ID = re.compile(r"^tokenizer\.ggml\.\w+_token_id$")
+_EOG_KEYS = ("eot", "eom", "fim_pad", "fim_rep", "fim_sep")
+_TOKEN_TYPES = range(0, 7)  # gguf.TokenType: 1 normal .. 6 byte (0: undefined)
 
 
-def open_gguf(path: str | os.PathLike):
-    """A GGUFReader on `path` (memory-mapped, read-only), or a ModelLoadError that
-    says the file is not a readable GGUF file."""
-    from gguf import GGUFReader
+class _ArchKeys:
+    """Typed access to the `{arch}.*` metadata keys, naming the key in every error."""
 
-    try:
-        reader = GGUFReader(os.fspath(path), "r")
-    except FileNotFoundError:
-        raise ModelLoadError(f"[gguf] {path}: no such file") from None
-    except Exception as e:  # the reader raises ValueError/IndexError/... on bad bytes
-        raise ModelLoadError(f"[gguf] {path}: not a readable GGUF file, truncated or corrupt "
-                             f"({type(e).__name__}: {e})") from e
-    size = os.path.getsize(path)
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size:
-            raise ModelLoadError(f"[gguf] {path}: tensor {t.name} ends at byte {end} but the file "
-                                 f"has {size} bytes: the file is truncated")
-    return reader
+    def __init__(self, md: dict[str, Any], arch: str, source: str):
+        self.md, self.arch, self.source = md, arch, source
 
+    def raw(self, key: str, default: Any = _REQUIRED) -> Any:
+        full = f"{self.arch}.{key}"
+        if full not in self.md:
+            if default is _REQUIRED:
+                raise ModelLoadError(f"[config] {self.source}: GGUF metadata lacks {full}")
+            return default
+        return self.md[full]
 
-def read_metadata(reader) -> dict[str, Any]:
-    """All key/value fields as Python values (str, int, float, bool, list)."""
-    md: dict[str, Any] = {}
-    for key, f in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        v = f.contents()
-        md[key] = v.item() if isinstance(v, np.generic) else v
-    return md
+    def count(self, key: str, field: str, default: Any = _REQUIRED) -> int:
+        v = self.raw(key, default)
+        return as_count(v, f"{self.arch}.{key}", self.source, field)
+
+    def per_layer_count(self, key: str, field: str, n_layers: int, default: Any = _REQUIRED) -> int:
+        """A count some converters write once per layer; metalkv needs them all equal."""
+        v = self.raw(key, default)
+        full = f"{self.arch}.{key}"
+        if not isinstance(v, list):
+            return as_count(v, full, self.source, field)
+        as_list(v, full, self.source, "int")
+        if len(v) != n_layers or len(set(v)) != 1:
+            raise ModelLoadError(f"[config] {self.source}: {full} is a per-layer list {v[:8]}"
+                                 f"{'...' if len(v) > 8 else ''} of {len(v)} values; metalkv needs one "
+                                 f"value for all {n_layers} layers")
+        return as_count(v[0], full, self.source, field)
+
+    def float(self, key: str, default: Any = _REQUIRED, **bounds) -> float:
+        """GGUF types its values: a float key holding an int is a corrupt type field
+        (10000.0's bits read as uint32 are 1176256512), not a number to accept."""
+        v = self.raw(key, default)
+        if isinstance(v, int):
+            raise ModelLoadError(f"[config] {self.source}: {self.arch}.{key} is {describe(v)}; expected "
+                                 f"a float32 or float64 value")
+        return as_float(v, f"{self.arch}.{key}", self.source, **bounds)
 
 
 def config_from_gguf(md: dict[str, Any], tensor_names: set[str], source: str) -> ModelConfig:
     src_arch = md.get("general.architecture")
+    if src_arch is not None:
+        as_str(src_arch, "general.architecture", source)
     arch = normalize_arch(src_arch, source)
-
-    def get(key: str, default: Any = _REQUIRED) -> Any:
-        v = md.get(f"{src_arch}.{key}", default)
-        if v is _REQUIRED:
-            raise ModelLoadError(f"[config] {source}: GGUF metadata lacks {src_arch}.{key}")
-        return v
-
-    n_heads = get("attention.head_count")
-    if isinstance(n_heads, list):  # some converters write one count per layer
-        if len(set(n_heads)) != 1:
-            raise ModelLoadError(f"[config] {source}: per-layer head counts are not supported")
-        n_heads = n_heads[0]
-    hidden = int(get("embedding_length"))
-    head_dim = int(get("attention.key_length", hidden // int(n_heads)))
-    if int(get("rope.dimension_count", head_dim)) != head_dim:
-        raise ModelLoadError(f"[config] {source}: partial rope (rope.dimension_count "
-                             f"{get('rope.dimension_count')} != head_dim {head_dim}) is not supported")
-    tokens = md.get("tokenizer.ggml.tokens") or []
-    n_layers = int(get("block_count"))
+    k = _ArchKeys(md, src_arch, source)
+    n_layers = k.count("block_count", "n_layers")
+    hidden = k.count("embedding_length", "hidden")
+    n_heads = k.per_layer_count("attention.head_count", "n_heads", n_layers)
+    head_dim = _head_dim(k, hidden, n_heads)
+    vocab = _vocab(md, k, source)
     kw: dict[str, Any] = dict(
-        arch=arch, n_layers=n_layers, hidden=hidden, n_heads=int(n_heads),
-        n_kv_heads=int(get("attention.head_count_kv", n_heads)), head_dim=head_dim,
-        ffn_hidden=int(get("feed_forward_length")), vocab=int(get("vocab_size", len(tokens))),
-        rms_eps=float(get("attention.layer_norm_rms_epsilon")),
-        rope_theta=float(get("rope.freq_base", 10000.0)),
+        arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads,
+        n_kv_heads=k.per_layer_count("attention.head_count_kv", "n_kv_heads", n_layers, n_heads),
+        head_dim=head_dim, ffn_hidden=k.per_layer_count("feed_forward_length", "ffn_hidden", n_layers),
+        vocab=vocab, rms_eps=k.float("attention.layer_norm_rms_epsilon", gt=0.0, hi=1.0),
+        rope_theta=k.float("rope.freq_base", 10000.0, gt=1.0),
         # convert_hf_to_gguf permutes llama's q/k rows for llama.cpp's NORM rope; other archs keep NEOX
         rope_style="interleaved" if src_arch == "llama" else "neox",
-        context_length=int(get("context_length")),
+        context_length=k.count("context_length", "context_length"),
         tie_embeddings="output.weight" not in tensor_names,
         attn_bias="blk.0.attn_q.bias" in tensor_names,
-        rope_scaling=_gguf_rope_scaling(get, tensor_names, source),
-        final_logit_softcap=get("final_logit_softcapping", None) or None,
-        attn_logit_softcap=get("attn_logit_softcapping", None) or None,
-        bos_id=md.get("tokenizer.ggml.bos_token_id"),
-        eos_ids=eog_ids({t: i for i, t in enumerate(tokens)}, md.get("tokenizer.ggml.eos_token_id"),
-                        *(md.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom", "fim_pad", "fim_rep", "fim_sep"))),
+        rope_scaling=_gguf_rope_scaling(k, tensor_names, source),
+        final_logit_softcap=k.float("final_logit_softcapping", 0.0, lo=0.0) or None,
+        attn_logit_softcap=k.float("attn_logit_softcapping", 0.0, lo=0.0) or None,
         source_arch=src_arch, source_format="gguf",
+        **_special_ids(md, vocab, source),
     )
     if arch == "gemma3":
-        window = get("attention.sliding_window", 0)
-        pattern = get("attention.sliding_window_pattern", 6)  # llama.cpp's default for gemma3
-        if isinstance(pattern, list):
-            types = tuple("sliding" if p else "full" for p in pattern[:n_layers])
-        else:
-            types = sliding_pattern_types(n_layers, int(pattern))
-        kw.update(
-            hidden_act="gelu_tanh",
-            sliding_window=int(window) or None,
-            layer_types=types if window else ("full",) * n_layers,
-            rope_local_base_freq=float(get("rope.freq_base_swa", 10000.0)),
-            # llama.cpp: 27B (62 layers) scales by hidden/heads, the others by head_dim
-            query_pre_attn_scalar=float(hidden // kw["n_heads"] if n_layers == 62 else head_dim),
-            embedding_scale=math.sqrt(hidden),
-            norm_weight_offset=0.0,  # the GGUF converter already added gemma's 1 to every norm
-        )
+        kw.update(_gemma3(k, n_layers, hidden, n_heads, head_dim))
     return ModelConfig(**kw).validate(source)
 
 
-def _gguf_rope_scaling(get, tensor_names: set[str], source: str) -> dict | None:
+def _head_dim(k: _ArchKeys, hidden: int, n_heads: int) -> int:
+    if k.raw("attention.key_length", None) is not None:
+        head_dim = k.count("attention.key_length", "head_dim")
+    elif hidden % n_heads:
+        raise ModelLoadError(f"[config] {k.source}: {k.arch}.embedding_length {hidden} is not a multiple "
+                             f"of {k.arch}.attention.head_count {n_heads}, and the file has no "
+                             f"{k.arch}.attention.key_length to give the head size")
+    else:
+        head_dim = hidden // n_heads
+    value_dim = k.count("attention.value_length", "head_dim", head_dim)
+    if value_dim != head_dim:
+        raise ModelLoadError(f"[config] {k.source}: {k.arch}.attention.value_length {value_dim} differs "
+                             f"from the key length {head_dim}; metalkv needs them equal")
+    rope_dim = k.count("rope.dimension_count", "head_dim", head_dim)
+    if rope_dim != head_dim:
+        raise ModelLoadError(f"[config] {k.source}: partial rope (rope.dimension_count "
+                             f"{rope_dim} != head_dim {head_dim}) is not supported")
+    return head_dim
+
+
+def _vocab(md: dict[str, Any], k: _ArchKeys, source: str) -> int:
+    """The token list's length; {arch}.vocab_size, when both are there, must agree."""
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return k.count("vocab_size", "vocab")
+    as_list(tokens, "tokenizer.ggml.tokens", source, "str")
+    n = as_count(len(tokens), "the length of tokenizer.ggml.tokens", source, "vocab")
+    if k.raw("vocab_size", None) is not None and k.count("vocab_size", "vocab") != n:
+        raise ModelLoadError(f"[config] {source}: {k.arch}.vocab_size is {k.raw('vocab_size')} but "
+                             f"tokenizer.ggml.tokens has {n} tokens; expected them equal")
+    return n
+
+
+def _special_ids(md: dict[str, Any], vocab: int, source: str) -> dict[str, Any]:
+    """bos_id and eos_ids; every tokenizer.ggml.*_token_id must be inside the vocabulary."""
+    for key in md:
+        if _SPECIAL_ID.match(key):
+            as_token_id(md[key], key, source, vocab)
+    tokens = md.get("tokenizer.ggml.tokens") or []
+    return dict(bos_id=md.get("tokenizer.ggml.bos_token_id"),
+                eos_ids=eog_ids({t: i for i, t in enumerate(tokens)}, md.get("tokenizer.ggml.eos_token_id"),
+                                *(md.get(f"tokenizer.ggml.{e}_token_id") for e in _EOG_KEYS)))
+
+
+def _gguf_rope_scaling(k: _ArchKeys, tensor_names: set[str], source: str) -> dict | None:
     if "rope_freqs.weight" in tensor_names:
         return {"type": "freq_factors"}
-    kind = get("rope.scaling.type", None)
-    factor = get("rope.scaling.factor", None) or get("rope.scale_linear", None)
+    kind = k.raw("rope.scaling.type", None)
+    if kind is not None:
+        as_str(kind, f"{k.arch}.rope.scaling.type", source)
+    factor = k.float("rope.scaling.factor", 0.0, lo=0.0) or k.float("rope.scale_linear", 0.0, lo=0.0)
     if kind in (None, "none") and not factor:
         return None
     if kind in (None, "linear"):
-        return None if float(factor) == 1.0 else {"type": "linear", "factor": float(factor)}
+        if not factor:
+            raise ModelLoadError(f"[config] {source}: {k.arch}.rope.scaling.type is 'linear' but no "
+                                 f"{k.arch}.rope.scaling.factor > 0 is given")
+        return None if factor == 1.0 else {"type": "linear", "factor": factor}
     raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
                          f"(supported: linear, rope_freqs factors)")
 
 
-def load_gguf_tensors(reader, cfg: ModelConfig, source: str,
+def _gemma3(k: _ArchKeys, n_layers: int, hidden: int, n_heads: int, head_dim: int) -> dict[str, Any]:
+    window = as_int(k.raw("attention.sliding_window", 0), f"{k.arch}.attention.sliding_window",
+                    k.source, 0, INT_RANGES["sliding_window"][1])
+    pattern = k.raw("attention.sliding_window_pattern", 6)  # llama.cpp's default for gemma3
+    key = f"{k.arch}.attention.sliding_window_pattern"
+    if isinstance(pattern, list):  # one bool per layer: true = sliding
+        as_list(pattern, key, k.source, "bool")
+        if len(pattern) != n_layers:
+            raise ModelLoadError(f"[config] {k.source}: {key} has {len(pattern)} values for "
+                                 f"{n_layers} layers; expected one per layer")
+        types = tuple("sliding" if p else "full" for p in pattern)
+    else:
+        types = sliding_pattern_types(n_layers, as_int(pattern, key, k.source, 0, (1 << 31) - 1))
+    return dict(
+        hidden_act="gelu_tanh",
+        sliding_window=window or None,
+        layer_types=types if window else ("full",) * n_layers,
+        rope_local_base_freq=k.float("rope.freq_base_swa", 10000.0, gt=1.0),
+        # llama.cpp: 27B (62 layers) scales by hidden/heads, the others by head_dim
+        query_pre_attn_scalar=float(hidden // n_heads if n_layers == 62 else head_dim),
+        embedding_scale=math.sqrt(hidden),
+        norm_weight_offset=0.0,  # the GGUF converter already added gemma's 1 to every norm
+    )
+
+
+def check_vocab_metadata(md: dict[str, Any], source: str) -> None:
+    """The keys Tokenizer.from_gguf_metadata and ChatTemplate read, checked here so
+    that a bad value is a ModelLoadError rather than an exception (or a Rust panic)
+    inside the tokenizers package. config_from_gguf has checked the token list."""
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"):
+        if key in md:
+            as_str(md[key], key, source)
+    for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
+                "tokenizer.ggml.add_space_prefix"):
+        if key in md:
+            as_bool(md[key], key, source)
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return
+    _check_unique_tokens(tokens, source)
+    if "tokenizer.ggml.token_type" in md:
+        types = as_list(md["tokenizer.ggml.token_type"], "tokenizer.ggml.token_type", source, "int")
+        if len(types) != len(tokens):
+            raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.token_type has {len(types)} "
+                                 f"entries for {len(tokens)} tokens; expected one per token")
+        a = np.asarray(types, np.int64)
+        if a.size and (a.min() < _TOKEN_TYPES.start or a.max() >= _TOKEN_TYPES.stop):
+            i = int(np.flatnonzero((a < _TOKEN_TYPES.start) | (a >= _TOKEN_TYPES.stop))[0])
+            raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.token_type[{i}] is {types[i]}; "
+                                 f"expected a token type 0..6")
+    if "tokenizer.ggml.merges" in md:
+        _check_merges(as_list(md["tokenizer.ggml.merges"], "tokenizer.ggml.merges", source, "str"),
+                      tokens, source)
+
+
+def _check_unique_tokens(tokens: list[str], source: str) -> None:
+    if len(set(tokens)) != len(tokens):
+        first: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            if t in first:
+                raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.tokens[{i}] {t[:40]!r} repeats "
+                                     f"token {first[t]}; expected every token string once")
+            first[t] = i
+
+
+def _check_merges(merges: list[str], tokens: list[str], source: str) -> None:
+    """Each BPE merge is "left right", both halves and their join in the vocabulary."""
+    vocab = set(tokens)
+    for i, m in enumerate(merges):
+        left, sep, right = m.partition(" ")
+        if not (sep and left and right and left in vocab and right in vocab and left + right in vocab):
+            raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.merges[{i}] is {m[:40]!r}; "
+                                 f"expected 'left right' with left, right and left+right all in "
+                                 f"tokenizer.ggml.tokens")
+
+
+def load_gguf_tensors(f: GGUFFile, cfg: ModelConfig, source: str,
                       progress: bool | None = None) -> dict[str, Tensor]:
-    tensors: dict[str, Tensor] = {}
-    for t in progress_bar(reader.tensors, desc="tensors", progress=progress):
-        shape = tuple(int(x) for x in reversed(list(t.shape)))
-        data = t.data
-        tensors[t.name] = Tensor(t.name, shape, t.tensor_type.name.lower(), data)
+    tensors = {t.name: Tensor(t.name, t.shape, t.ggml_type, f.tensor_array(t))
+               for t in progress_bar(f.tensors, desc="tensors", progress=progress)}
     check_tensors(tensors, cfg, source)
+    check_finite(tensors, source)
+    _check_rope_freqs(tensors, source)
     return tensors
 
 
+def _check_rope_freqs(tensors: dict[str, Tensor], source: str) -> None:
+    """rope_freqs.weight divides each rope frequency (model_spec.rope_tables)."""
+    t = tensors.get("rope_freqs.weight")
+    if t is not None and t.data.size and not (np.asarray(t.data, np.float32) > 0).all():
+        raise ModelLoadError(f"[load] {source}: tensor rope_freqs.weight holds values <= 0 (min "
+                             f"{float(np.min(t.data)):g}); expected frequency divisors > 0")
+
+
 def load_gguf(path: str | os.PathLike, *, progress: bool | None = None):
-    """(config, tensors, metadata) of a GGUF file."""
-    reader = open_gguf(path)
-    md = read_metadata(reader)
-    names = {t.name for t in reader.tensors}
-    cfg = config_from_gguf(md, names, str(path))
-    return cfg, load_gguf_tensors(reader, cfg, str(path), progress), md
+    """(config, tensors, metadata) of a GGUF file, checked as the module docstring says."""
+    f = read_gguf(path)
+    source = str(path)
+    cfg = config_from_gguf(f.metadata, {t.name for t in f.tensors}, source)
+    check_vocab_metadata(f.metadata, source)
+    return cfg, load_gguf_tensors(f, cfg, source, progress), f.metadata

@@ -1,6 +1,7 @@
 """Hugging Face config.json -> ModelConfig. Reads both spellings transformers has
 used: rope_theta + rope_scaling (<= 4.x, what hub repos carry) and
-rope_parameters (5.x, per layer kind for gemma3)."""
+rope_parameters (5.x, per layer kind for gemma3). Every key is checked for type
+and range where it is read (values.py); null means "not given" as in transformers."""
 from __future__ import annotations
 
 import math
@@ -9,9 +10,41 @@ from typing import Any, Mapping
 from .config import (ModelConfig, eog_ids, normalize_arch, normalize_rope_scaling,
                      sliding_pattern_types)
 from .tensor import ModelLoadError
+from .values import as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id, describe
 
 _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
 _LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
+
+
+class _Keys:
+    """Typed access to config.json keys, naming the key in every error."""
+
+    def __init__(self, c: Mapping[str, Any], source: str):
+        self.c, self.source = c, source
+
+    def get(self, key: str) -> Any:
+        return self.c.get(key)
+
+    def req(self, key: str) -> Any:
+        if self.c.get(key) is None:
+            raise ModelLoadError(f"[config] {self.source}: config.json lacks {key!r}")
+        return self.c[key]
+
+    def count(self, key: str, field: str, default: Any = None) -> int:
+        v = self.c.get(key)
+        return as_count(default if v is None else v, key, self.source, field)
+
+    def float(self, key: str, default: float, **bounds) -> float:
+        v = self.c.get(key)
+        return as_float(default if v is None else v, key, self.source, **bounds)
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.c.get(key)
+        return default if v is None else as_bool(v, key, self.source)
+
+    def str(self, key: str, default: str | None = None) -> str | None:
+        v = self.c.get(key)
+        return default if v is None else as_str(v, key, self.source)
 
 
 def config_from_hf(c: Mapping[str, Any], source: str, *,
@@ -19,84 +52,149 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
                    special_tokens: Mapping[str, int] | None = None) -> ModelConfig:
     """special_tokens: the tokenizer's added tokens (text -> id), used to find the
     end-of-turn ids llama.cpp would stop on; generation_config may add eos ids."""
+    if not isinstance(c, dict):
+        raise ModelLoadError(f"[config] {source}: config.json is {describe(c)}; expected an object")
     top = c
-    if c.get("model_type") == "gemma3" and isinstance(c.get("text_config"), dict):
+    if c.get("model_type") == "gemma3" and c.get("text_config") is not None:
         # Gemma3ForConditionalGeneration: the language model's config is nested
+        if not isinstance(c["text_config"], dict):
+            raise ModelLoadError(f"[config] {source}: text_config is {describe(c['text_config'])}; "
+                                 f"expected an object")
         c = {"model_type": "gemma3_text", "tie_word_embeddings": top.get("tie_word_embeddings", True),
              **c["text_config"]}
-    model_type = c.get("model_type")
+    k = _Keys(c, source)
+    model_type = k.str("model_type")
     arch = normalize_arch(model_type, source)
     gemma = arch == "gemma3"
-
-    def req(key: str) -> Any:
-        if c.get(key) is None:
-            raise ModelLoadError(f"[config] {source}: config.json lacks {key!r}")
-        return c[key]
-
-    hidden, n_heads, n_layers = int(req("hidden_size")), int(req("num_attention_heads")), \
-        int(req("num_hidden_layers"))
-    if c.get("mlp_bias"):
+    hidden = k.count("hidden_size", "hidden", k.req("hidden_size"))
+    n_heads = k.count("num_attention_heads", "n_heads", k.req("num_attention_heads"))
+    n_layers = k.count("num_hidden_layers", "n_layers", k.req("num_hidden_layers"))
+    if k.bool("mlp_bias", False):
         raise ModelLoadError(f"[config] {source}: mlp_bias=true is not supported")
-    act_name = c.get("hidden_activation") or c.get("hidden_act") or ("gelu_pytorch_tanh" if gemma else "silu")
+    act_name = k.str("hidden_activation") or k.str("hidden_act") or ("gelu_pytorch_tanh" if gemma else "silu")
     if act_name not in _ACTS:
         raise ModelLoadError(f"[config] {source}: activation {act_name!r} is not supported "
                              f"(supported: {', '.join(_ACTS)})")
     theta, scaling, local_theta = _rope(c, gemma, source)
-    gen = generation_config or {}
+    vocab = k.count("vocab_size", "vocab", k.req("vocab_size"))
     kw: dict[str, Any] = dict(
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads,
-        n_kv_heads=int(c.get("num_key_value_heads") or n_heads),
-        head_dim=int(c.get("head_dim") or (256 if gemma else hidden // n_heads)),
-        ffn_hidden=int(req("intermediate_size")), vocab=int(req("vocab_size")),
-        rms_eps=float(c.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+        n_kv_heads=k.count("num_key_value_heads", "n_kv_heads", n_heads),
+        head_dim=k.count("head_dim", "head_dim", 256 if gemma else _head_dim(hidden, n_heads, source)),
+        ffn_hidden=k.count("intermediate_size", "ffn_hidden", k.req("intermediate_size")), vocab=vocab,
+        rms_eps=k.float("rms_norm_eps", 1e-6, gt=0.0, hi=1.0), rope_theta=theta,
         rope_style="neox",  # HF checkpoints keep q/k rows in rotate_half order
-        context_length=int(c.get("max_position_embeddings") or (131072 if gemma else 2048)),
-        tie_embeddings=bool(c.get("tie_word_embeddings", gemma)),
+        context_length=k.count("max_position_embeddings", "context_length", 131072 if gemma else 2048),
+        tie_embeddings=k.bool("tie_word_embeddings", gemma),
         hidden_act=_ACTS[act_name], rope_scaling=scaling,
-        attn_bias=bool(c.get("attention_bias", model_type == "qwen2")),
-        bos_id=c.get("bos_token_id", gen.get("bos_token_id")),
-        eos_ids=eog_ids(special_tokens or {}, c.get("eos_token_id"), gen.get("eos_token_id")),
+        attn_bias=k.bool("attention_bias", model_type == "qwen2"),
+        **_special_ids(c, generation_config or {}, special_tokens or {}, vocab, source),
         source_arch=model_type, source_format="safetensors",
     )
-    types = tuple(_LAYER_TYPES.get(t, t) for t in c.get("layer_types") or ())
+    types = _layer_types(k, n_layers)
     if gemma:
-        if not types:
-            pattern = c.get("sliding_window_pattern") or c.get("_sliding_window_pattern") or 6
-            types = sliding_pattern_types(n_layers, int(pattern))
-        kw.update(
-            sliding_window=int(c.get("sliding_window") or 4096),
-            rope_local_base_freq=local_theta,
-            query_pre_attn_scalar=float(c.get("query_pre_attn_scalar") or 256),
-            attn_logit_softcap=c.get("attn_logit_softcapping") or None,
-            final_logit_softcap=c.get("final_logit_softcapping") or None,
-            embedding_scale=math.sqrt(hidden),
-            norm_weight_offset=1.0,  # Gemma3RMSNorm computes x * (1 + w)
-        )
-    elif "sliding" in types:
-        kw["sliding_window"] = int(req("sliding_window"))
-    if types:
-        bad = sorted(set(types) - {"full", "sliding"})
-        if bad:
-            raise ModelLoadError(f"[config] {source}: layer types {bad} are not supported "
-                                 f"(supported: full_attention, sliding_attention)")
-        kw["layer_types"] = types
+        kw.update(_gemma3(k, n_layers, hidden, local_theta, types))
+    else:
+        if "sliding" in types:
+            kw["sliding_window"] = k.count("sliding_window", "sliding_window", k.req("sliding_window"))
+        if types:
+            kw["layer_types"] = types
     return ModelConfig(**kw).validate(source)
+
+
+def _head_dim(hidden: int, n_heads: int, source: str) -> int:
+    if hidden % n_heads:
+        raise ModelLoadError(f"[config] {source}: hidden_size {hidden} is not a multiple of "
+                             f"num_attention_heads {n_heads}, and config.json has no head_dim")
+    return hidden // n_heads
+
+
+def _special_ids(c: Mapping[str, Any], gen: Mapping[str, Any], special: Mapping[str, int],
+                 vocab: int, source: str) -> dict[str, Any]:
+    """bos_id, eos_ids; every *_token_id key of config.json / generation_config.json
+    is null, a token id in the vocabulary, or (eos) a list of them."""
+    for where, d in (("", c), ("generation_config.json: ", gen)):
+        for key, v in d.items():
+            if key.endswith("_token_id") and v is not None:
+                for i, x in enumerate(v if isinstance(v, list) else [v]):
+                    as_token_id(x, f"{where}{key}" + (f"[{i}]" if isinstance(v, list) else ""),
+                                source, vocab)
+    bos = c.get("bos_token_id", gen.get("bos_token_id"))
+    if isinstance(bos, list):
+        raise ModelLoadError(f"[config] {source}: bos_token_id is {describe(bos)}; expected one id")
+    # added tokens beyond the embedding can never be sampled, so they cannot end generation
+    special = {text: i for text, i in special.items() if 0 <= i < vocab}
+    return dict(bos_id=bos, eos_ids=eog_ids(special, c.get("eos_token_id"), gen.get("eos_token_id")))
+
+
+def _layer_types(k: _Keys, n_layers: int) -> tuple[str, ...]:
+    raw = k.get("layer_types")
+    if raw is None:
+        return ()
+    names = as_list(raw, "layer_types", k.source, "str")
+    bad = sorted(set(names) - set(_LAYER_TYPES))
+    if bad:
+        raise ModelLoadError(f"[config] {k.source}: layer types {bad} are not supported "
+                             f"(supported: full_attention, sliding_attention)")
+    if len(names) != n_layers:
+        raise ModelLoadError(f"[config] {k.source}: layer_types has {len(names)} entries for "
+                             f"num_hidden_layers={n_layers}; expected one per layer")
+    return tuple(_LAYER_TYPES[t] for t in names)
+
+
+def _gemma3(k: _Keys, n_layers: int, hidden: int, local_theta: float | None,
+            types: tuple[str, ...]) -> dict[str, Any]:
+    if not types:
+        v = k.get("sliding_window_pattern")
+        v = k.get("_sliding_window_pattern") if v is None else v
+        key = "sliding_window_pattern"
+        types = sliding_pattern_types(n_layers, as_int(6 if v is None else v, key, k.source, 1))
+    caps = {name: (None if k.get(key) is None else k.float(key, 0.0, lo=0.0) or None)
+            for name, key in (("attn_logit_softcap", "attn_logit_softcapping"),
+                              ("final_logit_softcap", "final_logit_softcapping"))}
+    return dict(
+        sliding_window=k.count("sliding_window", "sliding_window", 4096),
+        rope_local_base_freq=local_theta, layer_types=types,
+        query_pre_attn_scalar=k.float("query_pre_attn_scalar", 256.0, gt=0.0),
+        embedding_scale=math.sqrt(hidden),
+        norm_weight_offset=1.0,  # Gemma3RMSNorm computes x * (1 + w)
+        **caps,
+    )
 
 
 def _rope(c: Mapping[str, Any], gemma: bool, source: str) -> tuple[float, dict | None, float | None]:
     """(theta, scaling of full layers, theta of gemma's sliding layers)."""
     rp = c.get("rope_parameters")
     local: Mapping[str, Any] = {}
-    if isinstance(rp, dict) and "full_attention" in rp:
+    key = "rope_parameters"
+    if rp is not None and not isinstance(rp, dict):
+        raise ModelLoadError(f"[config] {source}: rope_parameters is {describe(rp)}; expected an object")
+    if rp and "full_attention" in rp:
         full, local = rp["full_attention"], rp.get("sliding_attention") or {}
-    elif isinstance(rp, dict):
+        key = "rope_parameters.full_attention"
+    elif rp:
         full = rp
     else:
-        full = c.get("rope_scaling") or {}
-    theta = full.get("rope_theta") or c.get("rope_theta") or (1e6 if gemma else 10000.0)
-    if normalize_rope_scaling(local, source) is not None:
+        full, key = c.get("rope_scaling") or {}, "rope_scaling"
+    for name, d in ((key, full), ("rope_parameters.sliding_attention", local)):
+        if not isinstance(d, dict):
+            raise ModelLoadError(f"[config] {source}: {name} is {describe(d)}; expected an object")
+    theta = as_float(*_first((key, full, "rope_theta"), ("", c, "rope_theta"),
+                             default=1e6 if gemma else 10000.0), source, gt=1.0)
+    if normalize_rope_scaling(local, source, "rope_parameters.sliding_attention") is not None:
         raise ModelLoadError(f"[config] {source}: rope scaling on sliding layers is not supported")
     local_theta = None
     if gemma:
-        local_theta = float(local.get("rope_theta") or c.get("rope_local_base_freq") or 10000.0)
-    return float(theta), normalize_rope_scaling(full, source), local_theta
+        local_theta = as_float(*_first(("rope_parameters.sliding_attention", local, "rope_theta"),
+                                       ("", c, "rope_local_base_freq"), default=10000.0), source, gt=1.0)
+    return theta, normalize_rope_scaling(full, source, key), local_theta
+
+
+def _first(*where: tuple[str, Mapping[str, Any], str], default: Any) -> tuple[Any, str]:
+    """(value, its key for messages) of the first (prefix, dict, key) that has a
+    non-null value, else (default, the first key)."""
+    for prefix, d, key in where:
+        if d.get(key) is not None:
+            return d[key], f"{prefix}.{key}" if prefix else key
+    prefix, _, key = where[0]
+    return default, f"{prefix}.{key}" if prefix else key

@@ -11,6 +11,7 @@ they are; vectors (norms, biases) become f32.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import re
@@ -20,8 +21,10 @@ import numpy as np
 
 from .config import ModelConfig
 from .hf_config import config_from_hf
+from .finite import check_finite
 from .progress import progress_bar
 from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors
+from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
 _MAX_HEADER = 100 << 20  # the format's own limit
@@ -79,45 +82,109 @@ def hf_name_hint(canonical: str, arch: str) -> str:
 def read_safetensors(path: str | os.PathLike) -> dict[str, tuple[str, np.ndarray]]:
     """{name: (dtype, array)} of one file; arrays are read-only views of a memory
     map, BF16 as uint16 bit patterns. Raises ModelLoadError for a truncated or
-    malformed file, naming the file and, where it applies, the tensor."""
+    malformed file, naming the file and, where it applies, the tensor. As the
+    format requires, the tensors must cover the data section exactly: no overlaps,
+    no gaps, nothing after the last one."""
     path = str(path)
     size = os.path.getsize(path)
+    header, start = _read_header(path, size)
+    entries = {name: _header_entry(name, info, path) for name, info in header.items()
+               if name != "__metadata__"}
+    for name, (dtype, shape, (b, e)) in entries.items():
+        if start + e > size:
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name} ends at byte {start + e} but "
+                                 f"the file has {size} bytes: the file is truncated")
+    _check_tiling(entries, size - start, path)
+    blob = np.memmap(path, dtype=np.uint8, mode="r", offset=start) if size > start else \
+        np.zeros(0, np.uint8)
+    return {name: (dtype.lower(), blob[b:e].view(_DTYPES[dtype][0]).reshape(shape))
+            for name, (dtype, shape, (b, e)) in entries.items()}
+
+
+def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
+    """The JSON header (duplicate names refused) and where the data section starts."""
+    if size < 8:
+        raise ModelLoadError(f"[safetensors] {path}: the file has {size} bytes, fewer than the 8 of its "
+                             f"header length: not a safetensors file, or truncated")
     with open(path, "rb") as f:
-        head = f.read(8)
-        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        n = int.from_bytes(f.read(8), "little")
         if n < 2 or n > min(size - 8, _MAX_HEADER):
             raise ModelLoadError(f"[safetensors] {path}: header length {n} does not fit a file of "
                                  f"{size} bytes: not a safetensors file, or truncated")
         try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            header = json.loads(f.read(n), object_pairs_hook=_no_duplicate_keys)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise ModelLoadError(f"[safetensors] {path}: header is not valid JSON ({e}): "
+                                 f"corrupt file") from None
+        except _DuplicateKey as e:
+            raise ModelLoadError(f"[safetensors] {path}: header names {e.args[0]!r} twice: "
                                  f"corrupt file") from None
     if not isinstance(header, dict):
         raise ModelLoadError(f"[safetensors] {path}: header is not a JSON object: corrupt file")
-    start = 8 + n
-    blob = np.memmap(path, dtype=np.uint8, mode="r", offset=start) if size > start else np.zeros(0, np.uint8)
-    out: dict[str, tuple[str, np.ndarray]] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (b, e) = info["dtype"], tuple(int(x) for x in info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise ModelLoadError(f"[safetensors] {path}: tensor {name}: malformed header entry {info!r}") from None
-        if dtype not in _DTYPES:
-            raise ModelLoadError(f"[safetensors] {path}: tensor {name} has dtype {dtype}; "
-                                 f"supported: {', '.join(_DTYPES)}")
-        np_dtype, itemsize = _DTYPES[dtype]
-        want = int(np.prod(shape, dtype=np.int64)) * itemsize
-        if not (0 <= b <= e) or e - b != want:
-            raise ModelLoadError(f"[safetensors] {path}: tensor {name} of shape {shape} {dtype} needs "
-                                 f"{want} bytes but its offsets span {e - b}: corrupt header")
-        if start + e > size:
-            raise ModelLoadError(f"[safetensors] {path}: tensor {name} ends at byte {start + e} but "
-                                 f"the file has {size} bytes: the file is truncated")
-        out[name] = (dtype.lower(), blob[b:e].view(np_dtype).reshape(shape))
-    return out
+    if not isinstance(header.get("__metadata__", {}), dict):
+        raise ModelLoadError(f"[safetensors] {path}: __metadata__ is {describe(header['__metadata__'])}; "
+                             f"expected an object of strings")
+    return header, 8 + n
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a name given twice would let one entry hide another."""
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise _DuplicateKey(k)
+        d[k] = v
+    return d
+
+
+def _is_uint(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _header_entry(name: str, info: Any, path: str) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+    """(dtype, shape, (begin, end)) of one header entry, each field checked for type."""
+    where = f"[safetensors] {path}: tensor {name}"
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise ModelLoadError(f"{where}: malformed header entry {describe(info)}; expected "
+                             f"{{dtype, shape, data_offsets}}")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_uint(x) for x in shape):
+        raise ModelLoadError(f"{where}: shape is {describe(shape)}; expected a list of integers >= 0")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(x) for x in offsets):
+        raise ModelLoadError(f"{where}: data_offsets is {describe(offsets)}; expected [begin, end], "
+                             f"integers >= 0")
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"{where} has dtype {dtype}; supported: {', '.join(_DTYPES)}")
+    b, e = offsets
+    want = math.prod(shape) * _DTYPES[dtype][1]
+    if not b <= e or e - b != want:
+        raise ModelLoadError(f"{where} of shape {tuple(shape)} {dtype} needs {want} bytes but its "
+                             f"offsets span {e - b}: corrupt header")
+    return dtype, tuple(shape), (b, e)
+
+
+def _check_tiling(entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]]], data_size: int,
+                  path: str) -> None:
+    """Sorted by offset, each tensor starts where the previous one ended and the
+    last ends at the end of the file (the format's rule; an overlap would let two
+    tensors alias the same bytes)."""
+    expected, prev = 0, None
+    for name, (_, _, (b, e)) in sorted(entries.items(), key=lambda kv: kv[1][2]):
+        if b != expected:
+            what = (f"overlaps tensor {prev}" if b < expected else
+                    f"leaves {b - expected} unused bytes after {prev or 'the header'}")
+            raise ModelLoadError(f"[safetensors] {path}: tensor {name} has data_offsets [{b}, {e}] and "
+                                 f"{what}; expected it to start at {expected}: corrupt header")
+        expected, prev = e, name
+    if expected != data_size:
+        extra = data_size - expected
+        raise ModelLoadError(f"[safetensors] {path}: the file goes on {extra} "
+                             f"byte{'s' if extra != 1 else ''} past the last tensor ({prev}); expected "
+                             f"the tensors to cover the data exactly: corrupt header or trailing garbage")
 
 
 def to_engine_dtype(t: Tensor) -> Tensor:
@@ -143,9 +210,24 @@ def _read_json(path: pathlib.Path, required: bool) -> dict[str, Any] | None:
             raise ModelLoadError(f"[safetensors] {path.parent}: no {path.name}")
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ModelLoadError(f"[safetensors] {path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ModelLoadError(f"[safetensors] {path}: holds {describe(value)}; expected a JSON object")
+    return value
+
+
+def _special_tokens(tok: dict[str, Any], path: pathlib.Path) -> dict[str, int]:
+    """text -> id of tokenizer.json's special added tokens."""
+    added = tok.get("added_tokens") or []
+    ok = isinstance(added, list) and all(
+        isinstance(t, dict) and isinstance(t.get("content"), str) and _is_uint(t.get("id"))
+        for t in added)
+    if not ok:
+        raise ModelLoadError(f"[tokenizer] {path}: added_tokens is not a list of "
+                             f"{{content: string, id: integer >= 0}} objects")
+    return {t["content"]: t["id"] for t in added if t.get("special")}
 
 
 def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = None
@@ -153,8 +235,8 @@ def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = Non
     """(config, tensors, config.json) of an HF model directory."""
     d = pathlib.Path(path)
     hf = _read_json(d / "config.json", required=True)
-    tok = _read_json(d / "tokenizer.json", required=False) or {}
-    special = {t["content"]: t["id"] for t in tok.get("added_tokens", []) if t.get("special")}
+    tok = d / "tokenizer.json"
+    special = _special_tokens(_read_json(tok, required=False) or {}, tok)
     cfg = config_from_hf(hf, str(d), generation_config=_read_json(d / "generation_config.json", False),
                          special_tokens=special)
     files = sorted(d.glob("*.safetensors"))
@@ -174,6 +256,7 @@ def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = Non
     if cfg.tie_embeddings:
         raw.pop("output.weight", None)  # some exports save the tied copy too
     check_tensors(raw, cfg, str(d), hint=lambda n: hf_name_hint(n, cfg.arch))
+    check_finite(raw, str(d), hint=lambda n: origin[n])
     tensors = {n: to_engine_dtype(t) for n, t in progress_bar(raw.items(), desc="tensors",
                                                                progress=progress, total=len(raw))}
     return cfg, tensors, hf

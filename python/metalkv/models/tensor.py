@@ -29,6 +29,7 @@ round (ne[0] is the contiguous one); the loaders reverse them.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -49,7 +50,7 @@ class Tensor:
 
     dtype is "f32", "f16", "bf16" or a GGML quantization name in lower case
     ("q8_0", "q4_0", "q4_1", "q4_k", ...). For f32/f16 `data` is a float array
-    of `shape`. For quantized types `data` is the raw GGUF bytes, uint8 of
+    of `shape`, for bf16 its uint16 bit patterns. For quantized types `data` is the raw GGUF bytes, uint8 of
     shape (rows, bytes_per_row) where rows = prod(shape[:-1]): blocks are not
     dequantized, the engine reads them as they are. Arrays from a GGUF file are
     read-only views of a memory map (nothing is copied at load time).
@@ -129,24 +130,64 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 # Tensors a model may carry without the config asking for them.
 OPTIONAL_SHAPES = {"rope_freqs.weight": lambda cfg: (cfg.head_dim // 2,)}
 
+# Types a tensor may have, by role. Vectors (norms, biases, rope factors) are read
+# as floats; a quantized vector is a type changed in the header, not a format.
+# Matrices: the float types and the GGML quantizations gguf-py can dequantize
+# (the kernels read q8_0, q4_0 and q4_1 as they are; model_spec dequantizes the rest).
+VECTOR_DTYPES = ("f32", "f16", "bf16")
+MATRIX_DTYPES = VECTOR_DTYPES + (
+    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+    "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_nl", "iq4_xs",
+    "tq1_0", "tq2_0", "mxfp4")
+_LAYER_NAME = re.compile(r"^blk\.(\d+)\.")
+
 
 def check_tensors(tensors: dict[str, Tensor], cfg: ModelConfig, source: str,
                   hint: Callable[[str], str] | None = None) -> None:
-    """Raise ModelLoadError naming the first missing or misshapen tensors; `hint`
-    gives the name a canonical tensor has in the source file, for the message."""
+    """Raise ModelLoadError naming the first missing, misshapen or mistyped tensor,
+    or one of a layer the config does not have; `hint` gives the name a canonical
+    tensor has in the source file, for the message."""
+    def label(n: str) -> str:
+        return n if hint is None else f"{n} ({hint(n)})"
+
     want = expected_shapes(cfg)
-    missing = [n if hint is None else f"{n} ({hint(n)})" for n in want if n not in tensors]
+    missing = [label(n) for n in want if n not in tensors]
     if missing:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise ModelLoadError(
             f"[load] {source}: missing tensor(s) {', '.join(missing[:5])}{more} "
             f"for a {cfg.arch} model with {cfg.n_layers} layers")
+    _check_layer_indices(tensors, cfg, source, label)
     for name, t in tensors.items():
         shape = want.get(name) or (OPTIONAL_SHAPES[name](cfg) if name in OPTIONAL_SHAPES else None)
         if shape is not None and tuple(t.shape) != shape:
-            if hint is not None:
-                name = f"{name} ({hint(name)})"
             raise ModelLoadError(
-                f"[load] {source}: tensor {name} has shape {tuple(t.shape)}, expected {shape} "
+                f"[load] {source}: tensor {label(name)} has shape {tuple(t.shape)}, expected {shape} "
                 f"from the config (hidden={cfg.hidden}, heads={cfg.n_heads}, kv_heads="
                 f"{cfg.n_kv_heads}, head_dim={cfg.head_dim}, ffn={cfg.ffn_hidden}, vocab={cfg.vocab})")
+        check_tensor_dtype(t, source, label(name))
+
+
+def _check_layer_indices(tensors: dict[str, Tensor], cfg: ModelConfig, source: str,
+                         label: Callable[[str], str]) -> None:
+    """A layer tensor beyond n_layers means the layer count in the file is wrong:
+    running fewer layers than were trained would compute nonsense without an error."""
+    for name in tensors:
+        m = _LAYER_NAME.match(name)
+        if m and int(m.group(1)) >= cfg.n_layers:
+            raise ModelLoadError(
+                f"[load] {source}: tensor {label(name)} belongs to layer {m.group(1)}, but the config "
+                f"says the model has {cfg.n_layers} layers (0..{cfg.n_layers - 1}): the layer count "
+                f"in the file does not match its tensors")
+
+
+def check_tensor_dtype(t: Tensor, source: str, label: str) -> None:
+    """Vectors must be float; matrices float or a GGML quantization we can read."""
+    vector = len(t.shape) == 1
+    allowed = VECTOR_DTYPES if vector else MATRIX_DTYPES
+    if t.dtype not in allowed:
+        kind = "a 1-D tensor (norm, bias, rope factors)" if vector else "a matrix"
+        raise ModelLoadError(
+            f"[load] {source}: tensor {label} of shape {tuple(t.shape)} has type {t.dtype}; "
+            f"{kind} must be one of {', '.join(allowed)}: the file's header declares a type the "
+            f"tensor cannot have")
