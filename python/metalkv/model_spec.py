@@ -76,17 +76,12 @@ def _dequantized(t: Tensor) -> np.ndarray:
 
 
 def device_tensor(t: Tensor) -> tuple[str, np.ndarray]:
-    """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases)
-    become f32, exactly; matrices in a type the kernels read stay as they are;
+    """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases;
+    f32, f16 or bf16) become f32, exactly; matrices in a type the kernels read stay as they are;
     bf16 becomes f32 (exact); other GGUF quantizations are dequantized to f16
     (see load_weights' warning)."""
-    if len(t.shape) == 1:
-        if t.dtype in ("f32", "f16"):
-            data = t.data.astype(np.float32)
-        elif t.dtype == "bf16":
-            data = bf16_to_f32(t.data)
-        else:
-            data = _dequantized(t).astype(np.float32)
+    if len(t.shape) == 1:  # the loaders refuse 1-D tensors of a quantized type
+        data = bf16_to_f32(t.data) if t.dtype == "bf16" else t.data.astype(np.float32)
         return "f32", np.ascontiguousarray(data)
     if t.dtype in KERNEL_DTYPES:
         return t.dtype, np.ascontiguousarray(t.data)

@@ -28,7 +28,7 @@ def default_gguf() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def engine(default_gguf) -> metalkv.Engine:
-    """SmolLM2-135M-Instruct Q4_1 on the host executor (~4 s to load)."""
+    """SmolLM2-135M-Instruct Q4_1 on the host executor (~1 s to load)."""
     return metalkv.Engine.load(default_gguf, device="host", context=512, progress=False)
 
 

@@ -128,3 +128,21 @@ def test_bf16_tensors_are_bit_patterns_of_the_logical_shape(tmp_path):
                                                                           arrays[name].shape)
         want = gguf.quants.dequantize(gguf.quants.quantize(arrays[name], q.BF16), q.BF16)
         np.testing.assert_array_equal(bf16_to_f32(got.data), want)
+
+
+def test_tokenizer_and_template_errors_name_the_file(tmp_path):
+    """The tokenizer and the chat template are built from the file too: what is
+    wrong in them is a ModelLoadError that names it."""
+    from gguf import GGUFValueType
+
+    from .tiny import TINY_VOCAB
+
+    f = tmp_path / "spm.gguf"
+    write_gguf(f, tokenizer=TINY_VOCAB, set_kv={"tokenizer.ggml.model": ("llama", GGUFValueType.STRING)})
+    with pytest.raises(ModelLoadError, match=r"spm.gguf: \[tokenizer\] GGUF tokenizer model 'llama'"):
+        load_model(f)
+    f = tmp_path / "template.gguf"
+    write_gguf(f, tokenizer=TINY_VOCAB, set_kv={"tokenizer.chat_template": ("{% for m in messages %}",
+                                                                            GGUFValueType.STRING)})
+    with pytest.raises(ModelLoadError, match=r"template.gguf: \[chat\] template does not parse"):
+        load_model(f)

@@ -50,6 +50,17 @@ def load_model(ref: str | os.PathLike | None = None, *, progress: bool | None = 
     path = resolve_model(ref)
     if path.is_file() and path.suffix == ".safetensors":
         path = path.parent
+    try:
+        return _load(path, progress)
+    except ChatTemplateError as e:  # a template that does not parse is a file that cannot be used
+        raise ModelLoadError(f"{path}: {e}") from None
+    except ModelLoadError as e:
+        if str(path) in str(e):
+            raise
+        raise ModelLoadError(f"{path}: {e}") from None  # tokenizer errors do not know the file
+
+
+def _load(path: pathlib.Path, progress: bool | None) -> LoadedModel:
     if path.is_dir():
         from .safetensors_loader import load_safetensors_dir
 

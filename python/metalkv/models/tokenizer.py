@@ -73,9 +73,7 @@ class Tokenizer:
         tokens: list[str] = md["tokenizer.ggml.tokens"]
         types: list[int] = md.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
         merges = [tuple(m.split(" ", 1)) for m in md.get("tokenizer.ggml.merges", [])]
-        vocab = {t: i for i, t in enumerate(tokens)}
-        if len(vocab) != len(tokens):
-            raise ModelLoadError("[tokenizer] GGUF vocabulary has duplicate token strings")
+        vocab = {t: i for i, t in enumerate(tokens)}  # unique: gguf_loader checked the token list
         tok = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
         tok.pre_tokenizer = _pre_tokenizer(md.get("tokenizer.ggml.pre", "default"))
         tok.decoder = decoders.ByteLevel()
