@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/errors.h"  // GpuError, ArgumentError
+#include "errors.h"  // GpuError, ArgumentError
 
 namespace mkv::gpu {
 
