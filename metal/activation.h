@@ -3,8 +3,7 @@
 // (matmul.metal), so both paths compute the same float function.
 #pragma once
 
-#include <metal_stdlib>
-using namespace metal;
+#include "mkv_kernel.h"  // metal_stdlib, using namespace metal
 
 // silu(g) = g / (1 + e^-g); e^-g overflows to inf for g < -88, giving -0.
 struct ActSilu {

@@ -8,9 +8,8 @@
 // a float4 so one simd_sum serves 4 keys.
 #pragma once
 
-#include <metal_stdlib>
+#include "mkv_kernel.h"  // metal_stdlib, using namespace metal
 #include "attention_params.h"
-using namespace metal;
 
 // Online-softmax state of up to R query rows; every lane holds the same m and
 // l (they come from simd_sum results) and its own E-slice of q and acc.

@@ -56,7 +56,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
 
   for (uint i = begin + simd * 4; i < end; i += S * 4) {
     float kv4[4][E];  // K slices, then V slices, of positions i .. i+3
-    for (uint j = 0; j < 4; ++j) {
+    MKV_UNROLL for (uint j = 0; j < 4; ++j) {
       if (i + j < end) {
         uint slot = slot_begin + (i + j - begin);  // < 2 * slots: chunks fit in the ring
         if (slot >= p.slots) slot -= p.slots;
@@ -66,16 +66,16 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       }
     }
     float4 scores[R];
-    for (uint r = 0; r < R; ++r)
+    MKV_UNROLL for (uint r = 0; r < R; ++r)
       if (r < rows) scores[r] = simd_sum(attn_dot4(st.q[r], kv4));
-    for (uint j = 0; j < 4; ++j) {
+    MKV_UNROLL for (uint j = 0; j < 4; ++j) {
       if (i + j < end) {
         uint slot = slot_begin + (i + j - begin);
         if (slot >= p.slots) slot -= p.slots;
         load_slice(v_base + slot * slot_stride, lane, kv4[j]);
       }
     }
-    for (uint r = 0; r < R; ++r) {
+    MKV_UNROLL for (uint r = 0; r < R; ++r) {
       if (r < rows) {
         const float4 s = attn_transform(scores[r], p.scale, p.softcap);
         attn_update(st, r, attn_mask(s, int(i), int(begin), int(end) - 1), kv4);

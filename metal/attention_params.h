@@ -7,17 +7,12 @@
 // positions; the kernels only ever visit positions that are (ops validate it).
 #pragma once
 
-#ifndef __METAL_VERSION__
-#include <cstdint>
-#define MKV_ATTN_CONST inline constexpr
-#else
-#define MKV_ATTN_CONST constant constexpr
-#endif
+#include "shared_params.h"
 
 namespace mkv_params {
 
 // SIMD-groups per threadgroup of the decode and prefill kernels (256 threads).
-MKV_ATTN_CONST uint32_t kAttnSimdgroups = 8;
+MKV_CONSTANT uint32_t kAttnSimdgroups = 8;
 
 // Query rows one SIMD-group keeps in registers: q and the output accumulator
 // take 2 * head_dim / 32 floats per lane and row, so fewer rows at D = 256.

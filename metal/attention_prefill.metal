@@ -1,12 +1,11 @@
 // Prefill attention kernels (see attention_prefill.h for the design and the
 // read count). Variants by head_dim D: attn_prefill_f16_dD.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "attention_prefill.h"
-using namespace metal;
 
 // BK = attn_prefill_key_tile(D), R = attn_rows_per_simdgroup(D).
 template <uint D, uint BK, uint R>
-kernel void attn_prefill(constant mkv_params::AttnPrefill& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(constant mkv_params::AttnPrefill& p [[buffer(0)]],
                          const device float* q [[buffer(1)]],      // (n_queries, n_q_heads, D)
                          const device half* kv [[buffer(2)]],      // (2, slots, n_kv_heads, D)
                          const device float* sinks [[buffer(3)]],  // (n_q_heads); q when unused
@@ -24,8 +23,6 @@ kernel void attn_prefill(constant mkv_params::AttnPrefill& p [[buffer(0)]],
 
 // One explicit instantiation per variant; the name literal stays whole so the
 // host build pass can read it.
-#define MKV_KERNEL(name, ...) \
-  template [[host_name(name)]] [[kernel]] decltype(__VA_ARGS__) __VA_ARGS__;
 
 MKV_KERNEL("attn_prefill_f16_d64", attn_prefill<64, mkv_params::attn_prefill_key_tile(64),
                                                 mkv_params::attn_rows_per_simdgroup(64)>)

@@ -3,18 +3,17 @@
 // are float.
 // The host functions that build these names and geometries:
 // cpp/ops/elementwise.cpp.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "linear_params.h"
 #include "quant.h"
 #include "activation.h"
-using namespace metal;
 
 using mkv_params::kElementsPerThread;  // geometry shared with the host
 using mkv_params::kRowSimds;
 
 // ---- embedding: one threadgroup per token, threads over the row's chunks ----
 template <typename F>
-kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kEmbeddingThreads) kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
                       const device uchar* table [[buffer(1)]],  // (vocab, dim) in format F
                       const device int* ids [[buffer(2)]],      // (n_tokens)
                       device float* out [[buffer(3)]],          // (n_tokens, dim)
@@ -33,16 +32,16 @@ kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
   }
 }
 
-template [[host_name("embedding_f32")]] [[kernel]] decltype(embedding<FmtF32>) embedding<FmtF32>;
-template [[host_name("embedding_f16")]] [[kernel]] decltype(embedding<FmtF16>) embedding<FmtF16>;
-template [[host_name("embedding_q8_0")]] [[kernel]] decltype(embedding<FmtQ8_0>) embedding<FmtQ8_0>;
-template [[host_name("embedding_q4_0")]] [[kernel]] decltype(embedding<FmtQ4_0>) embedding<FmtQ4_0>;
-template [[host_name("embedding_q4_1")]] [[kernel]] decltype(embedding<FmtQ4_1>) embedding<FmtQ4_1>;
+MKV_KERNEL("embedding_f32", embedding<FmtF32>)
+MKV_KERNEL("embedding_f16", embedding<FmtF16>)
+MKV_KERNEL("embedding_q8_0", embedding<FmtQ8_0>)
+MKV_KERNEL("embedding_q4_0", embedding<FmtQ4_0>)
+MKV_KERNEL("embedding_q4_1", embedding<FmtQ4_1>)
 
 // ---- RMSNorm: one SIMD-group per row (rows are short: hidden or head_dim) ----
 // In place is safe: each lane reads and writes only its own elements.
 template <typename W>
-kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kRmsNormSimds * 32) kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
                      const device float* x [[buffer(1)]],  // (n_rows, dim)
                      const device W* w [[buffer(2)]],      // (dim)
                      device float* out [[buffer(3)]],      // (n_rows, dim); may be x
@@ -60,8 +59,8 @@ kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
   for (uint j = lane; j < p.dim; j += 32) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
 }
 
-template [[host_name("rms_norm_f32")]] [[kernel]] decltype(rms_norm<float>) rms_norm<float>;
-template [[host_name("rms_norm_f16")]] [[kernel]] decltype(rms_norm<half>) rms_norm<half>;
+MKV_KERNEL("rms_norm_f32", rms_norm<float>)
+MKV_KERNEL("rms_norm_f16", rms_norm<half>)
 
 // ---- elementwise: thread tid of group g handles g*2048 + tid + 256k, k < 8 ----
 #define MKV_FOR_EACH_ELEMENT(i)                                                   \
@@ -69,7 +68,7 @@ template [[host_name("rms_norm_f16")]] [[kernel]] decltype(rms_norm<half>) rms_n
        ++k, i += nt)                                                              \
     if (i < p.n)
 
-kernel void add_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void add_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                     device float* y [[buffer(1)]],        // (n): y += x
                     const device float* x [[buffer(2)]],  // (n)
                     uint tg [[threadgroup_position_in_grid]],
@@ -78,7 +77,7 @@ kernel void add_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
   MKV_FOR_EACH_ELEMENT(i) y[i] += x[i];
 }
 
-kernel void scale_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void scale_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                       device float* y [[buffer(1)]],  // (n): y *= scale
                       uint tg [[threadgroup_position_in_grid]],
                       uint tid [[thread_index_in_threadgroup]],
@@ -87,7 +86,7 @@ kernel void scale_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
 }
 
 // Logit soft-capping (Gemma 2's final_logit_softcapping): y = cap * tanh(y / cap).
-kernel void softcap_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void softcap_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
                         device float* y [[buffer(1)]],  // (n), p.scale = cap > 0
                         uint tg [[threadgroup_position_in_grid]],
                         uint tid [[thread_index_in_threadgroup]],
@@ -97,7 +96,7 @@ kernel void softcap_f32(constant mkv_params::Elementwise& p [[buffer(0)]],
 
 // out = act(gate) * up, act from activation.h.
 template <typename Act>
-kernel void gated(constant mkv_params::Elementwise& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void gated(constant mkv_params::Elementwise& p [[buffer(0)]],
                   const device float* gate [[buffer(1)]],  // (n)
                   const device float* up [[buffer(2)]],    // (n)
                   device float* out [[buffer(3)]],         // (n); may be gate or up
@@ -106,14 +105,14 @@ kernel void gated(constant mkv_params::Elementwise& p [[buffer(0)]],
                   uint nt [[threads_per_threadgroup]]) {
   MKV_FOR_EACH_ELEMENT(i) out[i] = Act::apply(gate[i]) * up[i];
 }
-template [[host_name("swiglu_f32")]] [[kernel]] decltype(gated<ActSilu>) gated<ActSilu>;
-template [[host_name("geglu_f32")]] [[kernel]] decltype(gated<ActGeluTanh>) gated<ActGeluTanh>;
+MKV_KERNEL("swiglu_f32", gated<ActSilu>)
+MKV_KERNEL("geglu_f32", gated<ActGeluTanh>)
 
 // ---- argmax: one threadgroup of kRowSimds SIMD-groups per row ----------
 // Each thread scans a strided slice (indices increase, so `>` keeps the
 // lowest index of a tie), then SIMD and threadgroup reductions pick the
 // largest value and, among equal values, the lowest index.
-kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kRowSimds * 32) kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
                        const device float* x [[buffer(1)]],  // (n_rows, n)
                        device int* out [[buffer(2)]],        // (n_rows)
                        uint row [[threadgroup_position_in_grid]],
@@ -152,7 +151,7 @@ kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
 // ---- softmax: one threadgroup of kRowSimds SIMD-groups per row ----------
 // Two threadgroup reductions (max, then Σ e^(x - max)); in place is safe:
 // each thread writes only elements it read.
-kernel void softmax_f32(constant mkv_params::Softmax& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kRowSimds * 32) kernel void softmax_f32(constant mkv_params::Softmax& p [[buffer(0)]],
                         const device float* x [[buffer(1)]],  // (n_rows, n)
                         device float* out [[buffer(2)]],      // (n_rows, n); may be x
                         uint row [[threadgroup_position_in_grid]],

@@ -3,9 +3,7 @@
 // cpp/ops/rope). Sizes are static_asserted on the C++ side.
 #pragma once
 
-#ifndef __METAL_VERSION__
-#include <cstdint>
-#endif
+#include "shared_params.h"
 
 namespace mkv_params {
 

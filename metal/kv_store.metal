@@ -7,10 +7,9 @@
 // rows with a blit encoder. One kernel for both paths keeps them bit-identical.
 //
 // Names: kv_store_f32 (no rope), kv_store_f32_rope_neox, kv_store_f32_rope_interleaved.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "kv_params.h"
 #include "rope.h"
-using namespace metal;
 
 // One threadgroup per (token, K|V) = (tg.x, tg.y). Its threads stride over the
 // work items of the token's n_kv_heads rows: a roped K head has rotary_dim/2
@@ -53,7 +52,7 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
   }
 }
 
-kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
+MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
                          const device float* k_new [[buffer(1)]],
                          const device float* v_new [[buffer(2)]],
                          device half* dst [[buffer(3)]],
@@ -64,7 +63,7 @@ kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
 }
 
 template <mkv_rope::Style S>
-[[kernel]] void kv_store_f32_rope(constant mkv_params::KvStore& p [[buffer(0)]],
+MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvStore& p [[buffer(0)]],
                               const device float* k_new [[buffer(1)]],
                               const device float* v_new [[buffer(2)]],
                               device half* dst [[buffer(3)]],
@@ -75,7 +74,5 @@ template <mkv_rope::Style S>
   kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, tg, tid, nt);
 }
 
-template [[host_name("kv_store_f32_rope_neox")]] [[kernel]]
-decltype(kv_store_f32_rope<mkv_rope::kStyleNeox>) kv_store_f32_rope<mkv_rope::kStyleNeox>;
-template [[host_name("kv_store_f32_rope_interleaved")]] [[kernel]]
-decltype(kv_store_f32_rope<mkv_rope::kStyleInterleaved>) kv_store_f32_rope<mkv_rope::kStyleInterleaved>;
+MKV_KERNEL("kv_store_f32_rope_neox", kv_store_f32_rope<mkv_rope::kStyleNeox>)
+MKV_KERNEL("kv_store_f32_rope_interleaved", kv_store_f32_rope<mkv_rope::kStyleInterleaved>)

@@ -4,47 +4,39 @@
 // static_asserted on the C++ side so a field added on one side fails the build.
 #pragma once
 
-#ifndef __METAL_VERSION__
-#include <cstdint>
-#endif
+#include "shared_params.h"
 
 namespace mkv_params {
 
 // GGUF block formats (see metal/quant.h): 32 weights per block, quantized
 // along a row (in_features), stored back to back.
-enum : uint32_t {
-  kQuantBlock = 32,       // weights per block
-  kQ8_0BlockBytes = 34,   // half d; int8 qs[32]
-  kQ4_0BlockBytes = 18,   // half d; uint8 qs[16]
-  kQ4_1BlockBytes = 20,   // half d; half m; uint8 qs[16]
-};
+MKV_CONSTANT uint32_t kQuantBlock = 32;       // weights per block
+MKV_CONSTANT uint32_t kQ8_0BlockBytes = 34;   // half d; int8 qs[32]
+MKV_CONSTANT uint32_t kQ4_0BlockBytes = 18;   // half d; uint8 qs[16]
+MKV_CONSTANT uint32_t kQ4_1BlockBytes = 20;   // half d; half m; uint8 qs[16]
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
-enum : uint32_t {
-  kGemvRows = 8,           // gemv: output rows per SIMD-group (a multiple of 4) ...
-  kGemvSimds = 2,          // ... and SIMD-groups per threadgroup: Metal's shape
-  kGemvRowsWide = 32,      // gemv_*_r32: the host executor's shape, where every
-  kGemvSimdsWide = 1,      // lane costs a fiber, so fewer lanes do more rows
-  kGemmTokens = 32,        // gemm: a threadgroup's tile of Y is kGemmTokens ...
-  kGemmRows = 64,          // ... x kGemmRows
-  kGemmK = 64,             // gemm: inputs per step (two quant blocks)
-  kGemmThreads = 64,       // gemm: threads per threadgroup (8 tokens x 4 rows each)
-  kElementThreads = 256,   // add/scale/swiglu/geglu: threads per threadgroup ...
-  kElementsPerThread = 8,  // ... each handling 8 elements
-  kRmsNormSimds = 4,       // rms_norm: rows (one per SIMD-group) per threadgroup
-  kEmbeddingThreads = 64,  // embedding: threads per token
-  kRowSimds = 8,           // argmax, softmax: SIMD-groups per row
-};
+MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv: output rows per SIMD-group (a multiple of 4) ...
+MKV_CONSTANT uint32_t kGemvSimds = 2;          // ... and SIMD-groups per threadgroup: Metal's shape
+MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_*_r32: the host executor's shape, where every
+MKV_CONSTANT uint32_t kGemvSimdsWide = 1;      // lane costs a fiber, so fewer lanes do more rows
+MKV_CONSTANT uint32_t kGemmTokens = 32;        // gemm: a threadgroup's tile of Y is kGemmTokens ...
+MKV_CONSTANT uint32_t kGemmRows = 64;          // ... x kGemmRows
+MKV_CONSTANT uint32_t kGemmK = 64;             // gemm: inputs per step (two quant blocks)
+MKV_CONSTANT uint32_t kGemmThreads = 64;       // gemm: threads per threadgroup (8 tokens x 4 rows each)
+MKV_CONSTANT uint32_t kElementThreads = 256;   // add/scale/swiglu/geglu: threads per threadgroup ...
+MKV_CONSTANT uint32_t kElementsPerThread = 8;  // ... each handling 8 elements
+MKV_CONSTANT uint32_t kRmsNormSimds = 4;       // rms_norm: rows (one per SIMD-group) per threadgroup
+MKV_CONSTANT uint32_t kEmbeddingThreads = 64;  // embedding: threads per token
+MKV_CONSTANT uint32_t kRowSimds = 8;           // argmax, softmax: SIMD-groups per row
 
 // gemv_* / gemm_*: y = X · Wᵀ (+ bias), or y += X · Wᵀ (+ bias) (accumulate).
 //   W (n_out, n_in) row-major in the kernel's weight format
 //   X (n_tokens, n_in) float, y (n_tokens, n_out) float, bias (n_out) float.
 // gemv_swiglu_* / gemv_geglu_*: y = act(X · W_gateᵀ) * (X · W_upᵀ), W the
 //   (2 n_out, n_in) stack [W_gate; W_up]; flags 0.
-enum : uint32_t {
-  kMatmulBias = 1,        // add bias; without it the bias buffer is a placeholder, not read
-  kMatmulAccumulate = 2,  // add to y's contents (a fused residual add)
-};
+MKV_CONSTANT uint32_t kMatmulBias = 1;        // add bias; without it the bias buffer is a placeholder, not read
+MKV_CONSTANT uint32_t kMatmulAccumulate = 2;  // add to y's contents (a fused residual add)
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f16/f32: multiple of 4; quantized: multiple of 32

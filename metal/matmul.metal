@@ -18,11 +18,10 @@
 // fused residual add).
 //
 // The host functions that build these names and geometries: cpp/ops/linear.cpp.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "linear_params.h"
 #include "quant.h"
 #include "activation.h"
-using namespace metal;
 
 // Geometry shared with the host (linear_params.h).
 using mkv_params::kGemvRows;
@@ -54,7 +53,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
 }
 
 template <typename F, uint kRows>
-kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
                  const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
@@ -87,7 +86,7 @@ kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
 // with W = [W_gate; W_up] stacked along rows. A SIMD-group computes the same
 // kGemvRows rows of both halves, so the gate and up values meet in registers.
 template <typename F, typename Act, uint kRows>
-kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: rows per half
+MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: rows per half
                      const device uchar* w [[buffer(1)]],      // (2 n_out, n_in) in format F
                      const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                      device float* y [[buffer(3)]],            // (n_tokens, n_out)
@@ -118,7 +117,7 @@ kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: ro
 }
 
 template <typename F>
-kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
+MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
                  const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
@@ -188,10 +187,7 @@ kernel void gemm(constant mkv_params::Matmul& p [[buffer(0)]],
 // builds the same names (cpp/ops/linear.cpp). gemv_<fmt> has Metal's shape
 // (kGemvRows rows per SIMD-group), gemv_<fmt>_r32 the host executor's.
 // Names are single literals (stringized after pasting), e.g. "gemv_swiglu_q4_1_r32".
-#define MKV_STR_(x) #x
-#define MKV_STR(x) MKV_STR_(x)
-#define MKV_GEMV(name, ...) \
-  template [[host_name(MKV_STR(name))]] [[kernel]] decltype(__VA_ARGS__) __VA_ARGS__;
+#define MKV_GEMV(name, ...) MKV_KERNEL(MKV_STR(name), __VA_ARGS__)
 #define MKV_GEMV_FORMAT(fmt, F)                                                     \
   MKV_GEMV(gemv_##fmt, gemv<F, kGemvRows>)                                          \
   MKV_GEMV(gemv_##fmt##_r32, gemv<F, mkv_params::kGemvRowsWide>)                    \
@@ -205,8 +201,8 @@ MKV_GEMV_FORMAT(q8_0, FmtQ8_0)
 MKV_GEMV_FORMAT(q4_0, FmtQ4_0)
 MKV_GEMV_FORMAT(q4_1, FmtQ4_1)
 
-template [[host_name("gemm_f32")]] [[kernel]] decltype(gemm<FmtF32>) gemm<FmtF32>;
-template [[host_name("gemm_f16")]] [[kernel]] decltype(gemm<FmtF16>) gemm<FmtF16>;
-template [[host_name("gemm_q8_0")]] [[kernel]] decltype(gemm<FmtQ8_0>) gemm<FmtQ8_0>;
-template [[host_name("gemm_q4_0")]] [[kernel]] decltype(gemm<FmtQ4_0>) gemm<FmtQ4_0>;
-template [[host_name("gemm_q4_1")]] [[kernel]] decltype(gemm<FmtQ4_1>) gemm<FmtQ4_1>;
+MKV_KERNEL("gemm_f32", gemm<FmtF32>)
+MKV_KERNEL("gemm_f16", gemm<FmtF16>)
+MKV_KERNEL("gemm_q8_0", gemm<FmtQ8_0>)
+MKV_KERNEL("gemm_q4_0", gemm<FmtQ4_0>)
+MKV_KERNEL("gemm_q4_1", gemm<FmtQ4_1>)

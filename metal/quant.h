@@ -16,9 +16,8 @@
 // block (16 weights), so two lanes share one block's scale.
 #pragma once
 
-#include <metal_stdlib>
+#include "mkv_kernel.h"  // metal_stdlib, using namespace metal
 #include "linear_params.h"
-using namespace metal;
 
 // ---- GGUF blocks: 32 weights each ------------------------------------------
 struct block_q8_0 {

@@ -11,7 +11,7 @@
 // linear-scaled and Llama-3-scaled RoPE are only different tables.
 #pragma once
 
-#include <metal_stdlib>
+#include "mkv_kernel.h"  // metal_stdlib, using namespace metal
 
 namespace mkv_rope {
 

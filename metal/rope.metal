@@ -3,16 +3,15 @@
 // The math (and the two styles) lives in rope.h, shared with the K store.
 //
 // Names: rope_f32_neox, rope_f32_interleaved.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "kv_params.h"
 #include "rope.h"
-using namespace metal;
 
 // One threadgroup per token; its threads stride over the token's
 // n_heads * rotary_dim/2 pairs. Each pair is read and written by one thread,
 // so rotating in place needs no barrier.
 template <mkv_rope::Style S>
-[[kernel]] void rope_f32(constant mkv_params::Rope& p [[buffer(0)]],
+MKV_MAX_THREADS(256) [[kernel]] void rope_f32(constant mkv_params::Rope& p [[buffer(0)]],
                      device float* x [[buffer(1)]],                // (n_tokens, n_heads, head_dim)
                      const device uint* positions [[buffer(2)]],   // (n_tokens)
                      const device float* inv_freq [[buffer(3)]],   // (rotary_dim / 2)
@@ -33,7 +32,5 @@ template <mkv_rope::Style S>
   }
 }
 
-template [[host_name("rope_f32_neox")]] [[kernel]]
-decltype(rope_f32<mkv_rope::kStyleNeox>) rope_f32<mkv_rope::kStyleNeox>;
-template [[host_name("rope_f32_interleaved")]] [[kernel]]
-decltype(rope_f32<mkv_rope::kStyleInterleaved>) rope_f32<mkv_rope::kStyleInterleaved>;
+MKV_KERNEL("rope_f32_neox", rope_f32<mkv_rope::kStyleNeox>)
+MKV_KERNEL("rope_f32_interleaved", rope_f32<mkv_rope::kStyleInterleaved>)

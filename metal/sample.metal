@@ -4,9 +4,8 @@
 // order-preserving integer key of a float (32 rounds, each a counting or
 // summing pass over the row), so the cost is ~64 passes over the vocabulary
 // whatever k is. Tokens tied with the threshold are all kept.
-#include <metal_stdlib>
+#include "mkv_kernel.h"
 #include "sample_params.h"
-using namespace metal;
 
 constant uint kThreads = 1024;
 constant uint kSimds = kThreads / 32;

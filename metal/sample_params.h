@@ -1,9 +1,7 @@
 // Argument struct of the token sampler (metal/sample.metal, cpp/ops/sample.cpp).
 #pragma once
 
-#ifndef __METAL_VERSION__
-#include <cstdint>
-#endif
+#include "shared_params.h"
 
 namespace mkv_params {
 

@@ -1,8 +1,7 @@
 // Deliberately broken kernels: each provokes one validation error of the host
 // executor, asserted by message in tests/gpu/test_validation.py.
-#include <metal_stdlib>
+#include "../mkv_kernel.h"
 #include "test_params.h"
-using namespace metal;
 
 // Half the threads wait at one barrier, half at another.
 kernel void broken_barrier_divergence(device float* out [[buffer(0)]],

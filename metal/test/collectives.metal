@@ -1,7 +1,6 @@
 // Every SIMD-group function the prelude offers, for the executor tests.
 // Results go to out[op * n + thread], n = threads in the grid.
-#include <metal_stdlib>
-using namespace metal;
+#include "../mkv_kernel.h"
 
 // Reductions and scans over the live lanes: lanes at or past `active` return
 // first, as after a bounds check, so partial SIMD-groups are exercised.
@@ -22,10 +21,10 @@ template <typename T>
   out[5 * n + gid] = simd_broadcast_first(x);
 }
 
-template [[host_name("test_simd_reduce_f32")]] [[kernel]] decltype(test_simd_reduce<float>) test_simd_reduce<float>;
-template [[host_name("test_simd_reduce_f16")]] [[kernel]] decltype(test_simd_reduce<half>) test_simd_reduce<half>;
-template [[host_name("test_simd_reduce_i32")]] [[kernel]] decltype(test_simd_reduce<int>) test_simd_reduce<int>;
-template [[host_name("test_simd_reduce_u32")]] [[kernel]] decltype(test_simd_reduce<uint>) test_simd_reduce<uint>;
+MKV_KERNEL("test_simd_reduce_f32", test_simd_reduce<float>)
+MKV_KERNEL("test_simd_reduce_f16", test_simd_reduce<half>)
+MKV_KERNEL("test_simd_reduce_i32", test_simd_reduce<int>)
+MKV_KERNEL("test_simd_reduce_u32", test_simd_reduce<uint>)
 
 kernel void test_simd_product_f32(const device float* in [[buffer(0)]],
                                   device float* out [[buffer(1)]],
@@ -54,9 +53,9 @@ template <typename T>
   out[5 * n + gid] = simd_shuffle_down(x, ushort(16));
 }
 
-template [[host_name("test_simd_permute_f32")]] [[kernel]] decltype(test_simd_permute<float>) test_simd_permute<float>;
-template [[host_name("test_simd_permute_f16")]] [[kernel]] decltype(test_simd_permute<half>) test_simd_permute<half>;
-template [[host_name("test_simd_permute_i32")]] [[kernel]] decltype(test_simd_permute<int>) test_simd_permute<int>;
+MKV_KERNEL("test_simd_permute_f32", test_simd_permute<float>)
+MKV_KERNEL("test_simd_permute_f16", test_simd_permute<half>)
+MKV_KERNEL("test_simd_permute_i32", test_simd_permute<int>)
 
 // Votes and bitwise reductions over uint predicates, with early exits.
 kernel void test_simd_vote(const device uint* in [[buffer(0)]],

@@ -1,8 +1,7 @@
 // Reductions and scans for the executor tests: barriers inside loops,
 // threadgroup arrays (dynamic and declared in the body), SIMD sums.
-#include <metal_stdlib>
+#include "../mkv_kernel.h"
 #include "test_params.h"
-using namespace metal;
 
 // Tree reduction in [[threadgroup(0)]] memory, one barrier per level.
 // partial[tg] = sum of in[tg*chunk .. tg*chunk + chunk).

@@ -1,9 +1,7 @@
 // Argument structs of the executor test kernels (metal/test/*.metal).
 #pragma once
 
-#ifndef __METAL_VERSION__
-#include <cstdint>
-#endif
+#include "../shared_params.h"
 
 namespace mkv_test {
 

@@ -1,7 +1,6 @@
 // Scalar and vector types, swizzles, half arithmetic and atomics, for the
 // executor tests; each kernel mirrors a numpy expression in tests/gpu.
-#include <metal_stdlib>
-using namespace metal;
+#include "../mkv_kernel.h"
 
 // Every operation rounds to half, as numpy float16 does.
 kernel void test_half_arith(const device half* a [[buffer(0)]],

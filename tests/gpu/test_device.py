@@ -72,10 +72,14 @@ def test_device_counters_accumulate_over_command_buffers():
 
 
 def test_pipeline_properties():
-    p = metalkv.device("host").pipeline("gemv_f16")
+    dev = metalkv.device("host")
+    p = dev.pipeline("gemv_f16")
     assert p.name == "gemv_f16"
-    assert p.max_total_threads_per_threadgroup == 1024
     assert p.thread_execution_width == 32
+    # a kernel's declared [[max_total_threads_per_threadgroup(n)]], else the device's 1024
+    assert p.max_total_threads_per_threadgroup == 64  # kGemvSimds * 32
+    assert dev.pipeline("attn_decode_f16_d128").max_total_threads_per_threadgroup == 256
+    assert dev.pipeline("sample_f32").max_total_threads_per_threadgroup == 1024
 
 
 @pytest.mark.parametrize("rows,cols", [(49, 576), (8, 12), (100, 64)])

@@ -75,7 +75,16 @@ def test_threadgroup_memory_limit_for_bound_lengths(dev):
 
 def test_too_many_threads(dev):
     expect_error(dev, "test_neighbour_barrier", [np.zeros(4, np.float32), np.zeros(4, np.float32)],
-                 1, (1025, 1, 1), r"\(1025,1,1\) = 1025 threads; a threadgroup holds 1 to 1024")
+                 1, (1025, 1, 1), r"\(1025,1,1\) = 1025 threads; this pipeline holds 1 to 1024 \(a threadgroup's limit\)")
+
+
+def test_more_threads_than_the_kernel_declares(dev):
+    """rms_norm_f32 is [[max_total_threads_per_threadgroup(kRmsNormSimds * 32)]]: a
+    dispatch that passes the device's limit but not the kernel's is refused, as Metal
+    refuses it."""
+    x = np.zeros(256, np.float32)
+    expect_error(dev, "rms_norm_f32", [np.zeros(16, np.uint8), x, x, x], 1, (256, 1, 1),
+                 r"256 threads; this pipeline holds 1 to 128 \(\[\[max_total_threads_per_threadgroup\]\]\)")
 
 
 def test_unknown_kernel(dev):

@@ -329,12 +329,13 @@ void validate(const Dispatch& d) {
   const KernelDesc& k = *d.kernel;
   const gpu::Size3 t = d.threads_per_threadgroup;
   const uint64_t threads = t.volume();
-  if (threads == 0 || threads > kMaxThreadsPerThreadgroup)
+  if (threads == 0 || threads > k.max_threads)
     throw gpu::GpuError(binding_error(
         k, "threads_per_threadgroup (" + std::to_string(t.x) + "," + std::to_string(t.y) + "," +
-               std::to_string(t.z) + ") = " + std::to_string(threads) +
-               " threads; a threadgroup holds 1 to " +
-               std::to_string(kMaxThreadsPerThreadgroup)));
+               std::to_string(t.z) + ") = " + std::to_string(threads) + " threads; this pipeline holds 1 to " +
+               std::to_string(k.max_threads) +
+               (k.max_threads < kMaxThreadsPerThreadgroup ? " ([[max_total_threads_per_threadgroup]])"
+                                                          : " (a threadgroup's limit)")));
   size_t tg_bytes = 0;
   for (size_t i = 0; i < kMaxThreadgroupBindings; ++i) tg_bytes += d.threadgroup_bytes[i];
   if (tg_bytes > kMaxThreadgroupMemory)

@@ -27,7 +27,7 @@ struct ExecutorOptions {
   size_t stack_bytes = 64 * 1024;  // per fiber
 };
 
-constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
+// kMaxThreadsPerThreadgroup (1024): kernel_abi.h, which the generated thunks see
 constexpr size_t kMaxThreadgroupMemory = 32 * 1024;
 
 struct Dispatch {

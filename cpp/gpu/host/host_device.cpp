@@ -37,9 +37,7 @@ class HostPipeline final : public Pipeline {
  public:
   explicit HostPipeline(const host::KernelDesc* desc) : desc_(desc), name_(desc->name) {}
   const std::string& name() const override { return name_; }
-  uint32_t max_total_threads_per_threadgroup() const override {
-    return host::kMaxThreadsPerThreadgroup;
-  }
+  uint32_t max_total_threads_per_threadgroup() const override { return desc_->max_threads; }
   uint32_t thread_execution_width() const override { return host::kSimdWidth; }
   const host::KernelDesc* desc() const { return desc_; }
 

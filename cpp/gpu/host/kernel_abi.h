@@ -53,6 +53,9 @@ struct LaneContext {
   uint32_t builtin[size_t(Builtin::count)][3];
 };
 
+// Metal's limit on the threads of a threadgroup; a kernel may declare less.
+constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
+
 struct KernelDesc {
   const char* name;
   const char* file;  // .metal path relative to the project root
@@ -60,6 +63,7 @@ struct KernelDesc {
   void (*invoke)(const LaneContext&);
   const ParamSpec* params;
   uint32_t n_params;
+  uint32_t max_threads;  // [[max_total_threads_per_threadgroup(n)]], else kMaxThreadsPerThreadgroup
 };
 
 struct KernelRegistrar {

@@ -60,6 +60,7 @@ class Kernel:
     params: list
     file: str
     line: int
+    max_threads: str | None = None  # the expression of [[max_total_threads_per_threadgroup(n)]]
 
 
 class Source:
@@ -161,6 +162,7 @@ def parse_params(src: Source, text: str, offset: int, kernel: str) -> list[Param
 
 
 KERNEL_DEF = re.compile(r"(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s*void\s+(\w+)\s*\(")
+MAX_THREADS = re.compile(r"\[\[\s*max_total_threads_per_threadgroup\s*\((.*?)\)\s*\]\]", re.S)
 INSTANTIATION = re.compile(
     r'\btemplate\s*\[\[\s*host_name\s*\(\s*"([^"]+)"\s*\)\s*\]\]\s*'
     r"(?:\[\[\s*kernel\s*\]\]\s*)?decltype\s*\(")
@@ -180,10 +182,12 @@ def find_kernels(src: Source) -> tuple[list[Kernel], list[tuple[int, int]]]:
         drops += [(a.start(), a.end()) for a in ATTR.finditer(text, m.end(), close)]
         file, line = src.where(m.start())
         before = text[max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start())) + 1:m.start()]
+        limit = MAX_THREADS.search(before)
+        max_threads = " ".join(LINEMARKER.sub("", limit.group(1)).split()) if limit else None
         if re.search(r"\btemplate\b", before):
-            templates[name] = (params, file, line)
+            templates[name] = (params, file, line, max_threads)
         else:
-            kernels.append(Kernel(name, name, params, file, line))
+            kernels.append(Kernel(name, name, params, file, line, max_threads))
     for m in INSTANTIATION.finditer(text):
         close = matching(text, m.end() - 1, "(", ")")
         expr = " ".join(text[m.end():close].split())
@@ -194,8 +198,8 @@ def find_kernels(src: Source) -> tuple[list[Kernel], list[tuple[int, int]]]:
             file, line = src.where(m.start())
             raise PassError(f"{file}:{line}: host_name '{m.group(1)}' instantiates '{base}', "
                             "which is not a template kernel in this file")
-        params, file, line = templates[base]
-        kernels.append(Kernel(m.group(1), expr, params, file, line))
+        params, file, line, max_threads = templates[base]
+        kernels.append(Kernel(m.group(1), expr, params, file, line, max_threads))
     return kernels, drops
 
 
@@ -265,8 +269,11 @@ def thunk(k: Kernel, n: int) -> str:
     if specs:
         lines.append(f"const ::mkv::host::ParamSpec mkv_params_{n}[] = {{{', '.join(specs)}}};")
         table = f"mkv_params_{n}"
+    # [[max_total_threads_per_threadgroup(n)]]: n is evaluated by the compiler (a
+    # constant expression of the kernel file, e.g. mkv_params::kAttnSimdgroups * 32)
+    limit = f"uint32_t({k.max_threads})" if k.max_threads else "::mkv::host::kMaxThreadsPerThreadgroup"
     lines += [f'const ::mkv::host::KernelDesc mkv_desc_{n} = {{"{k.host_name}", "{k.file}", '
-              f"{k.line}, &mkv_invoke_{n}, {table}, {len(k.params)}}};",
+              f"{k.line}, &mkv_invoke_{n}, {table}, {len(k.params)}, {limit}}};",
               f"const ::mkv::host::KernelRegistrar mkv_registrar_{n}(&mkv_desc_{n});", "}"]
     return "\n".join(lines)
 
