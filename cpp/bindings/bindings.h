@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace mkv::bindings {
 struct PyDevice {
   gpu::DevicePtr device;
   gpu::CommandQueuePtr queue;
+  std::string fallback;  // why "auto" fell back to the host ("" if it did not)
 };
 
 // metalkv.KVCache: a cache on a device (which owns its token ids and chat).

@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "bindings/args.h"
 #include "gpu/device.h"
+#include "gpu/device_select.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -124,14 +125,17 @@ void bind_gpu(nb::module_& m, nb::module_&) {
             options.fiber_order = fiber_order;
             options.seed = seed;
             options.profile = profile;
-            auto device = gpu::create_device(kind, options);
-            new (self) PyDevice{device, device->new_command_queue()};
+            gpu::DeviceChoice choice = gpu::choose_device(kind, options);
+            new (self) PyDevice{choice.device, choice.device->new_command_queue(), choice.fallback};
           },
           "kind"_a = "auto", "fiber_order"_a = "", "seed"_a = 0, "profile"_a = false,
           "kind: 'auto', 'host' or 'metal'. fiber_order (host only): 'forward', 'reverse' or "
           "'random' with seed; '' uses $METALKV_FIBER_ORDER or 'forward'. profile (host only): "
           "time each dispatch by kernel (kernel_times()); $METALKV_PROFILE=1 also turns it on.")
       .def_prop_ro("kind", [](const PyDevice& d) { return d.device->kind(); })
+      .def_prop_ro("fallback", [](const PyDevice& d) { return d.fallback; },
+                   "Why 'auto' runs on the host executor although a GPU backend is built ('' when it did not "
+                   "fall back); metalkv.device() warns with it.")
       .def_prop_ro("name", [](const PyDevice& d) { return d.device->name(); })
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(

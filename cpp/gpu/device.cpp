@@ -1,6 +1,7 @@
 // Device selection and the small shared pieces of the device layer.
 #include "device.h"
 
+#include "device_select.h"
 #include "host/host_device.h"
 #ifdef METALKV_HAVE_METAL
 #include "metal/metal_device.h"
@@ -27,29 +28,35 @@ std::map<std::string, uint64_t> Counters::as_map() const {
           {"blit_bytes_copied", blit_bytes_copied}};
 }
 
+namespace {
+
+std::vector<GpuBackend> gpu_backends() {
+  GpuBackend metal{"metal", false, "'metal' needs macOS on Apple Silicon; this build has only the 'host' "
+                                   "device (the CPU executor)", [] { return false; }, nullptr};
+#ifdef METALKV_HAVE_METAL
+  metal.built = true;
+  metal.available = metal_device_available;
+  metal.create = create_metal_device;
+#endif
+  return {metal};
+}
+
+}  // namespace
+
 std::vector<std::string> available_device_kinds() {
   std::vector<std::string> kinds;
-#ifdef METALKV_HAVE_METAL
-  if (metal_device_available()) kinds.push_back("metal");
-#endif
+  for (const GpuBackend& gpu : gpu_backends())
+    if (gpu.built && gpu.available()) kinds.push_back(gpu.kind);
   kinds.push_back("host");
   return kinds;
 }
 
+DeviceChoice choose_device(const std::string& kind, const DeviceOptions& options) {
+  return choose_device(kind, gpu_backends(), [&] { return create_host_device(options); });
+}
+
 DevicePtr create_device(const std::string& kind, const DeviceOptions& options) {
-  if (kind == "host") return create_host_device(options);
-  if (kind == "metal" || kind == "auto") {
-#ifdef METALKV_HAVE_METAL
-    if (metal_device_available()) return create_metal_device();
-    if (kind == "metal") throw GpuError("[device] no Metal GPU is available on this Mac");
-#else
-    if (kind == "metal")
-      throw GpuError("[device] 'metal' needs macOS on Apple Silicon; this build has only the "
-                     "'host' device (the CPU executor)");
-#endif
-    return create_host_device(options);
-  }
-  throw GpuError("[device] unknown device kind '" + kind + "'; expected 'auto', 'host' or 'metal'");
+  return choose_device(kind, options).device;
 }
 
 }  // namespace mkv::gpu

@@ -136,8 +136,12 @@ struct DeviceOptions {
   bool profile = false;
 };
 
-// "auto" (metal where available, else host), "host" or "metal".
+// "auto" (metal where available and its kernels compile, else host), "host"
+// or "metal" (raises when it cannot be had). device_select.h has the rules.
 DevicePtr create_device(const std::string& kind = "auto", const DeviceOptions& options = {});
+struct DeviceChoice;
+// The same, telling also why "auto" fell back to the host (DeviceChoice::fallback).
+DeviceChoice choose_device(const std::string& kind, const DeviceOptions& options);
 // Kinds that can be created on this machine, best first.
 std::vector<std::string> available_device_kinds();
 

@@ -17,6 +17,7 @@ from ._core import (
     Pipeline,
 )
 from ._core import device_kinds as _device_kinds
+from ._device import open_device
 from .engine import Engine, Sampling
 from .errors import ArgumentError, ModelLoadError
 
@@ -38,4 +39,4 @@ def device(kind: str = "auto", *, fiber_order: str = "", seed: int = 0) -> Devic
     fiber_order applies to the host executor only: the order in which the
     threads of a threadgroup run ('forward', 'reverse', 'random' with seed).
     """
-    return Device(kind, fiber_order=fiber_order, seed=seed)
+    return open_device(kind, fiber_order=fiber_order, seed=seed)

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import _core
+from ._device import open_device
 from .errors import ArgumentError, argument_error
 from .model_spec import check_context, default_capacity, engine_spec, load_weights
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
@@ -111,7 +112,7 @@ class Engine:
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
-        dev = _core.Device(device)  # a bad device or context fails before the model is read
+        dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress)
         capacity = default_capacity(loaded.config, context)
         weights = load_weights(dev, loaded, progress=progress)
