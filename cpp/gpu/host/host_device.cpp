@@ -20,7 +20,8 @@ class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t length) : length_(length) {
     const size_t rounded = (length + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded);
+    // posix_memalign, not std::aligned_alloc: macOS has the latter only from 10.15
+    if (posix_memalign(&data_, 64, rounded ? rounded : 64) != 0) data_ = nullptr;
     if (!data_) throw GpuError("[host] out of memory allocating " + std::to_string(length) + " bytes");
     std::memset(data_, 0, rounded);
   }
@@ -29,7 +30,7 @@ class HostBuffer final : public Buffer {
   size_t length() const override { return length_; }
 
  private:
-  void* data_;
+  void* data_ = nullptr;
   size_t length_;
 };
 

@@ -109,7 +109,9 @@ DevicePtr create_metal_device() {
         "[metal] no Metal GPU found on this machine; use the host device instead "
         "(create_device(\"host\"))");
   }
-  return std::make_shared<metal::MetalDevice>(std::move(device));
+  auto metal_device = std::make_shared<metal::MetalDevice>(std::move(device));
+  metal_device->compile_kernels();  // a rejected source is an error now, not at the first dispatch
+  return metal_device;
 }
 
 }  // namespace mkv::gpu

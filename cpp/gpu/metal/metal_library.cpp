@@ -68,6 +68,18 @@ void MetalDevice::load_libraries_locked() const {
   }
 }
 
+void MetalDevice::compile_kernels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  load_libraries_locked();
+  std::string failures;
+  for (const FailedSource& failed : failed_sources_) {
+    if (failed.path.rfind("metal/test/", 0) == 0) continue;  // test-only kernels
+    failures += "\n" + failed.path + ": " + failed.message;
+  }
+  if (!failures.empty())
+    throw GpuError("[metal] Apple's Metal compiler rejected kernel sources on '" + name_ + "':" + failures);
+}
+
 std::vector<std::string> MetalDevice::kernel_names_locked() const {
   load_libraries_locked();
   AutoreleaseScope pool;  // functionNames() is autoreleased

@@ -180,14 +180,20 @@ class MetalDevice final : public Device {
   Counters counters() const override { return totals_->snapshot(); }
   void reset_counters() override { totals_->reset(); }
 
+  // Compiles every embedded source now (create_metal_device calls it) and
+  // raises GpuError quoting Apple's compiler if a kernel source the engine uses
+  // failed, so that device="auto" can fall back to the host. Test-only sources
+  // (metal/test/) that fail cost only their own kernels, as before.
+  void compile_kernels() const;  // metal_library.cpp
+
  private:
   // Compiles every embedded source once; mu_ must be held.
   void load_libraries_locked() const;
   std::vector<std::string> kernel_names_locked() const;
   [[noreturn]] void throw_not_found_locked(const std::string& kernel_name) const;
 
-  // A source that failed to compile costs only its own kernels: the build
-  // also embeds test-only sources that Apple's compiler may reject.
+  // Sources Apple's compiler rejected. compile_kernels() raises for the
+  // engine's; a test-only source (metal/test/) costs only its own kernels.
   struct FailedSource {
     std::string path;
     std::string message;  // the compiler's
