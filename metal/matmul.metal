@@ -30,7 +30,7 @@ using mkv_params::kGemmRows;
 using mkv_params::kGemmK;
 using mkv_params::kGemmThreads;
 // Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
-constant uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
+constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
 // One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
 // of W[rows[r]] · x. The lanes stride over the chunks, load the matching

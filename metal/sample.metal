@@ -7,8 +7,8 @@
 #include "mkv_kernel.h"
 #include "sample_params.h"
 
-constant uint kThreads = 1024;
-constant uint kSimds = kThreads / 32;
+constant constexpr uint kThreads = 1024;
+constant constexpr uint kSimds = kThreads / 32;
 
 // Monotonic map float -> uint: a < b  <=>  key(a) < key(b).
 inline uint order_key(float x) {
