@@ -38,12 +38,13 @@ struct Mode {
 
 // Halfs in [-1, 1) from a cheap generator: filling 128 MB must not dominate.
 void fill_half(gpu::Buffer& b) {
-  auto* p = static_cast<_Float16*>(b.contents());
+  std::vector<_Float16> p(b.length() / 2);
   uint32_t x = 12345;
-  for (size_t i = 0; i < b.length() / 2; ++i) {
+  for (size_t i = 0; i < p.size(); ++i) {
     x = x * 1664525u + 1013904223u;
     p[i] = _Float16(float(x >> 8) / float(1 << 24) * 2.0f - 1.0f);
   }
+  b.write(0, p.data(), p.size() * 2);
 }
 
 std::vector<Result> decode_attention(const Context& ctx) {
@@ -62,8 +63,9 @@ std::vector<Result> decode_attention(const Context& ctx) {
     auto kv = dev->new_buffer(size_t(2) * max_ctx * s.n_kv_heads * s.head_dim * 2);
     fill_half(*kv);
     auto q = dev->new_buffer(size_t(s.n_q_heads) * s.head_dim * 4);
-    auto* qp = static_cast<float*>(q->contents());
-    for (uint32_t i = 0; i < s.n_q_heads * s.head_dim; ++i) qp[i] = float(i % 7) * 0.1f - 0.3f;
+    std::vector<float> qp(size_t(s.n_q_heads) * s.head_dim);
+    for (size_t i = 0; i < qp.size(); ++i) qp[i] = float(i % 7) * 0.1f - 0.3f;
+    q->write(0, qp.data(), qp.size() * 4);
     auto out = dev->new_buffer(size_t(s.n_q_heads) * s.head_dim * 4);
 
     for (const Mode& m : modes) {

@@ -22,8 +22,9 @@ gpu::BufferPtr random_rows(gpu::Device& dev, uint32_t n) {
   auto b = dev.new_buffer(size_t(n) * kKvHeads * kHeadDim * 4);
   std::mt19937 rng(n);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto* p = static_cast<float*>(b->contents());
-  for (size_t i = 0; i < size_t(n) * kKvHeads * kHeadDim; ++i) p[i] = dist(rng);
+  std::vector<float> p(size_t(n) * kKvHeads * kHeadDim);
+  for (float& x : p) x = dist(rng);
+  b->write(0, p.data(), p.size() * 4);
   return b;
 }
 
@@ -34,7 +35,7 @@ Result store_step(const Context& ctx, kv::StorePath path, uint32_t n_new, const 
   auto k = random_rows(*dev, n_new), v = random_rows(*dev, n_new);
   const std::vector<float> table = ops::rope_inv_freq_default(kHeadDim, 100000.0f);
   auto inv = dev->new_buffer(table.size() * 4);
-  std::copy(table.begin(), table.end(), static_cast<float*>(inv->contents()));
+  inv->write(0, table.data(), table.size() * 4);
   const ops::RopeSpec rope{ops::RopeStyle::neox, kHeadDim, {inv, 0}};
 
   gpu::Counters step;

@@ -27,7 +27,8 @@ using ops::WeightType;
 gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uint32_t cols) {
   const size_t bytes = ops::weight_bytes(t, rows, cols, "bench");
   auto buf = dev.new_buffer(bytes);
-  auto* p = static_cast<unsigned char*>(buf->contents());
+  std::vector<unsigned char> host(bytes);
+  unsigned char* p = host.data();
   std::mt19937 rng(rows * 31 + cols);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   if (t == WeightType::f32 || t == WeightType::f16) {
@@ -35,6 +36,7 @@ gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uin
       if (t == WeightType::f32) reinterpret_cast<float*>(p)[i] = dist(rng);
       else reinterpret_cast<_Float16*>(p)[i] = _Float16(dist(rng));
     }
+    buf->write(0, p, bytes);
     return buf;
   }
   for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(rng());
@@ -42,6 +44,7 @@ gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uin
   const int halves = t == WeightType::q4_1 ? 2 : 1;  // d, and m for Q4_1
   for (size_t b = 0; b < bytes; b += block)
     for (int h = 0; h < halves; ++h) reinterpret_cast<_Float16*>(p + b)[h] = _Float16(0.01f * dist(rng));
+  buf->write(0, p, bytes);
   return buf;
 }
 
@@ -57,8 +60,9 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
   a.w = {random_weights(dev, t, n_out, n_in)};
   a.x = {dev.new_buffer(size_t(n_tokens) * n_in * 4)};
   a.y = {dev.new_buffer(size_t(n_tokens) * n_out * 4)};
-  auto* x = static_cast<float*>(a.x.buffer->contents());
-  for (size_t i = 0; i < size_t(n_tokens) * n_in; ++i) x[i] = float(i % 17) / 17.0f - 0.5f;
+  std::vector<float> x(size_t(n_tokens) * n_in);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 17) / 17.0f - 0.5f;
+  a.x.buffer->write(0, x.data(), x.size() * 4);
   a.n_tokens = n_tokens;
   a.n_in = n_in;
   a.n_out = n_out;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <functional>
 #include <string>
@@ -27,6 +28,13 @@ struct PyKVCache {
   std::unique_ptr<kv::KVCache> cache;
   gpu::Counters last;  // counters of the last append's command buffer
 };
+
+// A numpy array over `shape` of `dtype` (default: uint8, the whole buffer) at
+// byte offset `offset`: a zero-copy view that keeps `owner` alive where the CPU
+// sees the memory, else a copy read from the device.
+nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffer& buffer, size_t offset,
+                                              std::vector<size_t> shape,
+                                              nanobind::dlpack::dtype dtype = nanobind::dtype<uint8_t>());
 
 // Encodes work into one compute encoder of a new command buffer, commits and
 // waits with the GIL released. For op-level entry points used by tests.

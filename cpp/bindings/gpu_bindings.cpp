@@ -29,12 +29,7 @@ using Shape3 = std::tuple<uint32_t, uint32_t, uint32_t>;
 gpu::Size3 size3(const Shape3& t) { return {std::get<0>(t), std::get<1>(t), std::get<2>(t)}; }
 
 void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, size_t offset) {
-  const size_t bytes = a.nbytes();
-  if (offset > b.length() || bytes > b.length() - offset)
-    throw gpu::GpuError("[buffer] writing " + std::to_string(bytes) + " bytes at offset " +
-                        std::to_string(offset) + " overflows the " + std::to_string(b.length()) +
-                        "-byte buffer");
-  std::memcpy(static_cast<char*>(b.contents()) + offset, a.data(), bytes);
+  b.write(offset, a.data(), a.nbytes());
 }
 
 }  // namespace
@@ -50,14 +45,11 @@ void bind_gpu(nb::module_& m, nb::module_&) {
       .def_prop_ro("nbytes", &gpu::Buffer::length)
       .def(
           "numpy",
-          [](nb::handle self) {
-            auto& b = nb::cast<gpu::Buffer&>(self);
-            size_t shape[1] = {b.length()};
-            // Zero-copy on the host device and on unified memory; the array
-            // keeps the buffer alive.
-            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(b.contents(), 1, shape, self);
-          },
-          "A writable uint8 numpy view of the whole buffer (use .view(dtype)).")
+          [](nb::handle self) { return host_array(self, nb::cast<gpu::Buffer&>(self), 0, {}); },
+          "The whole buffer as uint8 numpy (use .view(dtype)): a writable zero-copy view where the CPU sees "
+          "the device's memory (host, metal), a copy where it does not (cuda; change it with write()).")
+      .def_prop_ro("host_visible", &gpu::Buffer::host_visible,
+                   "True where numpy() is a zero-copy view of the device's memory.")
       .def(
           "write",
           [](gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, size_t offset) {

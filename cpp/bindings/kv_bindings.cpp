@@ -49,7 +49,7 @@ void require_float32(const char* op, const char* name, const Array& a) {
 
 gpu::BufferPtr upload(PyDevice& dev, const Array& a) {
   auto b = dev.device->new_buffer(a.nbytes() ? a.nbytes() : 1);
-  std::memcpy(b->contents(), a.data(), a.nbytes());
+  b->write(0, a.data(), a.nbytes());
   return b;
 }
 
@@ -142,12 +142,11 @@ nb::ndarray<nb::numpy> block_view(nb::handle self, uint32_t layer, uint32_t kv) 
   auto& c = nb::cast<PyKVCache&>(self);
   const kv::LayerLayout lay = c.cache->layout(layer);
   const kv::BufferView r = c.cache->region(layer);
-  char* base = static_cast<char*>(r.buffer->contents()) + r.offset + lay.row_offset(kv, 0);
-  const size_t shape[3] = {lay.slots, lay.n_kv_heads, lay.head_dim};
   const nb::dlpack::dtype f16{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
-  // No copy: the array aliases the layer's device buffer (shared storage) and
-  // keeps the cache object alive.
-  return nb::ndarray<nb::numpy>(base, 3, shape, self, nullptr, f16);
+  // No copy where the CPU sees the memory: the array aliases the layer's buffer
+  // and keeps the cache object alive. A copy on a discrete GPU.
+  return host_array(self, *r.buffer, r.offset + lay.row_offset(kv, 0), {lay.slots, lay.n_kv_heads, lay.head_dim},
+                    f16);
 }
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint32_t layer) {
@@ -191,9 +190,10 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "One step: k, v (n_layers, n, n_kv_heads, head_dim) float32 stored into every layer in ONE "
            "command buffer through one encoder session, as the model will (see last_append_counters).")
       .def("keys", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 0); }, "layer"_a,
-           "The layer's K block as a writable float16 (slots, n_kv_heads, head_dim) view, no copy.")
+           "The layer's K block as float16 (slots, n_kv_heads, head_dim): a writable zero-copy view where the CPU "
+           "sees the memory (host, metal), a copy on a discrete GPU (cuda).")
       .def("values", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 1); }, "layer"_a,
-           "The layer's V block as a writable float16 (slots, n_kv_heads, head_dim) view, no copy.")
+           "The layer's V block, as keys().")
       .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
       .def("length", [](const PyKVCache& c, uint32_t l) { return c.cache->length(l); }, "layer"_a,
            "Tokens ever stored in the layer = position of its next token.")

@@ -31,7 +31,8 @@ ops::MatmulKernel parse_kernel(const std::string& name) {
 // can say which one is out of range.
 void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
   if (!ids || ids->length() < size_t(n_tokens) * 4) return;  // ops::embedding reports it
-  const auto* p = static_cast<const int32_t*>(ids->contents());
+  std::vector<int32_t> p(n_tokens);
+  ids->read(0, p.data(), p.size() * sizeof(int32_t));
   for (uint32_t t = 0; t < n_tokens; ++t)
     if (p[t] < 0 || uint32_t(p[t]) >= vocab)
       ops::fail("embedding", "token id " + std::to_string(p[t]) + " at position " +

@@ -2,6 +2,7 @@
 // Nothing here touches a device at import time (stubgen imports this module);
 // devices are created when Python asks for one.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <algorithm>
 #include <string>
@@ -23,6 +24,19 @@ std::vector<std::pair<std::string, BindFn>>& registry() {
 int register_binding(const char* name, BindFn fn) {
   registry().emplace_back(name, fn);
   return 0;
+}
+
+nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffer& buffer, size_t offset,
+                                              std::vector<size_t> shape, nanobind::dlpack::dtype dtype) {
+  if (shape.empty()) shape = {buffer.length() - offset};
+  size_t bytes = dtype.bits / 8;
+  for (size_t d : shape) bytes *= d;
+  if (void* base = buffer.contents())
+    return {static_cast<char*>(base) + offset, shape.size(), shape.data(), owner, nullptr, dtype};
+  auto* copy = new std::vector<unsigned char>(bytes);
+  buffer.read(offset, copy->data(), bytes);
+  nanobind::capsule keep(copy, [](void* p) noexcept { delete static_cast<std::vector<unsigned char>*>(p); });
+  return {copy->data(), shape.size(), shape.data(), keep, nullptr, dtype};
 }
 
 void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode) {

@@ -28,7 +28,9 @@ void bind_sample(nb::module_&, nb::module_& ops) {
           ops::sample(*dev.device, enc, {logits, 0}, {penalty_ids, 0}, n_penalty_ids, {work, 0},
                       {token, 0}, vocab, s, uniform);
         });
-        return *static_cast<uint32_t*>(token->contents());
+        uint32_t id = 0;
+        token->read(0, &id, sizeof id);
+        return id;
       },
       "device"_a, "logits"_a, "vocab"_a, "uniform"_a = 0.0f, "temperature"_a = 0.0,
       "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0,

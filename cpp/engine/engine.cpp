@@ -72,19 +72,23 @@ void Engine::check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) con
                                    "Engine.load(context=...)) or a shorter prompt");
 }
 
-uint32_t* Engine::penalty_room(size_t n) {
+void Engine::write_penalty_ids(size_t at, const uint32_t* ids, size_t n) {
   const size_t have = penalty_ids_ ? penalty_ids_->length() / sizeof(uint32_t) : 0;
-  if (n > have) {
-    auto grown = device_->new_buffer(std::max(n, 2 * have) * sizeof(uint32_t));
-    if (have) std::memcpy(grown->contents(), penalty_ids_->contents(), have * sizeof(uint32_t));
+  if (at + n > have) {
+    auto grown = device_->new_buffer(std::max(at + n, 2 * have) * sizeof(uint32_t));
+    if (at) {
+      std::vector<uint32_t> kept(at);
+      penalty_ids_->read(0, kept.data(), at * sizeof(uint32_t));
+      grown->write(0, kept.data(), at * sizeof(uint32_t));
+    }
     penalty_ids_ = grown;
   }
-  return static_cast<uint32_t*>(penalty_ids_->contents());
+  penalty_ids_->write(at * sizeof(uint32_t), ids, n * sizeof(uint32_t));
 }
 
 gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t n, uint32_t n_logits,
                                const ops::SamplingParams* sample, float uniform, uint32_t n_penalty) {
-  std::memcpy(ws_.ids(), ids, n * sizeof(int32_t));
+  ws_.write_ids(ids, n);
   auto cb = queue_->command_buffer();
   {
     kv::EncoderSession session(*cb);
@@ -127,7 +131,7 @@ void Engine::prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* 
       stats_.prefill_counters += run_step(cache, ids + i, m, logits_out ? m : 1, nullptr, 0.0f, 0);
       ++stats_.prefill_steps;
       if (logits_out)
-        std::memcpy(logits_out + size_t(i) * vocab, ws_.logits_host(), size_t(m) * vocab * sizeof(float));
+        ws_.read_logits(logits_out + size_t(i) * vocab, m);
     }
   } catch (...) {
     cache.restore(*queue_, cp);
@@ -164,11 +168,12 @@ std::vector<int32_t> Engine::generate(kv::KVCache& cache, const int32_t* prompt,
     }
     // 3. the prompt; its last chunk samples the first token. Repetition penalty
     // looks at every id the cache holds, the prompt, and what is generated.
-    const std::vector<int32_t>& held = cache.tokens();
-    uint32_t n_pen = 0;
-    uint32_t* pen = penalty_room(held.size() + n + 1);
-    for (int32_t id : held) pen[n_pen++] = uint32_t(id);
-    for (uint32_t i = 0; i < n; ++i) pen[n_pen++] = uint32_t(prompt[i]);
+    // (written only when the penalty is on: the sampler reads them only then)
+    const bool penalty = o.sampling.repetition_penalty != 1.0;
+    std::vector<uint32_t> pen(cache.tokens().begin(), cache.tokens().end());
+    pen.insert(pen.end(), prompt, prompt + n);
+    if (penalty) write_penalty_ids(0, pen.data(), pen.size());
+    const uint32_t n_pen = uint32_t(pen.size());
     const auto t0 = std::chrono::steady_clock::now();
     const uint32_t chunk = chunk_for(cache);
     for (uint32_t i = 0; i < n; i += chunk) {
@@ -201,13 +206,15 @@ std::vector<int32_t> Engine::decode(kv::KVCache& cache, const GenerateOptions& o
   std::vector<int32_t> out;
   const auto t1 = std::chrono::steady_clock::now();
   for (;;) {
-    const int32_t id = *static_cast<const int32_t*>(token_->contents());
+    int32_t id = 0;
+    token_->read(0, &id, sizeof id);
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
       stats_.finish_reason = "stop";
       break;
     }
     out.push_back(id);
-    penalty_room(n_pen + 1)[n_pen] = uint32_t(id);
+    const uint32_t pen_id = uint32_t(id);
+    if (o.sampling.repetition_penalty != 1.0) write_penalty_ids(n_pen, &pen_id, 1);
     ++n_pen;
     if (on_token && !on_token(id)) {
       stats_.finish_reason = "cancelled";

@@ -112,7 +112,8 @@ class Engine {
   // The decode loop after the prompt: returns the generated ids.
   std::vector<int32_t> decode(kv::KVCache& cache, const GenerateOptions& o, const TokenCallback& on_token,
                               const StepPoll& poll, const std::function<float()>& draw, uint32_t n_pen);
-  uint32_t* penalty_room(size_t n);  // the penalty id buffer, grown to hold n ids (kept contents)
+  // Writes ids at [at, at + n) of the penalty id buffer, growing it (keeping [0, at)).
+  void write_penalty_ids(size_t at, const uint32_t* ids, size_t n);
 
   gpu::DevicePtr device_;
   gpu::CommandQueuePtr queue_;

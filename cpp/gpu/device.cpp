@@ -1,6 +1,8 @@
 // Device selection and the small shared pieces of the device layer.
 #include "device.h"
 
+#include <cstring>
+
 #include "device_select.h"
 #include "host/host_device.h"
 #ifdef METALKV_HAVE_METAL
@@ -17,6 +19,24 @@ Counters& Counters::operator+=(const Counters& o) {
   waits += o.waits;
   blit_bytes_copied += o.blit_bytes_copied;
   return *this;
+}
+
+void Buffer::check_range(const char* what, size_t offset, size_t bytes) const {
+  if (offset > length() || bytes > length() - offset)
+    throw GpuError(std::string("[buffer] ") + what + " " + std::to_string(bytes) + " bytes at offset " +
+                   std::to_string(offset) + " overflows the " + std::to_string(length()) + "-byte buffer");
+}
+
+// Shared-memory devices: a copy through contents(). A device without CPU-visible
+// memory overrides both.
+void Buffer::write(size_t offset, const void* src, size_t bytes) {
+  check_range("writing", offset, bytes);
+  if (bytes) std::memcpy(static_cast<char*>(contents()) + offset, src, bytes);
+}
+
+void Buffer::read(size_t offset, void* dst, size_t bytes) const {
+  check_range("reading", offset, bytes);
+  if (bytes) std::memcpy(dst, static_cast<const char*>(const_cast<Buffer*>(this)->contents()) + offset, bytes);
 }
 
 std::map<std::string, uint64_t> Counters::as_map() const {

@@ -26,13 +26,23 @@ struct Size3 {
   uint64_t volume() const { return uint64_t(x) * y * z; }
 };
 
-// Buffers always use shared storage: the CPU sees the same bytes as the GPU
-// (unified memory on Apple Silicon; plain memory on the host executor).
+// Device memory. On the host executor and on Apple Silicon the CPU sees the
+// same bytes as the GPU (contents() is that memory, zero-copy); on a discrete
+// GPU (cuda) it does not, and contents() is nullptr. write/read work on every
+// device: call them when no committed, unfinished work uses those bytes (after
+// wait()); they are synchronous.
 class Buffer {
  public:
   virtual ~Buffer() = default;
-  virtual void* contents() = 0;
+  virtual void* contents() = 0;  // CPU-visible bytes, or nullptr
   virtual size_t length() const = 0;
+  // Raise GpuError("[buffer] ...") for a range outside the buffer.
+  virtual void write(size_t offset, const void* src, size_t bytes);
+  virtual void read(size_t offset, void* dst, size_t bytes) const;
+  bool host_visible() { return contents() != nullptr; }
+
+ protected:
+  void check_range(const char* what, size_t offset, size_t bytes) const;
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 

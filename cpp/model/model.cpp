@@ -69,7 +69,7 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
   const uint32_t rd = spec_.rotary_dim ? spec_.rotary_dim : spec_.head_dim;
   for (const auto& table : spec_.rope_tables) {
     gpu::BufferPtr b = device_->new_buffer(table.size() * sizeof(float));
-    std::copy(table.begin(), table.end(), static_cast<float*>(b->contents()));
+    b->write(0, table.data(), table.size() * sizeof(float));
     rope_.push_back({spec_.rope_style, rd, {b, 0}});
   }
 }
@@ -214,7 +214,9 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache
   check_cache(cache);
   for (uint32_t l = 0; l < spec_.n_layers; ++l) cache.check_store(l, n);  // fail before any layer moves
   const uint32_t pos0 = cache.length(0);
-  for (uint32_t i = 0; i < n; ++i) ws.positions()[i] = pos0 + i;
+  std::vector<uint32_t> positions(n);
+  for (uint32_t i = 0; i < n; ++i) positions[i] = pos0 + i;
+  ws.write_positions(positions.data(), n);
 
   const uint32_t H = spec_.hidden;
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n, H, spec_.vocab,

@@ -43,7 +43,7 @@ void Weights::add(const std::string& name, const std::string& dtype, const std::
     fail(name + ": " + std::to_string(nbytes) + " bytes for a " + dtype + " tensor of shape " +
          shape_str(shape) + "; expected " + std::to_string(want));
   gpu::BufferPtr buf = device_->new_buffer(nbytes);
-  std::memcpy(buf->contents(), data, nbytes);
+  buf->write(0, data, nbytes);
   by_name_[name] = Weight{{buf, 0}, t, shape};
   nbytes_ += nbytes;
 }
@@ -77,14 +77,20 @@ Weight Weights::stack_rows(const std::vector<std::string>& names) {
   }
   const Weight& first = *parts.front();
   gpu::BufferPtr buf = device_->new_buffer(bytes);
+  // One blit command buffer copies the parts on the device (no round trip through
+  // the host on a discrete GPU).
+  auto cb = device_->new_command_queue()->command_buffer();
+  gpu::BlitEncoder& blit = cb->blit_encoder();
   size_t offset = 0;
   for (Weight* w : parts) {
     const size_t n = tensor_bytes(*w);
-    std::memcpy(static_cast<char*>(buf->contents()) + offset,
-                static_cast<const char*>(w->view.buffer->contents()) + w->view.offset, n);
-    w->view = {buf, offset};  // the tensor's old buffer is released here
+    blit.copy(w->view.buffer, w->view.offset, buf, offset, n);
+    w->view = {buf, offset};  // the command buffer keeps the old buffer until it completes
     offset += n;
   }
+  blit.end_encoding();
+  cb->commit();
+  cb->wait();
   std::vector<uint64_t> shape = first.shape.size() == 2 ? std::vector<uint64_t>{rows, first.cols()}
                                                         : std::vector<uint64_t>{rows};
   return Weight{{buf, 0}, first.type, shape};

@@ -3,7 +3,7 @@
 namespace mkv::model {
 
 Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens)
-    : device_(device), max_tokens_(max_tokens) {
+    : device_(device), max_tokens_(max_tokens), vocab_(spec.vocab) {
   if (max_tokens == 0) ops::fail("workspace", "max_tokens must be at least 1");
   const size_t t = max_tokens, f = sizeof(float);
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
@@ -21,9 +21,15 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_to
   logits_ = alloc(t * spec.vocab);
 }
 
-int32_t* Workspace::ids() const { return static_cast<int32_t*>(ids_->contents()); }
-uint32_t* Workspace::positions() const { return static_cast<uint32_t*>(positions_->contents()); }
-const float* Workspace::logits_host() const { return static_cast<const float*>(logits_->contents()); }
+void Workspace::write_ids(const int32_t* ids, uint32_t n) { ids_->write(0, ids, size_t(n) * sizeof(int32_t)); }
+
+void Workspace::write_positions(const uint32_t* pos, uint32_t n) {
+  positions_->write(0, pos, size_t(n) * sizeof(uint32_t));
+}
+
+void Workspace::read_logits(float* dst, uint32_t rows) const {
+  logits_->read(0, dst, size_t(rows) * vocab_ * sizeof(float));
+}
 
 ops::BufferView Workspace::attention_scratch(size_t bytes) {
   // Work already encoded keeps a replaced buffer alive through its command buffer.

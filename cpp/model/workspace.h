@@ -16,9 +16,10 @@ class Workspace {
 
   uint32_t max_tokens() const { return max_tokens_; }
 
-  // Inputs the host writes before committing (shared memory):
-  int32_t* ids() const;         // (max_tokens) token ids of the step
-  uint32_t* positions() const;  // (max_tokens) their positions
+  // Inputs the host writes before encoding a step, outputs it reads after wait():
+  void write_ids(const int32_t* ids, uint32_t n);         // (max_tokens) token ids of the step
+  void write_positions(const uint32_t* pos, uint32_t n);  // (max_tokens) their positions
+  void read_logits(float* dst, uint32_t rows) const;      // the first rows of logits()
 
   // Device views, all float32 unless noted:
   ops::BufferView ids_view() const { return {ids_, 0}; }
@@ -35,7 +36,6 @@ class Workspace {
   ops::BufferView gate() const { return {gate_, 0}; }   // (max_tokens, ffn_hidden)
   ops::BufferView up() const { return {up_, 0}; }       // (max_tokens, ffn_hidden)
   ops::BufferView logits() const { return {logits_, 0}; }  // (max_tokens, vocab)
-  const float* logits_host() const;
 
   // Split-K attention scratch; grows to the largest request (context-dependent).
   ops::BufferView attention_scratch(size_t bytes);
@@ -43,6 +43,7 @@ class Workspace {
  private:
   gpu::Device& device_;
   uint32_t max_tokens_;
+  uint32_t vocab_;
   gpu::BufferPtr ids_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, scratch_;
 };
 
