@@ -38,6 +38,19 @@ void bind_gpu(nb::module_& m, nb::module_&) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
   register_argument_error(m);
 
+  m.def(
+      "build_info",
+      [] {
+        std::map<std::string, bool> info{{"metal", false}, {"cuda", false}};
+#ifdef METALKV_HAVE_METAL
+        info["metal"] = true;
+#endif
+#ifdef METALKV_HAVE_CUDA
+        info["cuda"] = true;
+#endif
+        return info;
+      },
+      "The GPU backends compiled into this build: {'metal': bool, 'cuda': bool}.");
   m.def("device_kinds", &gpu::available_device_kinds,
         "Device kinds this machine can create, best first ('metal' on Apple Silicon, 'host').");
 
@@ -121,7 +134,7 @@ void bind_gpu(nb::module_& m, nb::module_&) {
             new (self) PyDevice{choice.device, choice.device->new_command_queue(), choice.fallback};
           },
           "kind"_a = "auto", "fiber_order"_a = "", "seed"_a = 0, "profile"_a = false,
-          "kind: 'auto', 'host' or 'metal'. fiber_order (host only): 'forward', 'reverse' or "
+          "kind: 'auto', 'host', 'metal' or 'cuda'. fiber_order (host only): 'forward', 'reverse' or "
           "'random' with seed; '' uses $METALKV_FIBER_ORDER or 'forward'. profile (host only): "
           "time each dispatch by kernel (kernel_times()); $METALKV_PROFILE=1 also turns it on.")
       .def_prop_ro("kind", [](const PyDevice& d) { return d.device->kind(); })

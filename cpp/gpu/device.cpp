@@ -8,6 +8,9 @@
 #ifdef METALKV_HAVE_METAL
 #include "metal/metal_device.h"
 #endif
+#ifdef METALKV_HAVE_CUDA
+#include "cuda/cuda_device.h"
+#endif
 
 namespace mkv::gpu {
 
@@ -58,7 +61,19 @@ std::vector<GpuBackend> gpu_backends() {
   metal.available = metal_device_available;
   metal.create = create_metal_device;
 #endif
-  return {metal};
+  GpuBackend cuda{"cuda", false, "'cuda' needs a build with the CUDA toolkit (nvcc found at install time; "
+                                 "docs/BUILD.md); this build has no CUDA device", [] { return false; }, nullptr};
+#ifdef METALKV_HAVE_CUDA
+  cuda.built = true;
+  cuda.available = [] { return cuda_device_available(); };
+  cuda.create = create_cuda_device;
+  cuda.why_unavailable = [] {
+    std::string why;
+    cuda_device_available(&why);
+    return why;
+  };
+#endif
+  return {metal, cuda};  // the order "auto" tries them in
 }
 
 }  // namespace

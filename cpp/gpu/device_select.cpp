@@ -8,7 +8,12 @@ DeviceChoice choose_device(const std::string& kind, const std::vector<GpuBackend
   for (const GpuBackend& gpu : gpus) {
     if (kind != gpu.kind) continue;
     if (!gpu.built) throw GpuError("[device] " + gpu.not_built);
-    if (!gpu.available()) throw GpuError("[device] no " + gpu.kind + " GPU is available on this machine");
+    if (!gpu.available()) {
+      std::string why;
+      if (gpu.why_unavailable) why = gpu.why_unavailable();
+      throw GpuError("[device] no " + gpu.kind + " GPU is available on this machine" +
+                     (why.empty() ? "" : " (" + why + ")"));
+    }
     return {gpu.create(), ""};  // errors, kernel compilation included, are the caller's to see
   }
   if (kind != "auto") {

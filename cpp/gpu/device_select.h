@@ -25,6 +25,7 @@ struct GpuBackend {
   std::string not_built;                     // why not, for the error: "'metal' needs macOS ..."
   std::function<bool()> available;           // a GPU is there (cheap probe)
   std::function<DevicePtr()> create;         // creates it and compiles its kernels; throws GpuError
+  std::function<std::string()> why_unavailable = nullptr;  // optional detail for the error
 };
 
 struct DeviceChoice {

@@ -29,12 +29,14 @@ __version__ = _metadata.version("metalkv")  # pyproject.toml is the one place it
 
 
 def devices() -> list[str]:
-    """Device kinds available here, best first: 'metal' on Apple Silicon, then 'host'."""
+    """Device kinds available here, best first: 'metal' on Apple Silicon, 'cuda' with an
+    NVIDIA GPU (in a build with the CUDA toolkit), then 'host'."""
     return list(_device_kinds())
 
 
 def device(kind: str = "auto", *, fiber_order: str = "", seed: int = 0) -> Device:
-    """A device: 'auto' (Metal where available, else the host executor), 'host' or 'metal'.
+    """A device: 'auto' (Metal, else CUDA where available, else the host executor), 'host',
+    'metal' or 'cuda'.
 
     fiber_order applies to the host executor only: the order in which the
     threads of a threadgroup run ('forward', 'reverse', 'random' with seed).

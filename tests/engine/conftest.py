@@ -9,6 +9,7 @@ import pytest
 
 import metalkv
 from metalkv.models import ModelNotFoundError, default_model_path
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 
@@ -29,7 +30,7 @@ def default_gguf() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def engine(default_gguf) -> metalkv.Engine:
     """SmolLM2-135M-Instruct Q4_1 on the host executor (~1 s to load)."""
-    return metalkv.Engine.load(default_gguf, device="host", context=512, progress=False)
+    return metalkv.Engine.load(default_gguf, device=TEST_DEVICE, context=512, progress=False)
 
 
 def _data(name: str) -> dict:

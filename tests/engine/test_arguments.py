@@ -8,11 +8,12 @@ import pytest
 
 import metalkv
 from metalkv import _core
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_gguf):
-    return metalkv.Engine.load(tiny_gguf, device="host", context=32, progress=False)
+    return metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=32, progress=False)
 
 
 @pytest.mark.parametrize("kw,argument,match", [
@@ -25,7 +26,7 @@ def tiny(tiny_gguf):
 ])
 def test_bad_engine_options(tiny_gguf, kw, argument, match):
     with pytest.raises(metalkv.ArgumentError, match=match) as e:
-        metalkv.Engine.load(tiny_gguf, device="host", progress=False, **kw)
+        metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, progress=False, **kw)
     assert e.value.argument == argument and isinstance(e.value, ValueError)
 
 

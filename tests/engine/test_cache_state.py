@@ -7,18 +7,19 @@ import numpy as np
 import pytest
 
 import metalkv
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_gguf):
     # prefill_chunk 4: a 13-token prompt takes 4 steps, so a failure can land in the middle
-    return metalkv.Engine.load(tiny_gguf, device="host", context=64, prefill_chunk=4, progress=False)
+    return metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False)
 
 
 @pytest.fixture(scope="module")
 def sliding(tiny_sliding_dir):
     """Gemma 3 with window 8 and prefill_chunk 4: its ring layers have 8 + 4 - 1 = 11 slots."""
-    return metalkv.Engine.load(tiny_sliding_dir, device="host", context=64, prefill_chunk=4, progress=False)
+    return metalkv.Engine.load(tiny_sliding_dir, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False)
 
 
 def snapshot(cache) -> dict:
@@ -135,7 +136,7 @@ def test_the_cache_owns_its_tokens_and_chat(tiny):
 def test_same_seed_same_tokens_whatever_prefill_chunk(tiny_gguf, tiny, chunk):
     prompt = [7, 1, 22, 5, 9, 31, 2, 2, 40, 11, 3]
     kw = dict(max_tokens=12, stop_ids=(), temperature=1.2, top_k=40, repetition_penalty=1.1, seed=1234)
-    other = metalkv.Engine.load(tiny_gguf, device="host", context=64, prefill_chunk=chunk, progress=False)
+    other = metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=64, prefill_chunk=chunk, progress=False)
     assert other.generate_ids(prompt, **kw) == tiny.generate_ids(prompt, **kw)
 
 

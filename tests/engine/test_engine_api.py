@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import metalkv
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 PROMPT = "What is the capital of France? Answer in one sentence."
 
@@ -88,7 +89,7 @@ def test_cache_continuation_equals_one_pass(engine):
 
 
 def test_prefill_chunk_size_does_not_change_logits(engine, default_gguf):
-    small = metalkv.Engine.load(default_gguf, device="host", prefill_chunk=5, context=64)
+    small = metalkv.Engine.load(default_gguf, device=TEST_DEVICE, prefill_chunk=5, context=64)
     ids = engine.tokenizer.encode("Chunked prefill must see every earlier key: one two three four.")
     assert len(ids) > 10
     np.testing.assert_allclose(small.logits(ids), engine.logits(ids), rtol=0, atol=0.02)  # as above

@@ -11,6 +11,7 @@ from metalkv.models import ModelLoadError, ModelNotFoundError, load_model
 
 from models.tiny import write_gguf  # tests/ is on sys.path (rootdir-relative packages)
 from .reference import llama_logits
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 # head_dim 64 (hidden 128 / 2 heads): a size the attention kernels take
 TINY = dict(hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
@@ -27,7 +28,7 @@ def tiny_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_path):
-    return metalkv.Engine.load(tiny_path, device="host", context=32)
+    return metalkv.Engine.load(tiny_path, device=TEST_DEVICE, context=32)
 
 
 def test_tiny_quantized_model_matches_reference(tiny, tiny_path):
@@ -52,7 +53,7 @@ def test_bad_model_files(tmp_path, make, match):
     f = tmp_path / "m.gguf"
     make(f)
     with pytest.raises(ModelLoadError, match=match):
-        metalkv.Engine.load(f, device="host")
+        metalkv.Engine.load(f, device=TEST_DEVICE)
 
 
 @pytest.mark.parametrize("keep", [0.9, 0.3])
@@ -62,15 +63,15 @@ def test_truncated_and_corrupt_files(tmp_path, keep):
     data = f.read_bytes()
     f.write_bytes(data[:int(len(data) * keep)])
     with pytest.raises(ModelLoadError, match=r"truncated"):
-        metalkv.Engine.load(f, device="host")
+        metalkv.Engine.load(f, device=TEST_DEVICE)
     f.write_bytes(b"GGUX" + data[4:])
     with pytest.raises(ModelLoadError, match=r"not a GGUF file"):
-        metalkv.Engine.load(f, device="host")
+        metalkv.Engine.load(f, device=TEST_DEVICE)
 
 
 def test_missing_model_and_bad_device(tmp_path):
     with pytest.raises(ModelNotFoundError):
-        metalkv.Engine.load(tmp_path / "nothing.gguf", device="host")
+        metalkv.Engine.load(tmp_path / "nothing.gguf", device=TEST_DEVICE)
     with pytest.raises(metalkv.GpuError, match=r"unknown device kind 'gpu'"):
         metalkv.Engine.load(tmp_path / "nothing.gguf", device="gpu")
 

@@ -14,6 +14,7 @@ import pytest
 import metalkv
 from metalkv.models.safetensors_loader import canonical_name
 from models.tiny import gemma3_config, llama_config, write_hf_dir, write_safetensors  # tests/ on sys.path
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 SIZES = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, vocab_size=64)
 
@@ -75,8 +76,8 @@ def test_gguf_and_hf_give_the_same_logits(tmp_path, name):
     write_gguf_from_hf(tmp_path / "m.gguf", config, arrays)
 
     ids = np.random.default_rng(1).integers(0, config["vocab_size"], 24).tolist()  # > 2 sliding windows
-    hf = metalkv.Engine.load(tmp_path / "hf", device="host", context=32).logits(ids)
-    gg = metalkv.Engine.load(tmp_path / "m.gguf", device="host", context=32).logits(ids)
+    hf = metalkv.Engine.load(tmp_path / "hf", device=TEST_DEVICE, context=32).logits(ids)
+    gg = metalkv.Engine.load(tmp_path / "m.gguf", device=TEST_DEVICE, context=32).logits(ids)
     # same math, different summation order in rope'd dot products and K/V f16 rounding flips
     np.testing.assert_allclose(gg, hf, rtol=0, atol=1e-3 * np.abs(hf).max())
     assert (gg.argmax(1) == hf.argmax(1)).mean() > 0.9

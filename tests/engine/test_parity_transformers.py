@@ -49,6 +49,7 @@ import metalkv  # noqa: E402
 from metalkv.models import load_model  # noqa: E402
 
 from . import tiny_hf  # noqa: E402
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 U = 2.0 ** -11          # float16 unit roundoff (round to nearest)
 S_MAX = 8.0             # bound on |attention score| (measured max 6.3), for LOOSE
@@ -76,7 +77,7 @@ def engines(refs):
     def get(name: str, prefill_chunk: int = 128) -> metalkv.Engine:
         key = (name, prefill_chunk)
         if key not in cache:
-            cache[key] = metalkv.Engine.load(refs[name].path, device="host", context=CONTEXT,
+            cache[key] = metalkv.Engine.load(refs[name].path, device=TEST_DEVICE, context=CONTEXT,
                                              prefill_chunk=prefill_chunk, progress=False)
         return cache[key]
 

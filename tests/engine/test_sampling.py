@@ -5,6 +5,7 @@ import pytest
 
 import metalkv
 from metalkv._core import ops
+from devices import test_device  # tests/ is on sys.path
 
 
 def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
@@ -38,7 +39,7 @@ def draw(probs, u):
 
 @pytest.fixture(scope="module")
 def host():
-    return metalkv.device("host")
+    return test_device()
 
 
 def logits_row(vocab, seed):

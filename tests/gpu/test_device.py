@@ -20,6 +20,22 @@ def test_metal_is_refused_clearly_without_apple_gpu():
         metalkv.device("metal")
 
 
+def test_cuda_without_a_gpu_is_refused_clearly():
+    """A build with the CUDA device loads and runs on a machine without a GPU (CI
+    builds it: METALKV_EXPECT_CUDA=1); asking for cuda there says why not."""
+    import os
+
+    built = metalkv._core.build_info()["cuda"]
+    if os.environ.get("METALKV_EXPECT_CUDA") == "1":
+        assert built, "this build has no CUDA device, but METALKV_EXPECT_CUDA=1 (nvcc was expected)"
+    if "cuda" in metalkv.devices():
+        pytest.skip("this machine has a CUDA GPU")
+    expected = r"no cuda GPU is available on this machine \(" if built else r"'cuda' needs a build with the CUDA toolkit"
+    with pytest.raises(metalkv.GpuError, match=expected):
+        metalkv.device("cuda")
+    assert metalkv.device("auto").kind == "host"  # quietly: no GPU is not a fallback worth a warning
+
+
 def test_buffer_view_is_zero_copy_and_writable():
     dev = metalkv.device("host")
     buf = dev.buffer(64)

@@ -7,6 +7,9 @@ import subprocess
 import pytest
 
 from .kernels import ROOT
+from devices import host_only  # tests/ is on sys.path
+
+pytestmark = host_only
 
 HOST = ROOT / "cpp" / "gpu" / "host"
 SOURCES = [str(ROOT / "tests" / "gpu" / "fiber_check.cpp"), str(HOST / "fiber.cpp")]

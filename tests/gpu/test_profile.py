@@ -3,6 +3,9 @@ import numpy as np
 
 import metalkv
 from .kernels import run, u32
+from devices import host_only  # tests/ is on sys.path
+
+pytestmark = host_only
 
 
 def reduce_once(dev):

@@ -7,6 +7,9 @@ import pytest
 
 import metalkv
 from .kernels import line_of, run
+from devices import host_only  # tests/ is on sys.path
+
+pytestmark = host_only
 
 BROKEN = "metal/test/broken.metal"
 

@@ -24,6 +24,7 @@ import metalkv
 from metalkv._core import ops
 
 from .attention_ref import attention, build_cache
+from devices import test_device  # tests/ is on sys.path
 
 ATOL = 2e-5
 RTOL = 1e-5
@@ -288,7 +289,7 @@ def _decode_kwargs(**over):
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
 ])
 def test_decode_bad_shapes(over, message):
-    dev = metalkv.device("host")
+    dev = test_device()
     kw = _decode_kwargs(**over)
     buf = dev.buffer(1 << 16)
     with pytest.raises(metalkv.GpuError, match=message):
@@ -296,7 +297,7 @@ def test_decode_bad_shapes(over, message):
 
 
 def test_decode_bad_buffers():
-    dev = metalkv.device("host")
+    dev = test_device()
     kw = _decode_kwargs()
     big = dev.buffer(1 << 16)
     with pytest.raises(metalkv.GpuError, match=r"\[attention_decode\] q needs 2048 bytes at offset 0 "
@@ -315,7 +316,7 @@ def test_decode_bad_buffers():
 
 
 def test_prefill_bad_shapes():
-    dev = metalkv.device("host")
+    dev = test_device()
     buf = dev.buffer(1 << 16)
     kw = dict(n_q_heads=4, n_kv_heads=2, head_dim=64, q_pos0=0, slots=16)
     with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] head_dim 32 is not supported"):

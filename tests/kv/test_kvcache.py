@@ -8,6 +8,7 @@ import pytest
 import metalkv
 
 from .test_rope import inv_freq_default_ref, rope_ref
+from devices import test_device  # tests/ is on sys.path
 
 F16_BYTES = 2
 
@@ -15,7 +16,7 @@ F16_BYTES = 2
 @pytest.fixture
 def host() -> metalkv.Device:
     """One host device, for tests that only check bookkeeping and errors."""
-    return metalkv.device("host")
+    return test_device()
 
 
 def rows(rng, n, n_kv, d):

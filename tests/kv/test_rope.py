@@ -8,6 +8,7 @@ import pytest
 
 import metalkv
 from metalkv._core import ops
+from devices import test_device  # tests/ is on sys.path
 
 # ---- references -------------------------------------------------------------
 
@@ -114,7 +115,7 @@ def test_interleaved_is_neox_on_deinterleaved_dims(dev):
 def test_neox_matches_transformers_apply_rotary_pos_emb():
     torch = pytest.importorskip("torch")
     llama = pytest.importorskip("transformers.models.llama.modeling_llama")
-    dev = metalkv.device("host")
+    dev = test_device()
     rng = np.random.default_rng(5)
     n_heads, d = 3, 64
     q = rng.uniform(-1, 1, (len(POSITIONS), n_heads, d)).astype(np.float32)
@@ -177,7 +178,7 @@ def rope_call(dev, *, style="neox", rotary_dim=64, n=2, heads=2, d=64, x_bytes=N
 
 
 def test_rope_errors():
-    dev = metalkv.device("host")
+    dev = test_device()
     with pytest.raises(metalkv.GpuError, match=r"\[rope\] unknown style 'llama'; expected 'neox'"):
         rope_call(dev, style="llama")
     with pytest.raises(metalkv.GpuError, match=r"\[rope\] rotary_dim 63 must be even and between 2 and head_dim 64"):

@@ -10,6 +10,7 @@ from metalkv._core import ops
 from gpu.kernels import run
 
 from .reference import WTYPES, f32, gelu_pytorch_tanh, make_weights, rms_norm, silu
+from devices import test_device  # tests/ is on sys.path
 
 # libm's expf/tanhf are within ~1 ulp; a few float32 operations follow.
 ACT_RTOL, ACT_ATOL = 4e-7, 1e-7
@@ -42,7 +43,7 @@ def test_embedding_kernel_writes_zeros_for_out_of_range_ids(dev):
 
 
 def test_embedding_bad_inputs():
-    dev = metalkv.device("host")
+    dev = test_device()
     table = dev.buffer(10 * 64 * 2)
     out = dev.buffer(2 * 64 * 4)
     ids = dev.buffer_from(np.array([3, 10], np.int32))
@@ -89,7 +90,7 @@ def test_rms_norm_in_place(dev):
 
 
 def test_rms_norm_bad_inputs():
-    dev = metalkv.device("host")
+    dev = test_device()
     x, w = dev.buffer(4 * 64 * 4), dev.buffer(64 * 4)
     with pytest.raises(metalkv.GpuError, match=r"\[rms_norm\] weight type must be 'f32' or 'f16', got 'q8_0'"):
         ops.rms_norm(dev, x, w, x, n_rows=4, dim=64, eps=1e-5, wtype="q8_0")
@@ -162,7 +163,7 @@ def test_gated_activation_in_place_over_one_fused_buffer(dev, name, act):
 
 
 def test_elementwise_bad_inputs():
-    dev = metalkv.device("host")
+    dev = test_device()
     small, big = dev.buffer(16), dev.buffer(64)
     with pytest.raises(metalkv.GpuError, match=r"\[add\] y \(n\) float32 needs 64 bytes at offset 0, "
                                                r"but the buffer has 16 bytes"):
@@ -211,7 +212,7 @@ def test_argmax_never_picks_nan(dev):
 
 
 def test_argmax_bad_inputs():
-    dev = metalkv.device("host")
+    dev = test_device()
     with pytest.raises(metalkv.GpuError, match=r"\[argmax\] x \(n_rows, n\) float32 needs 800 bytes"):
         ops.argmax(dev, dev.buffer(400), dev.buffer(8), n_rows=2, n=100)
     with pytest.raises(metalkv.GpuError, match=r"\[argmax\] out \(n_rows\) int32 needs 8 bytes"):

@@ -9,6 +9,7 @@ import pytest
 import metalkv
 from metalkv._core import ops
 
+from devices import test_device  # tests/ is on sys.path
 from .reference import (QUANTIZED, WTYPES, f32, gelu_pytorch_tanh, make_weights, matmul, matmul_tolerance,
                         silu)
 
@@ -76,7 +77,7 @@ def test_float_weights_with_partial_last_step(dev, wtype, n_tokens):
 
 def test_gemv_lm_head_49152x576():
     """SmolLM2's tied lm_head, once (forward fiber order: it is a size test)."""
-    dev = metalkv.device("host")
+    dev = test_device()
     check(dev, "q4_1", 1, 49152, 576, "gemv", False, 49152)
 
 
@@ -87,7 +88,7 @@ def test_quantized_layout_is_ggufs():
     weight from: this pins the nibble order (low nibbles are weights 0..15 of
     a block) and the block order along the row, independent of tolerances.
     """
-    dev = metalkv.device("host")
+    dev = test_device()
     n_out, n_in = 3, 64
     for wtype in QUANTIZED:
         for col in [0, 5, 15, 16, 31, 32, 47, 63]:
@@ -118,7 +119,7 @@ def call(dev, *, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", x_bytes=None, w_byt
 
 
 def test_bad_inputs_raise_clear_errors():
-    dev = metalkv.device("host")
+    dev = test_device()
     call(dev)  # the defaults are valid
     with pytest.raises(metalkv.GpuError,
                        match=r"\[matmul\] q4_0 weights need a row length that is a positive "
@@ -201,7 +202,7 @@ def test_glu_matches_reference(dev, wtype, act, fn, n_tokens, n_out, n_in, gemv_
 @pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
 def test_glu_equals_unfused_ops_bit_for_bit(gemv_rows):
     """The fused kernel computes the same floats as gemv + gemv + swiglu_f32."""
-    dev = metalkv.device("host")
+    dev = test_device()
     rng = np.random.default_rng(5)
     n_out, n_in = 1536, 576
     stored, _ = make_weights("q4_1", 2 * n_out, n_in, rng)
@@ -215,7 +216,7 @@ def test_glu_equals_unfused_ops_bit_for_bit(gemv_rows):
 
 
 def test_glu_bad_inputs():
-    dev = metalkv.device("host")
+    dev = test_device()
     x, y = dev.buffer(64 * 4), dev.buffer(8 * 4)
     w = dev.buffer(16 * 2 * 34)  # (16, 64) q8_0: 2 x 8 rows
     ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")  # valid

@@ -1,0 +1,332 @@
+// CUDA command queues, command buffers and encoders (see cuda_objects.h).
+//
+// A dispatch is checked and its arguments packed when it is encoded, like the
+// host executor's (threads within the pipeline's limit, every parameter bound,
+// constant structs at least sizeof the kernel's type, threadgroup memory within
+// Metal's 32 KiB); commit() launches everything in order on the queue's stream.
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_command.h"
+
+namespace mkv::gpu::cuda {
+namespace {
+
+using mkv::cuda::KernelDesc;
+using mkv::cuda::ParamSpec;
+
+constexpr size_t kMaxSetBytes = 4096;            // Metal's setBytes limit
+constexpr size_t kMaxThreadgroupMemory = 32768;  // Metal's, so kernels stay portable
+
+bool graphs_enabled() {
+  const char* v = std::getenv("METALKV_CUDA_GRAPHS");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+class CudaCommandBuffer;
+
+class CudaComputeEncoder final : public ComputeEncoder {
+ public:
+  explicit CudaComputeEncoder(CudaCommandBuffer& cb) : cb_(cb) {}
+  void begin() {
+    open_ = true;
+    pipeline_ = nullptr;
+    for (Binding& b : bindings_) b = Binding{};
+    for (size_t& t : tg_bytes_) t = 0;
+  }
+  bool open() const { return open_; }
+  void set_pipeline(const PipelinePtr& pipeline) override {
+    check_open();
+    if (!pipeline) fail("set_pipeline: pipeline is null");
+    pipeline_ = &static_cast<const CudaPipeline&>(*pipeline);
+  }
+  void set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) override;
+  void set_bytes(const void* data, size_t length, uint32_t index) override;
+  void set_threadgroup_memory_length(size_t length, uint32_t index) override {
+    check_open();
+    check_index(index, mkv::cuda::kMaxThreadgroupBindings, "threadgroup memory");
+    tg_bytes_[index] = (length + 15) / 16 * 16;
+  }
+  void dispatch_threadgroups(Size3 threadgroups, Size3 threads) override;
+  void end_encoding() override {
+    check_open();
+    open_ = false;
+  }
+
+ private:
+  struct Binding {
+    enum Kind { none, device_buffer, bytes } kind = none;
+    BufferPtr buffer;  // kept alive by the command buffer once dispatched
+    size_t offset = 0;
+    std::vector<unsigned char> data;
+  };
+  void check_open() const {
+    if (!open_) fail("the compute encoder has ended; ask the command buffer for a new one");
+  }
+  static void check_index(uint32_t index, int limit, const char* what) {
+    if (int(index) >= limit)
+      fail(std::string(what) + " index " + std::to_string(index) + " is out of range; Metal allows 0.." +
+           std::to_string(limit - 1));
+  }
+  [[noreturn]] void bad(const KernelDesc& k, const std::string& detail) const {
+    fail("kernel '" + std::string(k.name) + "' (" + k.file + ":" + std::to_string(k.line) + "): " + detail);
+  }
+
+  CudaCommandBuffer& cb_;
+  bool open_ = false;
+  const CudaPipeline* pipeline_ = nullptr;
+  Binding bindings_[mkv::cuda::kMaxBufferBindings];
+  size_t tg_bytes_[mkv::cuda::kMaxThreadgroupBindings] = {};
+};
+
+class CudaBlitEncoder final : public BlitEncoder {
+ public:
+  explicit CudaBlitEncoder(CudaCommandBuffer& cb) : cb_(cb) {}
+  void begin() { open_ = true; }
+  bool open() const { return open_; }
+  void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset, size_t size) override;
+  void fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) override;
+  void end_encoding() override {
+    if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
+    open_ = false;
+  }
+
+ private:
+  CudaCommandBuffer& cb_;
+  bool open_ = false;
+};
+
+class CudaCommandBuffer final : public CommandBuffer {
+ public:
+  CudaCommandBuffer(cudaStream_t stream, std::shared_ptr<CounterSink> sink, bool graphs)
+      : stream_(stream), sink_(std::move(sink)), graphs_(graphs), compute_(*this), blit_(*this) {}
+
+  ComputeEncoder& compute_encoder() override {
+    begin_encoder();
+    ++counters_.compute_encoders;
+    compute_.begin();
+    return compute_;
+  }
+  BlitEncoder& blit_encoder() override {
+    begin_encoder();
+    ++counters_.blit_encoders;
+    blit_.begin();
+    return blit_;
+  }
+  void commit() override;
+  void wait() override;
+  const Counters& counters() const override { return counters_; }
+
+  void record(Command c, std::vector<BufferPtr> keep) {
+    commands_.push_back(std::move(c));
+    for (BufferPtr& b : keep) keep_.push_back(std::move(b));
+  }
+  Counters& counters_mut() { return counters_; }
+
+ private:
+  void begin_encoder() {
+    if (committed_) fail("the command buffer is already committed; create a new one");
+    if (compute_.open() || blit_.open()) fail("only one encoder may be open; call end_encoding() first");
+  }
+  void enqueue();  // every command onto stream_
+
+  cudaStream_t stream_;
+  std::shared_ptr<CounterSink> sink_;
+  bool graphs_;
+  CudaComputeEncoder compute_;
+  CudaBlitEncoder blit_;
+  std::vector<Command> commands_;
+  std::vector<BufferPtr> keep_;  // bound buffers, until the work completes
+  Counters counters_;
+  bool committed_ = false;
+  std::string error_;  // a failure at commit(), reported by wait()
+};
+
+void CudaComputeEncoder::set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) {
+  check_open();
+  check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
+  if (!buffer) fail("set_buffer: buffer is null");
+  if (offset > buffer->length())
+    fail("set_buffer: offset " + std::to_string(offset) + " is past the end of the " +
+         std::to_string(buffer->length()) + "-byte buffer");
+  if (!dynamic_cast<const CudaBuffer*>(buffer.get())) fail("set_buffer: the buffer belongs to another device");
+  bindings_[index] = Binding{Binding::device_buffer, buffer, offset, {}};
+}
+
+void CudaComputeEncoder::set_bytes(const void* data, size_t length, uint32_t index) {
+  check_open();
+  check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
+  if (length > kMaxSetBytes)
+    fail("set_bytes: " + std::to_string(length) + " bytes; Metal allows at most 4096, use a buffer instead");
+  const auto* p = static_cast<const unsigned char*>(data);
+  bindings_[index] = Binding{Binding::bytes, nullptr, 0, std::vector<unsigned char>(p, p + length)};
+}
+
+void CudaComputeEncoder::dispatch_threadgroups(Size3 threadgroups, Size3 threads) {
+  check_open();
+  if (!pipeline_) fail("dispatch_threadgroups before set_pipeline");
+  const KernelDesc& k = *pipeline_->desc();
+  const uint64_t n = threads.volume();
+  if (n == 0 || n > pipeline_->max_total_threads_per_threadgroup())
+    bad(k, "threads_per_threadgroup (" + std::to_string(threads.x) + "," + std::to_string(threads.y) + "," +
+               std::to_string(threads.z) + ") = " + std::to_string(n) + " threads; this pipeline holds 1 to " +
+               std::to_string(pipeline_->max_total_threads_per_threadgroup()));
+  if (threadgroups.volume() == 0) bad(k, "an empty grid of threadgroups");
+  Launch launch{&k, dim3(threadgroups.x, threadgroups.y, threadgroups.z), dim3(threads.x, threads.y, threads.z),
+                0, {}};
+  // Threadgroup areas are laid out in index order in one dynamic shared buffer.
+  uint32_t tg_offset[mkv::cuda::kMaxThreadgroupBindings] = {};
+  size_t smem = 0;
+  for (int i = 0; i < mkv::cuda::kMaxThreadgroupBindings; ++i) {
+    tg_offset[i] = uint32_t(smem);
+    smem += tg_bytes_[i];
+  }
+  if (smem > kMaxThreadgroupMemory)
+    bad(k, "threadgroup memory of " + std::to_string(smem) + " bytes exceeds the 32768-byte limit");
+  launch.dynamic_smem = uint32_t(smem);
+  std::vector<BufferPtr> keep;
+  for (uint32_t p = 0; p < k.n_params; ++p) {
+    const ParamSpec& s = k.params[p];
+    std::vector<unsigned char> value(s.size);
+    if (s.kind == ParamSpec::threadgroup_memory) {
+      if (tg_bytes_[s.index] == 0)
+        bad(k, "threadgroup memory [[threadgroup(" + std::to_string(s.index) + ")]] '" + s.name + "' has no length");
+      std::memcpy(value.data(), &tg_offset[s.index], sizeof(uint32_t));
+    } else {
+      const Binding& b = bindings_[s.index];
+      if (b.kind == Binding::none)
+        bad(k, "[[buffer(" + std::to_string(s.index) + ")]] '" + s.name + "' is not bound");
+      if (s.kind == ParamSpec::bytes) {
+        if (b.kind != Binding::bytes)
+          bad(k, "'" + std::string(s.name) + "' is a constant struct passed by value: bind it with set_bytes");
+        if (b.data.size() < s.size)
+          bad(k, "'" + std::string(s.name) + "' takes " + std::to_string(s.size) + " bytes; " +
+                     std::to_string(b.data.size()) + " were bound");
+        std::memcpy(value.data(), b.data.data(), s.size);
+      } else if (b.kind == Binding::bytes) {  // small data bound by value to a pointer parameter
+        bad(k, "'" + std::string(s.name) + "' is a device pointer; bind a buffer (set_bytes is for constant structs)");
+      } else {
+        char* ptr = static_cast<CudaBuffer&>(*b.buffer).device_ptr() + b.offset;
+        std::memcpy(value.data(), &ptr, sizeof ptr);
+        keep.push_back(b.buffer);
+      }
+    }
+    launch.values.push_back(std::move(value));
+  }
+  cb_.record(std::move(launch), std::move(keep));
+  ++cb_.counters_mut().dispatches;
+}
+
+void check_range(const char* what, const BufferPtr& b, size_t offset, size_t size) {
+  if (!b) fail(std::string("[blit] ") + what + ": buffer is null");
+  if (!dynamic_cast<const CudaBuffer*>(b.get())) fail(std::string("[blit] ") + what + ": a buffer of another device");
+  if (offset > b->length() || size > b->length() - offset)
+    fail(std::string("[blit] ") + what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + size) +
+         ") is outside the " + std::to_string(b->length()) + "-byte buffer");
+}
+
+void CudaBlitEncoder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset,
+                           size_t size) {
+  if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
+  check_range("copy source", src, src_offset, size);
+  check_range("copy destination", dst, dst_offset, size);
+  if (src_offset % 4 || dst_offset % 4 || size % 4)  // macOS Metal requires it; every device checks
+    fail("[blit] copy offsets and size must be multiples of 4 bytes (got " + std::to_string(src_offset) + ", " +
+         std::to_string(dst_offset) + ", " + std::to_string(size) + ")");
+  cb_.record(Copy{src, dst, src_offset, dst_offset, size}, {src, dst});
+  cb_.counters_mut().blit_bytes_copied += size;
+}
+
+void CudaBlitEncoder::fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) {
+  if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
+  check_range("fill", buffer, offset, size);
+  cb_.record(Fill{buffer, offset, size, value}, {buffer});
+}
+
+void CudaCommandBuffer::enqueue() {
+  for (Command& c : commands_) {
+    if (auto* l = std::get_if<Launch>(&c)) {
+      std::vector<void*> args;
+      for (auto& v : l->values) args.push_back(v.data());
+      check(cudaLaunchKernel(l->desc->fn, l->grid, l->block, args.data(), l->dynamic_smem, stream_),
+            (std::string("launching ") + l->desc->name).c_str());
+    } else if (auto* cp = std::get_if<Copy>(&c)) {
+      check(cudaMemcpyAsync(static_cast<CudaBuffer&>(*cp->dst).device_ptr() + cp->dst_offset,
+                            static_cast<CudaBuffer&>(*cp->src).device_ptr() + cp->src_offset, cp->size,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "blit copy");
+    } else if (auto* f = std::get_if<Fill>(&c)) {
+      check(cudaMemsetAsync(static_cast<CudaBuffer&>(*f->buffer).device_ptr() + f->offset, f->value, f->size,
+                            stream_),
+            "blit fill");
+    }
+  }
+}
+
+void CudaCommandBuffer::commit() {
+  if (committed_) fail("commit() called twice");
+  if (compute_.open() || blit_.open()) fail("call end_encoding() on the open encoder before commit()");
+  committed_ = true;
+  counters_.command_buffers_committed = 1;
+  sink_->add(counters_);
+  try {
+    if (!graphs_ || commands_.empty()) {
+      enqueue();
+    } else {  // one graph of the whole command buffer: one launch instead of one per command
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      try {
+        enqueue();
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check(e, "cudaGraphInstantiate");
+      const cudaError_t l = cudaGraphLaunch(exec, stream_);
+      cudaGraphExecDestroy(exec);  // deferred by CUDA until the launch completes
+      check(l, "cudaGraphLaunch");
+    }
+  } catch (const GpuError& e) {
+    error_ = e.what();
+  }
+  commands_.clear();  // argument values are copied at launch
+}
+
+void CudaCommandBuffer::wait() {
+  if (!committed_) fail("wait() called before commit()");
+  ++counters_.waits;
+  Counters one;
+  one.waits = 1;
+  sink_->add(one);
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  keep_.clear();
+  if (!error_.empty()) throw GpuError(error_);
+  check(e, "the command buffer failed on the GPU (cudaStreamSynchronize)");
+}
+
+class CudaCommandQueue final : public CommandQueue {
+ public:
+  explicit CudaCommandQueue(std::shared_ptr<CounterSink> sink) : sink_(std::move(sink)), graphs_(graphs_enabled()) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaCommandQueue() override { cudaStreamDestroy(stream_); }
+  CommandBufferPtr command_buffer() override { return std::make_shared<CudaCommandBuffer>(stream_, sink_, graphs_); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<CounterSink> sink_;
+  bool graphs_;
+};
+
+}  // namespace
+
+CommandQueuePtr make_command_queue(std::shared_ptr<CounterSink> sink) {
+  return std::make_shared<CudaCommandQueue>(std::move(sink));
+}
+
+}  // namespace mkv::gpu::cuda
