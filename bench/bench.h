@@ -7,16 +7,23 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/device.h"
+
 namespace mkv::bench {
 
 struct Result {
   std::string name;
   std::vector<std::pair<std::string, double>> metrics;  // printed in this order
   std::string note;
+  // Fields for scripts that read the JSON (kernel, dtype, ...); the table shows the name only.
+  std::vector<std::pair<std::string, std::string>> labels = {};
 };
 
 struct Context {
-  int repeat = 5;  // timed repetitions; the median is reported
+  int repeat = 5;          // timed repetitions; the median is reported
+  gpu::DevicePtr device;   // --device (default "host"): every benchmark runs on it
+  bool quick = false;      // --quick: a benchmark's smallest shape set (gpu_kernels on a GPU)
+  bool is_host() const { return device->kind() == "host"; }
 };
 
 using BenchFn = std::function<std::vector<Result>(const Context&)>;

@@ -1,8 +1,10 @@
-// Decode attention on the host executor: one pass, split-K and a sliding
-// layer, over contexts 256 .. 32k, for SmolLM2's shape (D=64, 9 query heads,
-// 3 KV heads) and a Llama-3-8B layer (D=128, 32/8).
+// Decode attention on the bench's device (the host executor unless --device):
+// one pass, split-K and a sliding layer, over contexts 256 .. 32k, for
+// SmolLM2's shape (D=64, 9 query heads, 3 KV heads) and a Llama-3-8B layer
+// (D=128, 32/8). ms is the wall time of one command buffer holding one call,
+// commit and wait included (for GPU kernel times: the gpu_kernels group).
 //
-//   metalkv-bench --filter attention [--repeat N]
+//   metalkv-bench --filter attention [--repeat N] [--device KIND]
 //
 // kv_read_per_visible: K/V bytes the kernels load per step / K/V bytes of the
 // positions the query sees (target 1.0); kv_read_per_resident: the same over
@@ -55,7 +57,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
   const uint32_t contexts[] = {256, 1024, 4096, 8192, 32768};
   const uint32_t prefill_chunk = 512;  // sliding slots = window + chunk - 1
 
-  auto dev = gpu::create_device("host");
+  const gpu::DevicePtr& dev = ctx.device;
   auto queue = dev->new_command_queue();
   std::vector<Result> results;
   for (const Shape& s : shapes) {
@@ -98,7 +100,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
               {"kv_read_MB", double(plan.kv_bytes_read) / 1e6},
               {"chunks", double(plan.n_chunks)},
               {"threadgroups", double(plan.threadgroups)}},
-             "host executor"});
+             ctx.is_host() ? "host executor" : dev->name()});
       }
     }
   }

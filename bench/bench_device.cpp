@@ -1,4 +1,5 @@
-// Device-layer benchmarks on the host executor: the cost of a fiber switch.
+// Device-layer benchmarks of the host executor: the cost of a fiber switch
+// (host only: on another --device the row says it was skipped).
 // (The GEMVs, including the f16 49152 x 576 lm_head, are in bench_linear.cpp.)
 
 #include "bench.h"
@@ -9,7 +10,9 @@
 namespace mkv::bench {
 namespace {
 
-std::vector<Result> fiber_switch(const Context&) {
+std::vector<Result> fiber_switch(const Context& ctx) {
+  if (!ctx.is_host())
+    return {{"fiber_switch", {}, "skipped: fibers are the host executor's (--device " + ctx.device->kind() + ")"}};
   const int iterations = 2000000;
   host::measure_fiber_switch_ns(iterations / 10);  // warm-up
   const double ns = host::measure_fiber_switch_ns(iterations);

@@ -1,11 +1,12 @@
 // KV store benchmarks (group "kv_store"): the compute store vs the blit store
 // for a SmolLM2-135M-like cache (30 layers, 3 KV heads, head_dim 64, neox RoPE
 // on K, base 100000), one decode step (1 token per layer) and one prefill
-// chunk (256 tokens per layer), on the host executor. Each step is one command
+// chunk (256 tokens per layer), on the bench's device (the host executor unless
+// --device). Each step is one command
 // buffer that stores into every layer through one EncoderSession, as the model
 // will; it reports the encoders, dispatches and blit bytes of that step.
 //
-//   metalkv-bench --filter kv_store
+//   metalkv-bench --filter kv_store [--device KIND]
 #include <random>
 
 #include "bench.h"
@@ -29,7 +30,7 @@ gpu::BufferPtr random_rows(gpu::Device& dev, uint32_t n) {
 }
 
 Result store_step(const Context& ctx, kv::StorePath path, uint32_t n_new, const char* label) {
-  auto dev = gpu::create_device("host");
+  const gpu::DevicePtr& dev = ctx.device;
   auto queue = dev->new_command_queue();
   kv::KVCache cache(dev, {kLayers, kKvHeads, kHeadDim, kCapacity, {}, n_new, path});
   auto k = random_rows(*dev, n_new), v = random_rows(*dev, n_new);
@@ -59,7 +60,7 @@ Result store_step(const Context& ctx, kv::StorePath path, uint32_t n_new, const 
            {"dispatches", double(step.dispatches)},
            {"blit_MB", double(step.blit_bytes_copied) / 1e6},
            {"kv_MB_written", kv_bytes / 1e6}},
-          "30 layers x 3 kv heads x D64, rope on K, host executor"};
+          "30 layers x 3 kv heads x D64, rope on K, " + (ctx.is_host() ? std::string("host executor") : dev->name())};
 }
 
 std::vector<Result> kv_store(const Context& ctx) {

@@ -1,4 +1,5 @@
-// Linear-layer benchmarks on the host executor (group "linear"): gemv for every
+// Linear-layer benchmarks on the bench's device (group "linear"; the host
+// executor unless --device; GPU kernel times: the gpu_kernels group): gemv for every
 // weight type at SmolLM2-135M's shapes (n_out x n_in: 1536x576 gate/up,
 // 576x1536 down, 49152x576 lm_head), gemm for a 64-token prefill chunk, and
 // the small per-token ops (argmax, softmax, rms_norm, swiglu, embedding).
@@ -6,7 +7,7 @@
 // process per call: steadier than wall time when other work shares the
 // cores) and the weight bytes each call reads.
 //
-//   metalkv-bench --filter linear [--repeat N]
+//   metalkv-bench --filter linear [--repeat N] [--device KIND]
 #include <ctime>
 #include <random>
 
@@ -90,7 +91,7 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
            {"weight_MB", bytes / 1e6},
            {"GB_per_s", bytes / (ms * 1e-3) / 1e9},
            {"GMAC_per_s", macs / (ms * 1e-3) / 1e9}},
-          "host, " + std::to_string(host::executor_threads()) + " threads"};
+          dev.kind() == "host" ? "host, " + std::to_string(host::executor_threads()) + " threads" : dev.name()};
 }
 
 // One op encoded alone in a command buffer: ms and cpu_ms per call.
@@ -105,7 +106,7 @@ Result time_op(gpu::CommandQueue& queue, const Context& ctx, const std::string& 
     cb->commit();
     cb->wait();
   });
-  return {name, {{"ms", ms}, {"cpu_ms", (process_cpu_ms() - cpu0) / (ctx.repeat + 1)}}, "host"};
+  return {name, {{"ms", ms}, {"cpu_ms", (process_cpu_ms() - cpu0) / (ctx.repeat + 1)}}, ctx.device->kind()};
 }
 
 // The small per-token ops of a SmolLM2 decode step, for scale.
@@ -130,7 +131,7 @@ std::vector<Result> small_ops(gpu::Device& dev, gpu::CommandQueue& queue, const 
 }
 
 std::vector<Result> linear(const Context& ctx) {
-  auto dev = gpu::create_device("host");
+  const gpu::DevicePtr& dev = ctx.device;
   auto queue = dev->new_command_queue();
   const WeightType types[] = {WeightType::f32, WeightType::f16, WeightType::q8_0,
                               WeightType::q4_0, WeightType::q4_1};

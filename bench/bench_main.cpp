@@ -1,10 +1,12 @@
-// metalkv-bench: run the registered benchmarks, print a table, and with
-// --json FILE write the same numbers as JSON (--json - prints only the JSON on
-// stdout; the table then goes to stderr).
+// metalkv-bench: run the registered benchmarks on one device, print a table,
+// and with --json FILE write the same numbers as JSON (--json - prints only the
+// JSON on stdout; the table then goes to stderr).
 //
-//   metalkv-bench [--list] [--filter SUBSTRING] [--repeat N] [--json FILE|-]
+//   metalkv-bench [--list] [--device host|cuda|metal|auto] [--quick] [--filter SUBSTRING]
+//                 [--repeat N] [--json FILE|-]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,7 +28,11 @@ std::vector<Entry>& registry() {
   return benches;
 }
 
-const char* kUsage = "usage: metalkv-bench [--list] [--filter SUBSTRING] [--repeat N] [--json FILE|-]\n";
+const char* kUsage =
+    "usage: metalkv-bench [--list] [--device host|cuda|metal|auto] [--quick] [--filter SUBSTRING]\n"
+    "                     [--repeat N] [--json FILE|-]\n"
+    "  --device  where the kernels run (default host)\n"
+    "  --quick   gpu_kernels: its smallest GPU shape set (a first look in seconds)\n";
 
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -39,11 +45,17 @@ std::string json_escape(const std::string& s) {
 
 std::string to_json(const std::vector<Result>& results) {
   std::ostringstream o;
+  o.precision(8);
   o << "[\n";
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     o << "  {\"name\": \"" << json_escape(r.name) << "\"";
-    for (const auto& [k, v] : r.metrics) o << ", \"" << json_escape(k) << "\": " << v;
+    for (const auto& [k, v] : r.labels) o << ", \"" << json_escape(k) << "\": \"" << json_escape(v) << "\"";
+    for (const auto& [k, v] : r.metrics) {
+      o << ", \"" << json_escape(k) << "\": ";
+      if (std::isfinite(v)) o << v;
+      else o << "null";  // JSON has no NaN
+    }
     if (!r.note.empty()) o << ", \"note\": \"" << json_escape(r.note) << "\"";
     o << "}" << (i + 1 < results.size() ? "," : "") << "\n";
   }
@@ -61,7 +73,7 @@ void print_table(std::FILE* out, const std::vector<Result>& results) {
 }
 
 void print_list(std::FILE* out) {
-  for (const Entry& e : registry()) std::fprintf(out, "%-10s  %s\n", e.group.c_str(), e.description.c_str());
+  for (const Entry& e : registry()) std::fprintf(out, "%-20s  %s\n", e.group.c_str(), e.description.c_str());
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -100,7 +112,7 @@ double median_ms(int repeat, const std::function<void()>& fn) {
 
 int main(int argc, char** argv) {
   using namespace mkv::bench;
-  std::string filter, json;
+  std::string filter, json, device = "host";
   bool list = false;
   Context ctx;
   for (int i = 1; i < argc; ++i) {
@@ -112,6 +124,8 @@ int main(int argc, char** argv) {
     if (a == "--filter") filter = value();
     else if (a == "--repeat") ctx.repeat = parse_repeat(value());
     else if (a == "--json") json = value();
+    else if (a == "--device") device = value();
+    else if (a == "--quick") ctx.quick = true;
     else if (a == "--list") list = true;
     else if (a == "-h" || a == "--help") {
       std::printf("%s\nbenchmarks (--filter matches a substring of the name):\n", kUsage);
@@ -133,13 +147,23 @@ int main(int argc, char** argv) {
     print_list(stderr);
     return 2;
   }
+  try {
+    ctx.device = mkv::gpu::create_device(device);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "metalkv-bench: --device %s: %s\n", device.c_str(), ex.what());
+    return 1;
+  }
+  std::fprintf(json == "-" ? stderr : stdout, "# device: %s (%s)%s\n", ctx.device->kind().c_str(),
+               ctx.device->name().c_str(), ctx.quick ? ", --quick" : "");
   std::vector<Result> all;
+  int status = 0;
   for (const Entry* e : chosen) {
     try {
       for (Result& r : e->fn(ctx)) all.push_back(std::move(r));
-    } catch (const std::exception& ex) {
+    } catch (const std::exception& ex) {  // the other groups still run and print
       std::fprintf(stderr, "metalkv-bench: %s failed: %s\n", e->group.c_str(), ex.what());
-      return 1;
+      all.push_back({e->group, {}, std::string("failed: ") + ex.what()});
+      status = 1;
     }
   }
   print_table(json == "-" ? stderr : stdout, all);
@@ -153,5 +177,5 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return 0;
+  return status;
 }

@@ -12,7 +12,8 @@ import pytest
 
 BENCH = os.environ.get("METALKV_BENCH") or shutil.which("metalkv-bench")
 pytestmark = pytest.mark.skipif(BENCH is None, reason="metalkv-bench is not installed (pip install .)")
-GROUPS = ("attention", "fiber", "kv_store", "linear")
+GROUPS = ("attention", "fiber", "gpu_kernels_decode", "gpu_kernels_prefill", "gpu_kernels_linear", "kv_store",
+          "linear")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -50,3 +51,15 @@ def test_json_to_stdout_is_json_only():
 def test_unknown_argument():
     r = run("--fitler", "x")
     assert r.returncode == 2 and "unknown argument '--fitler'" in r.stderr and "usage:" in r.stderr
+
+
+def test_gpu_kernel_groups_run_on_the_host_quick():
+    """The GPU kernel bench's code paths (timing by difference, input rotation,
+    every op it times) on the host, at its quick host sizes."""
+    r = run("--filter", "gpu_kernels", "--quick", "--repeat", "1", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    timed = [x for x in rows if "us" in x]
+    assert {x["op"] for x in timed} >= {"attn_decode", "attn_prefill", "gemv", "gemm"}, rows
+    assert all(x["us"] is not None and x["us"] > 0 for x in timed)
+    assert not [x for x in rows if "failed" in x.get("note", "")]
