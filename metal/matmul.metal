@@ -48,7 +48,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
       xs4 += xc[i];
     }
     const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
-    for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(w + rows[r] * row_bytes, c, xc, xsum);
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(w + rows[r] * row_bytes, c, xc, xsum);
   }
 }
 

@@ -38,19 +38,8 @@ void bind_gpu(nb::module_& m, nb::module_&) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
   register_argument_error(m);
 
-  m.def(
-      "build_info",
-      [] {
-        std::map<std::string, bool> info{{"metal", false}, {"cuda", false}};
-#ifdef METALKV_HAVE_METAL
-        info["metal"] = true;
-#endif
-#ifdef METALKV_HAVE_CUDA
-        info["cuda"] = true;
-#endif
-        return info;
-      },
-      "The GPU backends compiled into this build: {'metal': bool, 'cuda': bool}.");
+  m.def("build_info", &gpu::built_backends,
+        "The GPU backends compiled into this build: {'metal': bool, 'cuda': bool}.");
   m.def("device_kinds", &gpu::available_device_kinds,
         "Device kinds this machine can create, best first ('metal' on Apple Silicon, 'host').");
 

@@ -78,6 +78,12 @@ std::vector<GpuBackend> gpu_backends() {
 
 }  // namespace
 
+std::map<std::string, bool> built_backends() {
+  std::map<std::string, bool> built;
+  for (const GpuBackend& gpu : gpu_backends()) built[gpu.kind] = gpu.built;
+  return built;
+}
+
 std::vector<std::string> available_device_kinds() {
   std::vector<std::string> kinds;
   for (const GpuBackend& gpu : gpu_backends())

@@ -154,5 +154,7 @@ struct DeviceChoice;
 DeviceChoice choose_device(const std::string& kind, const DeviceOptions& options);
 // Kinds that can be created on this machine, best first.
 std::vector<std::string> available_device_kinds();
+// The GPU backends compiled into this build ({"metal": bool, "cuda": bool}).
+std::map<std::string, bool> built_backends();
 
 }  // namespace mkv::gpu

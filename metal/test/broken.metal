@@ -45,10 +45,19 @@ kernel void broken_mismatched_collectives(device float* out [[buffer(0)]],
 }
 
 // Lanes 16..31 return; lane 0 then reads lane 16.
+// Dispatched with 16 threads: the SIMD-group has lanes 0..15 only, and lane 0
+// reads lane 16, which does not exist.
 kernel void broken_inactive_lane(device float* out [[buffer(0)]],
                                  uint lane [[thread_index_in_simdgroup]]) {
-  if (lane >= 16) return;
   out[lane] = simd_shuffle_down(float(lane), ushort(16));
+}
+
+// Lanes 20..31 return before the others reach simd_sum: defined in Metal over the
+// lanes left, undefined on NVIDIA GPUs; the contract is that every lane takes part.
+kernel void broken_return_before_simd(device float* out [[buffer(0)]],
+                                      uint lane [[thread_index_in_simdgroup]]) {
+  if (lane >= 20) return;
+  out[lane] = simd_sum(1.0f);
 }
 
 // 36,000 bytes of threadgroup memory: over the 32 KiB limit.

@@ -57,9 +57,17 @@ def test_mismatched_collectives(dev):
 
 
 def test_reading_an_inactive_lane(dev):
-    expect_error(dev, "broken_inactive_lane", [np.zeros(32, np.float32)], 1, 32,
+    expect_error(dev, "broken_inactive_lane", [np.zeros(32, np.float32)], 1, 16,
                  "reading an inactive lane", r"thread 0 \(lane 0 of SIMD-group 0\) read lane 16",
                  "simd_shuffle_down", at("simd_shuffle_down", "broken_inactive_lane"))
+
+
+def test_lanes_that_returned_before_a_collective(dev):
+    """Every lane of a SIMD-group must reach each simd_* call: the CUDA device runs
+    them as full-warp operations, undefined once lanes have exited."""
+    expect_error(dev, "broken_return_before_simd", [np.zeros(32, np.float32)], 1, 32,
+                 r"thread\(s\) 20, 21, .*, 31 of SIMD-group 0 returned before simd_sum",
+                 at("simd_sum", "broken_return_before_simd"), "every lane of a SIMD-group must reach")
 
 
 def test_threadgroup_memory_limit(dev):

@@ -154,6 +154,19 @@ void release_simd(Worker& w, uint32_t group) {
       return;
     }
   }
+  // Every lane of the SIMD-group must take part: Metal would run the call over
+  // the lanes left, but on NVIDIA GPUs (the cuda device) a warp collective with
+  // exited lanes is undefined, so the kernels promise not to need that.
+  if (sg.finished) {
+    std::string gone;
+    for (int j = 0; j < kSimdWidth; ++j)
+      if ((sg.finished >> j) & 1u) gone += (gone.empty() ? "" : ", ") + std::to_string(group * kSimdWidth + j);
+    set_error(w, "thread(s) " + gone + " of SIMD-group " + std::to_string(group) + " returned before " +
+                     collective_name(first->op) + " (" + loc_text(first->loc) + "); every lane of a SIMD-group "
+                     "must reach each simd_* call (a GPU without lockstep lanes, e.g. the cuda device, leaves it "
+                     "undefined): return after the collective, or mask the work instead");
+    return;
+  }
   if (first->combine) {
     LaneSlots slots;
     for (int j = 0; j < kSimdWidth; ++j) {

@@ -1,0 +1,124 @@
+"""cuda_pass.py (metal/*.metal -> CUDA) against the host pass: on every kernel
+file it must register exactly the kernels the host executor registers, with
+the same parameter bindings, as `extern "C" __global__` thunks and KernelDesc
+tables (cpp/gpu/cuda/kernel_abi.h). With nvcc on PATH (no GPU needed), one
+kernel file is also compiled.
+
+    pytest tests/gpu/test_cuda_pass.py
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "cpp" / "gpu" / "cuda"))
+import cuda_pass  # noqa: E402  (puts cpp/gpu on sys.path for kernel_source)
+import kernel_source  # noqa: E402
+
+CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+METAL = ROOT / "metal"
+KERNEL_FILES = sorted(METAL.glob("*.metal")) + sorted((METAL / "test").glob("*.metal"))
+pytestmark = pytest.mark.skipif(CXX is None, reason="the passes preprocess with a C++ compiler")
+
+THUNK = re.compile(r'extern "C" __global__ void __launch_bounds__\((.*)\) (\w+)\(')
+SPEC = re.compile(r'\{::mkv::cuda::ParamSpec::(\w+), (\d+), [^"]*"(\w+)"\}')
+DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "([^"]+)", (\d+), '
+                  r"reinterpret_cast<const void\*>\(&(\w+)\), (\w+), (\d+), (.*)\};")
+
+
+def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:
+    """What metal_pass.py registers: its parsing, run directly."""
+    src = kernel_source.Source(kernel_source.preprocess(CXX, str(path), [str(METAL)]), str(ROOT))
+    return kernel_source.find_kernels(src)[0]
+
+
+def expected_specs(k: kernel_source.Kernel) -> list[tuple[str, int, str]]:
+    """The CUDA thunk's parameters: builtins are computed, not passed."""
+    kinds = {"buffer": "buffer", "threadgroup": "threadgroup_memory"}
+    return [("bytes" if p.is_constant_reference else kinds[p.kind], p.index, p.name)
+            for p in k.params if p.kind != "builtin"]
+
+
+def registered(cu: str) -> dict[str, dict]:
+    """Thunks and KernelDesc tables of a generated .cu, by kernel name."""
+    thunks = {m.group(2): m.group(1) for m in THUNK.finditer(cu)}
+    tables = {m.group(1): SPEC.findall(m.group(2))
+              for m in re.finditer(r"ParamSpec mkv_params_(\d+)\[\] = \{(.*)\};", cu)}
+    out = {}
+    for m in DESC.finditer(cu):
+        n, name, file, line, fn, table, n_params, limit = m.groups()
+        assert f"KernelRegistrar mkv_registrar_{n}(&mkv_desc_{n});" in cu
+        specs = [(kind, int(index), pname) for kind, index, pname in tables.get(n, [])]
+        assert table == (f"mkv_params_{n}" if specs else "nullptr")
+        out[name] = dict(file=file, line=int(line), fn=fn, specs=specs, n_params=int(n_params),
+                         limit=limit, launch_bounds=thunks.get(name))
+    return out
+
+
+@pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_same_kernels_and_bindings_as_the_host_pass(path):
+    host = host_kernels(path)
+    cu, kernels = cuda_pass.translate(CXX, str(path), [str(METAL)], str(ROOT))
+    got = registered(cu)
+    assert [k.host_name for k in kernels] == [k.host_name for k in host]
+    assert sorted(got) == sorted(k.host_name for k in host)
+    for k in host:
+        g = got[k.host_name]
+        assert g["fn"] == k.host_name, "the thunk is found by the kernel's name"
+        assert (g["file"], g["line"]) == (k.file, k.line)
+        assert g["specs"] == expected_specs(k), k.host_name
+        assert g["n_params"] == len(g["specs"])
+        limit = f"uint32_t({k.max_threads})" if k.max_threads else "::mkv::cuda::kMaxThreadsPerThreadgroup"
+        assert g["limit"] == limit and g["launch_bounds"] == limit, k.host_name
+    # Nothing of MSL's address spaces or kernel attributes is left for nvcc.
+    code = "\n".join(line for line in cu.splitlines() if not line.startswith("#"))
+    assert not re.search(r"\b(device|constant|thread|threadgroup|kernel)\b", code)
+    assert not re.search(r"\[\[\s*(kernel|buffer|threadgroup|max_total_threads_per_threadgroup|host_name)", code)
+
+
+def test_bindings_spelled_out():
+    """A few kernels whose thunk parameters are known by heart."""
+    def specs(rel: str, name: str) -> list:
+        cu, _ = cuda_pass.translate(CXX, str(ROOT / rel), [str(METAL)], str(ROOT))
+        return registered(cu)[name]["specs"]
+    assert specs("metal/attention_decode.metal", "attn_decode_f16_d128") == [
+        ("bytes", 0, "p"), ("buffer", 1, "q"), ("buffer", 2, "kv"), ("buffer", 3, "sinks"), ("buffer", 4, "out")]
+    assert specs("metal/test/reduce.metal", "test_reduce_tree") == [
+        ("bytes", 0, "p"), ("buffer", 1, "in"), ("buffer", 2, "partial"), ("threadgroup_memory", 0, "scratch")]
+    assert specs("metal/test/collectives.metal", "test_simd_reduce_f16") == [
+        ("buffer", 0, "in"), ("buffer", 1, "out"), ("bytes", 2, "active")]
+    cu, _ = cuda_pass.translate(CXX, str(METAL / "attention_decode.metal"), [str(METAL)], str(ROOT))
+    shared = re.findall(r"^\s*__shared__\s+float\s+(\w+)\[", cu, re.M)
+    assert shared == ["tg_m", "tg_l", "tg_acc"] * 2  # in attn_decode and attn_decode_split
+
+
+def test_pass_errors_name_the_metal_line(tmp_path):
+    bad = tmp_path / "bad.metal"
+    bad.write_text('#include "mkv_kernel.h"\n'
+                   "kernel void k(device float* a [[buffer(0)]],\n"
+                   "              uint q [[quad_lane_id]]) { a[0] = 1.0f; }\n")
+    with pytest.raises(kernel_source.PassError, match=r"bad.metal:2: .*\[\[quad_lane_id\]\], which the CUDA device"):
+        cuda_pass.translate(CXX, str(bad), [str(METAL)], str(tmp_path))
+    bad.write_text('#include "mkv_kernel.h"\n'
+                   "template <uint N> kernel void k(device float* a [[buffer(0)]]) { a[0] = N; }\n"
+                   'MKV_KERNEL("k-1", k<1>)\n')
+    with pytest.raises(kernel_source.PassError, match=r"'k-1' is not a C identifier"):
+        cuda_pass.translate(CXX, str(bad), [str(METAL)], str(tmp_path))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_a_kernel_file_compiles_with_nvcc(tmp_path):
+    """types.metal: half arithmetic, swizzles, atomics on device and threadgroup memory."""
+    cu, _ = cuda_pass.translate(CXX, str(METAL / "test/types.metal"), [str(METAL)], str(ROOT))
+    (tmp_path / "types.cu").write_text(cu)
+    res = subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90", "-I", str(ROOT / "cpp/gpu/cuda/prelude"),
+                          "-c", str(tmp_path / "types.cu"), "-o", str(tmp_path / "types.o")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "warning" not in res.stderr, res.stderr

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine without network (our H200): install the carried
+# wheels, run the kernel and engine suites on the cuda device, compute-sanitizer
+# over every kernel family, and the benchmarks. Logs and JSON go to $OUT; a
+# short summary is printed last.
+#
+#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine
+#                                          (default: info install test sanitize)
+#
+# The wheels come from .whl/ (carried): metalkv built here for the machine's
+# Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
+# pure-Python packages it lacks (gguf). docs/CUDA.md has the build command and
+# the latest results.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cuda-run}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 METALKV_NO_PROGRESS=1
+T0=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
+summary=()
+note() { summary+=("$*"); echo "$*"; }
+
+stage_info() {
+  step "device"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/device.txt"
+  nvcc --version | tail -1 | tee -a "$OUT/device.txt"
+  python3 --version | tee -a "$OUT/device.txt"
+}
+
+stage_install() {
+  step "install the carried wheels"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { note "install: FAILED"; return 1; }
+  export PYTHONPATH=/tmp/site
+  python3 -c "import metalkv; print('metalkv', metalkv.__version__, metalkv._core.build_info(), metalkv.devices()); \
+d = metalkv.device('cuda'); print('cuda device:', d.name, len(d.kernel_names()), 'kernels')" | tee "$OUT/install.txt"
+}
+
+stage_test() {
+  step "kernel and engine suites on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider -rs \
+    tests/gpu tests/kv tests/ops tests/engine \
+    --ignore=tests/engine/test_cli.py --ignore=tests/engine/test_cli_terminal.py \
+    --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1
+  local rc=$?
+  tail -25 "$OUT/pytest.log"
+  note "pytest (METALKV_TEST_DEVICE=cuda): rc=$rc, $(tail -1 "$OUT/pytest.log")"
+}
+
+stage_sanitize() {
+  step "compute-sanitizer over every kernel family (tools/cuda_smoke.py) and the test kernels"
+  for tool in memcheck racecheck synccheck initcheck; do
+    timeout ${SAN_S:-100} compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 20 \
+      python3 tools/cuda_smoke.py > "$OUT/sanitizer_$tool.txt" 2>&1
+    local rc=$?
+    note "compute-sanitizer --tool $tool tools/cuda_smoke.py: rc=$rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Timeout|error' "$OUT/sanitizer_$tool.txt" | tail -1)"
+  done
+  # the collective/reduce/type test kernels (not test_neighbour_no_barrier: a race on purpose)
+  METALKV_TEST_DEVICE=cuda timeout ${SAN_S:-100} compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 -m pytest -q -p no:cacheprovider tests/gpu/test_collectives.py tests/gpu/test_reduce.py tests/gpu/test_types.py \
+    > "$OUT/sanitizer_tests.txt" 2>&1
+  note "compute-sanitizer --tool memcheck on tests/gpu (collectives, reduce, types): rc=$?; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_tests.txt" | tail -1)"
+}
+
+stage_bench_kernels() {
+  step "kernel benchmark with torch peers"
+  timeout ${BENCH_S:-300} python3 bench/gpu/kernels.py --bench /tmp/site/bin/metalkv-bench --json "$OUT/bench_kernels.json" \
+    > "$OUT/bench_kernels.txt" 2>&1
+  note "bench/gpu/kernels.py: rc=$?"
+  tail -60 "$OUT/bench_kernels.txt"
+}
+
+stage_bench_engine() {
+  step "engine benchmark: Llama-3-8B shape, metalkv vs transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/engine.py --json "$OUT/bench_engine.json" ${ENGINE_ARGS:-} \
+    > "$OUT/bench_engine.txt" 2>&1
+  note "bench/gpu/engine.py: rc=$?"
+  tail -30 "$OUT/bench_engine.txt"
+}
+
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(info install test sanitize)
+export PYTHONPATH=/tmp/site
+for s in "${stages[@]}"; do "stage_${s//-/_}"; done
+step "done"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
