@@ -39,7 +39,7 @@ d = metalkv.device('cuda'); print('cuda device:', d.name, len(d.kernel_names()),
 
 stage_test() {
   step "kernel and engine suites on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -m pytest -q -p no:cacheprovider -rs \
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
     tests/gpu tests/kv tests/ops tests/engine \
     --ignore=tests/engine/test_cli.py --ignore=tests/engine/test_cli_terminal.py \
     --junitxml="$OUT/junit.xml" > "$OUT/pytest.log" 2>&1

@@ -3,6 +3,7 @@ against numpy (float64), in every fiber order."""
 import numpy as np
 import pytest
 
+from devices import host_only  # tests/ is on sys.path
 from .kernels import run, u32
 
 
@@ -51,6 +52,7 @@ def test_barrier_makes_neighbour_exchange_correct(dev):
     np.testing.assert_array_equal(out, np.roll(x, -1))
 
 
+@host_only  # poisoned threadgroup memory and fiber orders are the host executor's
 def test_poisoned_memory_exposes_missing_barrier(dev):
     """Without the barrier some thread reads a slot before its owner wrote it;
     the executor's poison (NaN) makes that visible in every fiber order."""

@@ -8,7 +8,7 @@ import pytest
 import metalkv
 
 from .test_rope import inv_freq_default_ref, rope_ref
-from devices import test_device  # tests/ is on sys.path
+from devices import host_only, test_device  # tests/ is on sys.path
 
 F16_BYTES = 2
 
@@ -216,6 +216,7 @@ def test_step_across_layers_is_all_or_nothing(host):
 # ---- views and bookkeeping --------------------------------------------------
 
 
+@host_only  # zero-copy views need CPU-visible memory (a discrete GPU returns copies)
 def test_views_are_copy_free(host):
     cache = metalkv.KVCache(host, 2, 2, 8, 16)
     keys_before = cache.keys(1)
@@ -230,6 +231,7 @@ def test_views_are_copy_free(host):
     assert cache.keys(1)[5, 1, 3] == 7.0
 
 
+@host_only  # reads the layout through the views' addresses
 def test_layer_layout_is_k_block_then_v_block(host):
     """The documented layout (2, R, n_kv_heads, head_dim): V starts R rows after K."""
     cache = metalkv.KVCache(host, 1, 2, 4, 8)

@@ -23,6 +23,16 @@ bool graphs_enabled() {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
+// A stream, shared by its queue and every command buffer made from it: a command
+// buffer may outlive the queue object (e.g. a temporary queue for one blit).
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() { check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() { cudaStreamDestroy(stream); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
 class CudaCommandBuffer;
 
 class CudaComputeEncoder final : public ComputeEncoder {
@@ -98,8 +108,9 @@ class CudaBlitEncoder final : public BlitEncoder {
 
 class CudaCommandBuffer final : public CommandBuffer {
  public:
-  CudaCommandBuffer(cudaStream_t stream, std::shared_ptr<CounterSink> sink, bool graphs)
-      : stream_(stream), sink_(std::move(sink)), graphs_(graphs), compute_(*this), blit_(*this) {}
+  CudaCommandBuffer(std::shared_ptr<Stream> stream, std::shared_ptr<CounterSink> sink, bool graphs)
+      : owner_(std::move(stream)), stream_(owner_->stream), sink_(std::move(sink)), graphs_(graphs), compute_(*this),
+        blit_(*this) {}
 
   ComputeEncoder& compute_encoder() override {
     begin_encoder();
@@ -130,6 +141,7 @@ class CudaCommandBuffer final : public CommandBuffer {
   }
   void enqueue();  // every command onto stream_
 
+  std::shared_ptr<Stream> owner_;
   cudaStream_t stream_;
   std::shared_ptr<CounterSink> sink_;
   bool graphs_;
@@ -311,14 +323,12 @@ void CudaCommandBuffer::wait() {
 
 class CudaCommandQueue final : public CommandQueue {
  public:
-  explicit CudaCommandQueue(std::shared_ptr<CounterSink> sink) : sink_(std::move(sink)), graphs_(graphs_enabled()) {
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  ~CudaCommandQueue() override { cudaStreamDestroy(stream_); }
+  explicit CudaCommandQueue(std::shared_ptr<CounterSink> sink)
+      : stream_(std::make_shared<Stream>()), sink_(std::move(sink)), graphs_(graphs_enabled()) {}
   CommandBufferPtr command_buffer() override { return std::make_shared<CudaCommandBuffer>(stream_, sink_, graphs_); }
 
  private:
-  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<Stream> stream_;
   std::shared_ptr<CounterSink> sink_;
   bool graphs_;
 };
