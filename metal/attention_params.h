@@ -20,8 +20,8 @@ MKV_CONSTANT uint32_t kAttnSimdgroups = 8;
 // zeros. E is the smallest count >= D / 32 that divides D, so a multiple of 32
 // keeps all 32 lanes (E = D / 32) and D = 80, 112 use 20, 28 lanes of E = 4.
 constexpr uint32_t attn_lane_elems(uint32_t head_dim) {
-  uint32_t e = (head_dim + 31) / 32;
-  while (head_dim % e != 0) ++e;
+  uint32_t e = head_dim > 32 ? (head_dim + 31) / 32 : 1;
+  while (head_dim % e != 0) ++e;  // ends at e = head_dim at the latest
   return e;
 }
 constexpr uint32_t attn_lanes(uint32_t head_dim) { return head_dim / attn_lane_elems(head_dim); }
