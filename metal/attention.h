@@ -3,8 +3,16 @@
 // keys for the query rows a SIMD-group holds.
 //
 // Layout inside a SIMD-group: lane l owns elements [l*E, l*E + E) of head_dim,
-// E = head_dim / 32, for every query row, K row and V row. A q.k dot product is
-// a per-lane partial followed by simd_sum; scores of 4 keys travel together as
+// E = attn_lane_elems(D), for every query row, K row and V row, while
+// l < L = attn_lanes(D) = D / E (attention_params.h):
+//   D   32 64 80 96 112 128 160 192 256
+//   E    1  2  4  3   4   4   5   6   8
+//   L   32 32 20 32  28  32  32  32  32
+//   load h h2 h4 h  h4  h4   h  h2  h4  (K/V from device memory: half, half2, half4)
+// Lanes past L hold zeros in q, K, V and acc and never load or store, so
+// their partial dots are exact zeros and simd_sum over all 32 lanes stays
+// exact; every lane still meets every collective. A q.k dot product is a
+// per-lane partial followed by simd_sum; scores of 4 keys travel together as
 // a float4 so one simd_sum serves 4 keys.
 #pragma once
 
@@ -51,35 +59,58 @@ inline void attn_rows_init(thread AttnRows<E, R>& st) {
   }
 }
 
-// The lane's E halfs of a device row, widened to float (half4 loads when E
-// allows, else half2; rows start 8-byte aligned because head_dim >= 64).
-template <uint E>
+// Whether the lane owns elements of head_dim D (all lanes when 32 divides D;
+// the test folds away then).
+template <uint D>
+inline bool attn_lane_owns(uint lane) {
+  constexpr uint L = mkv_params::attn_lanes(D);
+  return L == 32 || lane < L;
+}
+
+// The lane's E halfs of a device row, widened to float; zeros on a lane that
+// owns none. The widest load E allows: half4 when 4 divides E (D = 80, 112,
+// 128, 256), half2 when 2 does (64, 192), else half. Aligned: rows start
+// 8-byte aligned (D % 4 == 0, kv offset checked by the op) and the lane's
+// slice at lane * E * 2 bytes, a multiple of the load's size.
+template <uint D, uint E>
 inline void load_slice(const device half* row, uint lane, thread float (&out)[E]) {
-  const device half* p = row + lane * E;
-  for (uint i = 0; i + 3 < E; i += 4) {
-    const float4 v = float4(*(const device half4*)(p + i));
-    out[i] = v.x;
-    out[i + 1] = v.y;
-    out[i + 2] = v.z;
-    out[i + 3] = v.w;
+  if (!attn_lane_owns<D>(lane)) {
+    for (uint e = 0; e < E; ++e) out[e] = 0.0f;
+    return;
   }
-  for (uint i = (E / 4) * 4; i + 1 < E; i += 2) {
-    const float2 v = float2(*(const device half2*)(p + i));
-    out[i] = v.x;
-    out[i + 1] = v.y;
+  const device half* p = row + lane * E;
+  if (E % 4 == 0) {
+    for (uint i = 0; i < E; i += 4) {
+      const float4 v = float4(*(const device half4*)(p + i));
+      out[i] = v.x;
+      out[i + 1] = v.y;
+      out[i + 2] = v.z;
+      out[i + 3] = v.w;
+    }
+  } else if (E % 2 == 0) {
+    for (uint i = 0; i < E; i += 2) {
+      const float2 v = float2(*(const device half2*)(p + i));
+      out[i] = v.x;
+      out[i + 1] = v.y;
+    }
+  } else {
+    for (uint e = 0; e < E; ++e) out[e] = float(p[e]);
   }
 }
 
 // The same from a K/V tile staged in threadgroup memory.
-template <uint E>
+template <uint D, uint E>
 inline void load_slice_tg(const threadgroup half* row, uint lane, thread float (&out)[E]) {
+  const bool owns = attn_lane_owns<D>(lane);
   const threadgroup half* p = row + lane * E;
-  for (uint e = 0; e < E; ++e) out[e] = float(p[e]);
+  for (uint e = 0; e < E; ++e) out[e] = owns ? float(p[e]) : 0.0f;
 }
 
-template <uint E>
+// The lane's slice of a float q row; zeros on a lane that owns none.
+template <uint D, uint E>
 inline void load_q_slice(const device float* row, uint lane, thread float (&out)[E]) {
-  for (uint e = 0; e < E; ++e) out[e] = row[lane * E + e];
+  const bool owns = attn_lane_owns<D>(lane);
+  for (uint e = 0; e < E; ++e) out[e] = owns ? row[lane * E + e] : 0.0f;
 }
 
 // Lane partials of q.k for 4 keys; the caller simd_sums them.

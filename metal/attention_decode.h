@@ -5,7 +5,8 @@
 // and a block of up to R query heads that share it (native GQA/MQA), over one
 // chunk of key positions (the whole range unless split-K). SIMD-group g takes
 // key blocks g, g + S, g + 2S, ... of 4 consecutive positions; its lanes split
-// head_dim (E = D / 32 elements each). Per block: each lane loads its E-slice
+// head_dim (E = attn_lane_elems(D) elements each, attention.h). Per block:
+// each lane loads its E-slice
 // of the 4 K rows once, forms partial dots with all R query rows, one
 // simd_sum(float4) per row gives 4 scores, then the same lanes load the 4 V
 // slices once and update every row's online softmax. At the end the
@@ -13,7 +14,7 @@
 //
 // Read count: every K and V element of the visible range is loaded exactly
 // once per (KV head, head block) — once per decode step when
-// group_size <= R (8 at D <= 128, 4 at D = 256), ceil(group_size / R) times
+// group_size <= R (8 at D <= 128, 4 above), ceil(group_size / R) times
 // otherwise. Masked or out-of-window slots are never read: the chunk loops over
 // positions [lo, n_tokens) and maps position p to slot p % slots.
 #pragma once
@@ -34,7 +35,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              threadgroup float* tg_l,    // (S, R)
                              threadgroup float* tg_acc,  // (S, D)
                              uint2 tg, uint tid, uint simd, uint lane, bool split) {
-  constexpr uint E = D / 32;
+  constexpr uint E = mkv_params::attn_lane_elems(D);
   constexpr uint S = mkv_params::kAttnSimdgroups;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
@@ -52,7 +53,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   AttnRows<E, R> st;
   attn_rows_init(st);
   for (uint r = 0; r < R; ++r)
-    if (r < rows) load_q_slice(q + (head0 + r) * D, lane, st.q[r]);
+    if (r < rows) load_q_slice<D>(q + (head0 + r) * D, lane, st.q[r]);
 
   for (uint i = begin + simd * 4; i < end; i += S * 4) {
     float kv4[4][E];  // K slices, then V slices, of positions i .. i+3
@@ -60,7 +61,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       if (i + j < end) {
         uint slot = slot_begin + (i + j - begin);  // < 2 * slots: chunks fit in the ring
         if (slot >= p.slots) slot -= p.slots;
-        load_slice(k_base + slot * slot_stride, lane, kv4[j]);
+        load_slice<D>(k_base + slot * slot_stride, lane, kv4[j]);
       } else {
         for (uint e = 0; e < E; ++e) kv4[j][e] = 0.0f;
       }
@@ -72,7 +73,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       if (i + j < end) {
         uint slot = slot_begin + (i + j - begin);
         if (slot >= p.slots) slot -= p.slots;
-        load_slice(v_base + slot * slot_stride, lane, kv4[j]);
+        load_slice<D>(v_base + slot * slot_stride, lane, kv4[j]);
       }
     }
     MKV_UNROLL for (uint r = 0; r < R; ++r) {
@@ -97,7 +98,8 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       float m_all = -INFINITY;
       for (uint g = 0; g < S; ++g) m_all = max(m_all, tg_m[g * R + r]);
       const float w = exp(st.m[r] - m_all);
-      for (uint e = 0; e < E; ++e) tg_acc[simd * D + lane * E + e] = st.acc[r][e] * w;
+      if (attn_lane_owns<D>(lane))
+        for (uint e = 0; e < E; ++e) tg_acc[simd * D + lane * E + e] = st.acc[r][e] * w;
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (tid < D) {
         float l_all = 0.0f;

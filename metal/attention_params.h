@@ -14,14 +14,31 @@ namespace mkv_params {
 // SIMD-groups per threadgroup of the decode and prefill kernels (256 threads).
 MKV_CONSTANT uint32_t kAttnSimdgroups = 8;
 
+// Lane layout of head_dim D inside a SIMD-group (metal/attention.h): lane l
+// owns the E = attn_lane_elems(D) contiguous elements [l*E, l*E + E) of every
+// q, K, V and output row while l < attn_lanes(D) = D / E; the other lanes hold
+// zeros. E is the smallest count >= D / 32 that divides D, so a multiple of 32
+// keeps all 32 lanes (E = D / 32) and D = 80, 112 use 20, 28 lanes of E = 4.
+constexpr uint32_t attn_lane_elems(uint32_t head_dim) {
+  uint32_t e = head_dim > 32 ? (head_dim + 31) / 32 : 1;
+  while (head_dim % e != 0) ++e;  // ends at e = head_dim at the latest
+  return e;
+}
+constexpr uint32_t attn_lanes(uint32_t head_dim) { return head_dim / attn_lane_elems(head_dim); }
+
 // Query rows one SIMD-group keeps in registers: q and the output accumulator
-// take 2 * head_dim / 32 floats per lane and row, so fewer rows at D = 256.
+// take 2 * E floats per lane and row, so R * E <= 32 (8 rows up to E = 4,
+// i.e. D <= 128; 4 rows for E = 5, 6, 8, i.e. D = 160, 192, 256).
 // Decode: the query heads of one KV head served by a threadgroup;
 // prefill: (query position, head) pairs per SIMD-group.
-constexpr uint32_t attn_rows_per_simdgroup(uint32_t head_dim) { return head_dim <= 128 ? 8 : 4; }
+constexpr uint32_t attn_rows_per_simdgroup(uint32_t head_dim) {
+  return attn_lane_elems(head_dim) <= 4 ? 8 : 4;
+}
 
-// Keys per K/V tile that prefill stages in threadgroup memory
-// (K + V tile: 2 * tile * head_dim halfs = 8, 16, 16 KiB at D = 64, 128, 256).
+// Keys per K/V tile that prefill stages in threadgroup memory. K + V tile:
+// 2 * tile * head_dim halfs = 4 * tile * head_dim bytes, at most 16 KiB (half
+// of the 32 KiB limit, so two threadgroups fit a core): 4, 8, 10, 12, 14, 16
+// KiB at D = 32 .. 128 (32 keys), 10, 12, 16 KiB at D = 160, 192, 256 (16).
 constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <= 128 ? 32 : 16; }
 
 // attn_decode_* and attn_decode_split_*: one query per query head at position

@@ -32,7 +32,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               threadgroup half* k_tile,   // (BK, D)
                               threadgroup half* v_tile,   // (BK, D)
                               uint2 tg, uint tid, uint simd, uint lane) {
-  constexpr uint E = D / 32;
+  constexpr uint E = mkv_params::attn_lane_elems(D);
   constexpr uint S = mkv_params::kAttnSimdgroups;
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, head0 = hb.head0, g = hb.count;
@@ -55,7 +55,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
       const int qpos = int(p.q_pos0 + qi);
       hi[j] = qpos;
       lo[j] = window > 0 ? max(0, qpos - window + 1) : 0;
-      load_q_slice(q + (qi * p.n_q_heads + head0 + row % g) * D, lane, st.q[j]);
+      load_q_slice<D>(q + (qi * p.n_q_heads + head0 + row % g) * D, lane, st.q[j]);
     }
   }
 
@@ -68,7 +68,8 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
   const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
 
   for (int k0 = k_lo; k0 <= k_hi; k0 += int(BK)) {
-    // Stage positions k0 .. k0+BK-1 (slot p % slots; all lie in the ring).
+    // Stage positions k0 .. k0+BK-1 (slot p % slots; all lie in the ring) as
+    // half4s: D % 4 == 0, so every row and column c is 8-byte aligned.
     const uint slot0 = uint(k0) % p.slots;
     for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
       const uint t = idx / (D / 4);
@@ -96,11 +97,11 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
       }
       if (!any) continue;  // uniform within the SIMD-group
       float kv4[4][E];
-      for (uint j = 0; j < 4; ++j) load_slice_tg(k_tile + (b + j) * D, lane, kv4[j]);
+      for (uint j = 0; j < 4; ++j) load_slice_tg<D>(k_tile + (b + j) * D, lane, kv4[j]);
       float4 scores[R];
       for (uint j = 0; j < R; ++j)
         if (sees[j]) scores[j] = simd_sum(attn_dot4(st.q[j], kv4));
-      for (uint j = 0; j < 4; ++j) load_slice_tg(v_tile + (b + j) * D, lane, kv4[j]);
+      for (uint j = 0; j < 4; ++j) load_slice_tg<D>(v_tile + (b + j) * D, lane, kv4[j]);
       for (uint j = 0; j < R; ++j) {
         if (sees[j]) {
           const float4 s = attn_transform(scores[j], p.scale, p.softcap);
@@ -113,7 +114,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
 
   for (uint j = 0; j < R; ++j) {
     const uint row = simd + S * j;
-    if (row < n_rows) {
+    if (row < n_rows && attn_lane_owns<D>(lane)) {
       const uint qh = head0 + row % g;
       const float sink = p.has_sinks ? sinks[qh] : 0.0f;
       device float* o = out + ((qi0 + row / g) * p.n_q_heads + qh) * D + lane * E;

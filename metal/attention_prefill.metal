@@ -21,12 +21,19 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
                               (threadgroup half*)v_tile, tg, tid, simd, lane);
 }
 
-// One explicit instantiation per variant; the name literal stays whole so the
-// host build pass can read it.
+// One kernel per head_dim D; the name literal is built whole (stringized
+// after pasting) so the host build pass can read it. The op accepts exactly
+// these D (kAttnHeadDims, cpp/ops/attention.h).
+#define MKV_ATTN_PREFILL(D)                                                       \
+  MKV_KERNEL(MKV_STR(attn_prefill_f16_d##D),                                      \
+             attn_prefill<D, mkv_params::attn_prefill_key_tile(D), mkv_params::attn_rows_per_simdgroup(D)>)
 
-MKV_KERNEL("attn_prefill_f16_d64", attn_prefill<64, mkv_params::attn_prefill_key_tile(64),
-                                                mkv_params::attn_rows_per_simdgroup(64)>)
-MKV_KERNEL("attn_prefill_f16_d128", attn_prefill<128, mkv_params::attn_prefill_key_tile(128),
-                                                 mkv_params::attn_rows_per_simdgroup(128)>)
-MKV_KERNEL("attn_prefill_f16_d256", attn_prefill<256, mkv_params::attn_prefill_key_tile(256),
-                                                 mkv_params::attn_rows_per_simdgroup(256)>)
+MKV_ATTN_PREFILL(32)
+MKV_ATTN_PREFILL(64)
+MKV_ATTN_PREFILL(80)
+MKV_ATTN_PREFILL(96)
+MKV_ATTN_PREFILL(112)
+MKV_ATTN_PREFILL(128)
+MKV_ATTN_PREFILL(160)
+MKV_ATTN_PREFILL(192)
+MKV_ATTN_PREFILL(256)

@@ -5,6 +5,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cmath>
 #include <optional>
@@ -57,6 +58,9 @@ ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t
 ops::BufferView view(const BufferPtr& b, size_t offset = 0) { return {b, offset}; }
 
 void bind_attention(nb::module_&, nb::module_& ops_m) {
+  ops_m.def("attention_head_dims", &ops::attention_head_dims,
+            "The head_dims the attention kernels take (ascending); any other is refused.");
+
   ops_m.def(
       "attention_decode",
       [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& out,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ops/attention.h"
 #include "ops/ops.h"
 
 namespace mkv::model {
@@ -17,8 +18,9 @@ void ModelSpec::validate() const {
     fail("n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn_hidden and vocab must be positive");
   if (n_heads % n_kv_heads)
     fail("n_heads " + str(n_heads) + " is not a multiple of n_kv_heads " + str(n_kv_heads));
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
-    fail("head_dim " + str(head_dim) + " is not supported; the attention kernels take 64, 128 or 256");
+  if (!ops::attention_head_dim_supported(head_dim))
+    fail("head_dim " + str(head_dim) + " is not supported; the attention kernels take " +
+         ops::attention_head_dims_text());
   // float4 loads of activation rows (matmul inputs, row offsets)
   if (hidden % 4 || ffn_hidden % 4)
     fail("hidden (" + str(hidden) + ") and ffn_hidden (" + str(ffn_hidden) + ") must be multiples of 4");

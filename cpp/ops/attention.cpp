@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "metal/attention_params.h"
 
@@ -13,13 +14,28 @@ namespace {
 
 constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;
 
+// What the kernels assume of every head_dim they are built for.
+constexpr bool head_dims_fit() {
+  for (uint32_t d : kAttnHeadDims) {
+    const uint32_t e = mkv_params::attn_lane_elems(d);
+    if (d % 4 != 0 || d > kThreads) return false;              // half4 staging; reduce threads
+    if (mkv_params::attn_lanes(d) > 32 || d % e != 0) return false;  // one SIMD-group spans a row
+    if (mkv_params::attn_rows_per_simdgroup(d) * e > 32) return false;  // q + acc in registers
+    if (4 * mkv_params::attn_prefill_key_tile(d) * d > 16384) return false;  // K + V tile bytes
+    if (mkv_params::attn_prefill_key_tile(d) % 4 != 0) return false;  // 4-key blocks
+  }
+  return true;
+}
+static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption of the kernels");
+
 std::string num(uint64_t v) { return std::to_string(v); }
 
 // Checks shared by decode and prefill; returns the visible key positions of
 // the whole call (all queries together).
 uint32_t validate_desc(const char* op, const AttentionDesc& d) {
-  if (d.head_dim != 64 && d.head_dim != 128 && d.head_dim != 256)
-    fail(op, "head_dim " + num(d.head_dim) + " is not supported; expected 64, 128 or 256");
+  if (!attention_head_dim_supported(d.head_dim))
+    fail(op, "head_dim " + num(d.head_dim) + " is not supported; expected " +
+                 attention_head_dims_text());
   if (d.n_q_heads == 0 || d.n_kv_heads == 0)
     fail(op, "n_q_heads (" + num(d.n_q_heads) + ") and n_kv_heads (" + num(d.n_kv_heads) +
                  ") must both be at least 1");
@@ -75,6 +91,23 @@ void head_blocks(uint32_t group, uint32_t max_rows, uint32_t& per_block, uint32_
 }
 
 }  // namespace
+
+bool attention_head_dim_supported(uint32_t head_dim) {
+  return std::find(std::begin(kAttnHeadDims), std::end(kAttnHeadDims), head_dim) !=
+         std::end(kAttnHeadDims);
+}
+
+std::vector<uint32_t> attention_head_dims() {
+  return {std::begin(kAttnHeadDims), std::end(kAttnHeadDims)};
+}
+
+std::string attention_head_dims_text() {
+  std::string s;
+  const size_t n = std::size(kAttnHeadDims);
+  for (size_t i = 0; i < n; ++i)
+    s += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + num(kAttnHeadDims[i]);
+  return s;
+}
 
 std::string attention_kernel_name(const char* family, uint32_t head_dim) {
   return std::string(family) + "_d" + num(head_dim);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -18,10 +19,22 @@ namespace mkv::ops {
 
 enum class AttentionSplit { automatic, never, always };
 
+// The head_dims the attention kernels are instantiated for (one
+// MKV_ATTN_DECODE / MKV_ATTN_PREFILL line each in metal/attention_*.metal):
+// the one list, read by the op's check, the model's check and Python
+// (metalkv._core.ops.attention_head_dims()). Each is a multiple of 4 (rows
+// 8-byte aligned) and at most 256 (the reduce runs one thread per element).
+inline constexpr uint32_t kAttnHeadDims[] = {32, 64, 80, 96, 112, 128, 160, 192, 256};
+
+bool attention_head_dim_supported(uint32_t head_dim);
+std::vector<uint32_t> attention_head_dims();
+// "32, 64, ... or 256", for error messages.
+std::string attention_head_dims_text();
+
 struct AttentionDesc {
   uint32_t n_q_heads = 0;
   uint32_t n_kv_heads = 0;   // divides n_q_heads (1: MQA)
-  uint32_t head_dim = 0;     // 64, 128 or 256
+  uint32_t head_dim = 0;     // one of kAttnHeadDims
   uint32_t n_tokens = 0;     // tokens stored in the layer, the new ones included
   uint32_t n_queries = 1;    // queries at positions n_tokens - n_queries .. n_tokens - 1 (decode: 1)
   uint32_t slots = 0;        // ring capacity R of the layer's cache

@@ -31,6 +31,26 @@ RTOL = 1e-5
 CLOSE = 2e-6
 N_KV = 2  # KV heads for the GQA ratios below; MQA has 1
 
+# Every head_dim the kernels take (the op owns the list). Lane layouts differ
+# by D (metal/attention.h): 64, 128, 256 are the vector-load paths of before
+# and keep the full sweeps; the others get a smaller one per test, each still
+# covering every kernel (decode single and split, reduce, prefill).
+HEAD_DIMS = ops.attention_head_dims()
+CLASSIC = (64, 128, 256)
+RATIOS = [1, 3, 8, "mqa"]
+
+
+def ratio_for(d: int):
+    """One GQA ratio per head_dim, rotating, for tests that do not sweep both."""
+    return RATIOS[HEAD_DIMS.index(d) % len(RATIOS)]
+
+
+def test_head_dims_cover_real_models():
+    """llama.cpp covers 40..256, MLX's fast path 64/96/128/256; these are the
+    sizes real checkpoints use."""
+    assert {32, 64, 80, 96, 112, 128, 160, 192, 256} <= set(HEAD_DIMS)
+    assert HEAD_DIMS == sorted(HEAD_DIMS)
+
 
 def heads(ratio) -> tuple[int, int]:
     """(n_q_heads, n_kv_heads) for a GQA ratio; 'mqa' shares one KV head among 8."""
@@ -75,9 +95,17 @@ def prefill(dev, q, cache, *, q_pos0, slots, window=0, softcap=0.0, sinks=None):
 CONTEXTS = [1, 31, 33, 257, 4096]  # 4096: ~0.1-0.2 s per case on the host executor
 
 
-@pytest.mark.parametrize("n", CONTEXTS)
-@pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
-@pytest.mark.parametrize("d", [64, 128, 256])
+def decode_sweep():
+    """D x GQA x context: all of it at the classic D; elsewhere every ratio at
+    the short contexts and one ratio at 4096 (which the heuristic splits)."""
+    for d in HEAD_DIMS:
+        for ratio in RATIOS:
+            for n in CONTEXTS:
+                if d in CLASSIC or n < 4096 or ratio == ratio_for(d):
+                    yield d, ratio, n
+
+
+@pytest.mark.parametrize("d,ratio,n", list(decode_sweep()))
 def test_decode_matches_reference(dev, d, ratio, n):
     rng = np.random.default_rng(1000 * d + n)
     n_q_heads, n_kv = heads(ratio)
@@ -93,7 +121,9 @@ def test_decode_matches_reference(dev, d, ratio, n):
 
 # More query heads per KV head than one threadgroup holds: head blocks, the
 # last one partial when they do not divide evenly (9 = 5 + 4).
-@pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 9, 1), (128, 32, 1), (256, 10, 2), (256, 40, 1)])
+@pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 9, 1), (128, 32, 1), (256, 10, 2), (256, 40, 1),
+                                               (32, 12, 1), (80, 17, 1), (112, 24, 2), (160, 10, 2),
+                                               (192, 9, 1)])
 def test_many_query_heads_per_kv_head(dev, d, n_q_heads, n_kv):
     n, n_q = 70, 12
     rng = np.random.default_rng(n_q_heads)
@@ -122,8 +152,18 @@ SLIDING = [
 ]
 
 
-@pytest.mark.parametrize("n,window,slots,split", SLIDING)
-@pytest.mark.parametrize("d,ratio", [(64, 3), (128, 8)])
+def sliding_sweep():
+    """Every case at (64, 3) and (128, 8); at every other D the ring wrapped
+    several times, stale in-ring keys, and split chunks crossing the ring end."""
+    for d in HEAD_DIMS:
+        for case in SLIDING:
+            if d in (64, 128):
+                yield (d, 3 if d == 64 else 8) + case
+            elif case in (SLIDING[0], SLIDING[1], SLIDING[5]):
+                yield (d, ratio_for(d)) + case
+
+
+@pytest.mark.parametrize("d,ratio,n,window,slots,split", list(sliding_sweep()))
 def test_decode_sliding_window(dev, d, ratio, n, window, slots, split):
     rng = np.random.default_rng(n + window + slots)
     n_q_heads, n_kv = heads(ratio)
@@ -135,9 +175,10 @@ def test_decode_sliding_window(dev, d, ratio, n, window, slots, split):
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
-def test_decode_reads_only_visible_slots(dev):
+@pytest.mark.parametrize("d", [64, 80])
+def test_decode_reads_only_visible_slots(dev, d):
     """Slots whose position is outside the window hold NaN: never read."""
-    n, window, slots, d = 90, 20, 28, 64
+    n, window, slots = 90, 20, 28
     rng = np.random.default_rng(7)
     q, k, v = make_inputs(rng, 1, 6, 2, d, n)
     cache = build_cache(k, v, slots)
@@ -150,8 +191,46 @@ def test_decode_reads_only_visible_slots(dev):
                                    atol=ATOL, rtol=RTOL)
 
 
-@pytest.mark.parametrize("chunks", [2, 3, 7, 64, 257])
-@pytest.mark.parametrize("d,ratio", [(64, 3), (128, 1), (256, "mqa")])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_reads_stay_inside_rows(dev, d):
+    """The cache sits in a buffer between NaN halfs (8 bytes before, a row
+    after): a lane that loads past its row's D elements, as the idle lanes of
+    D = 80 and 112 would on the last KV head of the last slot, turns the output
+    into NaN (even against q = 0). Decode single and split, and prefill."""
+    n, n_q = 45, 6
+    rng = np.random.default_rng(d)
+    q, k, v = make_inputs(rng, n_q, 3, 1, d, n)
+    cache = build_cache(k, v, n).reshape(-1)
+    padded = np.concatenate([np.full(4, np.nan, np.float16), cache,
+                             np.full(d, np.nan, np.float16)])
+    kv = dev.buffer_from(padded)
+    ref = attention(q, k, v, n - n_q, scale=d ** -0.5)
+    for split in ["never", "always"]:
+        out = dev.buffer(3 * d * 4)
+        ops.attention_decode(dev, dev.buffer_from(np.ascontiguousarray(q[-1])), kv, out,
+                             n_q_heads=3, n_kv_heads=1, head_dim=d, n_tokens=n, slots=n,
+                             split=split, kv_offset=8)
+        got = out.numpy().view(np.float32).reshape(3, d)
+        np.testing.assert_allclose(got, ref[-1], atol=ATOL, rtol=RTOL, err_msg=split)
+    out = dev.buffer(q.nbytes)
+    ops.attention_prefill(dev, dev.buffer_from(q), kv, out, n_q_heads=3, n_kv_heads=1, head_dim=d,
+                          n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=8)
+    np.testing.assert_allclose(out.numpy().view(np.float32).reshape(q.shape), ref, atol=ATOL,
+                               rtol=RTOL)
+
+
+def split_sweep():
+    """Chunk counts 2..257 at the classic D; 3 (uneven chunks) and 64 elsewhere."""
+    classic = {64: 3, 128: 1, 256: "mqa"}
+    for d in HEAD_DIMS:
+        for chunks in [2, 3, 7, 64, 257]:
+            if d in classic:
+                yield d, classic[d], chunks
+            elif chunks in (3, 64):
+                yield d, ratio_for(d), chunks
+
+
+@pytest.mark.parametrize("d,ratio,chunks", list(split_sweep()))
 def test_split_equals_single_pass(dev, d, ratio, chunks):
     n = 257
     rng = np.random.default_rng(chunks)
@@ -199,9 +278,17 @@ def test_split_heuristic_plan():
 PREFILL_CASES = [(1, 0), (33, 0), (70, 30), (5, 200)]
 
 
-@pytest.mark.parametrize("n_q,q_pos0", PREFILL_CASES)
-@pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
-@pytest.mark.parametrize("d", [64, 128, 256])
+def prefill_sweep():
+    """All cases x ratios at the classic D; elsewhere every ratio over several
+    query tiles (70 queries after 30) and every case at one ratio."""
+    for d in HEAD_DIMS:
+        for ratio in RATIOS:
+            for n_q, q_pos0 in PREFILL_CASES:
+                if d in CLASSIC or (n_q, q_pos0) == (70, 30) or ratio == ratio_for(d):
+                    yield d, ratio, n_q, q_pos0
+
+
+@pytest.mark.parametrize("d,ratio,n_q,q_pos0", list(prefill_sweep()))
 def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
     n = q_pos0 + n_q
     rng = np.random.default_rng(n * d)
@@ -215,7 +302,8 @@ def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
 # (n_queries, q_pos0, window): chunked prefill of a sliding layer whose ring
 # (slots = window + n_queries - 1) has wrapped; windows below and above n.
 @pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (40, 0, 8), (9, 50, 64), (64, 0, 100)])
-@pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)])
+@pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)] + [(d, ratio_for(d)) for d in HEAD_DIMS
+                                                         if d not in (64, 256)])
 def test_prefill_sliding_window(dev, d, ratio, n_q, q_pos0, window):
     n = q_pos0 + n_q
     slots = min(n, window + n_q - 1)
@@ -228,12 +316,23 @@ def test_prefill_sliding_window(dev, d, ratio, n_q, q_pos0, window):
                                atol=ATOL, rtol=RTOL)
 
 
-@pytest.mark.parametrize("window", [0, 12])
-def test_prefill_equals_repeated_decode(dev, window):
+def repeated_decode_sweep():
+    """40 steps at D = 64 with and without a window; 17 steps elsewhere, the
+    window alternating."""
+    for i, d in enumerate(HEAD_DIMS):
+        if d == 64:
+            yield d, 0, 40
+            yield d, 12, 40
+        else:
+            yield d, 12 if i % 2 else 0, 17
+
+
+@pytest.mark.parametrize("d,window,n", list(repeated_decode_sweep()))
+def test_prefill_equals_repeated_decode(dev, d, window, n):
     """Prefill of n queries == n decode steps, the cache growing one token each."""
-    n, d, q_pos0 = 40, 64, 0
+    q_pos0 = 0
     slots = n if window == 0 else window  # decode: a ring of exactly the window
-    rng = np.random.default_rng(window)
+    rng = np.random.default_rng([window, d])
     q, k, v = make_inputs(rng, n, 9, 3, d, n)
     pre_slots = n if window == 0 else window + n - 1
     pre = prefill(dev, q, build_cache(k, v, pre_slots, poison=True), q_pos0=q_pos0,
@@ -247,9 +346,21 @@ def test_prefill_equals_repeated_decode(dev, window):
 # ---- sinks and soft-capping -----------------------------------------------
 
 # Sinks around, far above and far below the scores; a softcap that saturates.
-@pytest.mark.parametrize("sink_scale,softcap", [(1.0, 0.0), (20.0, 0.0), (-30.0, 0.0),
-                                                (0.0, 1.0), (1.0, 5.0)])
-@pytest.mark.parametrize("d,ratio", [(64, 3), (128, "mqa")])
+SINKS_SOFTCAP = [(1.0, 0.0), (20.0, 0.0), (-30.0, 0.0), (0.0, 1.0), (1.0, 5.0)]
+
+
+def sinks_sweep():
+    """Every combination at (64, 3) and (128, MQA); elsewhere a sink far above
+    the scores, and a sink with a softcap."""
+    for d in HEAD_DIMS:
+        for sink_scale, softcap in SINKS_SOFTCAP:
+            if d in (64, 128):
+                yield d, 3 if d == 64 else "mqa", sink_scale, softcap
+            elif (sink_scale, softcap) in [(20.0, 0.0), (1.0, 5.0)]:
+                yield d, ratio_for(d), sink_scale, softcap
+
+
+@pytest.mark.parametrize("d,ratio,sink_scale,softcap", list(sinks_sweep()))
 def test_sinks_and_softcap(dev, d, ratio, sink_scale, softcap):
     rng = np.random.default_rng([int(abs(sink_scale)), int(softcap)])
     n_q_heads, n_kv = heads(ratio)
@@ -277,7 +388,9 @@ def _decode_kwargs(**over):
 
 
 @pytest.mark.parametrize("over,message", [
-    (dict(head_dim=96), r"\[attention_decode\] head_dim 96 is not supported; expected 64, 128 or 256"),
+    (dict(head_dim=48), r"\[attention_decode\] head_dim 48 is not supported; expected "
+                        r"32, 64, 80, 96, 112, 128, 160, 192 or 256"),
+    (dict(head_dim=576), r"head_dim 576 is not supported"),
     (dict(n_kv_heads=3), r"n_q_heads 8 is not a multiple of n_kv_heads 3"),
     (dict(n_kv_heads=0), r"must both be at least 1"),
     (dict(n_tokens=0), r"\[attention_decode\] n_tokens is 0"),
@@ -319,8 +432,9 @@ def test_prefill_bad_shapes():
     dev = test_device()
     buf = dev.buffer(1 << 16)
     kw = dict(n_q_heads=4, n_kv_heads=2, head_dim=64, q_pos0=0, slots=16)
-    with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] head_dim 32 is not supported"):
-        ops.attention_prefill(dev, buf, buf, buf, n_queries=4, **{**kw, "head_dim": 32})
+    with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] head_dim 40 is not supported; "
+                                               r"expected 32, 64, .* or 256"):
+        ops.attention_prefill(dev, buf, buf, buf, n_queries=4, **{**kw, "head_dim": 40})
     with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] n_queries 0 must be between"):
         ops.attention_prefill(dev, buf, buf, buf, n_queries=0, **kw)
     # A sliding chunk of 10 queries with window 8 sees 17 positions: 16 slots are too few.

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import metalkv
+from metalkv._core import ops
 
 from .test_rope import inv_freq_default_ref, rope_ref
 from devices import host_only, test_device  # tests/ is on sys.path
@@ -85,6 +86,37 @@ def test_store_ropes_k_at_its_positions(dev, store, style, rotary_dim):
                                rtol=2.0 ** -10, atol=2.0 ** -24)
     np.testing.assert_array_equal(got[..., rotary_dim:], k[..., rotary_dim:].astype(np.float16))
     np.testing.assert_array_equal(cache.values(0)[:24], v.astype(np.float16))  # V is never rotated
+
+
+@pytest.mark.parametrize("store", ["compute", "blit"])
+@pytest.mark.parametrize("d", ops.attention_head_dims())
+def test_store_at_every_attention_head_dim(dev, d, store):
+    """At each head_dim the attention kernels take: a full layer with neox rope
+    over the whole head, and a sliding ring (window 5, chunks of up to 3, so it
+    wraps mid-chunk) with interleaved rope over half of it (partial rotary)."""
+    rng = np.random.default_rng(d)
+    n_kv, window, max_chunk = 2, 5, 3
+    cache = metalkv.KVCache(dev, 2, n_kv, d, 16, windows=[0, window], max_chunk=max_chunk, store=store)
+    R = window + max_chunk - 1
+    ropes = [dict(style="neox", inv_freq=inv_freq_default_ref(d, 10000.0), rotary_dim=d),
+             dict(style="interleaved", inv_freq=inv_freq_default_ref(d // 2, 10000.0), rotary_dim=d // 2)]
+    models = [RingModel(16, n_kv, d), RingModel(R, n_kv, d)]
+    for n in [3, 1, 3, 2, 3]:  # 12 tokens
+        k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
+        for layer, (rope, model) in enumerate(zip(ropes, models)):
+            cache.append(layer, k, v, rope=rope)
+            k_rot = rope_ref(k, range(model.n, model.n + n), rope["inv_freq"], rope["style"],
+                             rope["rotary_dim"])
+            model.append(k_rot.astype(np.float16), v.astype(np.float16))
+    for layer, (rope, model) in enumerate(zip(ropes, models)):
+        rd = rope["rotary_dim"]
+        np.testing.assert_array_equal(cache.positions(layer), model.pos)
+        np.testing.assert_array_equal(cache.values(layer), model.v)  # exact half conversion
+        got = cache.keys(layer)
+        # float32 vs float64 rotation may flip a half rounding: 1 half ulp (as above)
+        np.testing.assert_allclose(got.astype(np.float32), model.k.astype(np.float32),
+                                   rtol=2.0 ** -10, atol=2.0 ** -24)
+        np.testing.assert_array_equal(got[..., rd:], model.k[..., rd:])  # past rotary_dim: a copy
 
 
 def test_ring_wraps_per_token_with_positions(dev):

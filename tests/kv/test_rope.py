@@ -80,8 +80,14 @@ POSITIONS = [0, 1, 2, 7, 100, 4095, 32768, 131071]
 ATOL = 1e-6
 
 
+# Every head_dim the attention kernels take, rotated whole; partial rotary as
+# Phi-2 (80 of which 32) and others use it; an odd pair count (6 of 2).
+ROPE_SHAPES = [(d, d) for d in ops.attention_head_dims()] + [(64, 32), (128, 96), (80, 32),
+                                                             (112, 56), (6, 2)]
+
+
 @pytest.mark.parametrize("style", ["neox", "interleaved"])
-@pytest.mark.parametrize("head_dim,rotary_dim", [(64, 64), (64, 32), (128, 96), (6, 2)])
+@pytest.mark.parametrize("head_dim,rotary_dim", ROPE_SHAPES)
 def test_rope_matches_reference(dev, style, head_dim, rotary_dim):
     rng = np.random.default_rng(head_dim + rotary_dim)
     n_heads = 5
