@@ -12,6 +12,7 @@ using mkv_params::kElementsPerThread;  // geometry shared with the host
 using mkv_params::kRowSimds;
 
 // ---- embedding: one threadgroup per token, threads over the row's chunks ----
+// (dim a whole number of the format's blocks: the op checks)
 template <typename F>
 MKV_MAX_THREADS(mkv_params::kEmbeddingThreads) kernel void embedding(constant mkv_params::Embedding& p [[buffer(0)]],
                       const device uchar* table [[buffer(1)]],  // (vocab, dim) in format F
@@ -32,11 +33,9 @@ MKV_MAX_THREADS(mkv_params::kEmbeddingThreads) kernel void embedding(constant mk
   }
 }
 
-MKV_KERNEL("embedding_f32", embedding<FmtF32>)
-MKV_KERNEL("embedding_f16", embedding<FmtF16>)
-MKV_KERNEL("embedding_q8_0", embedding<FmtQ8_0>)
-MKV_KERNEL("embedding_q4_0", embedding<FmtQ4_0>)
-MKV_KERNEL("embedding_q4_1", embedding<FmtQ4_1>)
+// One per weight format of quant.h: "embedding_f16", "embedding_q4_k", ...
+#define MKV_EMBEDDING_FORMAT(fmt, F) MKV_KERNEL(MKV_STR(embedding_##fmt), embedding<F>)
+MKV_FOR_EACH_FORMAT(MKV_EMBEDDING_FORMAT)
 
 // ---- RMSNorm: one SIMD-group per row (rows are short: hidden or head_dim) ----
 // In place is safe: each lane reads and writes only its own elements.

@@ -8,12 +8,18 @@
 
 namespace mkv_params {
 
-// GGUF block formats (see metal/quant.h): 32 weights per block, quantized
-// along a row (in_features), stored back to back.
-MKV_CONSTANT uint32_t kQuantBlock = 32;       // weights per block
+// GGUF block formats (see metal/quant.h), quantized along a row (in_features),
+// blocks stored back to back; a row holds a whole number of blocks.
+MKV_CONSTANT uint32_t kQuantBlock = 32;       // weights per block of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
 MKV_CONSTANT uint32_t kQ8_0BlockBytes = 34;   // half d; int8 qs[32]
 MKV_CONSTANT uint32_t kQ4_0BlockBytes = 18;   // half d; uint8 qs[16]
 MKV_CONSTANT uint32_t kQ4_1BlockBytes = 20;   // half d; half m; uint8 qs[16]
+MKV_CONSTANT uint32_t kQ5_0BlockBytes = 22;   // half d; uint8 qh[4]; uint8 qs[16]
+MKV_CONSTANT uint32_t kQ5_1BlockBytes = 24;   // half d; half m; uint8 qh[4]; uint8 qs[16]
+MKV_CONSTANT uint32_t kSuperBlock = 256;      // weights per super-block of Q4_K, Q5_K, Q6_K (ggml's QK_K)
+MKV_CONSTANT uint32_t kQ4_KBlockBytes = 144;  // half d, dmin; uint8 scales[12]; uint8 qs[128]
+MKV_CONSTANT uint32_t kQ5_KBlockBytes = 176;  // half d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
+MKV_CONSTANT uint32_t kQ6_KBlockBytes = 210;  // uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
 MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv: output rows per SIMD-group (a multiple of 4) ...
@@ -22,7 +28,7 @@ MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_*_r32: the host executor'
 MKV_CONSTANT uint32_t kGemvSimdsWide = 1;      // lane costs a fiber, so fewer lanes do more rows
 MKV_CONSTANT uint32_t kGemmTokens = 32;        // gemm: a threadgroup's tile of Y is kGemmTokens ...
 MKV_CONSTANT uint32_t kGemmRows = 64;          // ... x kGemmRows
-MKV_CONSTANT uint32_t kGemmK = 64;             // gemm: inputs per step (two quant blocks)
+MKV_CONSTANT uint32_t kGemmK = 64;             // gemm: inputs per step (two 32-blocks, a quarter super-block)
 MKV_CONSTANT uint32_t kGemmThreads = 64;       // gemm: threads per threadgroup (8 tokens x 4 rows each)
 MKV_CONSTANT uint32_t kElementThreads = 256;   // add/scale/swiglu/geglu: threads per threadgroup ...
 MKV_CONSTANT uint32_t kElementsPerThread = 8;  // ... each handling 8 elements
@@ -39,7 +45,7 @@ MKV_CONSTANT uint32_t kMatmulBias = 1;        // add bias; without it the bias b
 MKV_CONSTANT uint32_t kMatmulAccumulate = 2;  // add to y's contents (a fused residual add)
 struct Matmul {
   uint32_t n_tokens;
-  uint32_t n_in;   // f16/f32: multiple of 4; quantized: multiple of 32
+  uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
   uint32_t flags;  // kMatmulBias | kMatmulAccumulate
 };

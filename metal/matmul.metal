@@ -1,5 +1,6 @@
 // Linear layers: Y = X · Wᵀ (+ bias), W (n_out, n_in) row-major in one of
-// the formats of quant.h, activations float. Two kernel shapes:
+// the formats of quant.h (f32, f16, bf16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K), activations float. Two kernel shapes:
 //
 //   gemv_<fmt>  decode. Memory bound: every weight byte is read exactly once.
 //               A SIMD-group owns kGemvRows rows; its lanes stride over the
@@ -195,14 +196,6 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
   MKV_GEMV(gemv_swiglu_##fmt##_r32, gemv_glu<F, ActSilu, mkv_params::kGemvRowsWide>) \
   MKV_GEMV(gemv_geglu_##fmt, gemv_glu<F, ActGeluTanh, kGemvRows>)                   \
   MKV_GEMV(gemv_geglu_##fmt##_r32, gemv_glu<F, ActGeluTanh, mkv_params::kGemvRowsWide>)
-MKV_GEMV_FORMAT(f32, FmtF32)
-MKV_GEMV_FORMAT(f16, FmtF16)
-MKV_GEMV_FORMAT(q8_0, FmtQ8_0)
-MKV_GEMV_FORMAT(q4_0, FmtQ4_0)
-MKV_GEMV_FORMAT(q4_1, FmtQ4_1)
-
-MKV_KERNEL("gemm_f32", gemm<FmtF32>)
-MKV_KERNEL("gemm_f16", gemm<FmtF16>)
-MKV_KERNEL("gemm_q8_0", gemm<FmtQ8_0>)
-MKV_KERNEL("gemm_q4_0", gemm<FmtQ4_0>)
-MKV_KERNEL("gemm_q4_1", gemm<FmtQ4_1>)
+#define MKV_GEMM_FORMAT(fmt, F) MKV_GEMV(gemm_##fmt, gemm<F>)
+MKV_FOR_EACH_FORMAT(MKV_GEMV_FORMAT)
+MKV_FOR_EACH_FORMAT(MKV_GEMM_FORMAT)

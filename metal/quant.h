@@ -1,25 +1,30 @@
-// Weight formats read inside the kernels: f32, f16 and the GGUF blocks Q8_0,
-// Q4_0 and Q4_1 (layouts exactly as ggml's block_q8_0 / block_q4_0 /
-// block_q4_1). Weights are dequantized in registers; nothing is inflated in
-// device memory.
+// Weight formats read inside the kernels: f32, f16, bf16 and the GGUF blocks
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 weights a block) and Q4_K, Q5_K, Q6_K
+// (256-weight super-blocks), with layouts exactly as ggml's block_* structs
+// (ggml-common.h). Weights are dequantized in registers; nothing is inflated
+// in device memory, and the GGUF bytes are read as they are in the file.
 //
 // A row of n weights is split into chunks of F::kChunk consecutive weights;
 // a chunk is what one lane handles per step. Every format F provides:
 //   F::kChunk                          weights per chunk
+//   F::kBlock                          weights per block (1 for the float types);
+//                                      a row is a whole number of blocks
 //   F::row_bytes(n)                    bytes of a row of n weights
 //   F::load(row, c, w)                 w[0..kChunk/4) = weights of chunk c
 //   F::dot(row, c, x, xsum)            Σ_j w[j]·x[j] over chunk c, where
 //                                      x[0..kChunk/4) are the matching
 //                                      activations and xsum = Σ_j x[j]
 // (w and x are float4 arrays: chunk element j is w[j / 4][j % 4]).
-// `row` points at the first byte of the row. Quantized chunks are half a
-// block (16 weights), so two lanes share one block's scale.
+// `row` points at the first byte of the row. Quantized chunks are 16 weights
+// that share one scale (and min): half a 32-block, half a K-quant sub-block of
+// 32 (Q4_K, Q5_K) or one sub-block of 16 (Q6_K). So a 32-block is 2 chunks and
+// a super-block 16, and every chunk knows its block as c / (kBlock / 16).
 #pragma once
 
 #include "mkv_kernel.h"  // metal_stdlib, using namespace metal
 #include "linear_params.h"
 
-// ---- GGUF blocks: 32 weights each ------------------------------------------
+// ---- GGUF blocks of 32 weights ----------------------------------------------
 struct block_q8_0 {
   half d;       // scale
   char qs[32];  // weight j = qs[j] * d
@@ -33,15 +38,62 @@ struct block_q4_1 {
   half m;        // minimum
   uchar qs[16];  // weight j = (qs[j] & 15) * d + m, weight 16 + j = (qs[j] >> 4) * d + m
 };
+// Q5: the 4 low bits as in Q4, bit j of qh (a little-endian uint32) is bit 4
+// of weight j.
+struct block_q5_0 {
+  half d;        // scale
+  uchar qh[4];   // 5th bits of weights 0..31
+  uchar qs[16];  // weight j = ((qs[j] & 15) | bit j << 4) - 16, weight 16 + j from qs[j] >> 4; times d
+};
+struct block_q5_1 {
+  half d;        // scale
+  half m;        // minimum
+  uchar qh[4];   // 5th bits of weights 0..31
+  uchar qs[16];  // weight j = ((qs[j] & 15) | bit j << 4) * d + m, weight 16 + j from qs[j] >> 4
+};
+
+// ---- GGUF K-quant super-blocks of 256 weights (ggml's QK_K) -----------------
+// Q4_K / Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min
+// (packed in scales[12], see scale_min_k4): weight = d·sc[s]·q − dmin·m[s].
+// qs[32g .. 32g + 32) holds sub-block 2g in its low and 2g + 1 in its high
+// nibbles; Q5_K's bit 4 of weight l of sub-block s is bit s of qh[l].
+struct block_q4_K {
+  half d;           // super-block scale of the sub-block scales
+  half dmin;        // super-block scale of the sub-block mins
+  uchar scales[12]; // 8 x (6-bit scale, 6-bit min)
+  uchar qs[128];    // 4-bit quants
+};
+struct block_q5_K {
+  half d;
+  half dmin;
+  uchar scales[12];
+  uchar qh[32];     // bit 4 of each quant
+  uchar qs[128];    // low 4 bits, as in Q4_K
+};
+// Q6_K: 16 sub-blocks of 16 with int8 scales: weight = d·scales[k]·(q − 32),
+// q 6 bits. Two halves of 128 weights; in half h, group t (0..3) of 32 weights
+// takes its low 4 bits from ql[64h + 32(t % 2) + l] (low nibble for t < 2,
+// high for t >= 2) and its top 2 bits from qh[32h + l] >> 2t.
+struct block_q6_K {
+  uchar ql[128];    // low 4 bits
+  uchar qh[64];     // high 2 bits
+  char scales[16];  // sub-block scales
+  half d;           // super-block scale (last: the block is only 2-byte aligned)
+};
 static_assert(sizeof(block_q8_0) == mkv_params::kQ8_0BlockBytes, "ggml block_q8_0 is 34 bytes");
 static_assert(sizeof(block_q4_0) == mkv_params::kQ4_0BlockBytes, "ggml block_q4_0 is 18 bytes");
 static_assert(sizeof(block_q4_1) == mkv_params::kQ4_1BlockBytes, "ggml block_q4_1 is 20 bytes");
+static_assert(sizeof(block_q5_0) == mkv_params::kQ5_0BlockBytes, "ggml block_q5_0 is 22 bytes");
+static_assert(sizeof(block_q5_1) == mkv_params::kQ5_1BlockBytes, "ggml block_q5_1 is 24 bytes");
+static_assert(sizeof(block_q4_K) == mkv_params::kQ4_KBlockBytes, "ggml block_q4_K is 144 bytes");
+static_assert(sizeof(block_q5_K) == mkv_params::kQ5_KBlockBytes, "ggml block_q5_K is 176 bytes");
+static_assert(sizeof(block_q6_K) == mkv_params::kQ6_KBlockBytes, "ggml block_q6_K is 210 bytes");
 
-// ---- f32 / f16: chunks of 4, read as one float4 / half4 ----------------------
-// Rows must start 16- (f32) or 8-byte (f16) aligned: n % 4 == 0 and an
+// ---- f32 / f16 / bf16: chunks of 4, read as one 4-vector ----------------------
+// Rows must start 16- (f32) or 8-byte (f16, bf16) aligned: n % 4 == 0 and an
 // aligned buffer offset (the ops check both).
 struct FmtF32 {
-  enum { kChunk = 4 };
+  enum { kChunk = 4, kBlock = 1 };
   static ulong row_bytes(uint n) { return ulong(n) * 4; }
   static void load(const device uchar* row, uint c, thread float4* w) {
     w[0] = ((const device float4*)row)[c];
@@ -52,7 +104,7 @@ struct FmtF32 {
 };
 
 struct FmtF16 {
-  enum { kChunk = 4 };
+  enum { kChunk = 4, kBlock = 1 };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
   static void load(const device uchar* row, uint c, thread float4* w) {
     w[0] = float4(((const device half4*)row)[c]);
@@ -62,14 +114,45 @@ struct FmtF16 {
   }
 };
 
+// bf16 is the top half of a float32: widening is a 16-bit shift, exact.
+struct FmtBF16 {
+  enum { kChunk = 4, kBlock = 1 };
+  static ulong row_bytes(uint n) { return ulong(n) * 2; }
+  static float4 weights(const device uchar* row, uint c) {
+    return as_type<float4>(uint4(((const device ushort4*)row)[c]) << 16);
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = weights(row, c); }
+  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
+    return metal::dot(weights(row, c), x[0]);
+  }
+};
+
 // Quantized chunks are 16 weights, handled as four float4 (independent
 // multiply-adds, summed at the end). Blocks are only 2-byte aligned, so the
-// quants are read as packed (1-byte aligned) 4-vectors.
+// quants are read as packed (1-byte aligned) 4-vectors or pairs of ushorts.
+
+// Bytes 4i .. 4i + 4 of p as one little-endian word (p 2-byte aligned).
+inline uint bytes4(const device uchar* p, uint i) {
+  return as_type<uint>(ushort2(((const device packed_ushort2*)p)[i]));
+}
+// Four 4-bit fields of bytes 4i .. 4i + 4 of qs (bits shift .. shift + 4 of
+// each byte): one 32-bit shift and mask, as a word of four bytes 0..15.
+inline uint nibbles4(const device uchar* qs, uint shift, uint i) {
+  return (bytes4(qs, i) >> shift) & 0x0F0F0F0Fu;
+}
+// Bytes of a word as floats: byte e is element e.
+inline float4 byte_floats(uint word) { return float4(as_type<uchar4>(word)); }
+// Σ_e byte e of q[i] · x[i][e] over a chunk's four words.
+inline float dot_bytes(thread const uint* q, thread const float4* x) {
+  float4 s = byte_floats(q[0]) * x[0];
+  for (uint i = 1; i < 4; ++i) s += byte_floats(q[i]) * x[i];
+  return s.x + s.y + s.z + s.w;
+}
 
 // ---- Q8_0: chunk c is half h = c % 2 of block c / 2: qs[16h .. 16h + 16) ------
 struct FmtQ8_0 {
-  enum { kChunk = 16 };
-  static ulong row_bytes(uint n) { return ulong(n / 32) * sizeof(block_q8_0); }
+  enum { kChunk = 16, kBlock = 32 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q8_0); }
   static float4 quants(const device block_q8_0& b, uint c, uint i) {  // weights 4i .. 4i + 4 of the chunk, / d
     const char4 q = ((const device packed_char4*)(b.qs + (c % 2) * 16))[i];
     return float4(q);
@@ -87,46 +170,219 @@ struct FmtQ8_0 {
   }
 };
 
-// ---- Q4_0 / Q4_1: chunk c = half h of block c / 2 is the low (h = 0) or high
-// (h = 1) nibbles of all 16 qs bytes, i.e. weights 16h .. 16h + 16. The two
-// lanes of a block read the same 16 bytes (one cache line; DRAM reads once).
-// Weights 4i .. 4i + 4 of chunk c, as floats 0..15: one 32-bit shift and mask
-// for four nibbles (qs is 2-byte aligned, so it is read as two ushorts).
-inline float4 nibbles(const device uchar* qs, uint c, uint i) {
-  const uint word = as_type<uint>(ushort2(((const device packed_ushort2*)qs)[i]));
-  return float4(as_type<uchar4>((word >> ((c % 2) * 4)) & 0x0F0F0F0Fu));
+// ---- Q4_0 / Q4_1 / Q5_0 / Q5_1: chunk c = half h of block c / 2 is the low
+// (h = 0) or high (h = 1) nibbles of all 16 qs bytes, i.e. weights 16h .. 16h + 16
+// (Q5: plus bits 16h .. 16h + 16 of qh). The two lanes of a block read the same
+// 16 bytes (one cache line; DRAM reads once).
+// Quants of chunk c, word i = weights 4i .. 4i + 4 (one byte each).
+inline void quants_q4(const device uchar* qs, uint c, thread uint* q) {
+  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(qs, (c % 2) * 4, i);
+}
+// Q5: bit 4 of each byte from qh. Bits 16h + 4i .. + 4 of qh are spread to bit 0
+// of four bytes by one multiply (b·0x204081 = b | b << 7 | b << 14 | b << 21,
+// no carries for b < 16), then moved to bit 4.
+inline void quants_q5(const device uchar* qh, const device uchar* qs, uint c, thread uint* q) {
+  const uint high = bytes4(qh, 0) >> ((c % 2) * 16);
+  for (uint i = 0; i < 4; ++i) {
+    const uint bits = (((high >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u;
+    q[i] = nibbles4(qs, (c % 2) * 4, i) | (bits << 4);
+  }
 }
 
 struct FmtQ4_0 {
-  enum { kChunk = 16 };
-  static ulong row_bytes(uint n) { return ulong(n / 32) * sizeof(block_q4_0); }
+  enum { kChunk = 16, kBlock = 32 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_0); }
   static void load(const device uchar* row, uint c, thread float4* w) {
     const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
     const float d = float(b.d);
-    for (uint i = 0; i < 4; ++i) w[i] = (nibbles(b.qs, c, i) - 8.0f) * d;
+    uint q[4];
+    quants_q4(b.qs, c, q);
+    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 8.0f) * d;
   }
   // Σ (q - 8)·d·x = d·(Σ q·x - 8·Σ x): xsum is shared by every row of a lane.
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
-    float4 s = nibbles(b.qs, c, 0) * x[0];
-    for (uint i = 1; i < 4; ++i) s += nibbles(b.qs, c, i) * x[i];
-    return ((s.x + s.y + s.z + s.w) - 8.0f * xsum) * float(b.d);
+    uint q[4];
+    quants_q4(b.qs, c, q);
+    return (dot_bytes(q, x) - 8.0f * xsum) * float(b.d);
   }
 };
 
 struct FmtQ4_1 {
-  enum { kChunk = 16 };
-  static ulong row_bytes(uint n) { return ulong(n / 32) * sizeof(block_q4_1); }
+  enum { kChunk = 16, kBlock = 32 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_1); }
   static void load(const device uchar* row, uint c, thread float4* w) {
     const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
     const float d = float(b.d), m = float(b.m);
-    for (uint i = 0; i < 4; ++i) w[i] = nibbles(b.qs, c, i) * d + m;
+    uint q[4];
+    quants_q4(b.qs, c, q);
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
   }
   // Σ (q·d + m)·x = d·Σ q·x + m·Σ x.
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
-    float4 s = nibbles(b.qs, c, 0) * x[0];
-    for (uint i = 1; i < 4; ++i) s += nibbles(b.qs, c, i) * x[i];
-    return (s.x + s.y + s.z + s.w) * float(b.d) + xsum * float(b.m);
+    uint q[4];
+    quants_q4(b.qs, c, q);
+    return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
   }
 };
+
+struct FmtQ5_0 {
+  enum { kChunk = 16, kBlock = 32 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_0); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
+    const float d = float(b.d);
+    uint q[4];
+    quants_q5(b.qh, b.qs, c, q);
+    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 16.0f) * d;
+  }
+  // d·(Σ q·x − 16·Σ x).
+  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
+    const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
+    uint q[4];
+    quants_q5(b.qh, b.qs, c, q);
+    return (dot_bytes(q, x) - 16.0f * xsum) * float(b.d);
+  }
+};
+
+struct FmtQ5_1 {
+  enum { kChunk = 16, kBlock = 32 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_1); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
+    const float d = float(b.d), m = float(b.m);
+    uint q[4];
+    quants_q5(b.qh, b.qs, c, q);
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
+  }
+  // d·Σ q·x + m·Σ x.
+  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
+    const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
+    uint q[4];
+    quants_q5(b.qh, b.qs, c, q);
+    return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
+  }
+};
+
+// ---- K-quants: chunk c is sub-chunk k = c % 16 of super-block c / 16 ----------
+// Q4_K / Q5_K: chunk k is half k % 2 of sub-block s = k / 2, whose quants are
+// the low (s even) or high (s odd) nibbles of qs[32(s / 2) + 16(k % 2) ..][0..16).
+// The scale and min of sub-block s (0..7) from the 12 packed bytes (ggml's
+// get_scale_min_k4): s < 4: 6 low bits of scales[s] and scales[s + 4];
+// s >= 4: 4 bits of scales[s + 4] (low: scale, high: min) below the top 2
+// bits of scales[s - 4] (scale) and scales[s] (min).
+inline float2 scale_min_k4(const device uchar* scales, uint s) {
+  uint sc, m;
+  if (s < 4) {
+    sc = scales[s] & 63u;
+    m = scales[s + 4] & 63u;
+  } else {
+    sc = (scales[s + 4] & 0xFu) | ((scales[s - 4] >> 6) << 4);
+    m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+  }
+  return float2(float(sc), float(m));
+}
+// Chunk k's quants (Q4_K's, Q5_K's low 4 bits), word i = weights 4i .. 4i + 4.
+inline void quants_k4(const device uchar* qs, uint k, thread uint* q) {
+  const uint s = k / 2;
+  const device uchar* p = qs + 32 * (s / 2) + 16 * (k % 2);
+  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(p, (s % 2) * 4, i);
+}
+
+struct FmtQ4_K {
+  enum { kChunk = 16, kBlock = 256 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_K); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const device block_q4_K& b = ((const device block_q4_K*)row)[c / 16];
+    const uint k = c % 16;
+    const float2 sm = scale_min_k4(b.scales, k / 2);
+    const float dsc = float(b.d) * sm.x, dm = float(b.dmin) * sm.y;  // gguf's rounding order
+    uint q[4];
+    quants_k4(b.qs, k, q);
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
+  }
+  // d·sc·Σ q·x − dmin·m·Σ x.
+  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
+    const device block_q4_K& b = ((const device block_q4_K*)row)[c / 16];
+    const uint k = c % 16;
+    const float2 sm = scale_min_k4(b.scales, k / 2);
+    uint q[4];
+    quants_k4(b.qs, k, q);
+    return dot_bytes(q, x) * (float(b.d) * sm.x) - xsum * (float(b.dmin) * sm.y);
+  }
+};
+
+struct FmtQ5_K {
+  enum { kChunk = 16, kBlock = 256 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_K); }
+  // Q4_K's nibbles, plus bit s of qh[16(k % 2) + j] as bit 4 of weight j.
+  static void quants(const device block_q5_K& b, uint k, thread uint* q) {
+    quants_k4(b.qs, k, q);
+    const device uchar* h = b.qh + 16 * (k % 2);
+    for (uint i = 0; i < 4; ++i) q[i] |= ((bytes4(h, i) >> (k / 2)) & 0x01010101u) << 4;
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
+    const uint k = c % 16;
+    const float2 sm = scale_min_k4(b.scales, k / 2);
+    const float dsc = float(b.d) * sm.x, dm = float(b.dmin) * sm.y;
+    uint q[4];
+    quants(b, k, q);
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
+  }
+  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
+    const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
+    const uint k = c % 16;
+    const float2 sm = scale_min_k4(b.scales, k / 2);
+    uint q[4];
+    quants(b, k, q);
+    return dot_bytes(q, x) * (float(b.d) * sm.x) - xsum * (float(b.dmin) * sm.y);
+  }
+};
+
+// Q6_K: chunk k (one sub-block, scale scales[k]) is weights 16(k % 2) .. + 16 of
+// group t = (k % 8) / 2 of half h = k / 8 (see block_q6_K).
+struct FmtQ6_K {
+  enum { kChunk = 16, kBlock = 256 };
+  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q6_K); }
+  // 6-bit quants 0..63 (q − 32 is the signed value).
+  static void quants(const device block_q6_K& b, uint k, thread uint* q) {
+    const uint h = k / 8, t = (k % 8) / 2, l0 = 16 * (k % 2);
+    const device uchar* lo = b.ql + 64 * h + 32 * (t % 2) + l0;
+    const device uchar* hi = b.qh + 32 * h + l0;
+    for (uint i = 0; i < 4; ++i)
+      q[i] = nibbles4(lo, 4 * (t / 2), i) | (((bytes4(hi, i) >> (2 * t)) & 0x03030303u) << 4);
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const device block_q6_K& b = ((const device block_q6_K*)row)[c / 16];
+    const uint k = c % 16;
+    const float dsc = float(b.d) * float(b.scales[k]);
+    uint q[4];
+    quants(b, k, q);
+    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 32.0f) * dsc;
+  }
+  // d·sc·(Σ q·x − 32·Σ x).
+  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
+    const device block_q6_K& b = ((const device block_q6_K*)row)[c / 16];
+    const uint k = c % 16;
+    uint q[4];
+    quants(b, k, q);
+    return (dot_bytes(q, x) - 32.0f * xsum) * (float(b.d) * float(b.scales[k]));
+  }
+};
+
+// Every format above with its kernel-name suffix (weight_type_name in
+// cpp/ops/linear.cpp): the kernel files instantiate through this list.
+#define MKV_FOR_EACH_FORMAT(X) \
+  X(f32, FmtF32)               \
+  X(f16, FmtF16)               \
+  X(bf16, FmtBF16)             \
+  X(q8_0, FmtQ8_0)             \
+  X(q4_0, FmtQ4_0)             \
+  X(q4_1, FmtQ4_1)             \
+  X(q5_0, FmtQ5_0)             \
+  X(q5_1, FmtQ5_1)             \
+  X(q4_k, FmtQ4_K)             \
+  X(q5_k, FmtQ5_K)             \
+  X(q6_k, FmtQ6_K)

@@ -63,8 +63,9 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
-      "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', or the GGUF blocks 'q8_0', 'q4_0',\n"
-      "'q4_1' (n_in a multiple of 32). kernel: 'auto' (gemv for one token, else gemm),\n"
+      "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', 'bf16' (n_in a multiple of 4), the GGUF\n"
+      "blocks 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1' (n_in a multiple of 32) or the K-quants 'q4_k',\n"
+      "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
       "(8 on Metal; 32 on the host executor, 8 there for f16), or 8 / 32 to run that variant.");
 

@@ -11,52 +11,9 @@ constexpr const char* kOp = "matmul";
 
 }  // namespace
 
-WeightType parse_weight_type(const std::string& name, const char* op) {
-  if (name == "f32") return WeightType::f32;
-  if (name == "f16") return WeightType::f16;
-  if (name == "q8_0") return WeightType::q8_0;
-  if (name == "q4_0") return WeightType::q4_0;
-  if (name == "q4_1") return WeightType::q4_1;
-  fail(op, "unknown weight type '" + name + "'; expected 'f32', 'f16', 'q8_0', 'q4_0' or 'q4_1'");
-}
-
-const char* weight_type_name(WeightType t) {
-  switch (t) {
-    case WeightType::f32: return "f32";
-    case WeightType::f16: return "f16";
-    case WeightType::q8_0: return "q8_0";
-    case WeightType::q4_0: return "q4_0";
-    case WeightType::q4_1: return "q4_1";
-  }
-  return "?";
-}
-
 uint32_t gemv_rows(const gpu::Device& device, WeightType wtype) {
   const bool wide = device.kind() == "host" && wtype != WeightType::f16;
   return wide ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
-}
-
-bool is_quantized(WeightType t) { return t != WeightType::f32 && t != WeightType::f16; }
-
-size_t weight_align(WeightType t) {
-  return t == WeightType::f32 ? 16 : t == WeightType::f16 ? 8 : 2;
-}
-
-size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
-  const uint32_t multiple = is_quantized(t) ? uint32_t(mkv_params::kQuantBlock) : 4u;
-  if (cols == 0 || cols % multiple != 0)
-    fail(op, std::string(weight_type_name(t)) + " weights need a row length that is a positive " +
-                 "multiple of " + std::to_string(multiple) + ", got " + std::to_string(cols) +
-                 (is_quantized(t) ? " (GGUF blocks hold 32 weights)" : " (rows are read 4 at a time)"));
-  const uint64_t blocks = rows * (cols / mkv_params::kQuantBlock);
-  switch (t) {
-    case WeightType::f32: return rows * cols * 4;
-    case WeightType::f16: return rows * cols * 2;
-    case WeightType::q8_0: return blocks * mkv_params::kQ8_0BlockBytes;
-    case WeightType::q4_0: return blocks * mkv_params::kQ4_0BlockBytes;
-    case WeightType::q4_1: return blocks * mkv_params::kQ4_1BlockBytes;
-  }
-  return 0;
 }
 
 void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,

@@ -1,27 +1,15 @@
-// Linear layers (metal/matmul.metal): Y = X · Wᵀ (+ bias) with f32, f16 or
-// GGUF block-quantized (Q8_0, Q4_0, Q4_1) weights read inside the kernel.
+// Linear layers (metal/matmul.metal): Y = X · Wᵀ (+ bias) with f32, f16, bf16
+// or GGUF block-quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+// weights read inside the kernel.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "ops/ops.h"
+#include "ops/weight_type.h"
 
 namespace mkv::ops {
-
-// How a weight matrix is stored: row-major (rows, cols), quantized along rows.
-enum class WeightType { f32, f16, q8_0, q4_0, q4_1 };
-
-// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1"; anything else raises "[op] unknown ...".
-WeightType parse_weight_type(const std::string& name, const char* op);
-const char* weight_type_name(WeightType t);  // the kernel-name suffix, e.g. "q4_1"
-bool is_quantized(WeightType t);
-// Offset alignment the kernels' loads need: 16 (f32, float4), 8 (f16, half4), 2 (blocks).
-size_t weight_align(WeightType t);
-
-// Bytes of a (rows, cols) matrix; raises if cols does not suit the type
-// (quantized: a multiple of 32; f32/f16: a multiple of 4).
-size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op);
 
 // Raises unless [view.offset, view.offset + bytes) lies in the buffer and the
 // offset is a multiple of `align`. `what` names the argument in the message.

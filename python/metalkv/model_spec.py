@@ -16,8 +16,8 @@ from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
 from .models.tensor import bf16_to_f32
 
-# Types the kernels read as they are (GGUF blocks stay blocks).
-KERNEL_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
+# Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h).
+KERNEL_DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
 
 
 def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], list[int]]:
@@ -77,27 +77,27 @@ def _dequantized(t: Tensor) -> np.ndarray:
 
 def device_tensor(t: Tensor) -> tuple[str, np.ndarray]:
     """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases;
-    f32, f16 or bf16) become f32, exactly; matrices in a type the kernels read stay as they are;
-    bf16 becomes f32 (exact); other GGUF quantizations are dequantized to f16
-    (see load_weights' warning)."""
+    f32, f16 or bf16) become f32, exactly; matrices in a type the kernels read stay as they are
+    (bf16 as its uint16 bit patterns, GGUF blocks as their bytes); other GGUF quantizations are
+    dequantized to f16 (see load_weights' warning)."""
     if len(t.shape) == 1:  # the loaders refuse 1-D tensors of a quantized type
         data = bf16_to_f32(t.data) if t.dtype == "bf16" else t.data.astype(np.float32)
         return "f32", np.ascontiguousarray(data)
     if t.dtype in KERNEL_DTYPES:
         return t.dtype, np.ascontiguousarray(t.data)
-    if t.dtype == "bf16":
-        return "f32", np.ascontiguousarray(bf16_to_f32(t.data))
     return "f16", np.ascontiguousarray(_dequantized(t).astype(np.float16))
 
 
 def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Weights":
     weights = _core.Weights(device)
-    other = sorted({t.dtype for t in m.tensors.values()
-                    if len(t.shape) > 1 and t.dtype not in KERNEL_DTYPES + ("bf16",)})
+    other = [t for t in m.tensors.values() if len(t.shape) > 1 and t.dtype not in KERNEL_DTYPES]
     if other:
-        warnings.warn(f"metalkv reads {', '.join(KERNEL_DTYPES)} weights in-kernel; the {', '.join(other)} "
-                      f"matrices of {m.path.name} are dequantized to f16 at load (more memory, values "
-                      f"rounded to f16)", stacklevel=3)
+        stored, f16 = sum(t.nbytes for t in other), sum(2 * int(np.prod(t.shape)) for t in other)
+        warnings.warn(f"metalkv reads {', '.join(KERNEL_DTYPES)} weights in-kernel; the "
+                      f"{', '.join(sorted({t.dtype for t in other}))} matrices of {m.path.name} "
+                      f"are dequantized to f16 at load: {stored / 2**20:.2f} MiB in "
+                      f"the file take {f16 / 2**20:.2f} MiB on the device ({f16 / stored:.1f}x), values "
+                      f"rounded to f16", stacklevel=3)
     for name in progress_bar(list(m.tensors), desc="uploading weights", progress=progress):
         t = m.tensors[name]
         if name == "rope_freqs.weight":

@@ -7,14 +7,53 @@ import gguf
 import numpy as np
 from gguf import quants
 
-WTYPES = ["f32", "f16", "q8_0", "q4_0", "q4_1"]
-QUANTIZED = ["q8_0", "q4_0", "q4_1"]
+WTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
+QUANTIZED = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
+K_QUANTS = ["q4_k", "q5_k", "q6_k"]  # 256-weight super-blocks; gguf-py can dequantize but not quantize them
+
+# Where a K-quant super-block keeps its f16 scales (byte offsets, ggml-common.h):
+# d and dmin first in Q4_K/Q5_K, d last in Q6_K.
+K_SCALES = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def row_multiple(wtype: str) -> int:
+    """What the kernels need a row length to be a multiple of."""
+    if wtype in ("f32", "f16", "bf16"):
+        return 4
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype.upper()]][0]
+
+
+def fit(wtype: str, n: int) -> int:
+    """n rounded up to a row length `wtype` takes (K-quants: a multiple of 256)."""
+    m = row_multiple(wtype)
+    return -(-n // m) * m
+
+
+def random_k_blocks(wtype: str, rows: int, cols: int, rng: np.random.Generator,
+                    spread: float = 1.0) -> np.ndarray:
+    """Random valid K-quant blocks, uint8 (rows, bytes per row): random quants and
+    packed sub-block scales, and f16 super-block scales of either sign chosen so
+    the weights are of order `spread` (like bench/bench_linear.cpp's random weights)."""
+    qtype = gguf.GGMLQuantizationType[wtype.upper()]
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = rows * cols // block
+    b = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+    # |weight| <= d·63·31 + dmin·63 (Q4_K/Q5_K), d·127·32 (Q6_K)
+    size = {"q4_k": 1 / 256, "q5_k": 1 / 512, "q6_k": 1 / 1024}[wtype] * spread
+    for at in K_SCALES[wtype]:
+        v = (rng.uniform(0.5, 1.5, n_blocks) * rng.choice([-1.0, 1.0], n_blocks) * size).astype(np.float16)
+        b[:, at:at + 2] = v.view(np.uint8).reshape(n_blocks, 2)
+    return b.reshape(rows, cols // block * block_bytes)
 
 
 def make_weights(wtype: str, rows: int, cols: int, rng: np.random.Generator,
                  spread: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """A random (rows, cols) matrix as stored in `wtype` (the bytes the kernel
-    reads) and as float64 (what those bytes mean)."""
+    reads) and as float64 (what those bytes mean, by gguf's dequantize)."""
+    if wtype in K_QUANTS:
+        qtype = gguf.GGMLQuantizationType[wtype.upper()]
+        stored = random_k_blocks(wtype, rows, cols, rng, spread)
+        return stored, quants.dequantize(stored, qtype).astype(np.float64)
     w = (rng.standard_normal((rows, cols)) * spread).astype(np.float32)
     if wtype == "f32":
         return w, w.astype(np.float64)
@@ -22,7 +61,7 @@ def make_weights(wtype: str, rows: int, cols: int, rng: np.random.Generator,
         h = w.astype(np.float16)
         return h, h.astype(np.float64)
     qtype = gguf.GGMLQuantizationType[wtype.upper()]
-    stored = quants.quantize(w, qtype)  # uint8 (rows, bytes per row)
+    stored = quants.quantize(w, qtype)  # uint8 (rows, bytes per row); bf16: 2 bytes a weight
     return stored, quants.dequantize(stored, qtype).astype(np.float64)
 
 

@@ -9,7 +9,7 @@ import metalkv
 from metalkv._core import ops
 from gpu.kernels import run
 
-from .reference import WTYPES, f32, gelu_pytorch_tanh, make_weights, rms_norm, silu
+from .reference import WTYPES, f32, fit, gelu_pytorch_tanh, make_weights, rms_norm, silu
 from devices import test_device  # tests/ is on sys.path
 
 # libm's expf/tanhf are within ~1 ulp; a few float32 operations follow.
@@ -21,15 +21,18 @@ ACT_RTOL, ACT_ATOL = 4e-7, 1e-7
 @pytest.mark.parametrize("wtype", WTYPES)
 @pytest.mark.parametrize("scale", [1.0, float(np.sqrt(576))])  # Gemma scales by sqrt(hidden)
 def test_embedding_every_type(dev, wtype, scale):
-    vocab, dim = 50, 96
+    vocab, dim = 50, fit(wtype, 96)  # K-quants: 256, one super-block a row
     rng = np.random.default_rng(vocab + dim)
     stored, table = make_weights(wtype, vocab, dim, rng)
     ids = np.array([0, 49, 7, 7, 31, 1], np.int32)  # first and last row, a repeat
     out = dev.buffer(len(ids) * dim * 4)
     ops.embedding(dev, dev.buffer_from(stored), dev.buffer_from(ids), out, n_tokens=len(ids),
                   dim=dim, vocab=vocab, ttype=wtype, scale=scale)
-    # Dequantizing is one or two float32 roundings per weight, times the scale.
-    np.testing.assert_allclose(f32(out, (len(ids), dim)), table[ids] * scale, rtol=3e-7, atol=0)
+    # Dequantizing is one or two float32 roundings per weight (the same operations
+    # as gguf's: K-quants d·sc·q − dmin·m), times the scale; atol: a GPU may fuse
+    # q·d + m, which moves a cancelling sum by up to an ulp of the larger term.
+    ref = table[ids] * scale
+    np.testing.assert_allclose(f32(out, (len(ids), dim)), ref, rtol=3e-7, atol=2 ** -23 * np.abs(ref).max())
 
 
 def test_embedding_kernel_writes_zeros_for_out_of_range_ids(dev):
@@ -51,8 +54,11 @@ def test_embedding_bad_inputs():
                        match=r"\[embedding\] token id 10 at position 1 is outside \[0, 10\)"):
         ops.embedding(dev, table, ids, out, n_tokens=2, dim=64, vocab=10, ttype="f16")
     ok = dev.buffer_from(np.array([3, 9], np.int32))
-    with pytest.raises(metalkv.GpuError, match=r"\[embedding\] unknown weight type 'bf16'"):
-        ops.embedding(dev, table, ok, out, n_tokens=2, dim=64, vocab=10, ttype="bf16")
+    with pytest.raises(metalkv.GpuError, match=r"\[embedding\] unknown weight type 'q2_k'"):
+        ops.embedding(dev, table, ok, out, n_tokens=2, dim=64, vocab=10, ttype="q2_k")
+    with pytest.raises(metalkv.GpuError, match=r"\[embedding\] q6_k weights need a row length .* multiple of "
+                                              r"256, got 64 \(GGUF K-quant super-blocks hold 256 weights\)"):
+        ops.embedding(dev, table, ok, out, n_tokens=2, dim=64, vocab=10, ttype="q6_k")
     with pytest.raises(metalkv.GpuError, match=r"\[embedding\] q4_0 weights need a row length .* got 48"):
         ops.embedding(dev, table, ok, out, n_tokens=2, dim=48, vocab=10, ttype="q4_0")
     with pytest.raises(metalkv.GpuError,

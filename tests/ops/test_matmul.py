@@ -1,5 +1,6 @@
 """ops.matmul: gemv_* and gemm_* for every weight format against float64 numpy
-on the weights as gguf dequantizes them."""
+on the weights as gguf dequantizes them. Row lengths are rounded up to what a
+format takes (`fit`: K-quants 256), so every shape runs every format."""
 from __future__ import annotations
 
 import gguf
@@ -10,7 +11,7 @@ import metalkv
 from metalkv._core import ops
 
 from devices import test_device  # tests/ is on sys.path
-from .reference import (QUANTIZED, WTYPES, f32, gelu_pytorch_tanh, make_weights, matmul, matmul_tolerance,
+from .reference import (K_QUANTS, QUANTIZED, WTYPES, f32, fit, gelu_pytorch_tanh, make_weights, matmul, matmul_tolerance,
                         silu)
 
 
@@ -28,6 +29,7 @@ def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto", gemv_rows
 
 
 def check(dev, wtype, n_tokens, n_out, n_in, kernel, with_bias, seed, gemv_rows=0):
+    n_in = fit(wtype, n_in)
     rng = np.random.default_rng(seed)
     stored, w = make_weights(wtype, n_out, n_in, rng)
     x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
@@ -68,8 +70,8 @@ def test_bias(dev, wtype, n_tokens, kernel):
     check(dev, wtype, n_tokens, 70, 64, kernel, True, 7)
 
 
-# f16/f32 rows need only n_in % 4 == 0: gemm's last 32-input step is partial.
-@pytest.mark.parametrize("wtype", ["f32", "f16"])
+# f32/f16/bf16 rows need only n_in % 4 == 0: gemm's last 64-input step is partial.
+@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("n_tokens", [1, 33])
 def test_float_weights_with_partial_last_step(dev, wtype, n_tokens):
     check(dev, wtype, n_tokens, 9, 100, "auto", True, 3)
@@ -81,6 +83,22 @@ def test_gemv_lm_head_49152x576():
     check(dev, "q4_1", 1, 49152, 576, "gemv", False, 49152)
 
 
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("kernel", ["gemv", "gemm"])
+def test_identity_input_reads_every_weight_where_gguf_says(dev, wtype, kernel):
+    """X = I gives Y = Wᵀ: each output is one weight as the kernel decoded it, at
+    the column gguf's dequantize puts it, so any misplaced nibble, bit, scale or
+    block is an error at that weight, not an error hidden in a sum. Two blocks per
+    row, so the block stride is pinned too. Each output is one product x·w with
+    x = 1 plus zeros (Q4: d·(q − 8·1), K: d·sc·q − dmin·m·1), the same float32
+    operations as gguf's, so only a contracted multiply-add (a GPU may) can differ."""
+    n_out, n_in = 5, 2 * max(fit(wtype, 32), 32)
+    stored, w = make_weights(wtype, n_out, n_in, np.random.default_rng(3))
+    x = np.eye(n_in, dtype=np.float32)
+    y = run_matmul(dev, x, stored, n_out, wtype, kernel=kernel)
+    np.testing.assert_allclose(y, w.T, rtol=2 ** -22, atol=2 ** -22 * np.abs(w).max())
+
+
 def test_quantized_layout_is_ggufs():
     """One nonzero weight in an otherwise zero matrix lands where gguf says.
 
@@ -90,7 +108,7 @@ def test_quantized_layout_is_ggufs():
     """
     dev = test_device()
     n_out, n_in = 3, 64
-    for wtype in QUANTIZED:
+    for wtype in [t for t in QUANTIZED if t not in K_QUANTS]:  # gguf-py quantizes these
         for col in [0, 5, 15, 16, 31, 32, 47, 63]:
             w = np.zeros((n_out, n_in), np.float32)
             w[1, col] = 1.0
@@ -128,9 +146,13 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] f16 weights need .* multiple of 4, got 10"):
         call(dev, wtype="f16", n_in=10)
     with pytest.raises(metalkv.GpuError,
-                       match=r"\[matmul\] unknown weight type 'q5_k'; expected 'f32', 'f16', "
-                             r"'q8_0', 'q4_0' or 'q4_1'"):
-        call(dev, wtype="q5_k")
+                       match=r"\[matmul\] q4_k weights need a row length that is a positive multiple of "
+                             r"256, got 576 \(GGUF K-quant super-blocks hold 256 weights\)"):
+        call(dev, wtype="q4_k", n_in=576, w_bytes=8 * 1000)
+    with pytest.raises(metalkv.GpuError,
+                       match=r"\[matmul\] unknown weight type 'q3_k'; expected 'f32', 'f16', 'bf16', "
+                             r"'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1', 'q4_k', 'q5_k' or 'q6_k'"):
+        call(dev, wtype="q3_k")
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] unknown kernel 'gemmv'"):
         call(dev, kernel="gemmv")
     with pytest.raises(metalkv.GpuError,
@@ -147,6 +169,21 @@ def test_bad_inputs_raise_clear_errors():
         call(dev, n_tokens=0)
 
 
+@pytest.mark.parametrize("wtype", WTYPES)
+def test_weight_sizes_are_ggufs(wtype):
+    """The op's size of a (rows, n_in) matrix is gguf's (GGML_QUANT_SIZES): a buffer
+    of exactly that size is taken, one byte less is refused with that size."""
+    dev = test_device()
+    rows, n_in = 8, 512
+    qtype = gguf.GGMLQuantizationType[wtype.upper()]
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    need = rows * n_in // block * block_bytes
+    call(dev, wtype=wtype, n_in=n_in, n_out=rows, w_bytes=need)
+    with pytest.raises(metalkv.GpuError, match=rf"\[matmul\] w \(n_out, n_in\) {wtype} needs {need} bytes at "
+                                              rf"offset 0, but the buffer has {need - 1} bytes"):
+        call(dev, wtype=wtype, n_in=n_in, n_out=rows, w_bytes=need - 1)
+
+
 # ---- fused epilogues -------------------------------------------------------------
 
 @pytest.mark.parametrize("wtype", WTYPES)
@@ -155,7 +192,7 @@ def test_bad_inputs_raise_clear_errors():
 def test_accumulate_adds_to_y(dev, wtype, n_tokens, kernel, gemv_rows):
     """y += x·Wᵀ + bias: the residual add fused into the epilogue."""
     rng = np.random.default_rng(11)
-    n_out, n_in = 70, 64
+    n_out, n_in = 70, fit(wtype, 64)
     stored, w = make_weights(wtype, n_out, n_in, rng)
     x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
     bias = rng.standard_normal(n_out).astype(np.float32)
@@ -185,6 +222,7 @@ def run_glu(dev, x, stored, n_out, wtype, act, gemv_rows=0):
 @pytest.mark.parametrize("n_tokens,n_out,n_in", [(1, 1536, 576), (3, 37, 96)])
 @pytest.mark.parametrize("gemv_rows", GEMV_ROWS)
 def test_glu_matches_reference(dev, wtype, act, fn, n_tokens, n_out, n_in, gemv_rows):
+    n_in = fit(wtype, n_in)
     rng = np.random.default_rng(n_out)
     stored, w = make_weights(wtype, 2 * n_out, n_in, rng)
     x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
