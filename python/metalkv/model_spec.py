@@ -1,8 +1,11 @@
 """From a loaded model to what the C++ engine takes: the spec dict (switches,
 scalars, rope tables) and the weights in dtypes the kernels read.
 
-The C++ forward has no architecture names; this is the one place that says
-what a Llama, Qwen2 or Gemma 3 layer is in terms of its switches.
+The C++ forward has no architecture names, and neither has this file: an
+architecture becomes features in one table (models/config.py ARCHITECTURES:
+qk_norm, sandwich_norms, ...), the loaders read the rest from the file into a
+ModelConfig (biases, windows, softcaps, rotary dims, norm offset), and
+engine_spec maps those features onto the C++ model's switches one to one.
 """
 from __future__ import annotations
 
@@ -21,10 +24,10 @@ KERNEL_DTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
 
 
 def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], list[int]]:
-    """inv_freq tables (head_dim/2 float32 each) and, per layer, which one it uses:
-    table 0 for full-attention layers (rope_theta and its scaling), table 1 for
-    Gemma 3's sliding layers (rope_local_base_freq, unscaled)."""
-    d = cfg.head_dim
+    """inv_freq tables (rope_dim/2 float32 each) and, per layer, which one it uses:
+    table 0 (rope_theta and its scaling) for every layer, except that with a
+    rope_local_base_freq (Gemma 3) sliding layers use table 1 (that base, unscaled)."""
+    d = cfg.rope_dim
     full = np.asarray(_core.ops.rope_inv_freq_default(d, cfg.rope_theta), np.float32)
     s = cfg.rope_scaling
     if s is None:
@@ -43,16 +46,14 @@ def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.n
         raise ValueError(f"[engine] rope scaling {s['type']!r} is not supported")
     tables = [full]
     which = [0] * cfg.n_layers
-    if any(cfg.is_sliding(i) for i in range(cfg.n_layers)):
-        local = cfg.rope_local_base_freq or cfg.rope_theta
-        tables.append(np.asarray(_core.ops.rope_inv_freq_default(d, local), np.float32))
+    if cfg.rope_local_base_freq is not None and any(cfg.is_sliding(i) for i in range(cfg.n_layers)):
+        tables.append(np.asarray(_core.ops.rope_inv_freq_default(d, cfg.rope_local_base_freq), np.float32))
         which = [1 if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)]
     return tables, which
 
 
 def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor]) -> dict:
     tables, which = rope_tables(cfg, tensors)
-    gemma = cfg.arch == "gemma3"
     return dict(
         n_layers=cfg.n_layers, hidden=cfg.hidden, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim, ffn_hidden=cfg.ffn_hidden, vocab=cfg.vocab, rms_eps=cfg.rms_eps,
@@ -60,8 +61,8 @@ def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor]) -> dict:
         attn_scale=cfg.attn_scale, attn_softcap=cfg.attn_logit_softcap or 0.0,
         final_softcap=cfg.final_logit_softcap or 0.0,
         activation="gelu_tanh" if cfg.hidden_act.startswith("gelu") else "silu",
-        attn_bias=cfg.attn_bias, qk_norm=gemma, sandwich_norms=gemma,
-        tied_embeddings=cfg.tie_embeddings, rope_style=cfg.rope_style, rotary_dim=cfg.head_dim,
+        attn_bias=cfg.attn_bias, qk_norm=cfg.traits.qk_norm, sandwich_norms=cfg.traits.sandwich_norms,
+        tied_embeddings=cfg.tie_embeddings, rope_style=cfg.rope_style, rotary_dim=cfg.rope_dim,
         rope_tables=[t.tolist() for t in tables], layer_rope_table=which,
         layer_window=[cfg.sliding_window if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)],
     )

@@ -127,7 +127,7 @@ def test_gemma3_matches_transformers_config():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"model_type": "mamba"}, r"architecture 'mamba' is not supported; metalkv supports llama, gemma3"),
+    ({"model_type": "mamba"}, r"architecture 'mamba' is not supported; metalkv supports llama, qwen3, phi3, gemma2, gemma3"),
     ({"hidden_size": None}, r"lacks 'hidden_size'"),
     ({"num_key_value_heads": 3}, r"n_heads=4 is not a multiple of n_kv_heads=3"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope scaling type 'yarn' is not supported"),

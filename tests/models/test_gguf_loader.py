@@ -113,7 +113,7 @@ def test_corrupt_magic(tmp_path):
 def test_unsupported_architecture(tmp_path):
     f = tmp_path / "m.gguf"
     write_gguf(f, arch="gptneox")
-    with pytest.raises(ModelLoadError, match=r"architecture 'gptneox' is not supported; metalkv supports llama, gemma3"):
+    with pytest.raises(ModelLoadError, match=r"architecture 'gptneox' is not supported; metalkv supports llama, qwen3, phi3, gemma2, gemma3"):
         load_gguf(f)
 
 

@@ -14,10 +14,36 @@ import numpy as np
 from .tensor import ModelLoadError
 from .values import as_count, as_float, as_token_id, describe
 
-SUPPORTED_ARCHS = ("llama", "gemma3")
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a family's decoder layer has beyond Llama's, as ModelConfig features.
+    This table is the one place an architecture name turns into features; the
+    loaders read everything else from the file, and model_spec maps features onto
+    the C++ model's switches without knowing any architecture."""
+    qk_norm: bool = False         # per-head RMSNorm of q and k before rope (attn_{q,k}_norm)
+    sandwich_norms: bool = False  # norms after attention and after the ffn too (HF: the
+    #                               post_attention_layernorm is the norm *after* attention)
+    partial_rotary: bool = False  # rope may rotate fewer dims than head_dim (llama.cpp refuses
+    #                               rope.dimension_count != head_dim for llama; so do we)
+    gemma: bool = False           # Gemma's conventions: HF norms hold w of x * (1 + w) (GGUF adds
+    #                               the 1), embeddings times sqrt(hidden), GeGLU, query_pre_attn_scalar
+    fused_projections: bool = False  # files hold q/k/v and gate/up fused: HF qkv_proj, gate_up_proj;
+    #                                  GGUF attn_qkv, and ffn_up of (2 ffn_hidden, hidden), gate first
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture(),  # also qwen2 (q/k/v bias), mistral (a sliding window on every layer)
+    "qwen3": Architecture(qk_norm=True),
+    "phi3": Architecture(partial_rotary=True, fused_projections=True),
+    "gemma2": Architecture(sandwich_norms=True, gemma=True),
+    "gemma3": Architecture(qk_norm=True, sandwich_norms=True, gemma=True),
+}
+SUPPORTED_ARCHS = tuple(ARCHITECTURES)
 # Source architecture names (GGUF general.architecture / HF model_type) -> our arch.
-# qwen2 is a llama with q/k/v bias and NEOX rope.
-_ARCH_ALIASES = {"llama": "llama", "qwen2": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+# qwen2 is a llama with q/k/v bias and NEOX rope; mistral a llama with a sliding window.
+_ARCH_ALIASES = {"llama": "llama", "qwen2": "llama", "mistral": "llama", "qwen3": "qwen3",
+                 "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3"}
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
 # fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
 EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -28,7 +54,7 @@ EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                   # "llama" | "gemma3"
+    arch: str                   # a key of ARCHITECTURES
     n_layers: int
     hidden: int
     n_heads: int
@@ -41,29 +67,39 @@ class ModelConfig:
     rope_style: str             # "interleaved" (GGUF llama: pairs (2i, 2i+1)) | "neox" (pairs (i, i+d/2))
     context_length: int
     tie_embeddings: bool
-    hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma3), gating the ffn_up product
+    hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma), gating the ffn_up product
     # None, {"type": "linear", "factor"}, {"type": "llama3", "factor", "low_freq_factor",
     # "high_freq_factor", "original_max_position_embeddings"} or {"type": "freq_factors"}
     # (GGUF: divide each frequency by the rope_freqs.weight tensor). Full-attention layers only.
     rope_scaling: dict | None = None
     rope_local_base_freq: float | None = None   # gemma3 sliding layers (no scaling there)
+    rotary_dim: int | None = None                # dims of each head rope rotates; None = head_dim
     attn_bias: bool = False     # q/k/v projections carry a bias (qwen2)
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()           # per layer "full" | "sliding"
-    query_pre_attn_scalar: float | None = None  # scores scale = scalar**-0.5 (gemma3)
+    query_pre_attn_scalar: float | None = None  # scores scale = scalar**-0.5 (gemma)
     attn_logit_softcap: float | None = None     # scores = cap * tanh(scores / cap)
     final_logit_softcap: float | None = None
     embedding_scale: float = 1.0                # x = token_embd[id] * scale (gemma: sqrt(hidden))
     norm_weight_offset: float = 0.0             # rms_norm(x) * (offset + w): HF gemma stores w - 1
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = ()               # any of these ends generation
-    source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text"
+    source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text", ...
     source_format: str = ""                     # "gguf" | "safetensors"
 
     @property
     def attn_scale(self) -> float:
         base = self.query_pre_attn_scalar if self.query_pre_attn_scalar else self.head_dim
         return 1.0 / math.sqrt(base)
+
+    @property
+    def traits(self) -> Architecture:
+        return ARCHITECTURES[self.arch]
+
+    @property
+    def rope_dim(self) -> int:
+        """Dims of each head that rope rotates (the first rope_dim; the rest pass through)."""
+        return self.rotary_dim or self.head_dim
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding"
@@ -78,6 +114,10 @@ class ModelConfig:
                                  f"n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelLoadError(f"[config] {source}: head_dim={self.head_dim} must be even for rope")
+        if self.rotary_dim is not None and not (2 <= self.rotary_dim <= self.head_dim
+                                                and self.rotary_dim % 2 == 0):
+            raise ModelLoadError(f"[config] {source}: rope rotates {self.rotary_dim} dims of each head; "
+                                 f"expected an even number in 2..head_dim={self.head_dim}")
         self._validate_floats(source)
         check_rope_scaling(self.rope_scaling, "rope_scaling", source)
         self._validate_layers(source)
