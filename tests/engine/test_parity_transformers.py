@@ -2,7 +2,7 @@
 built offline from configs (tests/engine/tiny_hf.py): Llama (GQA, untied), Llama
 (tied, llama3 rope), Qwen2 (q/k/v bias), Qwen3 (q/k norms), Mistral (a sliding
 window on every layer), Phi-3 (fused qkv and gate_up; one with partial rotary
-and a window), Gemma 2 (alternating windows, attention and final logit
+and a window, one with LongRoPE), Gemma 2 (alternating windows, attention and final logit
 soft-capping), Gemma3 text (sliding window 8 < the sequences, per-type rope
 base, QK-norm, query_pre_attn_scalar, GeGLU, embedding scale; one variant with
 linear rope scaling on the full layers); and one Llama per head size in
@@ -150,6 +150,9 @@ def expected_config(name: str) -> dict:
     scaling = {k: v for k, v in full.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
     if full["rope_type"] != "default":
         scaling["type"] = full["rope_type"]
+    if full["rope_type"] == "longrope":
+        scaling.update(short_factor=tuple(full["short_factor"]), long_factor=tuple(full["long_factor"]),
+                       original_max_position_embeddings=s["original_max_position_embeddings"])
     head_dim = s.get("head_dim") or s["hidden_size"] // s["num_attention_heads"]
     partial = full.get("partial_rotary_factor", 1.0)
     n = s["num_hidden_layers"]
@@ -296,6 +299,22 @@ def test_decode_through_cache_equals_prefill(engines, bounds, name, store):
 def test_chunked_prefill(engines, bounds, name, chunk):
     ids, b = prompt(name), bounds(name)
     b.check_tight(engines(name, prefill_chunk=chunk).logits(ids), f"prefill_chunk={chunk}")
+
+
+# ---- LongRoPE's two factor sets ----------------------------------------------------------
+
+def test_longrope_short_factors(refs, engines):
+    """Within original_max_position_embeddings transformers runs the short factors, and
+    so does metalkv for a cache that holds no more (logits() sizes its cache to the ids);
+    a larger cache takes the long factors for every position (llama.cpp's rule), which
+    the 40-token tests above compare with transformers."""
+    name = "phi3_longrope"
+    ids = prompt(name)[:tiny_hf.SPECS[name]["original_max_position_embeddings"]]
+    b = Bounds(refs[name], ids)
+    eng = engines(name)
+    b.check_tight(eng.logits(ids), f"{len(ids)} tokens, short factors")
+    longer = eng.logits(ids, cache=eng.new_cache())  # CONTEXT = 128 tokens: the long factors
+    assert np.abs(longer - b.z16).max() > 10 * b.tight, "a cache of 128 tokens did not switch to the long factors"
 
 
 # ---- head sizes the kernels may not take yet ------------------------------------------

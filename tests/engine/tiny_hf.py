@@ -94,6 +94,21 @@ SPECS: dict[str, dict[str, Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
         tie_word_embeddings=True, max_position_embeddings=512, original_max_position_embeddings=512,
         save_dtype="float16"),
+    # Phi-3 with LongRoPE (Phi-3-mini-128k-like: whole-head rotary): the 40-token prompts exceed
+    # original_max_position_embeddings = 32, so transformers runs the long factors, as metalkv
+    # does for a cache of more than 32 tokens; test_longrope_short_factors takes a shorter one.
+    # The attention factor scales cos and sin, so K in the cache: metalkv scales the scores
+    # by its square instead, which rounds K to f16 the same way only for a power of two
+    # (the default sqrt(1 + ln(512 / 32) / ln(32)) is checked in tests/models/test_config.py).
+    "phi3_longrope": dict(
+        model_type="phi3", vocab_size=256, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+        rms_norm_eps=1e-5, sliding_window=None,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                         "short_factor": [1.0 + 0.05 * i for i in range(32)],
+                         "long_factor": [1.0 + 0.5 * i for i in range(32)], "attention_factor": 2.0},
+        tie_word_embeddings=False, max_position_embeddings=512, original_max_position_embeddings=32,
+        save_dtype="float16"),
     # Gemma 2: sliding (window 8) and full layers alternating, attention and final logit
     # soft-capping low enough to bend these models' scores and logits, sandwich norms, (1 + w)
     # norms, query_pre_attn_scalar != head_dim, GeGLU, sqrt(hidden) embedding scale.

@@ -69,8 +69,11 @@ class ModelConfig:
     tie_embeddings: bool
     hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma), gating the ffn_up product
     # None, {"type": "linear", "factor"}, {"type": "llama3", "factor", "low_freq_factor",
-    # "high_freq_factor", "original_max_position_embeddings"} or {"type": "freq_factors"}
-    # (GGUF: divide each frequency by the rope_freqs.weight tensor). Full-attention layers only.
+    # "high_freq_factor", "original_max_position_embeddings"}, {"type": "freq_factors"}
+    # (GGUF: divide each frequency by the rope_freqs.weight tensor) or {"type": "longrope",
+    # "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"}
+    # (GGUF: the factors are the rope_factors_{short,long}.weight tensors). Full-attention
+    # layers only (unless the model has no separate sliding-layer base).
     rope_scaling: dict | None = None
     rope_local_base_freq: float | None = None   # gemma3 sliding layers (no scaling there)
     rotary_dim: int | None = None                # dims of each head rope rotates; None = head_dim
@@ -120,6 +123,19 @@ class ModelConfig:
                                  f"expected an even number in 2..head_dim={self.head_dim}")
         self._validate_floats(source)
         check_rope_scaling(self.rope_scaling, "rope_scaling", source)
+        s = self.rope_scaling
+        if s is not None and s["type"] == "longrope":
+            if self.rope_dim < self.head_dim and s["attention_factor"] != 1.0:
+                # it multiplies the rotated dims of q and k only: no score scale can stand for it
+                raise ModelLoadError(
+                    f"[config] {source}: LongRoPE's attention factor {s['attention_factor']:.4g} with "
+                    f"partial rotary ({self.rope_dim} of {self.head_dim} dims) is not supported: the "
+                    f"factor scales only the rotated dims, which the rope kernels do not do")
+            for name in ("short_factor", "long_factor"):
+                if name in s and len(s[name]) != self.rope_dim // 2:
+                    raise ModelLoadError(f"[config] {source}: rope_scaling.{name} has {len(s[name])} "
+                                         f"values; rope rotating {self.rope_dim} dims needs "
+                                         f"{self.rope_dim // 2}")
         self._validate_layers(source)
         if self.bos_id is not None:
             as_token_id(self.bos_id, "bos_id", source, self.vocab)
@@ -168,8 +184,10 @@ def normalize_arch(name: str | None, source: str) -> str:
     return arch
 
 
-def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling") -> dict | None:
-    """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None."""
+def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling",
+                           top: Mapping[str, Any] | None = None) -> dict | None:
+    """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None.
+    top: the whole config.json, where LongRoPE's context lengths may live."""
     if not s:
         return None
     if not isinstance(s, dict):
@@ -188,16 +206,51 @@ def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling") -> di
         out["original_max_position_embeddings"] = as_count(
             s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings", source,
             "original_max_position_embeddings")
+    elif kind in ("longrope", "su"):  # "su": Phi-3's first name for it
+        out = _longrope(s, key, source, top or {})
     else:
         raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
-                             f"(supported: linear, llama3)")
+                             f"(supported: linear, llama3, longrope)")
     return out  # ranges: ModelConfig.validate (check_rope_scaling)
+
+
+def _longrope(s: Mapping[str, Any], key: str, source: str, top: Mapping[str, Any]) -> dict:
+    """LongRoPE as transformers computes it (_compute_longrope_parameters): per-frequency
+    divisors short_factor (a sequence within original_max_position_embeddings) or
+    long_factor (beyond), and cos/sin multiplied by attention_factor, by default
+    sqrt(1 + ln(factor) / ln(original)) with factor = max_position_embeddings / original."""
+    out: dict[str, Any] = {"type": "longrope"}
+    for name in ("short_factor", "long_factor"):
+        v = s.get(name)
+        if not isinstance(v, list) or not v:
+            raise ModelLoadError(f"[config] {source}: {key}.{name} is {describe(v)}; expected a "
+                                 f"non-empty list of numbers")
+        out[name] = tuple(as_float(x, f"{key}.{name}[{i}]", source, gt=0.0) for i, x in enumerate(v))
+    k_orig = f"{key}.original_max_position_embeddings"
+    orig = s.get("original_max_position_embeddings")
+    if orig is None:
+        orig, k_orig = top.get("original_max_position_embeddings"), "original_max_position_embeddings"
+    out["original_max_position_embeddings"] = as_count(orig, k_orig, source, "original_max_position_embeddings")
+    factor = s.get("factor")
+    if factor is None:
+        factor = as_count(top.get("max_position_embeddings"), "max_position_embeddings", source,
+                          "context_length") / out["original_max_position_embeddings"]
+    factor = as_float(factor, f"{key}.factor", source, gt=0.0)
+    attn = s.get("attention_factor")
+    if attn is None:
+        attn = math.sqrt(1 + math.log(factor) / math.log(out["original_max_position_embeddings"])) \
+            if factor > 1.0 else 1.0
+    out["attention_factor"] = as_float(attn, f"{key}.attention_factor", source, gt=0.0)
+    return out
 
 
 def check_rope_scaling(s: dict | None, key: str, source: str) -> None:
     """Factors that divide frequencies must be > 0, and llama3's blend divides by
     high_freq_factor - low_freq_factor."""
     if s is None or s["type"] == "freq_factors":
+        return
+    if s["type"] == "longrope":  # factors and lengths: _longrope, the file's tensors, validate
+        as_float(s["attention_factor"], f"{key}.attention_factor", source, gt=0.0)
         return
     as_float(s["factor"], f"{key}.factor", source, gt=0.0)
     if s["type"] == "llama3":

@@ -22,7 +22,7 @@ from .config import ARCHITECTURES, ModelConfig, eog_ids, normalize_arch, sliding
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, check_tensors, split_fused
+from .tensor import ROPE_TENSORS, ModelLoadError, Tensor, check_tensors, split_fused, vector_f32
 from .values import (INT_RANGES, as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id,
                      describe)
 
@@ -166,6 +166,15 @@ def _special_ids(md: dict[str, Any], vocab: int, source: str) -> dict[str, Any]:
 def _gguf_rope_scaling(k: _ArchKeys, tensor_names: set[str], source: str) -> dict | None:
     if "rope_freqs.weight" in tensor_names:
         return {"type": "freq_factors"}
+    longrope = {"rope_factors_short.weight", "rope_factors_long.weight"}
+    if longrope & tensor_names:  # convert_hf_to_gguf's Phi-3 LongRoPE
+        if not longrope <= tensor_names:
+            raise ModelLoadError(f"[config] {source}: LongRoPE needs both rope_factors_short.weight and "
+                                 f"rope_factors_long.weight; the file has only {sorted(longrope & tensor_names)[0]}")
+        return {"type": "longrope",
+                "original_max_position_embeddings": k.count("rope.scaling.original_context_length",
+                                                            "original_max_position_embeddings"),
+                "attention_factor": k.float("rope.scaling.attn_factor", 1.0, gt=0.0)}
     kind = k.raw("rope.scaling.type", None)
     if kind is not None:
         as_str(kind, f"{k.arch}.rope.scaling.type", source)
@@ -278,11 +287,13 @@ def load_gguf_tensors(f: GGUFFile, cfg: ModelConfig, source: str,
 
 
 def _check_rope_freqs(tensors: dict[str, Tensor], source: str) -> None:
-    """rope_freqs.weight divides each rope frequency (model_spec.rope_tables)."""
-    t = tensors.get("rope_freqs.weight")
-    if t is not None and t.data.size and not (np.asarray(t.data, np.float32) > 0).all():
-        raise ModelLoadError(f"[load] {source}: tensor rope_freqs.weight holds values <= 0 (min "
-                             f"{float(np.min(t.data)):g}); expected frequency divisors > 0")
+    """rope_freqs.weight and LongRoPE's factors divide each rope frequency (model_spec.rope_tables)."""
+    for name in ROPE_TENSORS:
+        t = tensors.get(name)
+        v = None if t is None else vector_f32(t)
+        if v is not None and v.size and not (v > 0).all():
+            raise ModelLoadError(f"[load] {source}: tensor {name} holds values <= 0 (min "
+                                 f"{float(v.min()):g}); expected frequency divisors > 0")
 
 
 def load_gguf(path: str | os.PathLike, *, progress: bool | None = None):

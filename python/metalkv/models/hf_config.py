@@ -238,7 +238,7 @@ def _rope(c: Mapping[str, Any], arch: str, source: str) -> tuple[float, dict | N
     if gemma3:
         local_theta = as_float(*_first(("rope_parameters.sliding_attention", local, "rope_theta"),
                                        ("", c, "rope_local_base_freq"), default=10000.0), source, gt=1.0)
-    return theta, normalize_rope_scaling(full, source, key), local_theta
+    return theta, normalize_rope_scaling(full, source, key, top=c), local_theta
 
 
 def _first(*where: tuple[str, Mapping[str, Any], str], default: Any) -> tuple[Any, str]:

@@ -6,7 +6,8 @@ Canonical names are llama.cpp's GGUF names, whatever the source file was:
     token_embd.weight                 (vocab, hidden)
     output_norm.weight                (hidden,)
     output.weight                     (vocab, hidden)       absent when tied
-    rope_freqs.weight                 (head_dim / 2,)       optional (llama3 GGUF)
+    rope_freqs.weight                 (rope_dim / 2,)       optional (llama3 GGUF)
+    rope_factors_{short,long}.weight  (rope_dim / 2,)       optional (LongRoPE GGUF, Phi-3)
     blk.{i}.attn_norm.weight          (hidden,)
     blk.{i}.attn_q.weight             (n_heads * head_dim, hidden)
     blk.{i}.attn_k.weight             (n_kv_heads * head_dim, hidden)
@@ -87,6 +88,11 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def vector_f32(t: Tensor) -> np.ndarray:
+    """A 1-D float tensor (f32, f16 or bf16 bits) as float32, exactly."""
+    return (bf16_to_f32(t.data) if t.dtype == "bf16" else np.asarray(t.data, np.float32)).reshape(-1)
+
+
 def layer_names(i: int, cfg: ModelConfig) -> list[str]:
     """Canonical tensor names of layer i, in the order a forward pass uses them."""
     p = f"blk.{i}."
@@ -136,7 +142,10 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 # Tensors a model may carry without the config asking for them.
-OPTIONAL_SHAPES = {"rope_freqs.weight": lambda cfg: (cfg.head_dim // 2,)}
+OPTIONAL_SHAPES = {name: lambda cfg: (cfg.rope_dim // 2,) for name in
+                   ("rope_freqs.weight", "rope_factors_short.weight", "rope_factors_long.weight")}
+# Tensors folded into the rope tables (model_spec.rope_tables), not uploaded as weights.
+ROPE_TENSORS = tuple(OPTIONAL_SHAPES)
 
 # Types a tensor may have, by role. Vectors (norms, biases, rope factors) are read
 # as floats; a quantized vector is a type changed in the header, not a format.
