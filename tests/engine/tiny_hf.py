@@ -254,9 +254,11 @@ class Reference:
         logits they were chosen from (float32 K/V)."""
         import torch
 
+        x = torch.tensor([ids])
         with torch.no_grad():
-            out = self.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=steps,
-                                      min_new_tokens=steps, output_logits=True,
+            # an explicit mask: without one generate masks every prompt token equal to pad_token_id
+            out = self.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                      max_new_tokens=steps, min_new_tokens=steps, output_logits=True,
                                       return_dict_in_generate=True, pad_token_id=0)
         toks = out.sequences[0, len(ids):].tolist()
         margins = np.array([top2_margin(lg[0].float().numpy()) for lg in out.logits])
