@@ -4,7 +4,8 @@ models out: Llama's (and Mistral's) q/k rows permuted so that llama.cpp's
 interleaved ("normal") rope applies, no permutation for the NEOX-rope archs
 (qwen2, qwen3, phi3, gemma2, gemma3), Gemma's norms stored as 1 + w, Phi-3's
 qkv kept fused as attn_qkv and its gate_up as ffn_up (2 ffn rows, gate first),
-LongRoPE's factors as rope_factors_{long,short}.weight, rope.dimension_count the
+Llama 3's rope scaling as rope_freqs.weight and LongRoPE's factors as
+rope_factors_{long,short}.weight, rope.dimension_count the
 rotated dims, names and metadata in GGUF form. This ties together the two
 loaders, the two rope styles, the norm offset and the fused tensors through the
 whole engine (the default model covers GGUF Llama against llama.cpp; the
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 import metalkv
+from metalkv.models import rope_freq_factors
 from metalkv.models.hf_config import config_from_hf
 from metalkv.models.safetensors_loader import canonical_name
 from models.tiny import gemma3_config, llama_config, write_hf_dir, write_safetensors  # tests/ on sys.path
@@ -63,6 +65,8 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
         w.add_sliding_window(config.get("sliding_window") or 0)
         w.add_rope_scaling_orig_ctx_len(config.get("original_max_position_embeddings",
                                                    config["max_position_embeddings"]))
+    if cfg.rope_scaling and cfg.rope_scaling["type"] == "llama3":  # LlamaModel's generate_extra_tensors
+        w.add_tensor("rope_freqs.weight", rope_freq_factors(cfg))
     if cfg.rope_scaling and cfg.rope_scaling["type"] == "longrope":  # Phi-3's generate_extra_tensors
         w.add_rope_scaling_attn_factors(cfg.rope_scaling["attention_factor"])
         for kind in ("long", "short"):
@@ -101,6 +105,10 @@ def gemma2_config(**over) -> dict:
 
 CASES = {
     "llama": llama_config(**SIZES),
+    # Llama 3 rope scaling: rope_freqs.weight in the GGUF; original context 16 puts all three
+    # frequency bands at head_dim 64
+    "llama3": llama_config(**SIZES, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
     "qwen2": llama_config(**SIZES, model_type="qwen2"),  # q/k/v biases, NEOX rope
     "qwen3": llama_config(**SIZES, model_type="qwen3", head_dim=64, num_hidden_layers=3),
     "mistral": llama_config(**SIZES, model_type="mistral", sliding_window=8, num_hidden_layers=3),
@@ -120,11 +128,14 @@ CASES = {
 }
 
 
-def as_f32(d: dict) -> dict:
-    """GGUF stores float metadata as float32, and LongRoPE's factors as tensors."""
+def as_gguf_says(d: dict) -> dict:
+    """A config's fields as a GGUF can state them: floats in float32, Llama 3's scaling
+    as its per-frequency divisors (rope_freqs.weight), LongRoPE's factors as tensors."""
     def one(v):
+        if isinstance(v, dict) and v.get("type") == "llama3":
+            return {"type": "freq_factors"}
         if isinstance(v, dict):
-            return as_f32({k: x for k, x in v.items() if k not in ("short_factor", "long_factor")})
+            return as_gguf_says({k: x for k, x in v.items() if k not in ("short_factor", "long_factor")})
         return np.float32(v) if isinstance(v, float) else v
     return {k: one(v) for k, v in d.items()}
 
@@ -146,7 +157,7 @@ def test_gguf_and_hf_give_the_same_logits(tmp_path, name):
                                                                          "source_format", "norm_weight_offset",
                                                                          "bos_id", "eos_ids")}
     got = {k: getattr(gg_engine.config, k) for k in want}
-    assert as_f32(got) == as_f32(want), "the two forms describe different models"
+    assert as_gguf_says(got) == as_gguf_says(want), "the two forms describe different models"
     hf, gg = hf_engine.logits(ids), gg_engine.logits(ids)
     # same math, different summation order in rope'd dot products and K/V f16 rounding flips
     np.testing.assert_allclose(gg, hf, rtol=0, atol=1e-3 * np.abs(hf).max())
