@@ -1,7 +1,7 @@
 // What the forward pass needs to know about a model, beyond its tensors.
 //
-// The Python side maps a source architecture (python/metalkv/models/config.py
-// ARCHITECTURES, then model_spec.py) to these switches, so the C++ forward has
+// The Python side maps a source architecture (python/metalkv/models/
+// architectures.py, then model_spec.py) to these switches, so the C++ forward has
 // no architecture names: a Gemma 3 layer is a Llama layer with qk_norm,
 // sandwich_norms, GeGLU, an embedding scale and (1 + w) norms; a Phi-3 layer
 // one with a rotary_dim below head_dim and LongRoPE's two table sets.

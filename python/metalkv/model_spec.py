@@ -2,7 +2,7 @@
 scalars, rope tables) and the weights in dtypes the kernels read.
 
 The C++ forward has no architecture names, and neither has this file: an
-architecture becomes features in one table (models/config.py ARCHITECTURES:
+architecture becomes features in one table (models/architectures.py:
 qk_norm, sandwich_norms, ...), the loaders read the rest from the file into a
 ModelConfig (biases, windows, softcaps, rotary dims, norm offset), and
 engine_spec maps those features onto the C++ model's switches one to one.
@@ -61,13 +61,15 @@ def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.n
 
 
 def long_rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], int]:
-    """LongRoPE's long-factor tables (one per rope_tables table) and the cache size
-    above which they replace the short ones (llama.cpp's rule: the context, not the
-    sequence, decides); ([], 0) without LongRoPE."""
+    """LongRoPE's tables (one per rope_tables table: the long factors' instead of table 0,
+    a sliding-layer base table as it is) and the cache size above which they replace
+    rope_tables (llama.cpp's rule: the context, not the sequence, decides); ([], 0)
+    without LongRoPE."""
     s = cfg.rope_scaling
     if s is None or s["type"] != "longrope":
         return [], 0
-    return [_inv_freq(cfg, tensors, s, long=True)], s["original_max_position_embeddings"]
+    return [_inv_freq(cfg, tensors, s, long=True)] + rope_tables(cfg, tensors)[0][1:], \
+        s["original_max_position_embeddings"]
 
 
 def attn_scale(cfg: ModelConfig) -> float:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ARCHITECTURES, ModelConfig, eog_ids, normalize_arch, sliding_pattern_types
+from .architectures import ARCHITECTURES, normalize_arch
+from .config import ModelConfig, eog_ids, sliding_pattern_types
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar

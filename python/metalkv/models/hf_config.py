@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .config import (ARCHITECTURES, ModelConfig, eog_ids, normalize_arch, normalize_rope_scaling,
-                     sliding_pattern_types)
+from .architectures import ARCHITECTURES, normalize_arch
+from .config import ModelConfig, eog_ids, normalize_rope_scaling, sliding_pattern_types
 from .tensor import ModelLoadError
 from .values import as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id, describe
 

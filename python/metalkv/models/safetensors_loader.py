@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ARCHITECTURES, ModelConfig
+from .architectures import ARCHITECTURES
+from .config import ModelConfig
 from .hf_config import config_from_hf
 from .finite import check_finite
 from .progress import progress_bar
