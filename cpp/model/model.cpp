@@ -67,11 +67,17 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     layers_.push_back(L);
   }
   const uint32_t rd = spec_.rotary_dim ? spec_.rotary_dim : spec_.head_dim;
-  for (const auto& table : spec_.rope_tables) {
-    gpu::BufferPtr b = device_->new_buffer(table.size() * sizeof(float));
-    b->write(0, table.data(), table.size() * sizeof(float));
-    rope_.push_back({spec_.rope_style, rd, {b, 0}});
-  }
+  for (auto [tables, specs] : {std::pair{&spec_.rope_tables, &rope_}, {&spec_.rope_tables_long, &rope_long_}})
+    for (const auto& table : *tables) {
+      gpu::BufferPtr b = device_->new_buffer(table.size() * sizeof(float));
+      b->write(0, table.data(), table.size() * sizeof(float));
+      specs->push_back({spec_.rope_style, rd, {b, 0}});
+    }
+}
+
+const ops::RopeSpec& Model::rope_for(const kv::KVCache& cache, uint32_t layer) const {
+  const bool long_set = !rope_long_.empty() && cache.spec().capacity > spec_.rope_long_above;
+  return (long_set ? rope_long_ : rope_)[spec_.layer_rope_table[layer]];
 }
 
 void Model::stack_layer(const std::string& p, Layer& L) {
@@ -148,9 +154,9 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
       norm(enc, q, *L.q_norm, q, n * m.n_heads, m.head_dim);
       norm(enc, k, *L.k_norm, k, n * m.n_kv_heads, m.head_dim);
     }
-    ops::rope(enc, dev, q, ws.positions_view(), rope_[m.layer_rope_table[l]], {n, m.n_heads, m.head_dim});
+    ops::rope(enc, dev, q, ws.positions_view(), rope_for(cache, l), {n, m.n_heads, m.head_dim});
   }
-  cache.store(s, l, k, v, n, &rope_[m.layer_rope_table[l]]);
+  cache.store(s, l, k, v, n, &rope_for(cache, l));
 
   gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
   ops::AttentionDesc d;

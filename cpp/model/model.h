@@ -78,7 +78,9 @@ class Model {
   Weights weights_;
   std::vector<Layer> layers_;
   const Weight *embd_, *out_norm_, *lm_head_;
-  std::vector<ops::RopeSpec> rope_;  // per table
+  // per table: rope_tables, and rope_tables_long for caches of more than rope_long_above tokens
+  std::vector<ops::RopeSpec> rope_, rope_long_;
+  const ops::RopeSpec& rope_for(const kv::KVCache& cache, uint32_t layer) const;
 };
 
 }  // namespace mkv::model

@@ -30,6 +30,15 @@ void ModelSpec::validate() const {
   for (const auto& t : rope_tables)
     if (t.size() != rd / 2)
       fail("a rope table has " + str(t.size()) + " frequencies; rotary_dim " + str(rd) + " needs " + str(rd / 2));
+  if (!rope_tables_long.empty()) {
+    if (rope_tables_long.size() != rope_tables.size() || !rope_long_above)
+      fail("rope_tables_long needs one table per rope table (" + str(rope_tables.size()) +
+           ") and rope_long_above > 0");
+    for (const auto& t : rope_tables_long)
+      if (t.size() != rd / 2)
+        fail("a long rope table has " + str(t.size()) + " frequencies; rotary_dim " + str(rd) + " needs " +
+             str(rd / 2));
+  }
   if (layer_rope_table.size() != n_layers || layer_window.size() != n_layers)
     fail("layer_rope_table and layer_window need one entry per layer (" + str(n_layers) + ")");
   for (uint32_t l = 0; l < n_layers; ++l)

@@ -1,9 +1,10 @@
 // What the forward pass needs to know about a model, beyond its tensors.
 //
-// The Python loader maps a source architecture (GGUF llama/qwen2/gemma3, HF
-// LlamaForCausalLM, Qwen2ForCausalLM, Gemma3ForCausalLM) to these switches, so
-// the C++ forward has no architecture names: a Gemma 3 layer is a Llama layer
-// with qk_norm, sandwich_norms, GeGLU, an embedding scale and (1 + w) norms.
+// The Python side maps a source architecture (python/metalkv/models/
+// architectures.py, then model_spec.py) to these switches, so the C++ forward has
+// no architecture names: a Gemma 3 layer is a Llama layer with qk_norm,
+// sandwich_norms, GeGLU, an embedding scale and (1 + w) norms; a Phi-3 layer
+// one with a rotary_dim below head_dim and LongRoPE's two table sets.
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,15 @@ struct ModelSpec {
   // and which frequency table it uses (full and sliding layers may differ,
   // Gemma 3: 1e6 with scaling vs 1e4). Tables hold rotary_dim/2 floats.
   ops::RopeStyle rope_style = ops::RopeStyle::neox;
-  uint32_t rotary_dim = 0;  // 0 = head_dim
+  uint32_t rotary_dim = 0;  // 0 = head_dim; the first rotary_dim dims of a head rotate
   std::vector<std::vector<float>> rope_tables;
   std::vector<uint32_t> layer_rope_table;  // per layer: index into rope_tables
   std::vector<uint32_t> layer_window;      // per layer: 0 = full, W = sliding window
+  // LongRoPE (Phi-3): a cache holding more than rope_long_above tokens uses
+  // these tables instead of rope_tables (the same count and sizes), for all its
+  // positions, as llama.cpp picks by context size. Empty = one set.
+  std::vector<std::vector<float>> rope_tables_long;
+  uint32_t rope_long_above = 0;
 
   // Raises GpuError "[model] ..." naming the first inconsistent field.
   void validate() const;

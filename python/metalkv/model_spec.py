@@ -1,8 +1,11 @@
 """From a loaded model to what the C++ engine takes: the spec dict (switches,
 scalars, rope tables) and the weights in dtypes the kernels read.
 
-The C++ forward has no architecture names; this is the one place that says
-what a Llama, Qwen2 or Gemma 3 layer is in terms of its switches.
+The C++ forward has no architecture names, and neither has this file: an
+architecture becomes features in one table (models/architectures.py:
+qk_norm, sandwich_norms, ...), the loaders read the rest from the file into a
+ModelConfig (biases, windows, softcaps, rotary dims, norm offset), and
+engine_spec maps those features onto the C++ model's switches one to one.
 """
 from __future__ import annotations
 
@@ -14,55 +17,83 @@ from . import _core
 from .errors import argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
-from .models.tensor import bf16_to_f32
+from .models.tensor import ROPE_TENSORS, bf16_to_f32, vector_f32
 
 # Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h).
 KERNEL_DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
 
 
-def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], list[int]]:
-    """inv_freq tables (head_dim/2 float32 each) and, per layer, which one it uses:
-    table 0 for full-attention layers (rope_theta and its scaling), table 1 for
-    Gemma 3's sliding layers (rope_local_base_freq, unscaled)."""
-    d = cfg.head_dim
-    full = np.asarray(_core.ops.rope_inv_freq_default(d, cfg.rope_theta), np.float32)
-    s = cfg.rope_scaling
+def _inv_freq(cfg: ModelConfig, tensors: dict[str, Tensor], s: dict | None, long: bool = False) -> np.ndarray:
+    """The (rope_dim/2,) float32 inv_freq of full-attention layers under scaling s."""
+    d = cfg.rope_dim
+    base = np.asarray(_core.ops.rope_inv_freq_default(d, cfg.rope_theta), np.float32)
     if s is None:
-        pass
-    elif s["type"] == "linear":
-        full = (full / np.float32(s["factor"])).astype(np.float32)
-    elif s["type"] == "llama3":
-        full = np.asarray(_core.ops.rope_inv_freq_llama3(
+        return base
+    if s["type"] == "linear":
+        return (base / np.float32(s["factor"])).astype(np.float32)
+    if s["type"] == "llama3":
+        return np.asarray(_core.ops.rope_inv_freq_llama3(
             d, cfg.rope_theta, factor=s["factor"], low_freq_factor=s["low_freq_factor"],
             high_freq_factor=s["high_freq_factor"],
             original_max_position_embeddings=s["original_max_position_embeddings"]), np.float32)
-    elif s["type"] == "freq_factors":  # GGUF: llama.cpp divides each frequency by rope_freqs.weight
-        factors = np.asarray(tensors["rope_freqs.weight"].data, np.float32).reshape(-1)
-        full = (full / factors).astype(np.float32)
-    else:
-        raise ValueError(f"[engine] rope scaling {s['type']!r} is not supported")
-    tables = [full]
+    if s["type"] == "freq_factors":  # GGUF: llama.cpp divides each frequency by rope_freqs.weight
+        return (base / vector_f32(tensors["rope_freqs.weight"])).astype(np.float32)
+    if s["type"] == "longrope":  # HF: the factors in the config; GGUF: rope_factors_*.weight
+        name = "long_factor" if long else "short_factor"
+        factors = (np.asarray(s[name], np.float32) if name in s else
+                   vector_f32(tensors[f"rope_factors_{name.split('_')[0]}.weight"]))
+        return (base / factors).astype(np.float32)
+    raise ValueError(f"[engine] rope scaling {s['type']!r} is not supported")
+
+
+def rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], list[int]]:
+    """inv_freq tables (rope_dim/2 float32 each) and, per layer, which one it uses:
+    table 0 (rope_theta and its scaling) for every layer, except that with a
+    rope_local_base_freq (Gemma 3) sliding layers use table 1 (that base, unscaled).
+    LongRoPE: these are the short factors' tables (long_rope_tables)."""
+    tables = [_inv_freq(cfg, tensors, cfg.rope_scaling)]
     which = [0] * cfg.n_layers
-    if any(cfg.is_sliding(i) for i in range(cfg.n_layers)):
-        local = cfg.rope_local_base_freq or cfg.rope_theta
-        tables.append(np.asarray(_core.ops.rope_inv_freq_default(d, local), np.float32))
+    if cfg.rope_local_base_freq is not None and any(cfg.is_sliding(i) for i in range(cfg.n_layers)):
+        tables.append(np.asarray(_core.ops.rope_inv_freq_default(cfg.rope_dim, cfg.rope_local_base_freq),
+                                 np.float32))
         which = [1 if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)]
     return tables, which
 
 
+def long_rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list[np.ndarray], int]:
+    """LongRoPE's tables (one per rope_tables table: the long factors' instead of table 0,
+    a sliding-layer base table as it is) and the cache size above which they replace
+    rope_tables (llama.cpp's rule: the context, not the sequence, decides); ([], 0)
+    without LongRoPE."""
+    s = cfg.rope_scaling
+    if s is None or s["type"] != "longrope":
+        return [], 0
+    return [_inv_freq(cfg, tensors, s, long=True)] + rope_tables(cfg, tensors)[0][1:], \
+        s["original_max_position_embeddings"]
+
+
+def attn_scale(cfg: ModelConfig) -> float:
+    """Scores' scale. LongRoPE multiplies cos and sin by its attention factor, so
+    q.k by its square (whole-head rotary only: ModelConfig.validate)."""
+    s = cfg.rope_scaling
+    factor = s["attention_factor"] if s is not None and s["type"] == "longrope" else 1.0
+    return cfg.attn_scale * factor * factor
+
+
 def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor]) -> dict:
     tables, which = rope_tables(cfg, tensors)
-    gemma = cfg.arch == "gemma3"
+    long_tables, long_above = long_rope_tables(cfg, tensors)
     return dict(
         n_layers=cfg.n_layers, hidden=cfg.hidden, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim, ffn_hidden=cfg.ffn_hidden, vocab=cfg.vocab, rms_eps=cfg.rms_eps,
         norm_offset=cfg.norm_weight_offset, embedding_scale=cfg.embedding_scale,
-        attn_scale=cfg.attn_scale, attn_softcap=cfg.attn_logit_softcap or 0.0,
+        attn_scale=attn_scale(cfg), attn_softcap=cfg.attn_logit_softcap or 0.0,
         final_softcap=cfg.final_logit_softcap or 0.0,
         activation="gelu_tanh" if cfg.hidden_act.startswith("gelu") else "silu",
-        attn_bias=cfg.attn_bias, qk_norm=gemma, sandwich_norms=gemma,
-        tied_embeddings=cfg.tie_embeddings, rope_style=cfg.rope_style, rotary_dim=cfg.head_dim,
+        attn_bias=cfg.attn_bias, qk_norm=cfg.traits.qk_norm, sandwich_norms=cfg.traits.sandwich_norms,
+        tied_embeddings=cfg.tie_embeddings, rope_style=cfg.rope_style, rotary_dim=cfg.rope_dim,
         rope_tables=[t.tolist() for t in tables], layer_rope_table=which,
+        rope_tables_long=[t.tolist() for t in long_tables], rope_long_above=long_above,
         layer_window=[cfg.sliding_window if cfg.is_sliding(i) else 0 for i in range(cfg.n_layers)],
     )
 
@@ -100,8 +131,8 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Wei
                       f"rounded to f16", stacklevel=3)
     for name in progress_bar(list(m.tensors), desc="uploading weights", progress=progress):
         t = m.tensors[name]
-        if name == "rope_freqs.weight":
-            continue  # folded into the rope table
+        if name in ROPE_TENSORS:
+            continue  # folded into the rope tables
         dtype, data = device_tensor(t)
         weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
     return weights

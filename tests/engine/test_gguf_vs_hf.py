@@ -1,10 +1,20 @@
 """The same weights as a Hugging Face directory and as a GGUF file give the same
 logits. The GGUF is written the way llama.cpp's convert_hf_to_gguf.py lays
-models out: Llama's q/k rows permuted so that llama.cpp's interleaved
-("normal") rope applies, Gemma 3's norms stored as 1 + w, names and metadata in
-GGUF form. This ties together the two loaders, the two rope styles and the
-norm offset through the whole engine (the default model covers GGUF Llama
-against llama.cpp; the transformers tests cover the HF side)."""
+models out: Llama's (and Mistral's) q/k rows permuted so that llama.cpp's
+interleaved ("normal") rope applies, no permutation for the NEOX-rope archs
+(qwen2, qwen3, phi3, gemma2, gemma3), Gemma's norms stored as 1 + w, Phi-3's
+qkv kept fused as attn_qkv and its gate_up as ffn_up (2 ffn rows, gate first),
+Llama 3's rope scaling as rope_freqs.weight and LongRoPE's factors as
+rope_factors_{long,short}.weight, rope.dimension_count the
+rotated dims, names and metadata in GGUF form. This ties together the two
+loaders, the two rope styles, the norm offset and the fused tensors through the
+whole engine (the default model covers GGUF Llama against llama.cpp; the
+transformers tests cover the HF side).
+
+One departure, on purpose: convert_hf_to_gguf drops Mistral's sliding window
+(its llama arch has none, so llama.cpp runs Mistral with full attention); the
+Mistral file here carries `llama.attention.sliding_window`, which metalkv reads,
+so that the window is compared too."""
 from __future__ import annotations
 
 import gguf
@@ -12,11 +22,14 @@ import numpy as np
 import pytest
 
 import metalkv
+from metalkv.models import rope_freq_factors
+from metalkv.models.hf_config import config_from_hf
 from metalkv.models.safetensors_loader import canonical_name
 from models.tiny import gemma3_config, llama_config, write_hf_dir, write_safetensors  # tests/ on sys.path
 from devices import TEST_DEVICE  # tests/ is on sys.path
 
 SIZES = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64, vocab_size=64)
+N_IDS = 24  # > 2 sliding windows of 8
 
 
 def interleave_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -26,8 +39,14 @@ def interleave_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# config.json model_type -> the architecture convert_hf_to_gguf writes
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+             "gemma2": "gemma2", "gemma3_text": "gemma3"}
+
+
 def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> None:
-    arch = "gemma3" if config["model_type"].startswith("gemma") else "llama"
+    arch = GGUF_ARCH[config["model_type"]]
+    cfg = config_from_hf(config, "hf")  # the sizes transformers derives (head_dim, rotary dims)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(config["num_hidden_layers"])
     w.add_context_length(config["max_position_embeddings"])
@@ -38,18 +57,37 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
     w.add_rope_freq_base(config["rope_theta"])
     w.add_layer_norm_rms_eps(config["rms_norm_eps"])
     w.add_vocab_size(config["vocab_size"])
-    if arch == "gemma3":
+    if "head_dim" in config:  # TextModel writes it when config.json has it (phi3 never does)
         w.add_key_length(config["head_dim"])
         w.add_value_length(config["head_dim"])
+    w.add_rope_dimension_count(cfg.rope_dim)
+    if arch == "phi3":  # always written; 0 = no window (Phi-4)
+        w.add_sliding_window(config.get("sliding_window") or 0)
+        w.add_rope_scaling_orig_ctx_len(config.get("original_max_position_embeddings",
+                                                   config["max_position_embeddings"]))
+    if cfg.rope_scaling and cfg.rope_scaling["type"] == "llama3":  # LlamaModel's generate_extra_tensors
+        w.add_tensor("rope_freqs.weight", rope_freq_factors(cfg))
+    if cfg.rope_scaling and cfg.rope_scaling["type"] == "longrope":  # Phi-3's generate_extra_tensors
+        w.add_rope_scaling_attn_factors(cfg.rope_scaling["attention_factor"])
+        for kind in ("long", "short"):
+            w.add_tensor(f"rope_factors_{kind}.weight", np.asarray(cfg.rope_scaling[f"{kind}_factor"], np.float32))
+    if config["model_type"] == "mistral":  # see the module docstring
         w.add_sliding_window(config["sliding_window"])
+    if arch in ("gemma2", "gemma3"):
+        w.add_sliding_window(config["sliding_window"])
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(config["final_logit_softcapping"])
+    if arch == "gemma3":
         w.add_float32(f"{arch}.rope.freq_base_swa", config["rope_local_base_freq"])
     for hf_name, a in arrays.items():
-        name = canonical_name(hf_name, arch)
+        name = canonical_name(hf_name, cfg.arch)
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads" if "attn_q" in name else "num_key_value_heads"]
             a = interleave_rows(a, heads)
-        if arch == "gemma3" and name.endswith("norm.weight"):
+        if arch.startswith("gemma") and name.endswith("norm.weight"):
             a = a + 1.0  # Gemma computes x * (1 + w); llama.cpp's GGUF stores 1 + w
+        name = name.replace("ffn_gate_up", "ffn_up")  # llama.cpp's phi3: ffn_up holds gate and up
         w.add_tensor(name, a.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -57,12 +95,49 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
     w.close()
 
 
+def gemma2_config(**over) -> dict:
+    c = {"model_type": "gemma2", "num_hidden_layers": 4, "head_dim": 64, "rms_norm_eps": 1e-6,
+         "rope_theta": 1e4, "sliding_window": 8, "query_pre_attn_scalar": 64,
+         "attn_logit_softcapping": 4.0, "final_logit_softcapping": 6.0, "max_position_embeddings": 512,
+         "hidden_activation": "gelu_pytorch_tanh"}
+    return {**c, **over}
+
+
 CASES = {
     "llama": llama_config(**SIZES),
+    # Llama 3 rope scaling: rope_freqs.weight in the GGUF; original context 16 puts all three
+    # frequency bands at head_dim 64
+    "llama3": llama_config(**SIZES, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+    "qwen2": llama_config(**SIZES, model_type="qwen2"),  # q/k/v biases, NEOX rope
+    "qwen3": llama_config(**SIZES, model_type="qwen3", head_dim=64, num_hidden_layers=3),
+    "mistral": llama_config(**SIZES, model_type="mistral", sliding_window=8, num_hidden_layers=3),
+    # partial rotary (64 of head_dim 128), a window on every layer, fused tensors
+    "phi3": llama_config(**{**SIZES, "hidden_size": 256}, model_type="phi3", partial_rotary_factor=0.5,
+                         sliding_window=8, num_hidden_layers=3),
+    # LongRoPE: 24 ids > original 16, so the long factors; the default attention factor
+    "phi3_longrope": llama_config(**SIZES, model_type="phi3", max_position_embeddings=256,
+                                  original_max_position_embeddings=16, rope_scaling={
+                                      "type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(32)],
+                                      "long_factor": [1.0 + 0.7 * i for i in range(32)]}),
+    # query scale 1/sqrt(head_dim) as llama.cpp assumes below 27B; even layers sliding
+    "gemma2": gemma2_config(**SIZES),
     # head_dim 64, query scale 1/sqrt(head_dim) as llama.cpp assumes for gemma3 below 27B;
     # 7 layers, pattern 6: five sliding, one full, one sliding
     "gemma3": gemma3_config(**SIZES, head_dim=64, query_pre_attn_scalar=64, num_hidden_layers=7),
 }
+
+
+def as_gguf_says(d: dict) -> dict:
+    """A config's fields as a GGUF can state them: floats in float32, Llama 3's scaling
+    as its per-frequency divisors (rope_freqs.weight), LongRoPE's factors as tensors."""
+    def one(v):
+        if isinstance(v, dict) and v.get("type") == "llama3":
+            return {"type": "freq_factors"}
+        if isinstance(v, dict):
+            return as_gguf_says({k: x for k, x in v.items() if k not in ("short_factor", "long_factor")})
+        return np.float32(v) if isinstance(v, float) else v
+    return {k: one(v) for k, v in d.items()}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -75,9 +150,15 @@ def test_gguf_and_hf_give_the_same_logits(tmp_path, name):
     write_safetensors(tmp_path / "hf" / "model.safetensors", arrays, "F32")
     write_gguf_from_hf(tmp_path / "m.gguf", config, arrays)
 
-    ids = np.random.default_rng(1).integers(0, config["vocab_size"], 24).tolist()  # > 2 sliding windows
-    hf = metalkv.Engine.load(tmp_path / "hf", device=TEST_DEVICE, context=32).logits(ids)
-    gg = metalkv.Engine.load(tmp_path / "m.gguf", device=TEST_DEVICE, context=32).logits(ids)
+    ids = np.random.default_rng(1).integers(0, config["vocab_size"], N_IDS).tolist()
+    hf_engine = metalkv.Engine.load(tmp_path / "hf", device=TEST_DEVICE, context=32)
+    gg_engine = metalkv.Engine.load(tmp_path / "m.gguf", device=TEST_DEVICE, context=32)
+    want = {k: v for k, v in vars(hf_engine.config).items() if k not in ("rope_style", "source_arch",
+                                                                         "source_format", "norm_weight_offset",
+                                                                         "bos_id", "eos_ids")}
+    got = {k: getattr(gg_engine.config, k) for k in want}
+    assert as_gguf_says(got) == as_gguf_says(want), "the two forms describe different models"
+    hf, gg = hf_engine.logits(ids), gg_engine.logits(ids)
     # same math, different summation order in rope'd dot products and K/V f16 rounding flips
     np.testing.assert_allclose(gg, hf, rtol=0, atol=1e-3 * np.abs(hf).max())
     assert (gg.argmax(1) == hf.argmax(1)).mean() > 0.9

@@ -1,8 +1,12 @@
 """metalkv against transformers (torch, CPU, float32) on tiny random-weight models
 built offline from configs (tests/engine/tiny_hf.py): Llama (GQA, untied), Llama
-(tied, llama3 rope), Qwen2 (q/k/v bias), Gemma3 text (sliding window 8 < the
-sequences, per-type rope base, QK-norm, query_pre_attn_scalar, GeGLU, embedding
-scale; one variant with linear rope scaling on the full layers).
+(tied, llama3 rope), Qwen2 (q/k/v bias), Qwen3 (q/k norms), Mistral (a sliding
+window on every layer), Phi-3 (fused qkv and gate_up; one with partial rotary
+and a window, one with LongRoPE), Gemma 2 (alternating windows, attention and final logit
+soft-capping), Gemma3 text (sliding window 8 < the sequences, per-type rope
+base, QK-norm, query_pre_attn_scalar, GeGLU, embedding scale; one variant with
+linear rope scaling on the full layers); and one Llama per head size in
+tiny_hf.HEAD_DIMS, skipped while metalkv refuses that size.
 
 Tolerances. Both sides use the same weights (exact in f16), activations in
 float32. What differs by design: metalkv stores K (after QK-norm and rope) and V
@@ -66,7 +70,7 @@ def prompt(name: str, seed: int = 0) -> list[int]:
 
 @pytest.fixture(scope="session")
 def refs(tmp_path_factory):
-    return tiny_hf.build_all(tmp_path_factory.mktemp("tiny_hf"))
+    return tiny_hf.build_all(tmp_path_factory.mktemp("tiny_hf"), tiny_hf.NAMES + tiny_hf.HEAD_DIM_NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -132,31 +136,52 @@ def where(diff: np.ndarray) -> str:
 
 # ---- config ------------------------------------------------------------------------
 
+_ARCH = {"llama": "llama", "qwen2": "llama", "mistral": "llama", "qwen3": "qwen3", "phi3": "phi3",
+         "gemma2": "gemma2", "gemma3_text": "gemma3"}
+
+
 def expected_config(name: str) -> dict:
     """What ModelConfig must say, written from the spec by hand."""
     s = tiny_hf.SPECS[name]
-    gemma = s["model_type"] == "gemma3_text"
+    mt = s["model_type"]
+    gemma = mt.startswith("gemma")
     rp = s["rope_parameters"]
-    full = rp["full_attention"] if gemma else rp
-    scaling = {k: v for k, v in full.items() if k not in ("rope_type", "rope_theta")}
+    full = rp["full_attention"] if mt == "gemma3_text" else rp
+    scaling = {k: v for k, v in full.items() if k not in ("rope_type", "rope_theta", "partial_rotary_factor")}
     if full["rope_type"] != "default":
         scaling["type"] = full["rope_type"]
+    if full["rope_type"] == "longrope":
+        scaling.update(short_factor=tuple(full["short_factor"]), long_factor=tuple(full["long_factor"]),
+                       original_max_position_embeddings=s["original_max_position_embeddings"])
+    head_dim = s.get("head_dim") or s["hidden_size"] // s["num_attention_heads"]
+    partial = full.get("partial_rotary_factor", 1.0)
+    n = s["num_hidden_layers"]
+    if mt == "gemma3_text":
+        types = tuple(t.split("_")[0] for t in s["layer_types"])
+    elif mt == "gemma2":  # transformers' default: even layers slide
+        types = tuple("sliding" if i % 2 == 0 else "full" for i in range(n))
+    elif mt in ("mistral", "phi3") and s.get("sliding_window"):
+        types = ("sliding",) * n
+    else:
+        types = ()
     e = dict(
-        arch="gemma3" if gemma else "llama", n_layers=s["num_hidden_layers"], hidden=s["hidden_size"],
-        n_heads=s["num_attention_heads"], n_kv_heads=s["num_key_value_heads"], head_dim=s["head_dim"],
+        arch=_ARCH[mt], n_layers=n, hidden=s["hidden_size"],
+        n_heads=s["num_attention_heads"], n_kv_heads=s["num_key_value_heads"], head_dim=head_dim,
+        rotary_dim=int(head_dim * partial) if partial != 1.0 else None,
         ffn_hidden=s["intermediate_size"], vocab=s["vocab_size"], rms_eps=s["rms_norm_eps"],
         rope_theta=full["rope_theta"], rope_scaling=scaling or None, rope_style="neox",
-        tie_embeddings=s["tie_word_embeddings"] if not gemma else True,
-        attn_bias=s["model_type"] == "qwen2", hidden_act="gelu_tanh" if gemma else "silu",
-        eos_ids=(), bos_id=None, context_length=s["max_position_embeddings"])
+        tie_embeddings=s.get("tie_word_embeddings", True),
+        attn_bias=mt == "qwen2", hidden_act="gelu_tanh" if gemma else "silu",
+        eos_ids=(), bos_id=None, context_length=s["max_position_embeddings"], layer_types=types,
+        sliding_window=s["sliding_window"] if types else None,
+        attn_logit_softcap=s.get("attn_logit_softcapping"), final_logit_softcap=s.get("final_logit_softcapping"))
     if gemma:
-        e.update(layer_types=tuple(t.split("_")[0] for t in s["layer_types"]),
-                 sliding_window=s["sliding_window"], query_pre_attn_scalar=s["query_pre_attn_scalar"],
-                 rope_local_base_freq=rp["sliding_attention"]["rope_theta"],
+        e.update(query_pre_attn_scalar=s["query_pre_attn_scalar"],
+                 rope_local_base_freq=rp["sliding_attention"]["rope_theta"] if mt == "gemma3_text" else None,
                  embedding_scale=pytest.approx(s["hidden_size"] ** 0.5), norm_weight_offset=1.0)
     else:
-        e.update(sliding_window=None, query_pre_attn_scalar=None, embedding_scale=1.0,
-                 norm_weight_offset=0.0, rope_local_base_freq=None)
+        e.update(query_pre_attn_scalar=None, embedding_scale=1.0, norm_weight_offset=0.0,
+                 rope_local_base_freq=None)
     return e
 
 
@@ -166,8 +191,8 @@ def test_config_from_transformers_5(refs, name):
     layer type for gemma3; layer_types; tie_word_embeddings)."""
     cfg = load_model(refs[name].path, progress=False).config
     got = {k: getattr(cfg, k) for k in expected_config(name)}
-    if not cfg.layer_types or set(cfg.layer_types) == {"full"}:
-        got.pop("layer_types", None)
+    if set(cfg.layer_types) == {"full"}:  # transformers 5 writes them for qwen2/3: the same as none
+        got["layer_types"] = ()
     assert got == expected_config(name)
     assert cfg.source_format == "safetensors"
 
@@ -274,3 +299,47 @@ def test_decode_through_cache_equals_prefill(engines, bounds, name, store):
 def test_chunked_prefill(engines, bounds, name, chunk):
     ids, b = prompt(name), bounds(name)
     b.check_tight(engines(name, prefill_chunk=chunk).logits(ids), f"prefill_chunk={chunk}")
+
+
+# ---- LongRoPE's two factor sets ----------------------------------------------------------
+
+def test_longrope_short_factors(refs, engines):
+    """Within original_max_position_embeddings transformers runs the short factors, and
+    so does metalkv for a cache that holds no more (logits() sizes its cache to the ids);
+    a larger cache takes the long factors for every position (llama.cpp's rule), which
+    the 40-token tests above compare with transformers."""
+    name = "phi3_longrope"
+    ids = prompt(name)[:tiny_hf.SPECS[name]["original_max_position_embeddings"]]
+    b = Bounds(refs[name], ids)
+    eng = engines(name)
+    b.check_tight(eng.logits(ids), f"{len(ids)} tokens, short factors")
+    longer = eng.logits(ids, cache=eng.new_cache())  # CONTEXT = 128 tokens: the long factors
+    assert np.abs(longer - b.z16).max() > 10 * b.tight, "a cache of 128 tokens did not switch to the long factors"
+
+
+# ---- head sizes the kernels may not take yet ------------------------------------------
+
+def engine_or_skip(refs, name: str, prefill_chunk: int = 128) -> metalkv.Engine:
+    """The engine, or a skip naming metalkv's refusal when the head size is the reason."""
+    try:
+        return metalkv.Engine.load(refs[name].path, device=TEST_DEVICE, context=CONTEXT,
+                                   prefill_chunk=prefill_chunk, progress=False)
+    except metalkv.ModelLoadError as e:
+        if "head_dim" not in str(e):
+            raise
+        pytest.skip(f"head_dim {tiny_hf.SPECS[name]['head_dim']} not taken yet: {e}")
+
+
+@pytest.mark.parametrize("name", tiny_hf.HEAD_DIM_NAMES)
+def test_head_dim_parity(refs, bounds, greedy_case, name):
+    """Logits at every position, greedy decoding through prefill chunks of 5 and a cache
+    fed in pieces, for a head size beyond 64/128/256 (Llama layers, GQA 4/2)."""
+    eng = engine_or_skip(refs, name, prefill_chunk=5)
+    ids, b = prompt(name), bounds(name)
+    b.check_tight(eng.logits(ids), f"head_dim {tiny_hf.SPECS[name]['head_dim']}")
+    c = eng.new_cache()
+    edges = (0,) + SPLITS + (len(ids),)
+    b.check_tight(np.concatenate([eng.logits(ids[lo:hi], cache=c) for lo, hi in zip(edges, edges[1:])]),
+                  f"pieces {edges}")
+    g_ids, want, _ = greedy_case(name)
+    assert eng.generate_ids(g_ids, max_tokens=N_GREEDY, stop_ids=()) == want

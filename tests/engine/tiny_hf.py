@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-# head_dim is one of the attention kernels' sizes (64, 128, 256).
+# NAMES: head_dim one of the attention kernels' sizes (64, 128, 256); HEAD_DIM_NAMES below.
 SPECS: dict[str, dict[str, Any]] = {
     # GQA (4 query heads on 2 kv heads), untied lm_head, q width 256 != hidden 128.
     "llama_gqa": dict(
@@ -66,8 +66,72 @@ SPECS: dict[str, dict[str, Any]] = {
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
         max_position_embeddings=512, save_dtype="float32"),
+    # Qwen3: per-head q/k RMSNorm (weights 1 + w, no offset), no q/k/v bias, q width 256 != hidden.
+    "qwen3": dict(
+        model_type="qwen3", vocab_size=272, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        tie_word_embeddings=True, max_position_embeddings=512, save_dtype="bfloat16"),
+    # Mistral: a llama with a sliding window (8 < the sequences) on every layer.
+    "mistral": dict(
+        model_type="mistral", vocab_size=256, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=64,
+        rms_norm_eps=1e-5, sliding_window=8, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        tie_word_embeddings=False, max_position_embeddings=512, save_dtype="float16"),
+    # Phi-3 (Phi-4-like: no window): fused qkv_proj and gate_up_proj, full rotary, GQA.
+    "phi3": dict(
+        model_type="phi3", vocab_size=256, hidden_size=256, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        sliding_window=None, tie_word_embeddings=False, max_position_embeddings=512,
+        original_max_position_embeddings=512, save_dtype="float32"),
+    # Phi-3 with partial rotary (64 of head_dim 128 rotate, Phi-4-mini-like) and Phi-3-mini's
+    # sliding window on every layer.
+    "phi3_partial": dict(
+        model_type="phi3", vocab_size=288, hidden_size=256, intermediate_size=256,
+        num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+        rms_norm_eps=1e-5, sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+        tie_word_embeddings=True, max_position_embeddings=512, original_max_position_embeddings=512,
+        save_dtype="float16"),
+    # Phi-3 with LongRoPE (Phi-3-mini-128k-like: whole-head rotary): the 40-token prompts exceed
+    # original_max_position_embeddings = 32, so transformers runs the long factors, as metalkv
+    # does for a cache of more than 32 tokens; test_longrope_short_factors takes a shorter one.
+    # The attention factor scales cos and sin, so K in the cache: metalkv scales the scores
+    # by its square instead, which rounds K to f16 the same way only for a power of two
+    # (the default sqrt(1 + ln(512 / 32) / ln(32)) is checked in tests/models/test_config.py).
+    "phi3_longrope": dict(
+        model_type="phi3", vocab_size=256, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+        rms_norm_eps=1e-5, sliding_window=None,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                         "short_factor": [1.0 + 0.05 * i for i in range(32)],
+                         "long_factor": [1.0 + 0.5 * i for i in range(32)], "attention_factor": 2.0},
+        tie_word_embeddings=False, max_position_embeddings=512, original_max_position_embeddings=32,
+        save_dtype="float16"),
+    # Gemma 2: sliding (window 8) and full layers alternating, attention and final logit
+    # soft-capping low enough to bend these models' scores and logits, sandwich norms, (1 + w)
+    # norms, query_pre_attn_scalar != head_dim, GeGLU, sqrt(hidden) embedding scale.
+    "gemma2": dict(
+        model_type="gemma2", vocab_size=256, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+        rms_norm_eps=1e-6, sliding_window=8, query_pre_attn_scalar=96,
+        attn_logit_softcapping=4.0, final_logit_softcapping=6.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        max_position_embeddings=512, save_dtype="bfloat16"),
 }
 NAMES = tuple(SPECS)
+
+# One tiny llama per head size real models use beyond 64/128/256; the parity tests
+# skip those metalkv refuses (the attention kernels grow them one at a time).
+HEAD_DIMS = (32, 80, 96, 112, 160, 192)
+for _d in HEAD_DIMS:
+    SPECS[f"llama_d{_d}"] = dict(
+        model_type="llama", vocab_size=256, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=_d,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        tie_word_embeddings=False, max_position_embeddings=512, save_dtype="float16")
+HEAD_DIM_NAMES = tuple(f"llama_d{d}" for d in HEAD_DIMS)
 WEIGHT_STD = 0.1  # see the module docstring
 NORM_STD = 0.1    # norm weights: 1 + N(0, 0.1²) (llama) or N(0, 0.1²) (gemma's w of x * (1 + w))
 BIAS_STD = 0.1
@@ -122,25 +186,38 @@ def save_model(model, name: str, d: pathlib.Path) -> pathlib.Path:
 
 # ---- reference side ---------------------------------------------------------
 
-_F16KV = "metalkv_f16kv"
+_F16KV = {"sdpa": "metalkv_f16kv", "eager": "metalkv_f16kv_eager"}
 
 
 def _register_f16kv() -> None:
-    """An attention implementation that rounds K and V to float16 (after rope and
-    QK-norm, as metalkv's cache stores them) and otherwise is transformers' sdpa."""
+    """Attention implementations that round K and V to float16 (after rope and
+    QK-norm, as metalkv's cache stores them) and otherwise are transformers' sdpa,
+    or, for models sdpa cannot run (Gemma 2's soft-capping), the model's own eager
+    attention."""
+    import sys
+
     import torch
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask, sdpa_mask
+
+    def rounded(t, like):
+        return t.to(torch.float16).to(like.dtype)
 
     def f16kv(module, query, key, value, attention_mask, **kw):
-        return sdpa_attention_forward(module, query, key.to(torch.float16).to(query.dtype),
-                                      value.to(torch.float16).to(query.dtype), attention_mask, **kw)
+        return sdpa_attention_forward(module, query, rounded(key, query), rounded(value, query),
+                                      attention_mask, **kw)
 
-    AttentionInterface.register(_F16KV, f16kv)
-    # and sdpa's masks: without this, transformers builds no mask for an unknown
+    def f16kv_eager(module, query, key, value, attention_mask, **kw):
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        return eager(module, query, rounded(key, query), rounded(value, query), attention_mask, **kw)
+
+    AttentionInterface.register(_F16KV["sdpa"], f16kv)
+    AttentionInterface.register(_F16KV["eager"], f16kv_eager)
+    # and their masks: without this, transformers builds no mask for an unknown
     # implementation and the sliding window is lost (gemma3 logits off by ~5)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(_F16KV, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(_F16KV["sdpa"], sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(_F16KV["eager"], eager_mask)
 
 
 @dataclass
@@ -163,12 +240,13 @@ class Reference:
             if self._model64 is None:
                 self._model64 = copy.deepcopy(self.model).double()
             model = self._model64
-        model.set_attn_implementation(_F16KV if f16_kv else "sdpa")
+        base = self.model.config._attn_implementation  # "sdpa", or "eager" where sdpa cannot run
+        model.set_attn_implementation(_F16KV[base] if f16_kv else base)
         try:
             with torch.no_grad():
                 out = model(torch.tensor([ids]), use_cache=False)
         finally:
-            model.set_attn_implementation("sdpa")
+            model.set_attn_implementation(base)
         return out.logits[0].numpy()
 
     def greedy(self, ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
@@ -176,9 +254,11 @@ class Reference:
         logits they were chosen from (float32 K/V)."""
         import torch
 
+        x = torch.tensor([ids])
         with torch.no_grad():
-            out = self.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=steps,
-                                      min_new_tokens=steps, output_logits=True,
+            # an explicit mask: without one generate masks every prompt token equal to pad_token_id
+            out = self.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                      max_new_tokens=steps, min_new_tokens=steps, output_logits=True,
                                       return_dict_in_generate=True, pad_token_id=0)
         toks = out.sequences[0, len(ids):].tolist()
         margins = np.array([top2_margin(lg[0].float().numpy()) for lg in out.logits])
@@ -194,6 +274,6 @@ def build_all(root: pathlib.Path, names=NAMES) -> dict[str, Reference]:
     _register_f16kv()
     refs = {}
     for name in names:
-        model = build_model(name, seed=1000 + NAMES.index(name))  # the same weights in any subset
+        model = build_model(name, seed=1000 + list(SPECS).index(name))  # the same weights in any subset
         refs[name] = Reference(name, save_model(model, name, root / name), model)
     return refs

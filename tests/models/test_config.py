@@ -127,7 +127,7 @@ def test_gemma3_matches_transformers_config():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"model_type": "mamba"}, r"architecture 'mamba' is not supported; metalkv supports llama, gemma3"),
+    ({"model_type": "mamba"}, r"architecture 'mamba' is not supported; metalkv supports llama, qwen3, phi3, gemma2, gemma3"),
     ({"hidden_size": None}, r"lacks 'hidden_size'"),
     ({"num_key_value_heads": 3}, r"n_heads=4 is not a multiple of n_kv_heads=3"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope scaling type 'yarn' is not supported"),
@@ -161,3 +161,169 @@ def test_gguf_gemma3_metadata():
     assert c.layer_types == ("sliding",) * 5 + ("full",) and c.sliding_window == 16
     assert c.rope_local_base_freq == 10000.0 and c.rope_scaling == {"type": "linear", "factor": 8.0}
     assert c.norm_weight_offset == 0.0 and c.query_pre_attn_scalar == 32 and c.eos_ids == (1,)
+
+
+# -- Qwen3, Mistral, Phi-3, Gemma 2 ---------------------------------------------------------
+
+def test_arch_traits():
+    traits = {a: config_from_hf(c, "t").traits for a, c in [
+        ("qwen3", llama_config(model_type="qwen3")), ("phi3", llama_config(model_type="phi3")),
+        ("gemma2", {**gemma3_config(), "model_type": "gemma2"}), ("gemma3", gemma3_config()),
+        ("mistral", llama_config(model_type="mistral"))]}
+    assert (traits["qwen3"].qk_norm, traits["qwen3"].sandwich_norms) == (True, False)
+    assert (traits["gemma2"].qk_norm, traits["gemma2"].sandwich_norms) == (False, True)
+    assert traits["gemma3"].qk_norm and traits["gemma3"].sandwich_norms
+    assert traits["phi3"].fused_projections and traits["phi3"].partial_rotary
+    assert traits["mistral"] == config_from_hf(llama_config(), "t").traits  # a llama
+
+
+def test_mistral_window_on_every_layer():
+    c = config_from_hf(llama_config(model_type="mistral", sliding_window=4096), "t")
+    assert c.arch == "llama" and c.layer_types == ("sliding", "sliding") and c.sliding_window == 4096
+    c = config_from_hf(llama_config(model_type="mistral", sliding_window=None), "t")  # v0.2+: full attention
+    assert c.layer_types == () and c.sliding_window is None
+    # a llama config's sliding_window key means nothing to LlamaAttention, nor to us
+    assert config_from_hf(llama_config(sliding_window=8), "t").layer_types == ()
+
+
+def test_qwen_use_sliding_window():
+    """transformers: sliding only with use_sliding_window, from layer max_window_layers on."""
+    base = llama_config(model_type="qwen2", num_hidden_layers=4, sliding_window=16, max_window_layers=2)
+    assert config_from_hf({**base, "use_sliding_window": False}, "t").layer_types == ()
+    c = config_from_hf({**base, "use_sliding_window": True}, "t")
+    assert c.layer_types == ("full", "full", "sliding", "sliding") and c.sliding_window == 16
+
+
+def test_phi3_partial_rotary_both_spellings():
+    old = config_from_hf(llama_config(model_type="phi3", hidden_size=64, partial_rotary_factor=0.75), "t")
+    new = config_from_hf({**llama_config(model_type="phi3", hidden_size=64),
+                          "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                              "partial_rotary_factor": 0.75}}, "t")
+    assert old.head_dim == new.head_dim == 16 and old.rotary_dim == new.rotary_dim == 12
+    assert old.rope_dim == 12 and config_from_hf(llama_config(model_type="phi3"), "t").rope_dim == 8
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"partial_rotary_factor": 0.5}, r"partial_rotary_factor = 0\.5, but llama models rotate the whole head; "
+                                     r"partial rotary is supported for phi3"),
+    ({"model_type": "phi3", "partial_rotary_factor": 0.1}, r"rotates 0 of head_dim=8 dims"),
+    ({"model_type": "phi3", "partial_rotary_factor": 1.5}, r"partial_rotary_factor is a float 1\.5"),
+])
+def test_bad_partial_rotary(bad, match):
+    with pytest.raises(ModelLoadError, match=match):
+        config_from_hf(llama_config(**bad), "t")
+
+
+def test_gemma2_config_json():
+    g2 = {**gemma3_config(num_hidden_layers=4), "model_type": "gemma2"}
+    del g2["rope_local_base_freq"], g2["sliding_window_pattern"], g2["final_logit_softcapping"]
+    c = config_from_hf(g2, "t")
+    assert c.arch == "gemma2" and c.hidden_act == "gelu_tanh" and c.norm_weight_offset == 1.0
+    assert c.layer_types == ("sliding", "full") * 2 and c.sliding_window == 8
+    assert c.rope_local_base_freq is None and c.rope_theta == 1e6
+    # absent soft-caps take transformers' defaults; null turns them off
+    assert (c.attn_logit_softcap, c.final_logit_softcap) == (50.0, 30.0)
+    off = config_from_hf({**g2, "attn_logit_softcapping": None, "final_logit_softcapping": None}, "t")
+    assert (off.attn_logit_softcap, off.final_logit_softcap) == (None, None)
+
+
+def test_gemma2_matches_transformers_config():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.Gemma2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=100)
+    c = config_from_hf(hf.to_dict(), "t")
+    assert c.layer_types == tuple("sliding" if t == "sliding_attention" else "full" for t in hf.layer_types)
+    assert (c.attn_logit_softcap, c.final_logit_softcap) == (hf.attn_logit_softcapping, hf.final_logit_softcapping)
+    assert c.query_pre_attn_scalar == hf.query_pre_attn_scalar and c.sliding_window == hf.sliding_window
+
+
+LONG = {"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
+
+
+def test_longrope_config_json():
+    c = config_from_hf(llama_config(model_type="phi3", max_position_embeddings=131072,
+                                    original_max_position_embeddings=4096, rope_scaling=LONG), "t")
+    s = c.rope_scaling
+    assert s["type"] == "longrope" and s["original_max_position_embeddings"] == 4096
+    assert s["short_factor"] == (1.0,) * 4 and s["long_factor"] == (2.0,) * 4
+    assert s["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    su = config_from_hf(llama_config(model_type="phi3", max_position_embeddings=131072,
+                                     original_max_position_embeddings=4096, rope_scaling={**LONG, "type": "su"}), "t")
+    assert su.rope_scaling == s
+
+
+def test_longrope_matches_transformers():
+    """Our inv_freq (base / factors) and attention factor against transformers' own."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    short, long = [1.0 + 0.1 * i for i in range(8)], [1.0 + 3.0 * i for i in range(8)]
+    hf = transformers.Phi3Config(hidden_size=64, num_attention_heads=4, max_position_embeddings=131072,
+                                 original_max_position_embeddings=4096, pad_token_id=None,
+                                 rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                  "short_factor": short, "long_factor": long})
+    c = config_from_hf(hf.to_dict(), "t")
+    base = 1e4 ** (-np.arange(0, 16, 2, dtype=np.float64) / 16)
+    for name, seq in (("short_factor", None), ("long_factor", 4097)):
+        inv, attn = ROPE_INIT_FUNCTIONS["longrope"](hf, "cpu", seq_len=seq)
+        np.testing.assert_allclose(base / np.asarray(c.rope_scaling[name]), inv.double().numpy(), rtol=1e-6)
+        assert c.rope_scaling["attention_factor"] == pytest.approx(attn)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"rope_scaling": {**LONG, "long_factor": [2.0] * 3}}, r"rope_scaling\.long_factor has 3 values; rope "
+                                                          r"rotating 8 dims needs 4"),
+    ({"rope_scaling": {**LONG, "short_factor": [1.0, 0.0, 1.0, 1.0]}}, r"short_factor\[1\] is a float 0\.0"),
+    ({"rope_scaling": {"type": "longrope", "long_factor": [2.0] * 4}}, r"short_factor is null"),
+    ({"hidden_size": 64, "partial_rotary_factor": 0.5, "rope_scaling": LONG},
+     r"LongRoPE's attention factor 1\.19 with partial rotary \(8 of 16 dims\) is not supported"),
+])
+def test_bad_longrope(bad, match):
+    with pytest.raises(ModelLoadError, match=match):
+        config_from_hf(llama_config(model_type="phi3", max_position_embeddings=131072,
+                                    original_max_position_embeddings=4096, **bad), "t")
+
+
+def _gguf_md(arch: str, **keys) -> dict:
+    md = {"general.architecture": arch, f"{arch}.block_count": 4, f"{arch}.embedding_length": 64,
+          f"{arch}.attention.head_count": 4, f"{arch}.attention.head_count_kv": 2,
+          f"{arch}.feed_forward_length": 96, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+          f"{arch}.context_length": 1024, "tokenizer.ggml.tokens": [f"t{i}" for i in range(100)]}
+    md.update({f"{arch}.{k}": v for k, v in keys.items()})
+    return md
+
+
+def test_gguf_new_archs_metadata():
+    q3 = config_from_gguf(_gguf_md("qwen3", **{"attention.key_length": 32, "attention.value_length": 32}),
+                          set(), "q.gguf")
+    assert q3.arch == "qwen3" and q3.rope_style == "neox" and q3.head_dim == 32 and q3.traits.qk_norm
+    g2 = config_from_gguf(_gguf_md("gemma2", **{"attention.sliding_window": 16, "attn_logit_softcapping": 50.0,
+                                                "final_logit_softcapping": 30.0}), set(), "g.gguf")
+    assert g2.layer_types == ("sliding", "full") * 2 and g2.sliding_window == 16  # llama.cpp's pattern 2
+    assert (g2.attn_logit_softcap, g2.final_logit_softcap) == (50.0, 30.0) and g2.rope_local_base_freq is None
+    assert g2.query_pre_attn_scalar == 16 and g2.norm_weight_offset == 0.0 and g2.hidden_act == "gelu_tanh"
+    big = config_from_gguf(_gguf_md("gemma2", block_count=46, **{"attention.key_length": 128}), set(), "g.gguf")
+    assert big.query_pre_attn_scalar == 16  # 27B: hidden / heads, as llama.cpp scales it
+    phi = config_from_gguf(_gguf_md("phi3", **{"rope.dimension_count": 12, "attention.sliding_window": 0}),
+                           set(), "p.gguf")
+    assert phi.rotary_dim == 12 and phi.layer_types == () and phi.rope_style == "neox"
+    swa = config_from_gguf(_gguf_md("phi3", **{"attention.sliding_window": 2047}), set(), "p.gguf")
+    assert swa.layer_types == ("sliding",) * 4 and swa.sliding_window == 2047
+    mistral = config_from_gguf(_gguf_md("llama", **{"attention.sliding_window": 4096}), set(), "m.gguf")
+    assert mistral.layer_types == ("sliding",) * 4 and mistral.rope_style == "interleaved"
+    lr = config_from_gguf(_gguf_md("phi3", **{"rope.scaling.original_context_length": 256,
+                                              "rope.scaling.attn_factor": 1.25}),
+                          {"rope_factors_long.weight", "rope_factors_short.weight"}, "p.gguf")
+    assert lr.rope_scaling == {"type": "longrope", "original_max_position_embeddings": 256,
+                               "attention_factor": 1.25}
+
+
+def test_gguf_partial_rope_refused_outside_phi3():
+    with pytest.raises(ModelLoadError, match=r"partial rope \(rope.dimension_count 12 != head_dim 16\) is "
+                                             r"not supported for qwen3 models"):
+        config_from_gguf(_gguf_md("qwen3", **{"rope.dimension_count": 12}), set(), "q.gguf")
+    with pytest.raises(ModelLoadError, match=r"LongRoPE needs both rope_factors_short\.weight and "
+                                             r"rope_factors_long\.weight"):
+        config_from_gguf(_gguf_md("phi3", **{"rope.scaling.original_context_length": 256}),
+                         {"rope_factors_long.weight"}, "p.gguf")

@@ -76,6 +76,37 @@ def test_tiny_gguf_values_round_trip(tmp_path):
                                                                 gguf.GGMLQuantizationType.Q8_0))
 
 
+def test_phi3_fused_quantized_tensors_split_into_block_rows(tmp_path):
+    """llama.cpp's phi3 layout: attn_qkv (q + k + v rows) and ffn_up holding gate then up
+    (2 ffn rows). Each part is a row range of the raw blocks (a Q8_0 row here is one
+    34-byte block), a view of the memory map."""
+    f = tmp_path / "phi3.gguf"
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    per = [f"blk.{i}.{n}.weight" for i in range(2) for n in ("attn_q", "attn_k", "attn_v", "ffn_gate")]
+    arrays = write_gguf(f, arch="phi3", omit=tuple(per),
+                        extra_shapes={f"blk.{i}.attn_qkv.weight": (64, 32) for i in range(2)},
+                        reshape={f"blk.{i}.ffn_up.weight": (96, 32) for i in range(2)},
+                        quantize={n: q8 for i in range(2) for n in (f"blk.{i}.attn_qkv.weight",
+                                                                    f"blk.{i}.ffn_up.weight")})
+    cfg, tensors, _ = load_gguf(f)
+    assert cfg.arch == "phi3" and not any("qkv" in n or "gate_up" in n for n in tensors)
+    qkv = gguf.quants.quantize(arrays["blk.1.attn_qkv.weight"], q8)
+    up = gguf.quants.quantize(arrays["blk.1.ffn_up.weight"], q8)
+    for name, rows, whole in [("attn_q", slice(0, 32), qkv), ("attn_k", slice(32, 48), qkv),
+                              ("attn_v", slice(48, 64), qkv), ("ffn_gate", slice(0, 48), up),
+                              ("ffn_up", slice(48, 96), up)]:
+        t = tensors[f"blk.1.{name}.weight"]
+        assert t.dtype == "q8_0" and t.shape == (rows.stop - rows.start, 32)
+        np.testing.assert_array_equal(t.data, whole[rows], err_msg=name)
+        assert not t.data.flags.owndata
+    write_gguf(tmp_path / "bad.gguf", arch="phi3", omit=tuple(per),
+               extra_shapes={f"blk.{i}.attn_qkv.weight": (64, 32) for i in range(2)},
+               reshape={"blk.0.ffn_up.weight": (90, 32), "blk.1.ffn_up.weight": (96, 32)})
+    with pytest.raises(ModelLoadError, match=r"fused tensor blk\.0\.ffn_gate_up\.weight \(in the file: "
+                                             r"blk\.0\.ffn_up\.weight\) has shape \(90, 32\), expected \(96, 32\)"):
+        load_gguf(tmp_path / "bad.gguf")
+
+
 def test_missing_tensor(tmp_path):
     f = tmp_path / "m.gguf"
     write_gguf(f, omit=("blk.1.attn_v.weight",))
@@ -113,7 +144,7 @@ def test_corrupt_magic(tmp_path):
 def test_unsupported_architecture(tmp_path):
     f = tmp_path / "m.gguf"
     write_gguf(f, arch="gptneox")
-    with pytest.raises(ModelLoadError, match=r"architecture 'gptneox' is not supported; metalkv supports llama, gemma3"):
+    with pytest.raises(ModelLoadError, match=r"architecture 'gptneox' is not supported; metalkv supports llama, qwen3, phi3, gemma2, gemma3"):
         load_gguf(f)
 
 

@@ -67,6 +67,54 @@ def test_gemma3_names(tmp_path):
     assert canonical_name("model.vision_tower.encoder.layers.0.mlp.fc1.weight", "gemma3") is None
 
 
+def test_qwen3_and_gemma2_names(tmp_path):
+    write_hf_dir(tmp_path / "q", llama_config(model_type="qwen3", head_dim=8))
+    cfg, tensors, _ = load_safetensors_dir(tmp_path / "q")
+    assert cfg.arch == "qwen3" and tensors["blk.1.attn_q_norm.weight"].shape == (8,)
+    assert tensors["blk.1.ffn_norm.weight"].shape == (32,) and "blk.1.post_attention_norm.weight" not in tensors
+    write_hf_dir(tmp_path / "g", {**gemma3_config(), "model_type": "gemma2"})
+    cfg, tensors, _ = load_safetensors_dir(tmp_path / "g")
+    assert cfg.arch == "gemma2" and "blk.0.attn_q_norm.weight" not in tensors
+    assert {"blk.0.post_attention_norm.weight", "blk.0.ffn_norm.weight", "blk.0.post_ffw_norm.weight"} <= set(tensors)
+
+
+def test_phi3_fused_tensors_become_row_views(tmp_path):
+    """qkv_proj (q rows, k rows, v rows) and gate_up_proj (gate rows, up rows) are split
+    into the canonical tensors as views of the file's data, not copies."""
+    arrays = write_hf_dir(tmp_path, llama_config(model_type="phi3"), dtype="F16")
+    cfg, tensors, _ = load_safetensors_dir(tmp_path)
+    assert cfg.arch == "phi3" and not {n for n in tensors if "qkv" in n or "gate_up" in n}
+    qkv = arrays["model.layers.1.self_attn.qkv_proj.weight"].astype(np.float16)  # (32 + 16 + 16, 32)
+    gate_up = arrays["model.layers.1.mlp.gate_up_proj.weight"].astype(np.float16)  # (2 * 48, 32)
+    for name, want in [("attn_q", qkv[:32]), ("attn_k", qkv[32:48]), ("attn_v", qkv[48:]),
+                       ("ffn_gate", gate_up[:48]), ("ffn_up", gate_up[48:])]:
+        t = tensors[f"blk.1.{name}.weight"]
+        np.testing.assert_array_equal(t.data, want, err_msg=name)
+        assert t.data.base is not None and not t.data.flags.owndata  # a view of the memory map
+    assert np.shares_memory(tensors["blk.1.attn_q.weight"].data, tensors["blk.1.attn_v.weight"].data) is False
+
+
+def test_fused_tensor_errors_name_the_file_tensor(tmp_path):
+    write_hf_dir(tmp_path / "a", llama_config(model_type="phi3"),
+                 reshape={"model.layers.0.self_attn.qkv_proj.weight": (60, 32)})
+    with pytest.raises(ModelLoadError, match=r"fused tensor blk\.0\.attn_qkv\.weight \(model-00001-of-00001"
+                                             r"\.safetensors:model\.layers\.0\.self_attn\.qkv_proj\.weight\) has "
+                                             r"shape \(60, 32\), expected \(64, 32\) \(32 \+ 16 \+ 16 rows"):
+        load_safetensors_dir(tmp_path / "a")
+    d = tmp_path / "b"
+    arrays = write_hf_dir(d, llama_config(model_type="phi3"), dtype="F32")
+    arrays["model.layers.0.mlp.up_proj.weight"] = np.zeros((48, 32), np.float32)
+    write_safetensors(d / "model-00001-of-00001.safetensors", arrays, "F32")
+    with pytest.raises(ModelLoadError, match=r"both the fused tensor blk\.0\.ffn_gate_up\.weight .* and "
+                                             r"blk\.0\.ffn_up\.weight"):
+        load_safetensors_dir(d)
+    d = tmp_path / "c"
+    write_hf_dir(d, llama_config(model_type="phi3"), omit=("model.layers.1.mlp.gate_up_proj.weight",))
+    with pytest.raises(ModelLoadError, match=r"missing tensor\(s\) blk\.1\.ffn_gate\.weight "
+                                             r"\(model\.layers\.1\.mlp\.gate_up_proj\.weight\)"):
+        load_safetensors_dir(d)
+
+
 def test_missing_tensor_names_both_spellings(tmp_path):
     write_hf_dir(tmp_path, llama_config(), omit=("model.layers.1.mlp.up_proj.weight",))
     with pytest.raises(ModelLoadError, match=r"missing tensor\(s\) blk.1.ffn_up.weight "
@@ -150,7 +198,11 @@ def test_missing_config_and_weights(tmp_path):
 
 # -- real transformers checkpoints (skipped without torch + transformers) ---------------
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2"])
+ARCH_OF = {"llama": "llama", "qwen2": "llama", "mistral": "llama", "qwen3": "qwen3", "phi3": "phi3",
+           "gemma2": "gemma2", "gemma3": "gemma3"}
+
+
+@pytest.mark.parametrize("arch", list(ARCH_OF))
 def test_transformers_checkpoint(tmp_path, arch):
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
@@ -161,14 +213,24 @@ def test_transformers_checkpoint(tmp_path, arch):
         model = tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=2, tie_word_embeddings=False, **small))
     elif arch == "qwen2":
         model = tf.Qwen2ForCausalLM(tf.Qwen2Config(num_hidden_layers=2, **small))
+    elif arch == "qwen3":
+        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(num_hidden_layers=2, head_dim=16, **small))
+    elif arch == "mistral":
+        model = tf.MistralForCausalLM(tf.MistralConfig(num_hidden_layers=2, sliding_window=32, **small))
+    elif arch == "phi3":
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(num_hidden_layers=2, partial_rotary_factor=0.5, pad_token_id=None,
+                                                   bos_token_id=None, eos_token_id=None, **small))
+    elif arch == "gemma2":
+        model = tf.Gemma2ForCausalLM(tf.Gemma2Config(num_hidden_layers=4, head_dim=32, **small))
     else:
         model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(num_hidden_layers=7, head_dim=32,
                                                          sliding_window=16, **small))
     model = model.to(torch.bfloat16)
     model.save_pretrained(tmp_path)
     m = load_model(tmp_path)
-    assert m.tokenizer is None and m.config.arch == ("gemma3" if arch == "gemma3" else "llama")
+    assert m.tokenizer is None and m.config.arch == ARCH_OF[arch]
     assert m.config.attn_bias == (arch == "qwen2")
+    fused = {"attn_qkv.weight": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up.weight": ("ffn_gate", "ffn_up")}
     sd = model.state_dict()
     for hf_name, value in sd.items():
         name = canonical_name(hf_name, m.config.arch)
@@ -176,10 +238,13 @@ def test_transformers_checkpoint(tmp_path, arch):
             assert name not in m.tensors
             continue
         ref = value.float().numpy()
-        got = m.tensors[name].data.astype(np.float32)
+        layer, kind = name.rsplit(".", 2)[0], name.split(".", 2)[-1]
+        parts = [f"{layer}.{p}.weight" for p in fused[kind]] if kind in fused else [name]
+        got = np.concatenate([m.tensors[p].data.astype(np.float32) for p in parts])
         # bf16 -> f16 is exact in range except below f16's normal range (1 ulp there)
         np.testing.assert_allclose(got, ref, rtol=2 ** -10, atol=2 ** -24, err_msg=name)
-    assert len(m.tensors) == len(sd) - (1 if m.config.tie_embeddings else 0)
+    n_split = 3 * m.config.n_layers if arch == "phi3" else 0  # 2 fused tensors -> 5 per layer
+    assert len(m.tensors) == len(sd) - (1 if m.config.tie_embeddings else 0) + n_split
 
 
 def test_full_directory_load(tmp_path, capsys):

@@ -14,14 +14,19 @@ LLAMA = dict(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=48,
 
 
 def hf_names(arch: str, n_layers: int, tied: bool, bias: bool = False) -> list[str]:
+    """arch: "llama" (also qwen2, mistral), "qwen3", "phi3", "gemma2" or "gemma3"."""
     per = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
            "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
            "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+    if arch == "phi3":  # fused projections
+        per = [n for n in per if n.split(".")[1] not in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")]
+        per += ["self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"]
     if bias:
         per += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]
-    if arch == "gemma3":
-        per += ["self_attn.q_norm.weight", "self_attn.k_norm.weight",
-                "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"]
+    if arch in ("gemma3", "qwen3"):
+        per += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"]
+    if arch in ("gemma2", "gemma3"):
+        per += ["pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"]
     names = ["model.embed_tokens.weight", "model.norm.weight"] + ([] if tied else ["lm_head.weight"])
     return names + [f"model.layers.{i}.{p}" for i in range(n_layers) for p in per]
 
@@ -33,10 +38,16 @@ def hf_shape(name: str, c: dict) -> tuple[int, ...]:
     table = {"embed_tokens.weight": (vocab, h), "lm_head.weight": (vocab, h),
              "q_proj.weight": (q, h), "k_proj.weight": (kv, h), "v_proj.weight": (kv, h),
              "q_proj.bias": (q,), "k_proj.bias": (kv,), "v_proj.bias": (kv,),
+             "qkv_proj.weight": (q + 2 * kv, h), "gate_up_proj.weight": (2 * ffn, h),
              "o_proj.weight": (h, q), "gate_proj.weight": (ffn, h), "up_proj.weight": (ffn, h),
              "down_proj.weight": (h, ffn), "q_norm.weight": (hd,), "k_norm.weight": (hd,)}
     key = ".".join(name.split(".")[-2:])
     return table.get(key, (h,))  # every other tensor is a hidden-sized norm
+
+
+def hf_arch(model_type: str) -> str:
+    """The hf_names family of a config.json model_type."""
+    return {"gemma3_text": "gemma3", "qwen2": "llama", "mistral": "llama"}.get(model_type, model_type)
 
 
 def llama_config(**over) -> dict:
@@ -86,8 +97,7 @@ def write_hf_dir(d: pathlib.Path, config: dict, *, dtype: str = "F16", omit: tup
     tied = config.get("tie_word_embeddings", config["model_type"].startswith("gemma"))
     bias = config["model_type"] == "qwen2" or config.get("attention_bias", False)
     arrays = {}
-    for name in hf_names("gemma3" if "gemma" in config["model_type"] else "llama",
-                         config["num_hidden_layers"], tied, bias):
+    for name in hf_names(hf_arch(config["model_type"]), config["num_hidden_layers"], tied, bias):
         if name in omit:
             continue
         shape = (reshape or {}).get(name, hf_shape(name, config))

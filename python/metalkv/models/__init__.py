@@ -15,8 +15,9 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .architectures import SUPPORTED_ARCHS
 from .chat import CHATML, ChatTemplate, ChatTemplateError
-from .config import SUPPORTED_ARCHS, ModelConfig, rope_freq_factors
+from .config import ModelConfig, rope_freq_factors
 from .resolve import ModelNotFoundError, default_model_path, hf_cache_dir, resolve_model
 from .tensor import ModelLoadError, Tensor, expected_shapes
 from .tokenizer import IncrementalDetokenizer, Tokenizer

@@ -11,13 +11,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .architectures import ARCHITECTURES, Architecture
 from .tensor import ModelLoadError
 from .values import as_count, as_float, as_token_id, describe
 
-SUPPORTED_ARCHS = ("llama", "gemma3")
-# Source architecture names (GGUF general.architecture / HF model_type) -> our arch.
-# qwen2 is a llama with q/k/v bias and NEOX rope.
-_ARCH_ALIASES = {"llama": "llama", "qwen2": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
 # fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
 EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -28,7 +25,7 @@ EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                   # "llama" | "gemma3"
+    arch: str                   # a key of architectures.ARCHITECTURES
     n_layers: int
     hidden: int
     n_heads: int
@@ -41,29 +38,42 @@ class ModelConfig:
     rope_style: str             # "interleaved" (GGUF llama: pairs (2i, 2i+1)) | "neox" (pairs (i, i+d/2))
     context_length: int
     tie_embeddings: bool
-    hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma3), gating the ffn_up product
+    hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma), gating the ffn_up product
     # None, {"type": "linear", "factor"}, {"type": "llama3", "factor", "low_freq_factor",
-    # "high_freq_factor", "original_max_position_embeddings"} or {"type": "freq_factors"}
-    # (GGUF: divide each frequency by the rope_freqs.weight tensor). Full-attention layers only.
+    # "high_freq_factor", "original_max_position_embeddings"}, {"type": "freq_factors"}
+    # (GGUF: divide each frequency by the rope_freqs.weight tensor) or {"type": "longrope",
+    # "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"}
+    # (GGUF: the factors are the rope_factors_{short,long}.weight tensors). Full-attention
+    # layers only (unless the model has no separate sliding-layer base).
     rope_scaling: dict | None = None
     rope_local_base_freq: float | None = None   # gemma3 sliding layers (no scaling there)
+    rotary_dim: int | None = None                # dims of each head rope rotates; None = head_dim
     attn_bias: bool = False     # q/k/v projections carry a bias (qwen2)
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()           # per layer "full" | "sliding"
-    query_pre_attn_scalar: float | None = None  # scores scale = scalar**-0.5 (gemma3)
+    query_pre_attn_scalar: float | None = None  # scores scale = scalar**-0.5 (gemma)
     attn_logit_softcap: float | None = None     # scores = cap * tanh(scores / cap)
     final_logit_softcap: float | None = None
     embedding_scale: float = 1.0                # x = token_embd[id] * scale (gemma: sqrt(hidden))
     norm_weight_offset: float = 0.0             # rms_norm(x) * (offset + w): HF gemma stores w - 1
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = ()               # any of these ends generation
-    source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text"
+    source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text", ...
     source_format: str = ""                     # "gguf" | "safetensors"
 
     @property
     def attn_scale(self) -> float:
         base = self.query_pre_attn_scalar if self.query_pre_attn_scalar else self.head_dim
         return 1.0 / math.sqrt(base)
+
+    @property
+    def traits(self) -> Architecture:
+        return ARCHITECTURES[self.arch]
+
+    @property
+    def rope_dim(self) -> int:
+        """Dims of each head that rope rotates (the first rope_dim; the rest pass through)."""
+        return self.rotary_dim or self.head_dim
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding"
@@ -78,8 +88,25 @@ class ModelConfig:
                                  f"n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ModelLoadError(f"[config] {source}: head_dim={self.head_dim} must be even for rope")
+        if self.rotary_dim is not None and not (2 <= self.rotary_dim <= self.head_dim
+                                                and self.rotary_dim % 2 == 0):
+            raise ModelLoadError(f"[config] {source}: rope rotates {self.rotary_dim} dims of each head; "
+                                 f"expected an even number in 2..head_dim={self.head_dim}")
         self._validate_floats(source)
         check_rope_scaling(self.rope_scaling, "rope_scaling", source)
+        s = self.rope_scaling
+        if s is not None and s["type"] == "longrope":
+            if self.rope_dim < self.head_dim and s["attention_factor"] != 1.0:
+                # it multiplies the rotated dims of q and k only: no score scale can stand for it
+                raise ModelLoadError(
+                    f"[config] {source}: LongRoPE's attention factor {s['attention_factor']:.4g} with "
+                    f"partial rotary ({self.rope_dim} of {self.head_dim} dims) is not supported: the "
+                    f"factor scales only the rotated dims, which the rope kernels do not do")
+            for name in ("short_factor", "long_factor"):
+                if name in s and len(s[name]) != self.rope_dim // 2:
+                    raise ModelLoadError(f"[config] {source}: rope_scaling.{name} has {len(s[name])} "
+                                         f"values; rope rotating {self.rope_dim} dims needs "
+                                         f"{self.rope_dim // 2}")
         self._validate_layers(source)
         if self.bos_id is not None:
             as_token_id(self.bos_id, "bos_id", source, self.vocab)
@@ -115,21 +142,10 @@ _COUNT_FIELDS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn
                  "context_length")
 
 
-def normalize_arch(name: str | None, source: str) -> str:
-    if name is None:
-        raise ModelLoadError(f"[config] {source}: no architecture: the file has no "
-                             f"general.architecture (GGUF) or model_type (config.json); metalkv "
-                             f"supports {', '.join(SUPPORTED_ARCHS)}")
-    arch = _ARCH_ALIASES.get(name)
-    if arch is None:
-        raise ModelLoadError(
-            f"[config] {source}: architecture {name!r} is not supported; metalkv supports "
-            f"{', '.join(SUPPORTED_ARCHS)} (source names: {', '.join(sorted(_ARCH_ALIASES))})")
-    return arch
-
-
-def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling") -> dict | None:
-    """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None."""
+def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling",
+                           top: Mapping[str, Any] | None = None) -> dict | None:
+    """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None.
+    top: the whole config.json, where LongRoPE's context lengths may live."""
     if not s:
         return None
     if not isinstance(s, dict):
@@ -148,16 +164,51 @@ def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling") -> di
         out["original_max_position_embeddings"] = as_count(
             s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings", source,
             "original_max_position_embeddings")
+    elif kind in ("longrope", "su"):  # "su": Phi-3's first name for it
+        out = _longrope(s, key, source, top or {})
     else:
         raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
-                             f"(supported: linear, llama3)")
+                             f"(supported: linear, llama3, longrope)")
     return out  # ranges: ModelConfig.validate (check_rope_scaling)
+
+
+def _longrope(s: Mapping[str, Any], key: str, source: str, top: Mapping[str, Any]) -> dict:
+    """LongRoPE as transformers computes it (_compute_longrope_parameters): per-frequency
+    divisors short_factor (a sequence within original_max_position_embeddings) or
+    long_factor (beyond), and cos/sin multiplied by attention_factor, by default
+    sqrt(1 + ln(factor) / ln(original)) with factor = max_position_embeddings / original."""
+    out: dict[str, Any] = {"type": "longrope"}
+    for name in ("short_factor", "long_factor"):
+        v = s.get(name)
+        if not isinstance(v, list) or not v:
+            raise ModelLoadError(f"[config] {source}: {key}.{name} is {describe(v)}; expected a "
+                                 f"non-empty list of numbers")
+        out[name] = tuple(as_float(x, f"{key}.{name}[{i}]", source, gt=0.0) for i, x in enumerate(v))
+    k_orig = f"{key}.original_max_position_embeddings"
+    orig = s.get("original_max_position_embeddings")
+    if orig is None:
+        orig, k_orig = top.get("original_max_position_embeddings"), "original_max_position_embeddings"
+    out["original_max_position_embeddings"] = as_count(orig, k_orig, source, "original_max_position_embeddings")
+    factor = s.get("factor")
+    if factor is None:
+        factor = as_count(top.get("max_position_embeddings"), "max_position_embeddings", source,
+                          "context_length") / out["original_max_position_embeddings"]
+    factor = as_float(factor, f"{key}.factor", source, gt=0.0)
+    attn = s.get("attention_factor")
+    if attn is None:
+        attn = math.sqrt(1 + math.log(factor) / math.log(out["original_max_position_embeddings"])) \
+            if factor > 1.0 else 1.0
+    out["attention_factor"] = as_float(attn, f"{key}.attention_factor", source, gt=0.0)
+    return out
 
 
 def check_rope_scaling(s: dict | None, key: str, source: str) -> None:
     """Factors that divide frequencies must be > 0, and llama3's blend divides by
     high_freq_factor - low_freq_factor."""
     if s is None or s["type"] == "freq_factors":
+        return
+    if s["type"] == "longrope":  # factors and lengths: _longrope, the file's tensors, validate
+        as_float(s["attention_factor"], f"{key}.attention_factor", source, gt=0.0)
         return
     as_float(s["factor"], f"{key}.factor", source, gt=0.0)
     if s["type"] == "llama3":

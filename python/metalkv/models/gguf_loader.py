@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig, eog_ids, normalize_arch, sliding_pattern_types
+from .architectures import ARCHITECTURES, normalize_arch
+from .config import ModelConfig, eog_ids, sliding_pattern_types
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, check_tensors
+from .tensor import ROPE_TENSORS, ModelLoadError, Tensor, check_tensors, split_fused, vector_f32
 from .values import (INT_RANGES, as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id,
                      describe)
 
@@ -82,31 +83,37 @@ def config_from_gguf(md: dict[str, Any], tensor_names: set[str], source: str) ->
     n_layers = k.count("block_count", "n_layers")
     hidden = k.count("embedding_length", "hidden")
     n_heads = k.per_layer_count("attention.head_count", "n_heads", n_layers)
-    head_dim = _head_dim(k, hidden, n_heads)
+    head_dim, rotary_dim = _head_dim(k, arch, hidden, n_heads)
     vocab = _vocab(md, k, source)
     kw: dict[str, Any] = dict(
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads,
         n_kv_heads=k.per_layer_count("attention.head_count_kv", "n_kv_heads", n_layers, n_heads),
-        head_dim=head_dim, ffn_hidden=k.per_layer_count("feed_forward_length", "ffn_hidden", n_layers),
+        head_dim=head_dim, rotary_dim=rotary_dim,
+        ffn_hidden=k.per_layer_count("feed_forward_length", "ffn_hidden", n_layers),
         vocab=vocab, rms_eps=k.float("attention.layer_norm_rms_epsilon", gt=0.0, hi=1.0),
         rope_theta=k.float("rope.freq_base", 10000.0, gt=1.0),
         # convert_hf_to_gguf permutes llama's q/k rows for llama.cpp's NORM rope; other archs keep NEOX
         rope_style="interleaved" if src_arch == "llama" else "neox",
         context_length=k.count("context_length", "context_length"),
         tie_embeddings="output.weight" not in tensor_names,
-        attn_bias="blk.0.attn_q.bias" in tensor_names,
+        attn_bias=bool({"blk.0.attn_q.bias", "blk.0.attn_qkv.bias"} & tensor_names),
         rope_scaling=_gguf_rope_scaling(k, tensor_names, source),
         final_logit_softcap=k.float("final_logit_softcapping", 0.0, lo=0.0) or None,
         attn_logit_softcap=k.float("attn_logit_softcapping", 0.0, lo=0.0) or None,
         source_arch=src_arch, source_format="gguf",
         **_special_ids(md, vocab, source),
     )
-    if arch == "gemma3":
-        kw.update(_gemma3(k, n_layers, hidden, n_heads, head_dim))
+    if ARCHITECTURES[arch].gemma:
+        kw.update(_gemma(k, arch, n_layers, hidden, n_heads, head_dim))
+    else:
+        window = _sliding_window(k)
+        if window:  # a window on every layer (Mistral, Phi-3), as transformers runs them
+            kw.update(sliding_window=window, layer_types=("sliding",) * n_layers)
     return ModelConfig(**kw).validate(source)
 
 
-def _head_dim(k: _ArchKeys, hidden: int, n_heads: int) -> int:
+def _head_dim(k: _ArchKeys, arch: str, hidden: int, n_heads: int) -> tuple[int, int | None]:
+    """(head_dim, rotary_dim or None when rope rotates the whole head)."""
     if k.raw("attention.key_length", None) is not None:
         head_dim = k.count("attention.key_length", "head_dim")
     elif hidden % n_heads:
@@ -120,10 +127,17 @@ def _head_dim(k: _ArchKeys, hidden: int, n_heads: int) -> int:
         raise ModelLoadError(f"[config] {k.source}: {k.arch}.attention.value_length {value_dim} differs "
                              f"from the key length {head_dim}; metalkv needs them equal")
     rope_dim = k.count("rope.dimension_count", "head_dim", head_dim)
-    if rope_dim != head_dim:
+    if rope_dim == head_dim:
+        return head_dim, None
+    if not ARCHITECTURES[arch].partial_rotary:  # llama.cpp refuses it for llama too
         raise ModelLoadError(f"[config] {k.source}: partial rope (rope.dimension_count "
-                             f"{rope_dim} != head_dim {head_dim}) is not supported")
-    return head_dim
+                             f"{rope_dim} != head_dim {head_dim}) is not supported for {k.arch} models")
+    return head_dim, rope_dim  # ModelConfig.validate checks it is even and <= head_dim
+
+
+def _sliding_window(k: _ArchKeys) -> int:
+    return as_int(k.raw("attention.sliding_window", 0), f"{k.arch}.attention.sliding_window",
+                  k.source, 0, INT_RANGES["sliding_window"][1])
 
 
 def _vocab(md: dict[str, Any], k: _ArchKeys, source: str) -> int:
@@ -153,6 +167,15 @@ def _special_ids(md: dict[str, Any], vocab: int, source: str) -> dict[str, Any]:
 def _gguf_rope_scaling(k: _ArchKeys, tensor_names: set[str], source: str) -> dict | None:
     if "rope_freqs.weight" in tensor_names:
         return {"type": "freq_factors"}
+    longrope = {"rope_factors_short.weight", "rope_factors_long.weight"}
+    if longrope & tensor_names:  # convert_hf_to_gguf's Phi-3 LongRoPE
+        if not longrope <= tensor_names:
+            raise ModelLoadError(f"[config] {source}: LongRoPE needs both rope_factors_short.weight and "
+                                 f"rope_factors_long.weight; the file has only {sorted(longrope & tensor_names)[0]}")
+        return {"type": "longrope",
+                "original_max_position_embeddings": k.count("rope.scaling.original_context_length",
+                                                            "original_max_position_embeddings"),
+                "attention_factor": k.float("rope.scaling.attn_factor", 1.0, gt=0.0)}
     kind = k.raw("rope.scaling.type", None)
     if kind is not None:
         as_str(kind, f"{k.arch}.rope.scaling.type", source)
@@ -168,10 +191,11 @@ def _gguf_rope_scaling(k: _ArchKeys, tensor_names: set[str], source: str) -> dic
                          f"(supported: linear, rope_freqs factors)")
 
 
-def _gemma3(k: _ArchKeys, n_layers: int, hidden: int, n_heads: int, head_dim: int) -> dict[str, Any]:
-    window = as_int(k.raw("attention.sliding_window", 0), f"{k.arch}.attention.sliding_window",
-                    k.source, 0, INT_RANGES["sliding_window"][1])
-    pattern = k.raw("attention.sliding_window_pattern", 6)  # llama.cpp's default for gemma3
+def _gemma(k: _ArchKeys, arch: str, n_layers: int, hidden: int, n_heads: int,
+           head_dim: int) -> dict[str, Any]:
+    window = _sliding_window(k)
+    # llama.cpp's patterns: gemma2 slides on even layers (hard-coded), gemma3 on 5 of every 6
+    pattern = k.raw("attention.sliding_window_pattern", 6 if arch == "gemma3" else 2)
     key = f"{k.arch}.attention.sliding_window_pattern"
     if isinstance(pattern, list):  # one bool per layer: true = sliding
         as_list(pattern, key, k.source, "bool")
@@ -181,13 +205,15 @@ def _gemma3(k: _ArchKeys, n_layers: int, hidden: int, n_heads: int, head_dim: in
         types = tuple("sliding" if p else "full" for p in pattern)
     else:
         types = sliding_pattern_types(n_layers, as_int(pattern, key, k.source, 0, (1 << 31) - 1))
+    # llama.cpp: the 27B models (gemma2: 46 layers, gemma3: 62) scale by hidden/heads, the others
+    # by head_dim
+    big = n_layers == (46 if arch == "gemma2" else 62)
     return dict(
         hidden_act="gelu_tanh",
         sliding_window=window or None,
         layer_types=types if window else ("full",) * n_layers,
-        rope_local_base_freq=k.float("rope.freq_base_swa", 10000.0, gt=1.0),
-        # llama.cpp: 27B (62 layers) scales by hidden/heads, the others by head_dim
-        query_pre_attn_scalar=float(hidden // n_heads if n_layers == 62 else head_dim),
+        rope_local_base_freq=k.float("rope.freq_base_swa", 10000.0, gt=1.0) if arch == "gemma3" else None,
+        query_pre_attn_scalar=float(hidden // n_heads if big else head_dim),
         embedding_scale=math.sqrt(hidden),
         norm_weight_offset=0.0,  # the GGUF converter already added gemma's 1 to every norm
     )
@@ -248,6 +274,13 @@ def load_gguf_tensors(f: GGUFFile, cfg: ModelConfig, source: str,
                       progress: bool | None = None) -> dict[str, Tensor]:
     tensors = {t.name: Tensor(t.name, t.shape, t.ggml_type, f.tensor_array(t))
                for t in progress_bar(f.tensors, desc="tensors", progress=progress)}
+    if cfg.traits.fused_projections:  # llama.cpp's phi3 ffn_up holds gate and up
+        for i in range(cfg.n_layers):
+            p = f"blk.{i}."
+            if p + "ffn_gate.weight" not in tensors and p + "ffn_up.weight" in tensors:
+                t = tensors.pop(p + "ffn_up.weight")
+                tensors[p + "ffn_gate_up.weight"] = Tensor(p + "ffn_gate_up.weight", t.shape, t.dtype, t.data)
+    split_fused(tensors, cfg, source, hint=lambda n: "in the file: " + n.replace("ffn_gate_up", "ffn_up"))
     check_tensors(tensors, cfg, source)
     check_finite(tensors, source)
     _check_rope_freqs(tensors, source)
@@ -255,11 +288,13 @@ def load_gguf_tensors(f: GGUFFile, cfg: ModelConfig, source: str,
 
 
 def _check_rope_freqs(tensors: dict[str, Tensor], source: str) -> None:
-    """rope_freqs.weight divides each rope frequency (model_spec.rope_tables)."""
-    t = tensors.get("rope_freqs.weight")
-    if t is not None and t.data.size and not (np.asarray(t.data, np.float32) > 0).all():
-        raise ModelLoadError(f"[load] {source}: tensor rope_freqs.weight holds values <= 0 (min "
-                             f"{float(np.min(t.data)):g}); expected frequency divisors > 0")
+    """rope_freqs.weight and LongRoPE's factors divide each rope frequency (model_spec.rope_tables)."""
+    for name in ROPE_TENSORS:
+        t = tensors.get(name)
+        v = None if t is None else vector_f32(t)
+        if v is not None and v.size and not (v > 0).all():
+            raise ModelLoadError(f"[load] {source}: tensor {name} holds values <= 0 (min "
+                                 f"{float(v.min()):g}); expected frequency divisors > 0")
 
 
 def load_gguf(path: str | os.PathLike, *, progress: bool | None = None):

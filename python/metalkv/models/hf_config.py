@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .config import (ModelConfig, eog_ids, normalize_arch, normalize_rope_scaling,
-                     sliding_pattern_types)
+from .architectures import ARCHITECTURES, normalize_arch
+from .config import ModelConfig, eog_ids, normalize_rope_scaling, sliding_pattern_types
 from .tensor import ModelLoadError
 from .values import as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id, describe
 
@@ -65,7 +65,7 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
     k = _Keys(c, source)
     model_type = k.str("model_type")
     arch = normalize_arch(model_type, source)
-    gemma = arch == "gemma3"
+    gemma = ARCHITECTURES[arch].gemma
     hidden = k.count("hidden_size", "hidden", k.req("hidden_size"))
     n_heads = k.count("num_attention_heads", "n_heads", k.req("num_attention_heads"))
     n_layers = k.count("num_hidden_layers", "n_layers", k.req("num_hidden_layers"))
@@ -75,31 +75,74 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
     if act_name not in _ACTS:
         raise ModelLoadError(f"[config] {source}: activation {act_name!r} is not supported "
                              f"(supported: {', '.join(_ACTS)})")
-    theta, scaling, local_theta = _rope(c, gemma, source)
+    theta, scaling, local_theta = _rope(c, arch, source)
     vocab = k.count("vocab_size", "vocab", k.req("vocab_size"))
+    head_dim = k.count("head_dim", "head_dim", 256 if gemma else _head_dim(hidden, n_heads, source))
     kw: dict[str, Any] = dict(
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads,
-        n_kv_heads=k.count("num_key_value_heads", "n_kv_heads", n_heads),
-        head_dim=k.count("head_dim", "head_dim", 256 if gemma else _head_dim(hidden, n_heads, source)),
+        n_kv_heads=k.count("num_key_value_heads", "n_kv_heads", n_heads), head_dim=head_dim,
         ffn_hidden=k.count("intermediate_size", "ffn_hidden", k.req("intermediate_size")), vocab=vocab,
         rms_eps=k.float("rms_norm_eps", 1e-6, gt=0.0, hi=1.0), rope_theta=theta,
         rope_style="neox",  # HF checkpoints keep q/k rows in rotate_half order
-        context_length=k.count("max_position_embeddings", "context_length", 131072 if gemma else 2048),
+        rotary_dim=_rotary_dim(c, arch, head_dim, source),
+        context_length=k.count("max_position_embeddings", "context_length", _CONTEXT.get(arch, 2048)),
         tie_embeddings=k.bool("tie_word_embeddings", gemma),
         hidden_act=_ACTS[act_name], rope_scaling=scaling,
         attn_bias=k.bool("attention_bias", model_type == "qwen2"),
         **_special_ids(c, generation_config or {}, special_tokens or {}, vocab, source),
         source_arch=model_type, source_format="safetensors",
     )
-    types = _layer_types(k, n_layers)
+    types = _layer_types(k, n_layers) or _default_layer_types(k, model_type, n_layers)
     if gemma:
-        kw.update(_gemma3(k, n_layers, hidden, local_theta, types))
+        kw.update(_gemma(k, arch, n_layers, hidden, local_theta, types))
     else:
         if "sliding" in types:
             kw["sliding_window"] = k.count("sliding_window", "sliding_window", k.req("sliding_window"))
         if types:
             kw["layer_types"] = types
     return ModelConfig(**kw).validate(source)
+
+
+_CONTEXT = {"gemma3": 131072, "gemma2": 8192, "qwen3": 32768, "phi3": 4096}  # transformers' defaults
+
+
+def _rotary_dim(c: Mapping[str, Any], arch: str, head_dim: int, source: str) -> int | None:
+    """int(head_dim * partial_rotary_factor), as transformers computes it; the factor
+    sits at the top level (<= 4.x) or inside rope_parameters (5.x)."""
+    rp = c.get("rope_parameters")
+    inner = rp.get("partial_rotary_factor") if isinstance(rp, dict) else None
+    key = "rope_parameters.partial_rotary_factor" if inner is not None else "partial_rotary_factor"
+    v = inner if inner is not None else c.get("partial_rotary_factor")
+    if v is None:
+        return None
+    factor = as_float(v, key, source, gt=0.0, hi=1.0)
+    if factor == 1.0:
+        return None
+    if not ARCHITECTURES[arch].partial_rotary:
+        raise ModelLoadError(f"[config] {source}: {key} = {factor:g}, but {arch} models rotate the whole "
+                             f"head; partial rotary is supported for "
+                             f"{', '.join(a for a, t in ARCHITECTURES.items() if t.partial_rotary)}")
+    dim = int(head_dim * factor)
+    if dim < 2 or dim % 2:
+        raise ModelLoadError(f"[config] {source}: {key} = {factor:g} rotates {dim} of head_dim={head_dim} "
+                             f"dims; expected an even number >= 2")
+    return dim
+
+
+def _default_layer_types(k: _Keys, model_type: str, n_layers: int) -> tuple[str, ...]:
+    """Layer kinds when config.json has no layer_types, as transformers derives them:
+    Mistral and Phi-3 slide on every layer when sliding_window is set; Qwen2/3 only
+    with use_sliding_window, from layer max_window_layers on; Gemma 2 alternates
+    (even layers sliding); Gemma 3 follows its pattern (_gemma)."""
+    window = k.get("sliding_window")
+    if model_type in ("mistral", "phi3") and window is not None:
+        return ("sliding",) * n_layers
+    if model_type in ("qwen2", "qwen3") and window is not None and k.bool("use_sliding_window", False):
+        first = as_int(k.get("max_window_layers") or 0, "max_window_layers", k.source, 0, n_layers)
+        return tuple("sliding" if i >= first else "full" for i in range(n_layers))
+    if model_type == "gemma2":
+        return tuple("sliding" if i % 2 == 0 else "full" for i in range(n_layers))
+    return ()
 
 
 def _head_dim(hidden: int, n_heads: int, source: str) -> int:
@@ -142,28 +185,36 @@ def _layer_types(k: _Keys, n_layers: int) -> tuple[str, ...]:
     return tuple(_LAYER_TYPES[t] for t in names)
 
 
-def _gemma3(k: _Keys, n_layers: int, hidden: int, local_theta: float | None,
-            types: tuple[str, ...]) -> dict[str, Any]:
-    if not types:
+def _gemma(k: _Keys, arch: str, n_layers: int, hidden: int, local_theta: float | None,
+           types: tuple[str, ...]) -> dict[str, Any]:
+    if not types:  # gemma3 without layer_types: its sliding window pattern
         v = k.get("sliding_window_pattern")
         v = k.get("_sliding_window_pattern") if v is None else v
         key = "sliding_window_pattern"
         types = sliding_pattern_types(n_layers, as_int(6 if v is None else v, key, k.source, 1))
-    caps = {name: (None if k.get(key) is None else k.float(key, 0.0, lo=0.0) or None)
-            for name, key in (("attn_logit_softcap", "attn_logit_softcapping"),
-                              ("final_logit_softcap", "final_logit_softcapping"))}
+    # transformers' defaults for an absent key: gemma2 caps at 50 / 30, gemma3 does not; null is off
+    defaults = {"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0} if arch == "gemma2" else {}
+
+    def cap(key: str) -> float | None:
+        if key not in k.c:
+            return defaults.get(key)
+        return None if k.get(key) is None else (k.float(key, 0.0, lo=0.0) or None)
+
+    caps = dict(attn_logit_softcap=cap("attn_logit_softcapping"),
+                final_logit_softcap=cap("final_logit_softcapping"))
     return dict(
         sliding_window=k.count("sliding_window", "sliding_window", 4096),
         rope_local_base_freq=local_theta, layer_types=types,
         query_pre_attn_scalar=k.float("query_pre_attn_scalar", 256.0, gt=0.0),
         embedding_scale=math.sqrt(hidden),
-        norm_weight_offset=1.0,  # Gemma3RMSNorm computes x * (1 + w)
+        norm_weight_offset=1.0,  # Gemma's RMSNorm computes x * (1 + w)
         **caps,
     )
 
 
-def _rope(c: Mapping[str, Any], gemma: bool, source: str) -> tuple[float, dict | None, float | None]:
-    """(theta, scaling of full layers, theta of gemma's sliding layers)."""
+def _rope(c: Mapping[str, Any], arch: str, source: str) -> tuple[float, dict | None, float | None]:
+    """(theta, scaling of full layers, theta of gemma3's sliding layers)."""
+    gemma3 = arch == "gemma3"
     rp = c.get("rope_parameters")
     local: Mapping[str, Any] = {}
     key = "rope_parameters"
@@ -180,14 +231,14 @@ def _rope(c: Mapping[str, Any], gemma: bool, source: str) -> tuple[float, dict |
         if not isinstance(d, dict):
             raise ModelLoadError(f"[config] {source}: {name} is {describe(d)}; expected an object")
     theta = as_float(*_first((key, full, "rope_theta"), ("", c, "rope_theta"),
-                             default=1e6 if gemma else 10000.0), source, gt=1.0)
+                             default=1e6 if gemma3 else 10000.0), source, gt=1.0)
     if normalize_rope_scaling(local, source, "rope_parameters.sliding_attention") is not None:
         raise ModelLoadError(f"[config] {source}: rope scaling on sliding layers is not supported")
     local_theta = None
-    if gemma:
+    if gemma3:
         local_theta = as_float(*_first(("rope_parameters.sliding_attention", local, "rope_theta"),
                                        ("", c, "rope_local_base_freq"), default=10000.0), source, gt=1.0)
-    return theta, normalize_rope_scaling(full, source, key), local_theta
+    return theta, normalize_rope_scaling(full, source, key, top=c), local_theta
 
 
 def _first(*where: tuple[str, Mapping[str, Any], str], default: Any) -> tuple[Any, str]:

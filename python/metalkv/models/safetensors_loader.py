@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from .architectures import ARCHITECTURES
 from .config import ModelConfig
 from .hf_config import config_from_hf
 from .finite import check_finite
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors
+from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors, split_fused
 from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
@@ -42,7 +43,13 @@ _LAYER = {
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    # Phi-3's fused projections, split at load (tensor.split_fused)
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_gate_up.weight",
 }
+# Where a fused architecture keeps the parts (for error messages).
+_FUSED_HINT = {"attn_q.weight": "self_attn.qkv_proj.weight", "attn_k.weight": "self_attn.qkv_proj.weight",
+               "attn_v.weight": "self_attn.qkv_proj.weight", "ffn_gate.weight": "mlp.gate_up_proj.weight",
+               "ffn_up.weight": "mlp.gate_up_proj.weight"}
 _GLOBAL = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
            "lm_head.weight": "output.weight"}
 # Prefixes of the language model inside CausalLM and multimodal (gemma3) checkpoints.
@@ -60,8 +67,8 @@ def canonical_name(hf_name: str, arch: str) -> str | None:
         return None
     i, rest = m.groups()
     if rest == "post_attention_layernorm.weight":
-        # llama: the norm before the MLP; gemma3: the norm after attention
-        rest_c = "post_attention_norm.weight" if arch == "gemma3" else "ffn_norm.weight"
+        # llama: the norm before the MLP; gemma: the norm after attention
+        rest_c = "post_attention_norm.weight" if ARCHITECTURES[arch].sandwich_norms else "ffn_norm.weight"
     else:
         rest_c = _LAYER.get(rest)
     return f"blk.{i}.{rest_c}" if rest_c else None
@@ -74,8 +81,11 @@ def hf_name_hint(canonical: str, arch: str) -> str:
         return next(("model." + k if k != "lm_head.weight" else k)
                     for k, v in _GLOBAL.items() if v == canonical)
     i, rest = m.groups()
-    if rest == ("post_attention_norm.weight" if arch == "gemma3" else "ffn_norm.weight"):
+    traits = ARCHITECTURES[arch]
+    if rest == ("post_attention_norm.weight" if traits.sandwich_norms else "ffn_norm.weight"):
         return f"model.layers.{i}.post_attention_layernorm.weight"
+    if traits.fused_projections and rest in _FUSED_HINT:
+        return f"model.layers.{i}.{_FUSED_HINT[rest]}"
     return f"model.layers.{i}." + next(k for k, v in _LAYER.items() if v == rest)
 
 
@@ -255,6 +265,8 @@ def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = Non
             raw[name], origin[name] = Tensor(name, arr.shape, dtype, arr), f"{f.name}:{hf_name}"
     if cfg.tie_embeddings:
         raw.pop("output.weight", None)  # some exports save the tied copy too
+    for part, fused in split_fused(raw, cfg, str(d), hint=lambda n: origin[n]).items():
+        origin[part] = f"{origin[fused]} ({part.split('.')[2]} rows)"
     check_tensors(raw, cfg, str(d), hint=lambda n: hf_name_hint(n, cfg.arch))
     check_finite(raw, str(d), hint=lambda n: origin[n])
     tensors = {n: to_engine_dtype(t) for n, t in progress_bar(raw.items(), desc="tensors",

@@ -6,7 +6,8 @@ Canonical names are llama.cpp's GGUF names, whatever the source file was:
     token_embd.weight                 (vocab, hidden)
     output_norm.weight                (hidden,)
     output.weight                     (vocab, hidden)       absent when tied
-    rope_freqs.weight                 (head_dim / 2,)       optional (llama3 GGUF)
+    rope_freqs.weight                 (rope_dim / 2,)       optional (llama3 GGUF)
+    rope_factors_{short,long}.weight  (rope_dim / 2,)       optional (LongRoPE GGUF, Phi-3)
     blk.{i}.attn_norm.weight          (hidden,)
     blk.{i}.attn_q.weight             (n_heads * head_dim, hidden)
     blk.{i}.attn_k.weight             (n_kv_heads * head_dim, hidden)
@@ -17,11 +18,19 @@ Canonical names are llama.cpp's GGUF names, whatever the source file was:
     blk.{i}.ffn_gate.weight           (ffn_hidden, hidden)
     blk.{i}.ffn_up.weight             (ffn_hidden, hidden)
     blk.{i}.ffn_down.weight           (hidden, ffn_hidden)
-  gemma3 only:
+  with qk_norm (qwen3, gemma3):
     blk.{i}.attn_q_norm.weight        (head_dim,)
     blk.{i}.attn_k_norm.weight        (head_dim,)
+  with sandwich_norms (gemma2, gemma3):
     blk.{i}.post_attention_norm.weight (hidden,)
     blk.{i}.post_ffw_norm.weight      (hidden,)
+
+Fused source tensors are split at load into the names above (split_fused), as
+row views, whatever their type (a quantized row is a whole number of blocks):
+
+    blk.{i}.attn_qkv.weight           (q_rows + 2 kv_rows, hidden)   Phi-3 (HF qkv_proj, GGUF)
+    blk.{i}.ffn_gate_up.weight        (2 ffn_hidden, hidden)         Phi-3 (HF gate_up_proj; GGUF
+                                                                     ffn_up), gate rows first
 
 Shapes are logical and row-major: (out, in) for a matrix, so row r of
 attn_q.weight produces output feature r. GGUF lists dimensions the other way
@@ -79,19 +88,24 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def vector_f32(t: Tensor) -> np.ndarray:
+    """A 1-D float tensor (f32, f16 or bf16 bits) as float32, exactly."""
+    return (bf16_to_f32(t.data) if t.dtype == "bf16" else np.asarray(t.data, np.float32)).reshape(-1)
+
+
 def layer_names(i: int, cfg: ModelConfig) -> list[str]:
     """Canonical tensor names of layer i, in the order a forward pass uses them."""
     p = f"blk.{i}."
     names = [p + "attn_norm.weight", p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
     if cfg.attn_bias:
         names += [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]
-    if cfg.arch == "gemma3":
+    if cfg.traits.qk_norm:
         names += [p + "attn_q_norm.weight", p + "attn_k_norm.weight"]
     names.append(p + "attn_output.weight")
-    if cfg.arch == "gemma3":
+    if cfg.traits.sandwich_norms:
         names.append(p + "post_attention_norm.weight")
     names += [p + "ffn_norm.weight", p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight"]
-    if cfg.arch == "gemma3":
+    if cfg.traits.sandwich_norms:
         names.append(p + "post_ffw_norm.weight")
     return names
 
@@ -128,7 +142,10 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 # Tensors a model may carry without the config asking for them.
-OPTIONAL_SHAPES = {"rope_freqs.weight": lambda cfg: (cfg.head_dim // 2,)}
+OPTIONAL_SHAPES = {name: lambda cfg: (cfg.rope_dim // 2,) for name in
+                   ("rope_freqs.weight", "rope_factors_short.weight", "rope_factors_long.weight")}
+# Tensors folded into the rope tables (model_spec.rope_tables), not uploaded as weights.
+ROPE_TENSORS = tuple(OPTIONAL_SHAPES)
 
 # Types a tensor may have, by role. Vectors (norms, biases, rope factors) are read
 # as floats; a quantized vector is a type changed in the header, not a format.
@@ -140,6 +157,46 @@ MATRIX_DTYPES = VECTOR_DTYPES + (
     "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_nl", "iq4_xs",
     "tq1_0", "tq2_0", "mxfp4")
 _LAYER_NAME = re.compile(r"^blk\.(\d+)\.")
+
+
+def split_fused(tensors: dict[str, Tensor], cfg: ModelConfig, source: str,
+                hint: Callable[[str], str] | None = None) -> dict[str, str]:
+    """Replace each fused attn_qkv / ffn_gate_up tensor (module docstring) by its
+    parts, in place: row views of the same data, no copy. Returns {part: fused
+    name}. A fused tensor of the wrong shape, or one next to the parts it would
+    make, is a ModelLoadError."""
+    def label(n: str) -> str:
+        return n if hint is None else f"{n} ({hint(n)})"
+
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    splits = {"attn_qkv.weight": ("attn_q.weight", "attn_k.weight", "attn_v.weight"),
+              "attn_qkv.bias": ("attn_q.bias", "attn_k.bias", "attn_v.bias"),
+              "ffn_gate_up.weight": ("ffn_gate.weight", "ffn_up.weight")}
+    made: dict[str, str] = {}
+    for name in [n for n in tensors if n.split(".", 2)[-1] in splits]:
+        t = tensors.pop(name)
+        prefix, kind = name.rsplit(".", 2)[0] + ".", name.split(".", 2)[2]
+        parts = splits[kind]
+        rows = (q, kv, kv) if kind.startswith("attn_qkv") else (cfg.ffn_hidden, cfg.ffn_hidden)
+        want = (sum(rows),) + (() if kind.endswith("bias") else (cfg.hidden,))
+        if tuple(t.shape) != want:
+            raise ModelLoadError(
+                f"[load] {source}: fused tensor {label(name)} has shape {tuple(t.shape)}, expected {want} "
+                f"({' + '.join(map(str, rows))} rows: {', '.join(p.split('.')[0] for p in parts)}) from the "
+                f"config (heads={cfg.n_heads}, kv_heads={cfg.n_kv_heads}, head_dim={cfg.head_dim}, "
+                f"ffn={cfg.ffn_hidden}, hidden={cfg.hidden})")
+        check_tensor_dtype(t, source, label(name))
+        clash = [prefix + p for p in parts if prefix + p in tensors]
+        if clash:
+            raise ModelLoadError(f"[load] {source}: the file has both the fused tensor {label(name)} and "
+                                 f"{', '.join(clash)}; expected one or the other")
+        start = 0
+        for part, n in zip(parts, rows):
+            tensors[prefix + part] = Tensor(prefix + part, (n,) + tuple(t.shape[1:]), t.dtype,
+                                            t.data[start:start + n])
+            made[prefix + part] = name
+            start += n
+    return made
 
 
 def check_tensors(tensors: dict[str, Tensor], cfg: ModelConfig, source: str,
