@@ -229,6 +229,19 @@ def stable_stub_markers(text: str) -> str:
     return re.sub(rf'^(# \d+ )"{tmp}/[^"/]+/({names})"', r'\1"<stub>/\2"', text, flags=re.M)
 
 
+def absolute_line_names(text: str, root: str) -> str:
+    """Line markers and #line directives naming root-relative files name them by
+    their absolute path: nvcc's dependency file lists every file they name, and
+    ninja, which runs nvcc in the build directory, would never find
+    `metal/quant.h` there and so recompile every kernel on every build."""
+    def absolute(m: re.Match) -> str:
+        name = m.group(2)
+        if name.startswith(("/", "<")):
+            return m.group(0)
+        return f'{m.group(1)}"{os.path.join(root, name)}"'
+    return re.sub(r'^(#line \d+ |# \d+ )"([^"]*)"', absolute, text, flags=re.M)
+
+
 def translate(cxx: str, path: str, includes: list[str], root: str) -> tuple[str, list[Kernel]]:
     src = Source(preprocess(cxx, path, includes, "__METALKV_CUDA__"), root)
     kernels, drops = find_kernels(src, CUDA_BUILTINS, DEVICE)
@@ -245,7 +258,7 @@ def translate(cxx: str, path: str, includes: list[str], root: str) -> tuple[str,
     # the same file defines the same C++ functions, and both are linked into _core.
     out = "\n".join(head) + "\nnamespace mkv_cuda_src {\n" + body + "\n}  // namespace mkv_cuda_src\n" + "\n".join(
         thunk(k, i) for i, k in enumerate(kernels)) + "\n"
-    return out, kernels
+    return absolute_line_names(out, os.path.abspath(root)), kernels
 
 
 def main() -> int:
