@@ -4,12 +4,14 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <string>
 
 #include "bindings.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/weight_type.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -40,6 +42,8 @@ void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
 }
 
 void bind_linear(nb::module_&, nb::module_& m) {
+  m.def("weight_types", &ops::weight_type_names,
+        "The weight types the kernels read as stored (matmul's wtype; gguf's lower-cased names).");
   m.def(
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,

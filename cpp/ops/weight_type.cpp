@@ -54,6 +54,12 @@ WeightType parse_weight_type(const std::string& name, const char* op) {
 
 const char* weight_type_name(WeightType t) { return info(t).name; }
 
+std::vector<std::string> weight_type_names() {
+  std::vector<std::string> names;
+  for (const FormatInfo& f : kFormats) names.emplace_back(f.name);
+  return names;
+}
+
 bool is_quantized(WeightType t) { return info(t).block > 1; }
 
 uint32_t weight_row_multiple(WeightType t) { return is_quantized(t) ? info(t).block : 4u; }

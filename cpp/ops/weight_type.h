@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mkv::ops {
 
@@ -15,6 +16,8 @@ enum class WeightType { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k
 // gguf's lower-cased type name); anything else raises "[op] unknown ...".
 WeightType parse_weight_type(const std::string& name, const char* op);
 const char* weight_type_name(WeightType t);  // the kernel-name suffix, e.g. "q4_1"
+// Every name parse_weight_type takes, in enum order (metalkv._core.ops.weight_types()).
+std::vector<std::string> weight_type_names();
 bool is_quantized(WeightType t);             // a GGUF block format (not f32/f16/bf16)
 // What a row length must be a multiple of: the block (32; 256 for the K-quants)
 // for quantized types, 4 (one vector load) for f32/f16/bf16.

@@ -19,8 +19,9 @@ from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
 from .models.tensor import ROPE_TENSORS, bf16_to_f32, vector_f32
 
-# Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h).
-KERNEL_DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+# Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h), from
+# the C++ table (cpp/ops/weight_type.cpp).
+KERNEL_DTYPES = tuple(_core.ops.weight_types())
 
 
 def _inv_freq(cfg: ModelConfig, tensors: dict[str, Tensor], s: dict | None, long: bool = False) -> np.ndarray:

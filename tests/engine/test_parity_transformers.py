@@ -6,7 +6,8 @@ and a window, one with LongRoPE), Gemma 2 (alternating windows, attention and fi
 soft-capping), Gemma3 text (sliding window 8 < the sequences, per-type rope
 base, QK-norm, query_pre_attn_scalar, GeGLU, embedding scale; one variant with
 linear rope scaling on the full layers); and one Llama per head size in
-tiny_hf.HEAD_DIMS, skipped while metalkv refuses that size.
+tiny_hf.HEAD_DIMS (32, 80, 96, 112, 160, 192: the attention kernels' sizes
+beside 64, 128 and 256, which the models above use).
 
 Tolerances. Both sides use the same weights (exact in f16), activations in
 float32. What differs by design: metalkv stores K (after QK-norm and rope) and V
@@ -317,24 +318,13 @@ def test_longrope_short_factors(refs, engines):
     assert np.abs(longer - b.z16).max() > 10 * b.tight, "a cache of 128 tokens did not switch to the long factors"
 
 
-# ---- head sizes the kernels may not take yet ------------------------------------------
-
-def engine_or_skip(refs, name: str, prefill_chunk: int = 128) -> metalkv.Engine:
-    """The engine, or a skip naming metalkv's refusal when the head size is the reason."""
-    try:
-        return metalkv.Engine.load(refs[name].path, device=TEST_DEVICE, context=CONTEXT,
-                                   prefill_chunk=prefill_chunk, progress=False)
-    except metalkv.ModelLoadError as e:
-        if "head_dim" not in str(e):
-            raise
-        pytest.skip(f"head_dim {tiny_hf.SPECS[name]['head_dim']} not taken yet: {e}")
-
+# ---- every head size the attention kernels take -----------------------------------
 
 @pytest.mark.parametrize("name", tiny_hf.HEAD_DIM_NAMES)
 def test_head_dim_parity(refs, bounds, greedy_case, name):
     """Logits at every position, greedy decoding through prefill chunks of 5 and a cache
-    fed in pieces, for a head size beyond 64/128/256 (Llama layers, GQA 4/2)."""
-    eng = engine_or_skip(refs, name, prefill_chunk=5)
+    fed in pieces, for each head size the models above do not use (Llama layers, GQA 4/2)."""
+    eng = metalkv.Engine.load(refs[name].path, device=TEST_DEVICE, context=CONTEXT, prefill_chunk=5, progress=False)
     ids, b = prompt(name), bounds(name)
     b.check_tight(eng.logits(ids), f"head_dim {tiny_hf.SPECS[name]['head_dim']}")
     c = eng.new_cache()
@@ -343,3 +333,9 @@ def test_head_dim_parity(refs, bounds, greedy_case, name):
                   f"pieces {edges}")
     g_ids, want, _ = greedy_case(name)
     assert eng.generate_ids(g_ids, max_tokens=N_GREEDY, stop_ids=()) == want
+
+
+def test_head_dims_cover_the_kernels():
+    """Every head size the attention kernels take has a transformers parity model."""
+    used = {tiny_hf.SPECS[n]["head_dim"] for n in tiny_hf.SPECS}
+    assert set(metalkv._core.ops.attention_head_dims()) <= used, sorted(used)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-# NAMES: head_dim one of the attention kernels' sizes (64, 128, 256); HEAD_DIM_NAMES below.
+# NAMES: head_dim 64, 128 or 256; the kernels' other sizes are HEAD_DIM_NAMES below.
 SPECS: dict[str, dict[str, Any]] = {
     # GQA (4 query heads on 2 kv heads), untied lm_head, q width 256 != hidden 128.
     "llama_gqa": dict(
@@ -122,8 +122,8 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 NAMES = tuple(SPECS)
 
-# One tiny llama per head size real models use beyond 64/128/256; the parity tests
-# skip those metalkv refuses (the attention kernels grow them one at a time).
+# One tiny llama per head size of the attention kernels (cpp/ops/attention.h) that
+# the models above do not use; test_head_dims_cover_the_kernels checks the two agree.
 HEAD_DIMS = (32, 80, 96, 112, 160, 192)
 for _d in HEAD_DIMS:
     SPECS[f"llama_d{_d}"] = dict(

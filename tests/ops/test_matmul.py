@@ -270,3 +270,8 @@ def test_glu_bad_inputs():
     for fn in (ops.matmul, ops.matmul_glu):
         with pytest.raises(metalkv.GpuError, match=r"gemv_rows must be 0 \(the device's choice\), 8 or 32, got 16"):
             fn(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", gemv_rows=16)
+
+
+def test_every_kernel_weight_type_is_tested():
+    """The C++ table (cpp/ops/weight_type.cpp), which the loader reads, is the list these tests run."""
+    assert ops.weight_types() == WTYPES
