@@ -47,7 +47,7 @@ def test_tiny_quantized_model_matches_reference(tiny, tiny_path):
     (lambda f: write_gguf(f, omit=("blk.1.ffn_up.weight",), **TINY), r"missing tensor\(s\) blk.1.ffn_up.weight"),
     (lambda f: write_gguf(f, reshape={"blk.0.attn_k.weight": (32, 128)}, **TINY),
      r"blk.0.attn_k.weight has shape \(32, 128\), expected \(64, 128\)"),
-    (lambda f: write_gguf(f), r"head_dim 8 is not supported; the attention kernels take 64, 128 or 256"),
+    (lambda f: write_gguf(f), r"head_dim 8 is not supported; the attention kernels take 32, 64, 80, 96, 112, 128, 160, 192 or 256"),
 ])
 def test_bad_model_files(tmp_path, make, match):
     f = tmp_path / "m.gguf"
