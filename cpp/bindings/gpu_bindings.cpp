@@ -14,6 +14,7 @@
 
 #include "bindings.h"
 #include "bindings/args.h"
+#include "gpu/apple_gpu.h"
 #include "gpu/device.h"
 #include "gpu/device_select.h"
 
@@ -40,6 +41,8 @@ void bind_gpu(nb::module_& m, nb::module_&) {
 
   m.def("build_info", &gpu::built_backends,
         "The GPU backends compiled into this build: {'metal': bool, 'cuda': bool}.");
+  m.def("apple_gpu_cores", &gpu::apple_gpu_cores, "device_name"_a,
+        "The GPU cores the Metal backend assumes for an MTLDevice name (cpp/gpu/apple_gpu.h).");
   m.def("device_kinds", &gpu::available_device_kinds,
         "Device kinds this machine can create, best first ('metal' on Apple Silicon, 'host').");
 
@@ -63,7 +66,10 @@ void bind_gpu(nb::module_& m, nb::module_&) {
       .def_prop_ro("name", &gpu::Pipeline::name)
       .def_prop_ro("max_total_threads_per_threadgroup",
                    &gpu::Pipeline::max_total_threads_per_threadgroup)
-      .def_prop_ro("thread_execution_width", &gpu::Pipeline::thread_execution_width);
+      .def_prop_ro("thread_execution_width", &gpu::Pipeline::thread_execution_width)
+      .def("resident_threadgroups_per_unit", &gpu::Pipeline::resident_threadgroups_per_unit, "threads"_a,
+           "threadgroup_memory"_a = 0,
+           "Threadgroups of that many threads and threadgroup-memory bytes one compute unit runs at once.");
 
   nb::class_<gpu::ComputeEncoder>(m, "ComputeEncoder")
       .def("set_pipeline", &gpu::ComputeEncoder::set_pipeline, "pipeline"_a)
@@ -131,6 +137,18 @@ void bind_gpu(nb::module_& m, nb::module_&) {
                    "Why 'auto' runs on the host executor although a GPU backend is built ('' when it did not "
                    "fall back); metalkv.device() warns with it.")
       .def_prop_ro("name", [](const PyDevice& d) { return d.device->name(); })
+      .def_prop_ro(
+          "properties",
+          [](const PyDevice& d) {
+            const gpu::DeviceProperties p = d.device->properties();
+            nb::dict out;
+            out["compute_units"] = p.compute_units;
+            out["max_threads_per_unit"] = p.max_threads_per_unit;
+            out["threadgroup_memory_per_unit"] = p.threadgroup_memory_per_unit;
+            return out;
+          },
+          "What launch sizes are computed from: {'compute_units', 'max_threads_per_unit', "
+          "'threadgroup_memory_per_unit'} (cpp/gpu/device.h DeviceProperties).")
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(
           "buffer",

@@ -46,12 +46,24 @@ class Buffer {
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
+// What launch sizes depend on, as each device reports it; cpp/ops/launch.h
+// turns it into grid choices (the one place that does).
+struct DeviceProperties {
+  uint32_t compute_units = 1;          // CUDA: SMs; Metal: GPU cores; host: executor threads
+  uint32_t max_threads_per_unit = 1;   // threads one unit keeps resident at once
+  size_t threadgroup_memory_per_unit = 0;  // bytes of threadgroup memory one unit holds
+};
+
 class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual const std::string& name() const = 0;
   virtual uint32_t max_total_threads_per_threadgroup() const = 0;
   virtual uint32_t thread_execution_width() const = 0;  // SIMD-group width: 32
+  // Threadgroups of `threads` threads using `threadgroup_memory` bytes that one
+  // compute unit runs at once, given this kernel's registers (>= 1 when the
+  // launch is possible at all).
+  virtual uint32_t resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const = 0;
 };
 using PipelinePtr = std::shared_ptr<Pipeline>;
 
@@ -119,8 +131,9 @@ using CommandQueuePtr = std::shared_ptr<CommandQueue>;
 class Device {
  public:
   virtual ~Device() = default;
-  virtual std::string kind() const = 0;  // "host" or "metal"
+  virtual std::string kind() const = 0;  // "host", "metal" or "cuda"
   virtual std::string name() const = 0;  // human-readable
+  virtual DeviceProperties properties() const = 0;
   virtual BufferPtr new_buffer(size_t length) = 0;  // zero-filled
   // Raises GpuError naming the kernel if it does not exist.
   virtual PipelinePtr pipeline(const std::string& kernel_name) = 0;

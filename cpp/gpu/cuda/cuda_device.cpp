@@ -57,14 +57,26 @@ CudaPipeline::CudaPipeline(const mkv::cuda::KernelDesc* desc) : desc_(desc), nam
   registers_ = a.numRegs;
 }
 
+uint32_t CudaPipeline::resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const {
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, desc_->fn, int(threads), threadgroup_memory),
+        ("cudaOccupancyMaxActiveBlocksPerMultiprocessor(" + name_ + ")").c_str());
+  return uint32_t(std::max(blocks, 0));
+}
+
 namespace {
 
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, const cudaDeviceProp& prop)
-      : ordinal_(ordinal), name_(prop.name), sink_(std::make_shared<CounterSink>()) {}
+      : ordinal_(ordinal),
+        name_(prop.name),
+        props_{uint32_t(prop.multiProcessorCount), uint32_t(prop.maxThreadsPerMultiProcessor),
+               size_t(prop.sharedMemPerMultiprocessor)},
+        sink_(std::make_shared<CounterSink>()) {}
   std::string kind() const override { return "cuda"; }
   std::string name() const override { return name_; }
+  DeviceProperties properties() const override { return props_; }
   BufferPtr new_buffer(size_t length) override {
     select();
     return std::make_shared<CudaBuffer>(length);
@@ -104,6 +116,7 @@ class CudaDevice final : public Device {
   void select() const { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
   int ordinal_;
   std::string name_;
+  DeviceProperties props_;
   std::shared_ptr<CounterSink> sink_;
   std::mutex mutex_;
   std::map<std::string, PipelinePtr> pipelines_;

@@ -55,6 +55,8 @@ class CudaPipeline final : public Pipeline {
   const std::string& name() const override { return name_; }
   uint32_t max_total_threads_per_threadgroup() const override { return max_threads_; }
   uint32_t thread_execution_width() const override { return 32; }
+  // cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory, threads.
+  uint32_t resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const override;
   const mkv::cuda::KernelDesc* desc() const { return desc_; }
   int registers() const { return registers_; }
 

@@ -40,6 +40,8 @@ class HostPipeline final : public Pipeline {
   const std::string& name() const override { return name_; }
   uint32_t max_total_threads_per_threadgroup() const override { return desc_->max_threads; }
   uint32_t thread_execution_width() const override { return host::kSimdWidth; }
+  // A worker runs one threadgroup at a time, to completion.
+  uint32_t resident_threadgroups_per_unit(uint32_t, size_t) const override { return 1; }
   const host::KernelDesc* desc() const { return desc_; }
 
  private:
@@ -335,6 +337,11 @@ class HostDevice final : public Device {
   std::string name() const override {
     return "host executor (" + std::to_string(host::executor_threads()) + " threads, fiber order " +
            host::fiber_order_name(options_.order) + ")";
+  }
+  // One unit per executor thread, each running one threadgroup (up to the
+  // 1024 threads a threadgroup may have) with Metal's 32 KiB of threadgroup memory.
+  DeviceProperties properties() const override {
+    return {uint32_t(host::executor_threads()), 1024, 32768};
   }
   BufferPtr new_buffer(size_t length) override {
     if (length == 0) throw GpuError("[host] buffer length must be at least 1 byte");

@@ -10,6 +10,10 @@
 
 #include "metal_device.h"
 
+#include <algorithm>
+
+#include "../apple_gpu.h"
+
 namespace mkv::gpu {
 namespace metal {
 
@@ -48,11 +52,22 @@ MetalPipeline::MetalPipeline(std::string name, NS::SharedPtr<MTL::ComputePipelin
       max_threads_(uint32_t(state_->maxTotalThreadsPerThreadgroup())),
       simd_width_(uint32_t(state_->threadExecutionWidth())) {}
 
+uint32_t MetalPipeline::resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const {
+  if (threads == 0 || threads > max_threads_) return 0;
+  const uint32_t by_threads = std::min(kAppleThreadsPerCore, std::max(max_threads_, threads)) / threads;
+  const size_t by_memory = threadgroup_memory ? kAppleThreadgroupMemoryPerCore / threadgroup_memory : by_threads;
+  return uint32_t(std::min<size_t>(by_threads, by_memory));
+}
+
 MetalDevice::MetalDevice(NS::SharedPtr<MTL::Device> device)
     : device_(std::move(device)),
       max_threadgroup_memory_(size_t(device_->maxThreadgroupMemoryLength())) {
   AutoreleaseScope pool;  // name() returns an autoreleased string
   name_ = to_std_string(device_->name());
+}
+
+DeviceProperties MetalDevice::properties() const {
+  return {apple_gpu_cores(name_), kAppleThreadsPerCore, max_threadgroup_memory_};
 }
 
 BufferPtr MetalDevice::new_buffer(size_t length) {

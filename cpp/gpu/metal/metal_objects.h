@@ -68,6 +68,10 @@ class MetalPipeline final : public Pipeline {
   const std::string& name() const override { return name_; }
   uint32_t max_total_threads_per_threadgroup() const override { return max_threads_; }
   uint32_t thread_execution_width() const override { return simd_width_; }
+  // Apple reports no occupancy: the threads a core holds (kAppleThreadsPerCore,
+  // or fewer when this kernel's registers cap a threadgroup lower) over the
+  // threadgroup's, and the core's threadgroup memory over the threadgroup's.
+  uint32_t resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const override;
   MTL::ComputePipelineState* mtl() const { return state_.get(); }
 
  private:
@@ -173,6 +177,9 @@ class MetalDevice final : public Device {
 
   std::string kind() const override { return "metal"; }
   std::string name() const override { return name_; }
+  // Cores from the chip's name (apple_gpu.h: Metal does not report them),
+  // kAppleThreadsPerCore, and maxThreadgroupMemoryLength per core.
+  DeviceProperties properties() const override;
   BufferPtr new_buffer(size_t length) override;
   PipelinePtr pipeline(const std::string& kernel_name) override;     // metal_library.cpp
   std::vector<std::string> kernel_names() const override;            // metal_library.cpp

@@ -1,0 +1,14 @@
+#include "ops/launch.h"
+
+#include <algorithm>
+
+namespace mkv::ops {
+
+uint32_t device_wave(const gpu::Device& device, const gpu::Pipeline& pipeline, uint32_t threads,
+                     size_t threadgroup_memory) {
+  const uint32_t units = std::max(device.properties().compute_units, 1u);
+  const uint32_t per_unit = std::max(pipeline.resident_threadgroups_per_unit(threads, threadgroup_memory), 1u);
+  return units * per_unit;
+}
+
+}  // namespace mkv::ops
