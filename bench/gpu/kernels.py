@@ -285,6 +285,30 @@ def summary(merged: list[dict]) -> list[dict]:
     return out
 
 
+def targets(merged: list[dict], peers: dict) -> list[list]:
+    """Issue 12's targets, each with the measured value and whether it is met: decode
+    attention (D128, 32/8, the automatic choice) >= 85 % of the ceiling at 32k and 128k
+    and faster than torch's cuDNN SDPA at 4k; f16 gemv >= 85 % at 4096x4096 and
+    14336x4096 (f32, bf16 alike); quantized gemv >= 75 % at those shapes."""
+    by_name = {m["name"]: m for m in merged}
+    rows = []
+    for ctx in (32768, 131072):
+        m = by_name.get(f"attn_decode_d128_h32_kv8_ctx{ctx}_auto")
+        if m and m["pct_ceiling"] is not None:
+            rows.append([m["name"], ">= 85 % ceiling", f"{m['pct_ceiling']:.1f} %", m["pct_ceiling"] >= 85])
+    m = by_name.get("attn_decode_d128_h32_kv8_ctx4096_auto")
+    if m:
+        cudnn = [p["us"] for p in peers.get(("attn", 128, 32, 8, 4096, 1), []) if p["peer"] == "torch.sdpa[cudnn]"]
+        if cudnn:
+            rows.append([m["name"], f"< cuDNN {min(cudnn):.1f} us", f"{m['us']:.1f} us", m["us"] < min(cudnn)])
+    for m in merged:
+        if m["name"].startswith("gemv_") and m["name"].rsplit("_", 1)[-1] in ("4096x4096", "14336x4096"):
+            want = 85 if m["name"].split("_")[1] in ("f16", "bf16", "f32") else 75  # dense: like f16
+            if m["pct_ceiling"] is not None:
+                rows.append([m["name"], f">= {want} % ceiling", f"{m['pct_ceiling']:.1f} %", m["pct_ceiling"] >= want])
+    return rows
+
+
 HEADERS = ["case", "shape", "metalkv us", "GB/s", "% ceiling", "TFLOP/s", "best torch peer", "peer us",
            "peer % ceiling", "ratio"]
 
@@ -345,6 +369,10 @@ def main(argv=None) -> int:
     if key:
         print("\n### summary: Llama-3-8B attention (D128, 32/8), prefill, and the FFN shape in every format\n")
         print(table(HEADERS, table_rows(key)))
+    goals = targets(merged, peers)
+    if goals:
+        print("\n### issue 12 targets (bench/gpu/kernels.py targets())\n")
+        print(table(["case", "target", "measured", "met"], goals))
     return 0 if merged else 1
 
 
