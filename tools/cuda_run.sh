@@ -6,6 +6,7 @@
 #
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine
 #                                          (default: info install test sanitize)
+#   env: TEST_S SAN_S BENCH_S ENGINE_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS
 #
 # The wheels come from .whl/ (carried): metalkv built here for the machine's
 # Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
@@ -65,7 +66,7 @@ stage_sanitize() {
 
 stage_bench_kernels() {
   step "kernel benchmark with torch peers"
-  timeout ${BENCH_S:-300} python3 bench/gpu/kernels.py --bench /tmp/site/bin/metalkv-bench --json "$OUT/bench_kernels.json" \
+  timeout ${BENCH_S:-300} python3 bench/gpu/kernels.py --bench /tmp/site/bin/metalkv-bench --json "$OUT/bench_kernels.json" ${KERNELS_ARGS:-} \
     > "$OUT/bench_kernels.txt" 2>&1
   note "bench/gpu/kernels.py: rc=$?"
   tail -60 "$OUT/bench_kernels.txt"
