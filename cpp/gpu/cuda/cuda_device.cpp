@@ -58,10 +58,13 @@ CudaPipeline::CudaPipeline(const mkv::cuda::KernelDesc* desc) : desc_(desc), nam
 }
 
 uint32_t CudaPipeline::resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const {
+  std::lock_guard<std::mutex> lock(occupancy_mutex_);
+  const auto key = std::make_pair(threads, threadgroup_memory);
+  if (auto it = occupancy_.find(key); it != occupancy_.end()) return it->second;
   int blocks = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, desc_->fn, int(threads), threadgroup_memory),
         ("cudaOccupancyMaxActiveBlocksPerMultiprocessor(" + name_ + ")").c_str());
-  return uint32_t(std::max(blocks, 0));
+  return occupancy_[key] = uint32_t(std::max(blocks, 0));
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -55,7 +56,8 @@ class CudaPipeline final : public Pipeline {
   const std::string& name() const override { return name_; }
   uint32_t max_total_threads_per_threadgroup() const override { return max_threads_; }
   uint32_t thread_execution_width() const override { return 32; }
-  // cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory, threads.
+  // cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers, shared memory, threads;
+  // asked once per (threads, memory), since ops ask per dispatch.
   uint32_t resident_threadgroups_per_unit(uint32_t threads, size_t threadgroup_memory) const override;
   const mkv::cuda::KernelDesc* desc() const { return desc_; }
   int registers() const { return registers_; }
@@ -65,6 +67,8 @@ class CudaPipeline final : public Pipeline {
   std::string name_;
   uint32_t max_threads_;  // the kernel's declared limit and what its registers allow
   int registers_;
+  mutable std::mutex occupancy_mutex_;
+  mutable std::map<std::pair<uint32_t, size_t>, uint32_t> occupancy_;
 };
 
 // One recorded launch: its argument values, stored so that the pointers
