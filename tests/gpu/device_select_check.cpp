@@ -14,6 +14,7 @@ struct FakeDevice : Device {
   explicit FakeDevice(std::string k) : k_(std::move(k)) {}
   std::string kind() const override { return k_; }
   std::string name() const override { return "fake " + k_; }
+  DeviceProperties properties() const override { return {}; }
   BufferPtr new_buffer(size_t) override { return nullptr; }
   PipelinePtr pipeline(const std::string&) override { return nullptr; }
   std::vector<std::string> kernel_names() const override { return {}; }
