@@ -1,8 +1,8 @@
 // Shared by both preludes, part 3 (start): MSL's atomic<T> object and its
 // names. Included by cpp/gpu/host/prelude/mkv_prelude_atomic.h (GCC __atomic
 // builtins) and cpp/gpu/cuda/prelude/mkv_cuda_atomic.h (CUDA's atomic
-// intrinsics) after their memory_order, whose values differ; the operations
-// on these objects are each prelude's.
+// intrinsics) after their memory_order, whose values differ, and exports
+// both to global scope; the operations on these objects are each prelude's.
 #pragma once
 
 #include "mkv_common_types.h"
@@ -36,3 +36,16 @@ template <class T> constexpr bool is_int_atomic_v = std::is_integral<T>::value &
 }  // namespace mkv_detail
 
 }  // namespace metal
+
+// Global names, so MSL code may omit `metal::`.
+using metal::atomic_bool;
+using metal::atomic_float;
+using metal::atomic_int;
+using metal::atomic_uint;
+using metal::atomic_ulong;
+using metal::memory_order;
+using metal::memory_order_acq_rel;
+using metal::memory_order_acquire;
+using metal::memory_order_relaxed;
+using metal::memory_order_release;
+using metal::memory_order_seq_cst;

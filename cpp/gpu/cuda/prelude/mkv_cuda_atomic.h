@@ -133,15 +133,3 @@ MKV_ATOMIC_INT_RMW(atomic_fetch_xor_explicit, atomicXor)
 #undef MKV_ATOMIC_INT_RMW
 
 }  // namespace metal
-
-using metal::atomic_bool;
-using metal::atomic_float;
-using metal::atomic_int;
-using metal::atomic_uint;
-using metal::atomic_ulong;
-using metal::memory_order;
-using metal::memory_order_acq_rel;
-using metal::memory_order_acquire;
-using metal::memory_order_relaxed;
-using metal::memory_order_release;
-using metal::memory_order_seq_cst;

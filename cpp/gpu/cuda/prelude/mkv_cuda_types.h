@@ -21,7 +21,7 @@
 //     one integer of its size (mkv_detail::whole): one LDG.64 / LDG.128 / STS.64.
 //
 // The parts that are the same logic as the host prelude's are in
-// cpp/gpu/prelude_common/ (mkv_common_types.h, mkv_common_packed_vec.h).
+// cpp/gpu/prelude_common/ (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
 #pragma once
 
 #define MKV_HD __host__ __device__ __forceinline__
@@ -300,16 +300,11 @@ MKV_VEC_TYPEDEFS(bool, bool)
 #undef MKV_PACKED_TYPEDEFS
 #undef MKV_VEC_TYPEDEFS
 
-static_assert(sizeof(float2) == 8 && alignof(float2) == 8, "Metal layout");
-static_assert(sizeof(float3) == 16 && alignof(float3) == 16, "Metal layout: 3-vectors padded to 4");
-static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "Metal layout");
-static_assert(sizeof(half3) == 8 && sizeof(half4) == 8 && alignof(half4) == 8, "Metal layout");
-static_assert(sizeof(uchar3) == 4 && sizeof(bool4) == 4, "Metal layout");
-static_assert(sizeof(packed_float3) == 12 && alignof(packed_float3) == 4, "Metal layout");
-static_assert(std::is_trivially_default_constructible<float4>::value &&
-                  std::is_trivially_copy_constructible<float4>::value &&
-                  std::is_trivially_destructible<float4>::value,
-              "vectors must live in registers and in __shared__ arrays without construction");
+}  // namespace metal
+
+#include "../../prelude_common/mkv_common_layout.h"
+
+namespace metal {
 
 // as_type<T>(x): the bits of a same-size value (float <-> uint, half2 <-> uint).
 template <class To, class From> MKV_HD To as_type(const From& from) {

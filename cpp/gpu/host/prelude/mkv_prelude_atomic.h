@@ -131,15 +131,3 @@ MKV_ATOMIC_BITWISE(atomic_fetch_xor_explicit, __atomic_fetch_xor)
 #undef MKV_ATOMIC_BITWISE
 
 }  // namespace metal
-
-using metal::atomic_bool;
-using metal::atomic_float;
-using metal::atomic_int;
-using metal::atomic_uint;
-using metal::atomic_ulong;
-using metal::memory_order;
-using metal::memory_order_acq_rel;
-using metal::memory_order_acquire;
-using metal::memory_order_relaxed;
-using metal::memory_order_release;
-using metal::memory_order_seq_cst;

@@ -14,7 +14,7 @@
 // No header that declares global math functions may be included here (see
 // mkv_prelude_math.h), so only <cstddef>, <cstdint>, <type_traits>. The parts
 // that are the same logic as the CUDA prelude's are in cpp/gpu/prelude_common/
-// (mkv_common_types.h, mkv_common_packed_vec.h).
+// (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
 #pragma once
 
 #include <cstddef>
@@ -193,16 +193,11 @@ MKV_VEC_TYPEDEFS(bool, bool)
 #undef MKV_PACKED_TYPEDEFS
 #undef MKV_VEC_TYPEDEFS
 
-static_assert(sizeof(float2) == 8 && alignof(float2) == 8, "Metal layout");
-static_assert(sizeof(float3) == 16 && alignof(float3) == 16, "Metal layout: 3-vectors padded to 4");
-static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "Metal layout");
-static_assert(sizeof(half3) == 8 && sizeof(half4) == 8 && alignof(half4) == 8, "Metal layout");
-static_assert(sizeof(uchar3) == 4 && sizeof(bool4) == 4, "Metal layout");
-static_assert(sizeof(packed_float3) == 12 && alignof(packed_float3) == 4, "Metal layout");
-static_assert(std::is_trivially_default_constructible<float4>::value &&
-                  std::is_trivially_copy_constructible<float4>::value &&
-                  std::is_trivially_destructible<float4>::value,
-              "vectors must pass in registers and live in threadgroup arrays");
+}  // namespace metal
+
+#include "../../prelude_common/mkv_common_layout.h"
+
+namespace metal {
 
 // as_type<T>(x): reinterpret the bits of a same-size value (float <-> uint,
 // half2 <-> uint, float4 <-> uint4). A swizzle reinterprets the vector it
