@@ -12,7 +12,10 @@ set(METALKV_CUDA_ARCHITECTURES "80;90" CACHE STRING
 
 set(_mkv_cuda_pass ${PROJECT_SOURCE_DIR}/cpp/gpu/cuda/cuda_pass.py)
 set(_mkv_cuda_gen ${CMAKE_CURRENT_BINARY_DIR}/cuda_kernels)
-file(GLOB _mkv_cuda_prelude CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cpp/gpu/cuda/prelude/*)
+# The CUDA prelude and the headers it shares with the host prelude: every kernel
+# is rebuilt when one changes, also where the generator reads no nvcc depfiles.
+file(GLOB _mkv_cuda_prelude CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cpp/gpu/cuda/prelude/*
+     ${PROJECT_SOURCE_DIR}/cpp/gpu/prelude_common/*)
 set(_mkv_cuda_sources)
 foreach(src ${METALKV_METAL_SOURCES})
   if(src STREQUAL "metal/test/broken.metal")
@@ -31,6 +34,7 @@ foreach(src ${METALKV_METAL_SOURCES})
   list(APPEND _mkv_cuda_sources ${out})
 endforeach()
 
+set_source_files_properties(${_mkv_cuda_sources} PROPERTIES OBJECT_DEPENDS "${_mkv_cuda_prelude}")
 add_library(metalkv_cuda_kernels OBJECT ${_mkv_cuda_sources})
 set_target_properties(metalkv_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${METALKV_CUDA_ARCHITECTURES}"
                       POSITION_INDEPENDENT_CODE ON CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)

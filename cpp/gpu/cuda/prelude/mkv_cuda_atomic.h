@@ -23,29 +23,12 @@ enum memory_order {
   memory_order_seq_cst,
 };
 
-// Like MSL, an atomic object is neither copyable nor initialized by
-// construction (threadgroup atomics start undefined). Same size and alignment as T.
-template <class T> struct atomic {
-  static_assert(std::is_same<T, int>::value || std::is_same<T, uint>::value || std::is_same<T, ulong>::value ||
-                    std::is_same<T, float>::value || std::is_same<T, bool>::value,
-                "MSL atomics hold int, uint, ulong, float or bool");
-  atomic() = default;
-  atomic(const atomic&) = delete;
-  atomic& operator=(const atomic&) = delete;
+}  // namespace metal
 
-  alignas(sizeof(T)) T value_;  // touched only by the atomic_*_explicit functions
-};
-static_assert(sizeof(atomic<uint>) == 4 && alignof(atomic<uint>) == 4, "Metal layout");
+#include "../../prelude_common/mkv_common_atomic_types.h"  // atomic<T>, atomic_int ...
 
-typedef atomic<int> atomic_int;
-typedef atomic<uint> atomic_uint;
-typedef atomic<ulong> atomic_ulong;
-typedef atomic<float> atomic_float;
-typedef atomic<bool> atomic_bool;
-
+namespace metal {
 namespace mkv_detail {
-template <class T> using id_t = typename id<T>::type;
-template <class T> constexpr bool is_int_atomic_v = std::is_integral<T>::value && !std::is_same<T, bool>::value;
 
 // The intrinsics take int*, unsigned*, unsigned long long*, float*.
 template <class T> struct cuda_atomic { using type = T; };
@@ -150,15 +133,3 @@ MKV_ATOMIC_INT_RMW(atomic_fetch_xor_explicit, atomicXor)
 #undef MKV_ATOMIC_INT_RMW
 
 }  // namespace metal
-
-using metal::atomic_bool;
-using metal::atomic_float;
-using metal::atomic_int;
-using metal::atomic_uint;
-using metal::atomic_ulong;
-using metal::memory_order;
-using metal::memory_order_acq_rel;
-using metal::memory_order_acquire;
-using metal::memory_order_relaxed;
-using metal::memory_order_release;
-using metal::memory_order_seq_cst;

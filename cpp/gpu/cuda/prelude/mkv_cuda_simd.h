@@ -17,28 +17,12 @@
 // is __syncwarp.
 #pragma once
 
-namespace metal {
+#include "../../prelude_common/mkv_common_simd_types.h"  // mem_flags, simd_vote
 
-enum class mem_flags : uint32_t {
-  mem_none = 0,
-  mem_device = 1,
-  mem_threadgroup = 2,
-  mem_texture = 4,
-  mem_threadgroup_imageblock = 8,
-  mem_object_data = 16,
-};
-MKV_HD constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint32_t(a) | uint32_t(b)); }
+namespace metal {
 
 MKV_D void threadgroup_barrier(mem_flags) { __syncthreads(); }
 MKV_D void simdgroup_barrier(mem_flags) { __syncwarp(); }
-
-// simd_ballot's result: one bit per lane.
-struct simd_vote {
-  using vote_t = uint64_t;
-  vote_t bits = 0;
-  MKV_HD explicit constexpr operator vote_t() const { return bits; }
-  MKV_HD constexpr bool any() const { return bits != 0; }
-};
 
 namespace simd_detail {
 

@@ -19,21 +19,21 @@
 //     (LDG.E.U16 x4) where Metal loads the vector once. Conversions, operators,
 //     dot and copy assignment therefore copy a 4-, 8- or 16-byte vector through
 //     one integer of its size (mkv_detail::whole): one LDG.64 / LDG.128 / STS.64.
+//
+// The parts that are the same logic as the host prelude's are in
+// cpp/gpu/prelude_common/ (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
 #pragma once
 
 #define MKV_HD __host__ __device__ __forceinline__
 #define MKV_D __device__ __forceinline__
 
+// Qualifiers of the shared headers (cpp/gpu/prelude_common/).
+#define MKV_FN MKV_HD
+#define MKV_FN_DEVICE MKV_D
+
 // ---- Scalars -------------------------------------------------------------------
-// glibc's <sys/types.h> declares uint/ushort/ulong the same way; repeating a
-// typedef with the same type is allowed.
 typedef __half half;
-typedef unsigned int uint;
-typedef unsigned short ushort;
-typedef unsigned char uchar;
-typedef unsigned long ulong;
-static_assert(sizeof(long) == 8 && sizeof(ulong) == 8, "MSL long/ulong are 64-bit; LP64 hosts only");
-static_assert(sizeof(half) == 2, "half must be 16-bit");
+#include "../../prelude_common/mkv_common_types.h"  // uint ..., namespace metal, vec_traits, swz
 
 // half arithmetic. __half is a global class, so its operators are global too.
 MKV_HD half operator+(half a, half b) { return __hadd_rn(a, b); }
@@ -96,51 +96,7 @@ MKV_HD half operator"" h(unsigned long long v) { return __float2half_rn(static_c
 #pragma nv_diag_default 2506
 
 namespace metal {
-
-using ::half;
-using ::uint;
-using ::ushort;
-using ::uchar;
-using ::ulong;
-using ::size_t;
-using ::ptrdiff_t;
-using ::int8_t;
-using ::int16_t;
-using ::int32_t;
-using ::int64_t;
-using ::uint8_t;
-using ::uint16_t;
-using ::uint32_t;
-using ::uint64_t;
-
-template <class T, int N> struct vec;
-
-namespace mkv_detail {  // not "detail": kernels' own names must not collide
-
-template <class T> struct id { using type = T; };
-
-template <class T> constexpr bool is_scalar_v = std::is_arithmetic<T>::value || std::is_same<T, half>::value;
-template <class T> constexpr bool is_float_v = std::is_same<T, float>::value || std::is_same<T, half>::value;
-
-// vec_traits<V>: is V vector-like (vec, swizzle proxy, packed vector), and if so
-// its element type and width.
-template <class V> struct vec_traits {
-  static constexpr bool is_vec = false;
-  static constexpr int size = 1;
-  using elem = V;
-};
-template <class V> constexpr bool is_vec_like_v = vec_traits<std::remove_cv_t<V>>::is_vec;
-template <class X> constexpr bool is_operand_v = is_vec_like_v<X> || is_scalar_v<X>;
-// Lanes contributed by one constructor argument; 1000 makes sums fail for non-operands.
-template <class X> constexpr int lanes_v = is_vec_like_v<X> ? vec_traits<X>::size : (is_scalar_v<X> ? 1 : 1000);
-
-template <int... I> __host__ __device__ constexpr bool distinct() {
-  constexpr int idx[] = {I...};
-  for (unsigned a = 0; a < sizeof...(I); ++a)
-    for (unsigned b = a + 1; b < sizeof...(I); ++b)
-      if (idx[a] == idx[b]) return false;
-  return true;
-}
+namespace mkv_detail {
 
 // Copy of a 4-, 8- or 16-byte object through one integer (or CUDA's 16-byte
 // ulonglong2) of its size: one memory instruction where an element-wise copy
@@ -174,42 +130,6 @@ template <class V> MKV_HD void assign_whole(V& dst, const V& src) {
     for (int i = 0; i < V::kStorage; ++i) dst.data_[i] = src.data_[i];
   }
 }
-
-// Swizzle proxy: a union member overlaying the owning vector's storage. S is
-// the storage length (4 for 3-vectors), I... the selected components.
-template <class T, int S, int... I> struct swz {
-  static constexpr int N = sizeof...(I);
-  using vec_type = vec<T, N>;
-  T d[S];
-
-  swz() = default;
-  swz(const swz&) = default;  // keeps the owning union's copy constructor trivial
-
-  MKV_HD operator vec_type() const { return vec_type(d[I]...); }
-  MKV_HD T operator[](int i) const {
-    constexpr int idx[] = {I...};
-    return d[idx[i]];
-  }
-
-  // Writes only the named components, through a copy (v.xy = v.yx reads first).
-  // The same-type copy assignment must be user-provided: the implicit one
-  // would copy the whole storage.
-  MKV_HD swz& operator=(const swz& o) { return assign(vec_type(o)); }
-  MKV_HD swz& operator=(const vec_type& v) { return assign(v); }
-
- private:
-  MKV_HD swz& assign(const vec_type v) {
-    static_assert(distinct<I...>(), "MSL: a swizzle that repeats a component (v.xx) is not assignable");
-    constexpr int idx[] = {I...};
-    for (int k = 0; k < N; ++k) d[idx[k]] = v[k];
-    return *this;
-  }
-};
-template <class T, int S, int... I> struct vec_traits<swz<T, S, I...>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = sizeof...(I);
-  using elem = T;
-};
 
 // The swizzle members of an N-vector, `swz<T, kStorage, i...> xyz, rgb;` for
 // every name of 2..4 components (the host prelude's gen_swizzles.py writes the
@@ -346,50 +266,11 @@ template <class T, int N> struct vec : mkv_detail::vec_storage<T, N> {
     }
   }
 };
+}  // namespace metal
 
-// MSL packed vectors: no padding, element alignment, for tightly packed buffer
-// data (quant.h reads 2-byte aligned quants as packed_ushort2). Element-wise
-// access only: their alignment allows nothing wider.
-namespace mkv_detail {
-template <class T, int N> struct packed_storage;
-template <class T> struct packed_storage<T, 2> {
-  union { T data_[2]; struct { T x, y; }; struct { T r, g; }; };
-};
-template <class T> struct packed_storage<T, 3> {
-  union { T data_[3]; struct { T x, y, z; }; struct { T r, g, b; }; };
-};
-template <class T> struct packed_storage<T, 4> {
-  union { T data_[4]; struct { T x, y, z, w; }; struct { T r, g, b, a; }; };
-};
+#include "../../prelude_common/mkv_common_packed_vec.h"
 
-template <class T, int N> struct packed_vec : packed_storage<T, N> {
-  using packed_storage<T, N>::data_;
-  packed_vec() = default;
-  MKV_HD packed_vec(const vec<T, N>& v) {
-    for (int i = 0; i < N; ++i) data_[i] = v[i];
-  }
-  template <class A0, class A1, class... As>
-  MKV_HD packed_vec(const A0& a0, const A1& a1, const As&... as) : packed_vec(vec<T, N>(a0, a1, as...)) {}
-  MKV_HD operator vec<T, N>() const {
-    vec<T, N> v;
-    for (int i = 0; i < N; ++i) v[i] = data_[i];
-    return v;
-  }
-  MKV_HD T& operator[](int i) { return data_[i]; }
-  MKV_HD const T& operator[](int i) const { return data_[i]; }
-};
-
-template <class T, int N> struct vec_traits<vec<T, N>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = N;
-  using elem = T;
-};
-template <class T, int N> struct vec_traits<packed_vec<T, N>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = N;
-  using elem = T;
-};
-}  // namespace mkv_detail
+namespace metal {
 
 // The vector types are named mkv_float4 ...: CUDA's own float4, uint3 ... are
 // global structs that CUDA's generated host code names unqualified, so a
@@ -419,16 +300,11 @@ MKV_VEC_TYPEDEFS(bool, bool)
 #undef MKV_PACKED_TYPEDEFS
 #undef MKV_VEC_TYPEDEFS
 
-static_assert(sizeof(float2) == 8 && alignof(float2) == 8, "Metal layout");
-static_assert(sizeof(float3) == 16 && alignof(float3) == 16, "Metal layout: 3-vectors padded to 4");
-static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "Metal layout");
-static_assert(sizeof(half3) == 8 && sizeof(half4) == 8 && alignof(half4) == 8, "Metal layout");
-static_assert(sizeof(uchar3) == 4 && sizeof(bool4) == 4, "Metal layout");
-static_assert(sizeof(packed_float3) == 12 && alignof(packed_float3) == 4, "Metal layout");
-static_assert(std::is_trivially_default_constructible<float4>::value &&
-                  std::is_trivially_copy_constructible<float4>::value &&
-                  std::is_trivially_destructible<float4>::value,
-              "vectors must live in registers and in __shared__ arrays without construction");
+}  // namespace metal
+
+#include "../../prelude_common/mkv_common_layout.h"
+
+namespace metal {
 
 // as_type<T>(x): the bits of a same-size value (float <-> uint, half2 <-> uint).
 template <class To, class From> MKV_HD To as_type(const From& from) {

@@ -24,6 +24,11 @@
 // ldexp/ilogb/nextafter, sinpi/cospi/tanpi, reflect/refract/faceforward,
 // reverse_bits, the saturating and 24-bit integer functions, pack/unpack,
 // matrices. A kernel using one fails to compile here, never silently.
+//
+// The functions that are the same logic as the CUDA prelude's (vector
+// abs/min/max/clamp, min3 ..., length ... cross, all/any, the integer functions
+// but popcount/clz/ctz/mulhi, the vector integer forms, fast::/precise::) and
+// the constants are in cpp/gpu/prelude_common/mkv_common_math_*.h.
 #pragma once
 
 #include <cfloat>   // FLT_MAX, FLT_MIN, FLT_EPSILON ... (macros only)
@@ -31,10 +36,7 @@
 
 #include "mkv_prelude_types.h"
 
-// ---- Constants, spelled as MSL defines them (macros) -------------------------
-#ifndef MAXFLOAT
-#define MAXFLOAT FLT_MAX
-#endif
+// ---- Constants: the ones spelled with builtins here (the rest are shared) ----
 #ifndef HUGE_VALF
 #define HUGE_VALF (__builtin_huge_valf())
 #endif
@@ -44,45 +46,10 @@
 #ifndef NAN
 #define NAN (__builtin_nanf(""))
 #endif
-#define HALF_MAX (static_cast<half>(65504.0f))
-#define HALF_MIN (static_cast<half>(6.103515625e-05f))  // smallest normal, 2^-14
-#define HALF_EPSILON (static_cast<half>(9.765625e-04f))  // 2^-10
-#define MAXHALF HALF_MAX
-#define HUGE_VALH (static_cast<half>(__builtin_inff()))
-#define M_E_F 2.718281828459045f
-#define M_LOG2E_F 1.442695040888963f
-#define M_LOG10E_F 0.434294481903252f
-#define M_LN2_F 0.693147180559945f
-#define M_LN10_F 2.302585092994046f
-#define M_PI_F 3.141592653589793f
-#define M_PI_2_F 1.570796326794897f
-#define M_PI_4_F 0.785398163397448f
-#define M_1_PI_F 0.318309886183791f
-#define M_2_PI_F 0.636619772367581f
-#define M_2_SQRTPI_F 1.128379167095513f
-#define M_SQRT2_F 1.414213562373095f
-#define M_SQRT1_2_F 0.707106781186548f
-#define M_E_H (static_cast<half>(M_E_F))
-#define M_LOG2E_H (static_cast<half>(M_LOG2E_F))
-#define M_LN2_H (static_cast<half>(M_LN2_F))
-#define M_PI_H (static_cast<half>(M_PI_F))
-#define M_PI_2_H (static_cast<half>(M_PI_2_F))
-#define M_SQRT2_H (static_cast<half>(M_SQRT2_F))
-#define M_SQRT1_2_H (static_cast<half>(M_SQRT1_2_F))
+#include "../../prelude_common/mkv_common_math_head.h"
 
 namespace metal {
 namespace mkv_detail {
-template <class... X>
-using enable_float_op =
-    std::enable_if_t<(is_vec_like_v<X> || ...) && (is_operand_v<X> && ...) &&
-                         is_float_v<typename vec_traits<typename first_vec<X...>::type>::elem>,
-                     int>;
-template <class V>
-using enable_int_vec =
-    std::enable_if_t<is_vec_like_v<V> && std::is_integral<typename vec_traits<V>::elem>::value, int>;
-template <class T>
-using enable_int = std::enable_if_t<std::is_integral<T>::value && !std::is_same<T, bool>::value, int>;
-
 // Hermite interpolation of x between the edges.
 inline float smoothstep(float edge0, float edge1, float x) {
   const float t = __builtin_fminf(__builtin_fmaxf((x - edge0) / (edge1 - edge0), 0.0f), 1.0f);
@@ -183,37 +150,7 @@ template <class T, mkv_detail::enable_int<T> = 0> inline T min(T x, T y) { retur
 template <class T, mkv_detail::enable_int<T> = 0> inline T max(T x, T y) { return x < y ? y : x; }
 template <class T, mkv_detail::enable_int<T> = 0> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
 
-template <class V, mkv_detail::enable_vec_op<V> = 0> inline auto abs(const V& v) {
-  return mkv_detail::map([](auto e) { return abs(e); }, v);
-}
-template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0> inline auto min(const A& a, const B& b) {
-  return mkv_detail::map([](auto x, auto y) { return min(x, y); }, a, b);
-}
-template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0> inline auto max(const A& a, const B& b) {
-  return mkv_detail::map([](auto x, auto y) { return max(x, y); }, a, b);
-}
-template <class A, class B, class C, mkv_detail::enable_vec_op<A, B, C> = 0>
-inline auto clamp(const A& x, const B& lo, const C& hi) {
-  return mkv_detail::map([](auto v, auto l, auto h) { return clamp(v, l, h); }, x, lo, hi);
-}
-
-// Three-operand forms (MSL 2.1): float ones prefer numbers over NaN like fmin.
-#define MKV_MATH3_ANY(name, expr)                                                     \
-  template <class T, std::enable_if_t<mkv_detail::is_scalar_v<T>, int> = 0>           \
-  inline T name(T x, T y, T z) { return expr; }                                       \
-  template <class A, class B, class C, mkv_detail::enable_vec_op<A, B, C> = 0>        \
-  inline auto name(const A& a, const B& b, const C& c) {                              \
-    return mkv_detail::map([](auto x, auto y, auto z) { return name(x, y, z); }, a, b, c); \
-  }
-MKV_MATH3_ANY(min3, min(min(x, y), z))
-MKV_MATH3_ANY(max3, max(max(x, y), z))
-MKV_MATH3_ANY(median3, max(min(x, y), min(max(x, y), z)))
-MKV_MATH3_ANY(fmin3, fmin(fmin(x, y), z))
-MKV_MATH3_ANY(fmax3, fmax(fmax(x, y), z))
-MKV_MATH3_ANY(fmedian3, fmax(fmin(x, y), fmin(fmax(x, y), z)))
-#undef MKV_MATH3_ANY
-
-// ---- Geometric: vectors of float or half; half accumulates in float --------
+// ---- Geometric: dot (the rest are shared); half accumulates in float ------
 template <class A, class B, mkv_detail::enable_float_op<A, B> = 0> inline auto dot(const A& a, const B& b) {
   static_assert(mkv_detail::is_vec_like_v<A> && mkv_detail::is_vec_like_v<B>, "dot takes two vectors");
   using C = mkv_detail::common<A, B>;
@@ -221,20 +158,35 @@ template <class A, class B, mkv_detail::enable_float_op<A, B> = 0> inline auto d
   for (int i = 0; i < C::size; ++i) s += static_cast<float>(a[i]) * static_cast<float>(b[i]);
   return static_cast<typename C::elem>(s);
 }
-template <class V, mkv_detail::enable_float_op<V> = 0> inline auto length_squared(const V& v) { return dot(v, v); }
-template <class V, mkv_detail::enable_float_op<V> = 0> inline auto length(const V& v) { return sqrt(dot(v, v)); }
-template <class A, class B, mkv_detail::enable_float_op<A, B> = 0> inline auto distance(const A& a, const B& b) {
-  return length(a - b);
+
+// ---- Integer functions the builtins compute (the rest are shared) ----------
+template <class T, mkv_detail::enable_int<T> = 0> inline T popcount(T x) {
+  return static_cast<T>(__builtin_popcountll(static_cast<mkv_detail::uint_of<T>>(x)));
 }
-template <class V, mkv_detail::enable_float_op<V> = 0> inline auto normalize(const V& v) {
-  return v * rsqrt(dot(v, v));
+// clz/ctz of 0 is the bit width (the builtins leave it undefined).
+template <class T, mkv_detail::enable_int<T> = 0> inline T clz(T x) {
+  const auto u = static_cast<mkv_detail::uint_of<T>>(x);
+  return static_cast<T>(u == 0 ? mkv_detail::bits_v<T> : __builtin_clzll(u) - (64 - mkv_detail::bits_v<T>));
 }
-template <class A, class B, mkv_detail::enable_float_op<A, B> = 0> inline auto cross(const A& a, const B& b) {
-  static_assert(mkv_detail::common<A, B>::size == 3, "cross takes two 3-vectors");
-  using V = vec<typename mkv_detail::common<A, B>::elem, 3>;
-  const V x = a, y = b;
-  return V(x.y * y.z - x.z * y.y, x.z * y.x - x.x * y.z, x.x * y.y - x.y * y.x);
+template <class T, mkv_detail::enable_int<T> = 0> inline T ctz(T x) {
+  const auto u = static_cast<mkv_detail::uint_of<T>>(x);
+  return static_cast<T>(u == 0 ? mkv_detail::bits_v<T> : __builtin_ctzll(u));
 }
+// High half of the full-width product.
+template <class T, mkv_detail::enable_int<T> = 0> inline T mulhi(T x, T y) {
+  if constexpr (sizeof(T) == 8) {
+    using W = std::conditional_t<std::is_signed<T>::value, __int128, unsigned __int128>;
+    return static_cast<T>((W(x) * W(y)) >> 64);
+  } else {
+    using W = std::conditional_t<std::is_signed<T>::value, int64_t, uint64_t>;
+    return static_cast<T>((W(x) * W(y)) >> mkv_detail::bits_v<T>);
+  }
+}
+}  // namespace metal
+
+#include "../../prelude_common/mkv_common_math_ops.h"
+
+namespace metal {
 
 // ---- Relational: bool for scalars, boolN for vectors ------------------------
 #define MKV_PRED(name, expr)                                                          \
@@ -259,25 +211,7 @@ template <class V, mkv_detail::enable_float_op<V> = 0> inline auto isnormal(cons
   return mkv_detail::map([](auto e) { return isnormal(e); }, v);
 }
 
-inline bool all(bool b) { return b; }
-inline bool any(bool b) { return b; }
-template <class V, std::enable_if_t<mkv_detail::is_vec_like_v<V>, int> = 0> inline bool all(const V& v) {
-  static_assert(std::is_same<typename mkv_detail::vec_traits<V>::elem, bool>::value, "all() takes a bool vector");
-  for (int i = 0; i < mkv_detail::vec_traits<V>::size; ++i)
-    if (!v[i]) return false;
-  return true;
-}
-template <class V, std::enable_if_t<mkv_detail::is_vec_like_v<V>, int> = 0> inline bool any(const V& v) {
-  static_assert(std::is_same<typename mkv_detail::vec_traits<V>::elem, bool>::value, "any() takes a bool vector");
-  for (int i = 0; i < mkv_detail::vec_traits<V>::size; ++i)
-    if (v[i]) return true;
-  return false;
-}
-
 // select(a, b, c) = c ? b : a, per element when c is a bool vector.
-template <class T, std::enable_if_t<mkv_detail::is_scalar_v<T>, int> = 0> inline T select(T a, T b, bool c) {
-  return c ? b : a;
-}
 template <class A, class B, class C, mkv_detail::enable_vec_op<A, B> = 0>
 inline auto select(const A& a, const B& b, const C& c) {
   using K = mkv_detail::common<A, B>;
@@ -291,106 +225,6 @@ inline auto select(const A& a, const B& b, const C& c) {
   return r;
 }
 
-// ---- Integer functions: scalars of any integer type and their vectors ------
-namespace mkv_detail {
-template <class T> using uint_of = std::make_unsigned_t<T>;
-template <class T> constexpr int bits_v = int(sizeof(T) * CHAR_BIT);
-}  // namespace mkv_detail
-
-template <class T, mkv_detail::enable_int<T> = 0> inline T popcount(T x) {
-  return static_cast<T>(__builtin_popcountll(static_cast<mkv_detail::uint_of<T>>(x)));
-}
-// clz/ctz of 0 is the bit width (the builtins leave it undefined).
-template <class T, mkv_detail::enable_int<T> = 0> inline T clz(T x) {
-  const auto u = static_cast<mkv_detail::uint_of<T>>(x);
-  return static_cast<T>(u == 0 ? mkv_detail::bits_v<T> : __builtin_clzll(u) - (64 - mkv_detail::bits_v<T>));
-}
-template <class T, mkv_detail::enable_int<T> = 0> inline T ctz(T x) {
-  const auto u = static_cast<mkv_detail::uint_of<T>>(x);
-  return static_cast<T>(u == 0 ? mkv_detail::bits_v<T> : __builtin_ctzll(u));
-}
-// High half of the full-width product.
-template <class T, mkv_detail::enable_int<T> = 0> inline T mulhi(T x, T y) {
-  if constexpr (sizeof(T) == 8) {
-    using W = std::conditional_t<std::is_signed<T>::value, __int128, unsigned __int128>;
-    return static_cast<T>((W(x) * W(y)) >> 64);
-  } else {
-    using W = std::conditional_t<std::is_signed<T>::value, int64_t, uint64_t>;
-    return static_cast<T>((W(x) * W(y)) >> mkv_detail::bits_v<T>);
-  }
-}
-// |x - y| without overflow.
-template <class T, mkv_detail::enable_int<T> = 0> inline T absdiff(T x, T y) {
-  using U = mkv_detail::uint_of<T>;
-  return static_cast<T>(x > y ? U(U(x) - U(y)) : U(U(y) - U(x)));
-}
-// Rotate left by n mod the bit width.
-template <class T, mkv_detail::enable_int<T> = 0> inline T rotate(T x, T n) {
-  using U = mkv_detail::uint_of<T>;
-  constexpr int W = mkv_detail::bits_v<T>;
-  const int s = int(U(n) % W);
-  return s == 0 ? x : static_cast<T>(U(U(U(x) << s) | U(U(x) >> (W - s))));
-}
-// bits [offset, offset+bits) of x, sign-extended for signed T; 0 when bits == 0.
-template <class T, mkv_detail::enable_int<T> = 0> inline T extract_bits(T x, uint offset, uint bits) {
-  uint64_t u = uint64_t(static_cast<mkv_detail::uint_of<T>>(x)) >> offset;
-  if (bits >= 64) return static_cast<T>(u);
-  u &= (uint64_t(1) << bits) - 1;
-  if (std::is_signed<T>::value && bits > 0 && ((u >> (bits - 1)) & 1)) u |= ~uint64_t(0) << bits;
-  return static_cast<T>(u);
-}
-// base with bits [offset, offset+bits) replaced by the low bits of insert.
-template <class T, mkv_detail::enable_int<T> = 0> inline T insert_bits(T base, T insert, uint offset, uint bits) {
-  const uint64_t field = bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
-  const uint64_t mask = field << offset;
-  const uint64_t b = static_cast<mkv_detail::uint_of<T>>(base), i = static_cast<mkv_detail::uint_of<T>>(insert);
-  return static_cast<T>((b & ~mask) | ((i << offset) & mask));
-}
-
-#define MKV_INT1(name)                                                                \
-  template <class V, mkv_detail::enable_int_vec<V> = 0> inline auto name(const V& v) { \
-    return mkv_detail::map([](auto e) { return name(e); }, v);                        \
-  }
-#define MKV_INT2(name)                                                                \
-  template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>                    \
-  inline auto name(const A& a, const B& b) {                                          \
-    return mkv_detail::map([](auto x, auto y) { return name(x, y); }, a, b);          \
-  }
-MKV_INT1(popcount)
-MKV_INT1(clz)
-MKV_INT1(ctz)
-MKV_INT2(mulhi)
-MKV_INT2(absdiff)
-MKV_INT2(rotate)
-#undef MKV_INT1
-#undef MKV_INT2
-template <class V, mkv_detail::enable_int_vec<V> = 0> inline auto extract_bits(const V& v, uint offset, uint bits) {
-  return mkv_detail::map([=](auto e) { return extract_bits(e, offset, bits); }, v);
-}
-template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>
-inline auto insert_bits(const A& base, const B& insert, uint offset, uint bits) {
-  return mkv_detail::map([=](auto b, auto i) { return insert_bits(b, i, offset, bits); }, base, insert);
-}
-
-// ---- fast:: and precise:: -----------------------------------------------------
-// Same implementations; the using-declarations must come after every overload.
-#define MKV_FAST_PRECISE_NAMES                                                        \
-  using metal::abs; using metal::fabs; using metal::floor; using metal::ceil;          \
-  using metal::round; using metal::rint; using metal::trunc; using metal::fract;       \
-  using metal::sqrt; using metal::rsqrt; using metal::exp; using metal::exp2;          \
-  using metal::exp10; using metal::log; using metal::log2; using metal::log10;         \
-  using metal::sin; using metal::cos; using metal::tan; using metal::asin;             \
-  using metal::acos; using metal::atan; using metal::sinh; using metal::cosh;          \
-  using metal::tanh; using metal::asinh; using metal::acosh; using metal::atanh;       \
-  using metal::saturate; using metal::sign; using metal::fmin; using metal::fmax;      \
-  using metal::min; using metal::max; using metal::clamp; using metal::fmod;           \
-  using metal::pow; using metal::powr; using metal::atan2; using metal::copysign;      \
-  using metal::fdim; using metal::step; using metal::fma; using metal::mix;            \
-  using metal::smoothstep; using metal::dot; using metal::length;                      \
-  using metal::length_squared; using metal::distance; using metal::normalize;          \
-  using metal::cross; using metal::fmin3; using metal::fmax3; using metal::fmedian3;
-namespace fast { MKV_FAST_PRECISE_NAMES }
-namespace precise { MKV_FAST_PRECISE_NAMES }
-#undef MKV_FAST_PRECISE_NAMES
-
 }  // namespace metal
+
+#include "../../prelude_common/mkv_common_math_fast_precise.h"

@@ -11,19 +11,9 @@
 
 #define MKV_HERE ::mkv::host::SourceLoc()
 
-namespace metal {
+#include "../../prelude_common/mkv_common_simd_types.h"  // mem_flags, simd_vote
 
-enum class mem_flags : uint32_t {
-  mem_none = 0,
-  mem_device = 1,
-  mem_threadgroup = 2,
-  mem_texture = 4,
-  mem_threadgroup_imageblock = 8,
-  mem_object_data = 16,
-};
-constexpr mem_flags operator|(mem_flags a, mem_flags b) {
-  return mem_flags(uint32_t(a) | uint32_t(b));
-}
+namespace metal {
 
 inline void threadgroup_barrier(mem_flags, ::mkv::host::SourceLoc loc = MKV_HERE) {
   ::mkv::host::collective(::mkv::host::Collective::threadgroup_barrier, nullptr, nullptr,
@@ -33,14 +23,6 @@ inline void simdgroup_barrier(mem_flags, ::mkv::host::SourceLoc loc = MKV_HERE) 
   ::mkv::host::collective(::mkv::host::Collective::simdgroup_barrier, nullptr, nullptr,
                           nullptr, 0, loc);
 }
-
-// simd_ballot's result: one bit per lane.
-struct simd_vote {
-  using vote_t = uint64_t;
-  vote_t bits = 0;
-  explicit constexpr operator vote_t() const { return bits; }
-  constexpr bool any() const { return bits != 0; }
-};
 
 namespace simd_detail {
 

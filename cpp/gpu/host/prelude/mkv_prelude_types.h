@@ -12,23 +12,23 @@
 //   packed_vec<T,N>: N elements, no padding, align = alignof(T) (packed_float3: 12/4)
 //
 // No header that declares global math functions may be included here (see
-// mkv_prelude_math.h), so only <cstddef>, <cstdint>, <type_traits>.
+// mkv_prelude_math.h), so only <cstddef>, <cstdint>, <type_traits>. The parts
+// that are the same logic as the CUDA prelude's are in cpp/gpu/prelude_common/
+// (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+// Qualifiers of the shared headers (cpp/gpu/prelude_common/): every function
+// is an ordinary inline one here.
+#define MKV_FN inline
+#define MKV_FN_DEVICE inline
+
 // ---- Scalars ---------------------------------------------------------------
-// glibc's <sys/types.h> declares uint/ushort/ulong the same way; repeating a
-// typedef with the same type is allowed, so either include order works.
 typedef _Float16 half;  // every _Float16 operation rounds to half (a GPU may fuse)
-typedef unsigned int uint;
-typedef unsigned short ushort;
-typedef unsigned char uchar;
-typedef unsigned long ulong;
-static_assert(sizeof(long) == 8 && sizeof(ulong) == 8, "MSL long/ulong are 64-bit; LP64 hosts only");
-static_assert(sizeof(half) == 2, "half must be 16-bit");
+#include "../../prelude_common/mkv_common_types.h"  // uint ..., namespace metal, vec_traits, swz
 
 // MSL half literals: 1.0h, 0.5h. Suffixes without '_' are reserved for the
 // standard library, hence the silenced warning; uses of the literal are fine.
@@ -43,107 +43,9 @@ constexpr half operator"" h(unsigned long long v) { return static_cast<half>(v);
 #pragma GCC diagnostic pop
 
 namespace metal {
-
-using ::half;
-using ::uint;
-using ::ushort;
-using ::uchar;
-using ::ulong;
-using ::size_t;
-using ::ptrdiff_t;
-using ::int8_t;
-using ::int16_t;
-using ::int32_t;
-using ::int64_t;
-using ::uint8_t;
-using ::uint16_t;
-using ::uint32_t;
-using ::uint64_t;
-
-template <class T, int N> struct vec;
-
-namespace mkv_detail {  // not "detail": kernels' own names must not collide
-
-template <class T> struct id { using type = T; };
-
-// Arithmetic types plus half (libstdc++ 12 does not count _Float16 as arithmetic).
-template <class T>
-constexpr bool is_scalar_v = std::is_arithmetic<T>::value || std::is_same<T, _Float16>::value;
-
-template <class T> constexpr bool is_float_v = std::is_same<T, float>::value || std::is_same<T, half>::value;
-
-// vec_traits<V>: is V vector-like (vec, swizzle proxy, packed vector), and if so
-// its element type and width. Operators and math functions accept any
-// vector-like operand, because template argument deduction ignores the
-// proxy -> vec conversion.
-template <class V> struct vec_traits {
-  static constexpr bool is_vec = false;
-  static constexpr int size = 1;
-  using elem = V;
-};
-
-template <class V> constexpr bool is_vec_like_v = vec_traits<std::remove_cv_t<V>>::is_vec;
-template <class X> constexpr bool is_operand_v = is_vec_like_v<X> || is_scalar_v<X>;
-
-// Lanes contributed by one constructor argument; 1000 makes sums fail for non-operands.
-template <class X> constexpr int lanes_v = is_vec_like_v<X> ? vec_traits<X>::size : (is_scalar_v<X> ? 1 : 1000);
-
-template <int... I> constexpr bool distinct() {
-  constexpr int idx[] = {I...};
-  for (unsigned a = 0; a < sizeof...(I); ++a)
-    for (unsigned b = a + 1; b < sizeof...(I); ++b)
-      if (idx[a] == idx[b]) return false;
-  return true;
-}
+namespace mkv_detail {
 
 struct zero_t {};
-
-// Swizzle proxy: a union member overlaying the owning vector's storage, so
-// `v.zyx` needs no pointer and no copy until it is read. S is the storage
-// length (4 for 3-vectors), I... the selected components.
-template <class T, int S, int... I> struct swz {
-  static constexpr int N = sizeof...(I);
-  using vec_type = vec<T, N>;
-  T d[S];
-
-  swz() = default;
-  swz(const swz&) = default;  // keeps the owning union's copy constructor trivial
-
-  operator vec_type() const { return vec_type(d[I]...); }
-
-  constexpr T operator[](int i) const {
-    constexpr int idx[] = {I...};
-    return d[idx[i]];
-  }
-
-  // Assignment writes only the named components, from a vector, another
-  // proxy or a scalar (broadcast) of the same element type. It goes through a
-  // vec_type copy so overlapping swizzles (v.xy = v.yx) read before writing.
-  // The same-type copy assignment must be user-provided: the implicit one
-  // would copy the whole storage.
-  //
-  // Compile time: each vector type has up to 336 proxies, and g++ resolves
-  // each proxy's copy assignment while completing the owning union. A
-  // template operator= or conversion-function template here doubles the
-  // prelude's compile time, which is why `c ? v.xy : v.zw` (two different
-  // proxy types) is not supported: write `c ? float2(v.xy) : float2(v.zw)`.
-  swz& operator=(const swz& o) { return assign(vec_type(o)); }
-  swz& operator=(const vec_type& v) { return assign(v); }
-
- private:
-  swz& assign(const vec_type v) {  // by value: v may alias our storage (v.wzyx = v)
-    static_assert(distinct<I...>(), "MSL: a swizzle that repeats a component (v.xx) is not assignable");
-    constexpr int idx[] = {I...};
-    for (int k = 0; k < N; ++k) d[idx[k]] = v[k];
-    return *this;
-  }
-};
-
-template <class T, int S, int... I> struct vec_traits<swz<T, S, I...>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = sizeof...(I);
-  using elem = T;
-};
 
 // Storage of vec<T,N>: one anonymous union holding the element array, the
 // named members (.x/.r ...; real lvalues, &v.x works) and every swizzle
@@ -261,50 +163,11 @@ template <class T, int N> struct vec : mkv_detail::vec_storage<T, N> {
     }
   }
 };
+}  // namespace metal
 
-// MSL packed vectors: no padding, element alignment (packed_float3 is 12
-// bytes, 4-aligned), for tightly packed buffer data. They convert implicitly
-// to and from vec<T,N> and take part in arithmetic, but have no swizzles.
-namespace mkv_detail {
-template <class T, int N> struct packed_storage;
-template <class T> struct packed_storage<T, 2> {
-  union { T data_[2]; struct { T x, y; }; struct { T r, g; }; };
-};
-template <class T> struct packed_storage<T, 3> {
-  union { T data_[3]; struct { T x, y, z; }; struct { T r, g, b; }; };
-};
-template <class T> struct packed_storage<T, 4> {
-  union { T data_[4]; struct { T x, y, z, w; }; struct { T r, g, b, a; }; };
-};
+#include "../../prelude_common/mkv_common_packed_vec.h"
 
-template <class T, int N> struct packed_vec : packed_storage<T, N> {
-  using packed_storage<T, N>::data_;
-  packed_vec() = default;
-  packed_vec(const vec<T, N>& v) {
-    for (int i = 0; i < N; ++i) data_[i] = v[i];
-  }
-  template <class A0, class A1, class... As>
-  packed_vec(const A0& a0, const A1& a1, const As&... as) : packed_vec(vec<T, N>(a0, a1, as...)) {}
-  operator vec<T, N>() const {
-    vec<T, N> v;
-    for (int i = 0; i < N; ++i) v[i] = data_[i];
-    return v;
-  }
-  T& operator[](int i) { return data_[i]; }
-  const T& operator[](int i) const { return data_[i]; }
-};
-
-template <class T, int N> struct vec_traits<vec<T, N>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = N;
-  using elem = T;
-};
-template <class T, int N> struct vec_traits<packed_vec<T, N>> {
-  static constexpr bool is_vec = true;
-  static constexpr int size = N;
-  using elem = T;
-};
-}  // namespace mkv_detail
+namespace metal {
 
 #define MKV_VEC_TYPEDEFS(T, name)                                              \
   typedef vec<T, 2> name##2;                                                   \
@@ -330,16 +193,11 @@ MKV_VEC_TYPEDEFS(bool, bool)
 #undef MKV_PACKED_TYPEDEFS
 #undef MKV_VEC_TYPEDEFS
 
-static_assert(sizeof(float2) == 8 && alignof(float2) == 8, "Metal layout");
-static_assert(sizeof(float3) == 16 && alignof(float3) == 16, "Metal layout: 3-vectors padded to 4");
-static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "Metal layout");
-static_assert(sizeof(half3) == 8 && sizeof(half4) == 8 && alignof(half4) == 8, "Metal layout");
-static_assert(sizeof(uchar3) == 4 && sizeof(bool4) == 4, "Metal layout");
-static_assert(sizeof(packed_float3) == 12 && alignof(packed_float3) == 4, "Metal layout");
-static_assert(std::is_trivially_default_constructible<float4>::value &&
-                  std::is_trivially_copy_constructible<float4>::value &&
-                  std::is_trivially_destructible<float4>::value,
-              "vectors must pass in registers and live in threadgroup arrays");
+}  // namespace metal
+
+#include "../../prelude_common/mkv_common_layout.h"
+
+namespace metal {
 
 // as_type<T>(x): reinterpret the bits of a same-size value (float <-> uint,
 // half2 <-> uint, float4 <-> uint4). A swizzle reinterprets the vector it

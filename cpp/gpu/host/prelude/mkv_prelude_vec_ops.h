@@ -1,56 +1,15 @@
 // Host prelude, part 1b: elementwise operators on MSL vectors.
 //
-// Included at the end of mkv_prelude_types.h. Every operator is a template
-// over "operands" (vector-likes and scalars) with at least one vector-like, so
-// swizzle proxies and packed vectors work on either side without conversions
-// (deduction would not consider them). Rules, as in MSL:
-//   - two vector operands must have the same element type and width;
-//   - a scalar operand converts to the vector's element type
-//     (half4 * 2.0f is half4, uint2 + 1 is uint2);
-//   - results are computed per element and converted back to the element
-//     type (uchar4 + uchar4 wraps; half4 ops round to half per element);
-//   - comparisons and && || ! give boolN.
+// Included at the end of mkv_prelude_types.h. The operand rules and the
+// operators are shared with the CUDA prelude (cpp/gpu/prelude_common/
+// mkv_common_vec_operands.h, mkv_common_vec_ops.h); what is the host's own is
+// map, which reads each operand element by element.
 #pragma once
+
+#include "../../prelude_common/mkv_common_vec_operands.h"
 
 namespace metal {
 namespace mkv_detail {
-
-template <class... X> struct first_vec { using type = void; };
-template <class X, class... R> struct first_vec<X, R...> {
-  using type = std::conditional_t<is_vec_like_v<X>, X, typename first_vec<R...>::type>;
-};
-
-// Element type and width of an operator or math-function call: those of the
-// first vector-like operand, which all other vector-like operands must share.
-template <class... X> struct common {
-  using V = typename first_vec<X...>::type;
-  static_assert(!std::is_void<V>::value, "at least one operand must be a vector");
-  using elem = typename vec_traits<V>::elem;
-  static constexpr int size = vec_traits<V>::size;
-  static constexpr bool agree =
-      ((!is_vec_like_v<X> || (vec_traits<X>::size == size &&
-                              std::is_same<typename vec_traits<X>::elem, elem>::value)) && ...);
-  static_assert(agree,
-                "MSL: vector operands must have the same element type and width; convert explicitly "
-                "(e.g. float4(h)) or swizzle");
-  // int4 * 2.5f would truncate the scalar; clang's vector rules reject it too.
-  static_assert(!std::is_integral<elem>::value ||
-                    ((is_vec_like_v<X> || !(std::is_floating_point<X>::value || std::is_same<X, half>::value)) && ...),
-                "MSL: a floating-point scalar does not convert implicitly to an integer vector's element type");
-};
-
-template <class... X>
-using enable_vec_op = std::enable_if_t<(is_vec_like_v<X> || ...) && (is_operand_v<X> && ...), int>;
-
-// Element i of a vector-like, or a scalar converted to E.
-template <class E, class X> constexpr E lane(const X& x, int i) {
-  if constexpr (is_vec_like_v<X>) {
-    return x[i];
-  } else {
-    (void)i;
-    return static_cast<E>(x);
-  }
-}
 
 // r[i] = f(lane(x, i)...) for every element; the result element type is f's.
 template <class F, class... X> inline auto map(F f, const X&... x) {
@@ -63,76 +22,6 @@ template <class F, class... X> inline auto map(F f, const X&... x) {
 }
 
 }  // namespace mkv_detail
-
-// Arithmetic and bitwise: result has the operands' element type. (x op y)
-// promotes small integers and half to int/float; the cast brings it back.
-#define MKV_VEC_ARITH(op)                                                             \
-  template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>                    \
-  inline auto operator op(const A& a, const B& b) {                                   \
-    return mkv_detail::map([](auto x, auto y) { return static_cast<decltype(x)>(x op y); }, a, b); \
-  }
-MKV_VEC_ARITH(+)
-MKV_VEC_ARITH(-)
-MKV_VEC_ARITH(*)
-MKV_VEC_ARITH(/)
-MKV_VEC_ARITH(%)
-MKV_VEC_ARITH(&)
-MKV_VEC_ARITH(|)
-MKV_VEC_ARITH(^)
-MKV_VEC_ARITH(<<)
-MKV_VEC_ARITH(>>)
-#undef MKV_VEC_ARITH
-
-// Comparisons and logical and/or: boolN. && and || evaluate both sides, as
-// they must for vectors.
-#define MKV_VEC_BOOL(op)                                                              \
-  template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>                    \
-  inline auto operator op(const A& a, const B& b) {                                   \
-    return mkv_detail::map([](auto x, auto y) -> bool { return x op y; }, a, b);      \
-  }
-MKV_VEC_BOOL(==)
-MKV_VEC_BOOL(!=)
-MKV_VEC_BOOL(<)
-MKV_VEC_BOOL(<=)
-MKV_VEC_BOOL(>)
-MKV_VEC_BOOL(>=)
-MKV_VEC_BOOL(&&)
-MKV_VEC_BOOL(||)
-#undef MKV_VEC_BOOL
-
-// Compound assignment for vectors, swizzle proxies (assigns only the named
-// components) and packed vectors: l = l op u.
-#define MKV_VEC_COMPOUND(op)                                                          \
-  template <class L, class U,                                                         \
-            std::enable_if_t<mkv_detail::is_vec_like_v<L> && mkv_detail::is_operand_v<U>, int> = 0> \
-  inline L& operator op##=(L& l, const U& u) {                                        \
-    l = l op u;                                                                       \
-    return l;                                                                         \
-  }
-MKV_VEC_COMPOUND(+)
-MKV_VEC_COMPOUND(-)
-MKV_VEC_COMPOUND(*)
-MKV_VEC_COMPOUND(/)
-MKV_VEC_COMPOUND(%)
-MKV_VEC_COMPOUND(&)
-MKV_VEC_COMPOUND(|)
-MKV_VEC_COMPOUND(^)
-MKV_VEC_COMPOUND(<<)
-MKV_VEC_COMPOUND(>>)
-#undef MKV_VEC_COMPOUND
-
-template <class A, mkv_detail::enable_vec_op<A> = 0> inline auto operator+(const A& a) {
-  return mkv_detail::map([](auto x) { return x; }, a);
-}
-template <class A, mkv_detail::enable_vec_op<A> = 0> inline auto operator-(const A& a) {
-  return mkv_detail::map([](auto x) { return static_cast<decltype(x)>(-x); }, a);
-}
-template <class A, mkv_detail::enable_vec_op<A> = 0> inline auto operator~(const A& a) {
-  static_assert(std::is_integral<typename mkv_detail::vec_traits<A>::elem>::value, "MSL: ~ needs an integer vector");
-  return mkv_detail::map([](auto x) { return static_cast<decltype(x)>(~x); }, a);
-}
-template <class A, mkv_detail::enable_vec_op<A> = 0> inline auto operator!(const A& a) {
-  return mkv_detail::map([](auto x) -> bool { return !x; }, a);
-}
-
 }  // namespace metal
+
+#include "../../prelude_common/mkv_common_vec_ops.h"

@@ -10,6 +10,8 @@
 #                                 (gen_swizzles.py -> prelude_gen/mkv_prelude_swizzles.inc)
 #   METALKV_PRELUDE_INCLUDE_DIRS  this directory (metal_stdlib, mkv_prelude_*.h)
 #                                 and the generated-header directory
+#                                 (mkv_prelude_*.h include cpp/gpu/prelude_common/, shared with
+#                                 the CUDA prelude, by relative path: no directory to add)
 #   METALKV_PRELUDE_GENERATED     full path of the generated header
 #
 # The generated header lands in ${CMAKE_CURRENT_BINARY_DIR}/prelude_gen of the
