@@ -120,7 +120,7 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
   for (const Mode& m : modes) try {
     d.split = m.split;
     d.split_chunks = m.chunks;
-    const ops::AttentionDecodePlan p = ops::attention_decode_plan(d);
+    const ops::AttentionDecodePlan p = ops::attention_decode_plan(b.dev, d);
     ops::BufferView scratch{p.scratch_bytes ? b.dev.new_buffer(p.scratch_bytes) : nullptr};
     const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
       const uint32_t i = uint32_t(call % sets);

@@ -92,9 +92,15 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
   ops_m.def(
       "attention_decode_plan",
       [](uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
-         uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks) {
-        const ops::AttentionDecodePlan p = ops::attention_decode_plan(decode_desc(
-            n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, 1.0f, 0.0f, has_sinks, split, chunks));
+         uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks,
+         PyDevice* device, uint32_t wave) {
+        const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
+                                                 window, 1.0f, 0.0f, has_sinks, split, chunks);
+        if ((device != nullptr) == (wave != 0))
+          throw nb::value_error("[attention_decode_plan] give exactly one of device (its wave) or wave "
+                                "(threadgroups the device runs at once)");
+        const ops::AttentionDecodePlan p =
+            device ? ops::attention_decode_plan(*device->device, d) : ops::attention_decode_plan(d, wave);
         nb::dict r;
         r["kernel"] = p.kernel;
         r["split"] = p.split;
@@ -104,15 +110,20 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         r["n_chunks"] = p.n_chunks;
         r["chunk_keys"] = p.chunk_keys;
         r["threadgroups"] = p.threadgroups;
+        r["wave"] = p.wave;
         r["scratch_bytes"] = p.scratch_bytes;
+        r["scratch_bound"] = ops::attention_decode_scratch_bytes(d);
         r["kv_bytes_read"] = p.kv_bytes_read;
         r["kv_bytes_visible"] = p.kv_bytes_visible;
         return r;
       },
       nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a, "head_dim"_a, "n_tokens"_a, "slots"_a,
       "window"_a = 0, "has_sinks"_a = false, "split"_a = "auto", "chunks"_a = 0,
-      "How attention_decode would run: kernel, split-K chunks, threadgroups, scratch bytes and\n"
-      "the K/V bytes it reads per step (kv_bytes_read / kv_bytes_visible = reads per byte).");
+      "device"_a = nb::none(), "wave"_a = 0,
+      "How attention_decode would run on device (or a device running `wave` split threadgroups\n"
+      "at once): kernel, split-K chunks, threadgroups, scratch bytes (and scratch_bound, what\n"
+      "attention_decode_scratch_bytes reserves for any device) and the K/V bytes it reads per\n"
+      "step (kv_bytes_read / kv_bytes_visible = reads per byte).");
 
   ops_m.def(
       "attention_prefill",

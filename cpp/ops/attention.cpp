@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "metal/attention_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
@@ -18,7 +19,11 @@ constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;
 constexpr bool head_dims_fit() {
   for (uint32_t d : kAttnHeadDims) {
     const uint32_t e = mkv_params::attn_lane_elems(d);
-    if (d % 4 != 0 || d > kThreads) return false;              // half4 staging; reduce threads
+    if (d % 8 != 0 || d > kThreads) return false;              // 16-byte pieces; merge threads
+    const uint32_t de = mkv_params::attn_decode_lane_elems(d);  // decode: one SIMD-group spans a row
+    if (mkv_params::attn_decode_key_lanes(d) > 32 || d % de != 0 || (de != 4 && de != 8)) return false;
+    if (mkv_params::attn_decode_rows(d) * de > 32) return false;  // q + acc in registers
+    if ((mkv_params::kAttnReduceThreads / (d / 4)) * d > mkv_params::kAttnReduceOutFloats) return false;
     if (mkv_params::attn_lanes(d) > 32 || d % e != 0) return false;  // one SIMD-group spans a row
     if (mkv_params::attn_rows_per_simdgroup(d) * e > 32) return false;  // q + acc in registers
     if (4 * mkv_params::attn_prefill_key_tile(d) * d > 16384) return false;  // K + V tile bytes
@@ -113,26 +118,49 @@ std::string attention_kernel_name(const char* family, uint32_t head_dim) {
   return std::string(family) + "_d" + num(head_dim);
 }
 
-AttentionDecodePlan attention_decode_plan(const AttentionDesc& d) {
-  const char* op = "attention_decode";
+namespace {
+
+// Chunks of `n_keys` that fill one wave of `wave` threadgroups given `base`
+// threadgroups per chunk, none shorter than kAttnMinChunkKeys (attention.h).
+uint32_t wave_chunks(uint32_t n_keys, uint32_t base, uint32_t wave) {
+  return std::min({wave / base, n_keys / kAttnMinChunkKeys, mkv_params::kAttnDecodeMaxChunks});
+}
+
+const char* const kDecodeOp = "attention_decode";
+
+// Validates d for decode; returns the visible keys and sets the head blocks.
+uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blocks) {
   if (d.n_queries != 1)
-    fail(op, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
-             "(use attention_prefill for more)");
-  AttentionDecodePlan plan;
-  plan.n_keys = validate_desc(op, d);
-  head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_rows_per_simdgroup(d.head_dim),
-              plan.heads_per_block, plan.head_blocks);
+    fail(kDecodeOp, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
+                    "(use attention_prefill for more)");
+  const uint32_t n_keys = validate_desc(kDecodeOp, d);
+  head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows(d.head_dim), per_block, blocks);
   if (d.split_chunks != 0 && d.split != AttentionSplit::always)
-    fail(op, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
+    fail(kDecodeOp, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
+  if (d.split_chunks > mkv_params::kAttnDecodeMaxChunks)
+    fail(kDecodeOp, "split_chunks " + num(d.split_chunks) + " is more than the " +
+                        num(mkv_params::kAttnDecodeMaxChunks) + " chunks the reduce merges");
+  return n_keys;
+}
+
+size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
+  return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
+}
+
+}  // namespace
+
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave) {
+  AttentionDecodePlan plan;
+  plan.n_keys = decode_shape(d, plan.heads_per_block, plan.head_blocks);
+  plan.wave = std::max(wave, 1u);
 
   const uint32_t base = d.n_kv_heads * plan.head_blocks;  // threadgroups without split
-  const uint32_t wanted = (kAttnTargetThreadgroups + base - 1) / base;
+  const uint32_t fill = wave_chunks(plan.n_keys, base, plan.wave);
   uint32_t chunks = 1;
   if (d.split == AttentionSplit::automatic) {
-    if (base < kAttnTargetThreadgroups) chunks = std::min(wanted, plan.n_keys / kAttnMinChunkKeys);
+    if (plan.n_keys >= kAttnSplitMinKeys && fill >= 2) chunks = fill;
   } else if (d.split == AttentionSplit::always) {
-    chunks = d.split_chunks ? d.split_chunks
-                            : std::max(2u, std::min(wanted, ceil_div(plan.n_keys, kAttnMinChunkKeys)));
+    chunks = d.split_chunks ? d.split_chunks : std::max(2u, fill);
   }
   chunks = std::clamp(chunks, 1u, plan.n_keys);
   plan.split = d.split == AttentionSplit::always || chunks > 1;
@@ -141,26 +169,39 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d) {
   plan.threadgroups = base * plan.n_chunks;
   plan.kernel = attention_kernel_name(plan.split ? "attn_decode_split_f16" : "attn_decode_f16",
                                       d.head_dim);
-  if (plan.split)
-    plan.scratch_bytes = size_t(d.n_q_heads) * plan.n_chunks * (d.head_dim + 2) * sizeof(float);
+  if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * d.head_dim * 2 * 2;
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   return plan;
 }
 
+AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
+  const gpu::PipelinePtr split = dev.pipeline(attention_kernel_name("attn_decode_split_f16", d.head_dim));
+  return attention_decode_plan(d, device_wave(dev, *split, kThreads));
+}
+
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
-  return attention_decode_plan(d).scratch_bytes;
+  uint32_t per_block = 0, blocks = 0;
+  const uint32_t n_keys = decode_shape(d, per_block, blocks);
+  // The most chunks attention_decode_plan picks for any wave.
+  const uint32_t most = std::min(n_keys / kAttnMinChunkKeys, mkv_params::kAttnDecodeMaxChunks);
+  uint32_t chunks = 0;
+  if (d.split == AttentionSplit::automatic) chunks = n_keys >= kAttnSplitMinKeys && most >= 2 ? most : 0;
+  else if (d.split == AttentionSplit::always) chunks = d.split_chunks ? d.split_chunks : std::max(2u, most);
+  return scratch_for(d, std::min(chunks, n_keys));
 }
 
 void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& out,
                       const BufferView& sinks, const BufferView& scratch) {
-  const char* op = "attention_decode";
-  const AttentionDecodePlan plan = attention_decode_plan(d);
+  const char* op = kDecodeOp;
+  const AttentionDecodePlan plan = attention_decode_plan(dev, d);
   const uint64_t head_bytes = uint64_t(d.n_q_heads) * d.head_dim * 4;
   check_view(op, "q", q, head_bytes, 4);
   check_view(op, "out", out, head_bytes, 4);
   check_common_views(op, d, kv, sinks);
+  if (kv.offset % 16 != 0)
+    fail(op, "kv offset " + num(kv.offset) + " is not a multiple of 16 (decode reads rows in 16-byte pieces)");
 
   mkv_params::AttnDecode p{};
   p.n_q_heads = d.n_q_heads;
@@ -190,7 +231,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
     return;
   }
   // Split-K: partial acc (n_q_heads, n_chunks, D), then (m, l) (n_q_heads, n_chunks, 2).
-  check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 4);
+  check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 16);
   const BufferView part_o = scratch;
   const BufferView part_ml{scratch.buffer,
                            scratch.offset + size_t(d.n_q_heads) * plan.n_chunks * d.head_dim * 4};
@@ -205,7 +246,8 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   bind(enc, part_ml, 2);
   bind(enc, d.has_sinks ? sinks : part_o, 3);
   bind(enc, out, 4);
-  enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {d.head_dim, 1, 1});
+  enc.set_threadgroup_memory_length(mkv_params::kAttnReduceTgFloats * sizeof(float), 0);
+  enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {mkv_params::kAttnReduceThreads, 1, 1});
 }
 
 void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
