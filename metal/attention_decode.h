@@ -3,7 +3,8 @@
 // K and V, so the layout is chosen for bytes in flight and few instructions
 // per byte (docs/ATTENTION.md, "Decode").
 //
-// Geometry. A threadgroup of kAttnSimdgroups SIMD-groups serves one KV head
+// Geometry. A threadgroup of S SIMD-groups (single pass: kAttnSimdgroups = 8;
+// split: kAttnDecodeSplitSimdgroups = 4) serves one KV head
 // and a block of up to R = attn_decode_rows(D) query heads that share it
 // (native GQA/MQA), over one chunk of key positions (all of them unless
 // split-K). Inside a SIMD-group, KL = attn_decode_key_lanes(D) lanes share a
@@ -12,7 +13,7 @@
 // 8 bytes for E = 4), so the G = 32 / KL lane groups read G whole rows per
 // load instruction. A SIMD-group takes blocks of G * 4 consecutive positions,
 // lane group g the positions base + u*G + g (u < 4), one block every
-// kAttnSimdgroups blocks. Per block each lane issues its 4 K and 4 V loads
+// S blocks. Per block each lane issues its 4 K and 4 V loads
 // before any math, forms partial dots with every query row (scores of the 4
 // keys travel as a float4), reduces them with log2(KL) simd_shuffle_xor steps
 // inside its lane group, and updates its lane group's own online softmax
@@ -82,9 +83,31 @@ inline float attn_finish2(float m, float l, float o, bool has_sink, float sink2)
   return o / l;
 }
 
+// The K and V pieces of lane group `group` for the block of positions at i:
+// positions i + u*G + group (u < U), clamped to the chunk's last one.
+template <uint D, uint E, uint U, uint G>
+inline void attn_decode_load_block(constant mkv_params::AttnDecode& p, const device half* k_base,
+                                   const device half* v_base, uint i, uint group, uint begin, uint end,
+                                   uint slot_begin, uint slot_stride,
+                                   thread typename AttnPiece<E>::type (&kw)[U],
+                                   thread typename AttnPiece<E>::type (&vw)[U]) {
+  typedef typename AttnPiece<E>::type Piece;
+  MKV_UNROLL for (uint u = 0; u < U; ++u) {
+    const uint pos = min(i + u * G + group, end - 1);
+    uint slot = slot_begin + (pos - begin);  // < 2 * slots: chunks fit in the ring
+    if (slot >= p.slots) slot -= p.slots;
+    const uint at = slot * slot_stride;
+    kw[u] = *(const device Piece*)(k_base + at);
+    vw[u] = *(const device Piece*)(v_base + at);
+  }
+}
+
 // Writes (split) the chunk's unnormalised output and (max, sum) per query
-// head, or (single pass) the normalised output, sinks folded in.
-template <uint D, uint R>
+// head, or (single pass) the normalised output, sinks folded in. R: query
+// rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
+// out before this block's math (a constant of each kernel, like split);
+// S: SIMD-groups per threadgroup.
+template <uint D, uint R, uint S = mkv_params::kAttnSimdgroups>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
                              const device half* kv,      // (2, slots, n_kv_heads, D)
@@ -95,12 +118,12 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              threadgroup float* tg_m,    // (S, R)
                              threadgroup float* tg_l,    // (S, R)
                              threadgroup float* tg_acc,  // (S, D)
-                             uint2 tg, uint tid, uint simd, uint lane, bool split) {
+                             uint2 tg, uint tid, uint simd, uint lane, bool split,
+                             bool prefetch) {
   constexpr uint E = mkv_params::attn_decode_lane_elems(D);
   constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
   constexpr uint G = 32 / KL;                               // keys per load instruction
   constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
-  constexpr uint S = mkv_params::kAttnSimdgroups;
   constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
   constexpr float LOG2E = 1.4426950408889634f;
   typedef typename AttnPiece<E>::type Piece;
@@ -116,7 +139,10 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const uint end = min(begin + p.chunk_keys, n);
   const uint slot_begin = begin % p.slots;
   const uint slot_stride = p.n_kv_heads * D;  // halfs from one slot to the next
-  const device half* k_base = kv + kv_head * D + piece * E;
+  // Idle lanes load their group's last piece again (same row, no extra
+  // traffic) so every load is unconditional; their q is 0, and they never store.
+  const uint piece_read = owns ? piece : D / E - 1;
+  const device half* k_base = kv + kv_head * D + piece_read * E;
   const device half* v_base = k_base + p.slots * slot_stride;
 
   // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
@@ -138,18 +164,21 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
     l[r] = 0.0f;
   }
 
-  for (uint i = begin + simd * BLOCK; i < end; i += S * BLOCK) {
-    // Issue all 2U loads of the block first: positions past the chunk's end
-    // read its last row again (masked below), idle lanes read nothing.
-    Piece kw[U];
-    Piece vw[U];
-    MKV_UNROLL for (uint u = 0; u < U; ++u) {
-      const uint pos = min(i + u * G + group, end - 1);
-      uint slot = slot_begin + (pos - begin);  // < 2 * slots: chunks fit in the ring
-      if (slot >= p.slots) slot -= p.slots;
-      const uint at = slot * slot_stride;
-      kw[u] = owns ? *(const device Piece*)(k_base + at) : Piece(0);
-      vw[u] = owns ? *(const device Piece*)(v_base + at) : Piece(0);
+  // Issue all 2U loads of a block before any math: positions past the
+  // chunk's end read its last row again (masked below). `prefetch` issues the next block's loads before this block's
+  // math too, at the cost of 2 U E / 2 more registers.
+  Piece kw[U];
+  Piece vw[U];
+  Piece kn[U];
+  Piece vn[U];
+  const uint first = begin + simd * BLOCK;
+  if (prefetch && first < end) attn_decode_load_block<D, E, U, G>(p, k_base, v_base, first, group, begin, end, slot_begin, slot_stride, kw, vw);
+  for (uint i = first; i < end; i += S * BLOCK) {
+    if (prefetch) {
+      if (i + S * BLOCK < end)
+        attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i + S * BLOCK, group, begin, end, slot_begin, slot_stride, kn, vn);
+    } else {
+      attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i, group, begin, end, slot_begin, slot_stride, kw, vw);
     }
     // Partial dots, then the sum over the lane group (the xor masks stay inside it).
     float4 s[R];
@@ -189,6 +218,12 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
         MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] += pr[r][u] * v[e];
       }
     }
+    if (prefetch) {
+      MKV_UNROLL for (uint u = 0; u < U; ++u) {
+        kw[u] = kn[u];
+        vw[u] = vn[u];
+      }
+    }
   }
 
   // Merge the G lane groups of the SIMD-group (same elements, other keys).
@@ -221,24 +256,22 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       if (group == 0 && owns)
         for (uint e = 0; e < E; ++e) tg_acc[simd * D + piece * E + e] = acc[r][e] * w;
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      if (tid < D) {
-        float l_all = 0.0f;
+      float l_all = 0.0f;
+      for (uint g = 0; g < S; ++g) l_all += tg_l[g * R + r] * attn_merge_weight(tg_m[g * R + r], m_all);
+      const uint qh = head0 + r;
+      for (uint el = tid; el < D; el += S * 32) {  // D > S * 32 for the 4-SIMD-group split at D > 128
         float o = 0.0f;
-        for (uint g = 0; g < S; ++g) {
-          l_all += tg_l[g * R + r] * attn_merge_weight(tg_m[g * R + r], m_all);
-          o += tg_acc[g * D + tid];
-        }
-        const uint qh = head0 + r;
+        for (uint g = 0; g < S; ++g) o += tg_acc[g * D + el];
         if (split) {
           const uint at = qh * p.n_chunks + tg.y;
-          part_o[at * D + tid] = o;
-          if (tid == 0) {
+          part_o[at * D + el] = o;
+          if (el == 0) {
             part_ml[at * 2] = m_all;
             part_ml[at * 2 + 1] = l_all;
           }
         } else {
           const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
-          out[qh * D + tid] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
+          out[qh * D + el] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
         }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);  // tg_acc is reused by the next row

@@ -63,6 +63,12 @@ constexpr uint32_t attn_decode_key_lanes(uint32_t head_dim) {
 }
 constexpr uint32_t attn_decode_rows(uint32_t head_dim) { return 32 / attn_decode_lane_elems(head_dim); }
 
+// SIMD-groups per threadgroup of the split-K first pass (128 threads): at
+// the ~130-190 registers the decode kernels take, a 128-thread threadgroup
+// fits 3-4 times in a 64K-register SM where a 256-thread one fits once or
+// twice, and finer threadgroups cut the wave into more, shorter chunks.
+MKV_CONSTANT uint32_t kAttnDecodeSplitSimdgroups = 4;
+
 // Keys each lane group takes per block (their scores travel as one float4).
 MKV_CONSTANT uint32_t kAttnDecodeBlockKeys = 4;
 

@@ -13,7 +13,8 @@
 namespace mkv::ops {
 namespace {
 
-constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;
+constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;                  // single pass, prefill
+constexpr uint32_t kSplitThreads = mkv_params::kAttnDecodeSplitSimdgroups * 32;  // split-K first pass
 
 // What the kernels assume of every head_dim they are built for.
 constexpr bool head_dims_fit() {
@@ -143,6 +144,20 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
   return n_keys;
 }
 
+// The kernel name's variant suffix (metal/attention_decode.metal): the 4-row
+// kernels where D allows 8 rows but the head block needs at most 4 (half the
+// q/acc registers), or a requested compile-time variant.
+std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
+  if (d.decode_variant == "pf") {
+    if (d.head_dim != 128)
+      fail(kDecodeOp, "decode_variant 'pf' exists for head_dim 128 only, not " + num(d.head_dim));
+    return "_pf";
+  }
+  if (!d.decode_variant.empty())
+    fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'pf'");
+  return mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
+}
+
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
@@ -168,7 +183,7 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
   plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
   plan.threadgroups = base * plan.n_chunks;
   plan.kernel = attention_kernel_name(plan.split ? "attn_decode_split_f16" : "attn_decode_f16",
-                                      d.head_dim);
+                                      d.head_dim) + decode_suffix(d, plan.heads_per_block);
   if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * d.head_dim * 2 * 2;
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
@@ -176,8 +191,11 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
 }
 
 AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
-  const gpu::PipelinePtr split = dev.pipeline(attention_kernel_name("attn_decode_split_f16", d.head_dim));
-  return attention_decode_plan(d, device_wave(dev, *split, kThreads));
+  uint32_t per_block = 0, blocks = 0;
+  decode_shape(d, per_block, blocks);
+  const gpu::PipelinePtr split = dev.pipeline(
+      attention_kernel_name("attn_decode_split_f16", d.head_dim) + decode_suffix(d, per_block));
+  return attention_decode_plan(d, device_wave(dev, *split, kSplitThreads));
 }
 
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
@@ -237,7 +255,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
                            scratch.offset + size_t(d.n_q_heads) * plan.n_chunks * d.head_dim * 4};
   bind(enc, part_o, 3);
   bind(enc, part_ml, 4);
-  enc.dispatch_threadgroups(grid, {kThreads, 1, 1});
+  enc.dispatch_threadgroups(grid, {kSplitThreads, 1, 1});
 
   const mkv_params::AttnDecodeReduce r{d.n_q_heads, plan.n_chunks, p.has_sinks};
   enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_decode_reduce", d.head_dim)));
@@ -255,8 +273,8 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
                        const BufferView& sinks) {
   const char* op = "attention_prefill";
   validate_desc(op, d);
-  if (d.split != AttentionSplit::automatic || d.split_chunks != 0)
-    fail(op, "split and split_chunks apply to attention_decode only");
+  if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
+    fail(op, "split, split_chunks and decode_variant apply to attention_decode only");
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
   check_view(op, "q", q, bytes, 4);
   check_view(op, "out", out, bytes, 4);

@@ -44,6 +44,9 @@ struct AttentionDesc {
   bool has_sinks = false;    // sinks: per-query-head logit of a zero-value virtual key (gpt-oss)
   AttentionSplit split = AttentionSplit::automatic;  // decode only
   uint32_t split_chunks = 0;  // decode with split == always: chunks (0: the rule, >= 2; <= 512)
+  // Decode: a compile-time variant of the kernels, for benchmarks: "" (the
+  // default) or "pf" (next block's loads before this block's math; D = 128).
+  std::string decode_variant;
 };
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,

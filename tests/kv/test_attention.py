@@ -67,7 +67,7 @@ def make_inputs(rng, n_q: int, n_q_heads: int, n_kv: int, d: int, n: int):
 
 
 def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
-           split="auto", chunks=0):
+           split="auto", chunks=0, variant=""):
     n_q_heads, d = q.shape[-2], q.shape[-1]
     out = dev.buffer(n_q_heads * d * 4)
     ops.attention_decode(
@@ -75,7 +75,7 @@ def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
         out, n_q_heads=n_q_heads, n_kv_heads=cache.shape[2], head_dim=d, n_tokens=n_tokens,
         slots=slots, window=window, softcap=softcap,
         sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)),
-        split=split, chunks=chunks)
+        split=split, chunks=chunks, variant=variant)
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
@@ -253,6 +253,36 @@ def test_split_equals_single_pass(dev, d, ratio, chunks):
     np.testing.assert_allclose(split, single, atol=CLOSE, rtol=CLOSE)
     np.testing.assert_allclose(split, attention(q, k, v, n - 1, scale=d ** -0.5)[0], atol=ATOL,
                                rtol=RTOL)
+
+
+@pytest.mark.parametrize("d,n_q_heads,n_kv,kernel", [
+    (32, 8, 2, "attn_decode_split_f16_d32_r4"), (64, 12, 4, "attn_decode_split_f16_d64_r4"),
+    (64, 16, 2, "attn_decode_split_f16_d64"), (64, 9, 1, "attn_decode_split_f16_d64"),
+    (128, 32, 8, "attn_decode_split_f16_d128"), (256, 8, 1, "attn_decode_split_f16_d256")])
+def test_decode_kernel_by_rows(d, n_q_heads, n_kv, kernel):
+    """8-row kernels (D <= 64) only where a head block needs more than 4 rows."""
+    p = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=4096,
+                                  slots=4096, split="always", wave=264)
+    assert p["kernel"] == kernel
+
+
+@pytest.mark.parametrize("n,window,slots,split,chunks", [
+    (1, 0, 1, "never", 0), (257, 0, 262, "never", 0), (700, 0, 700, "always", 9),
+    (900, 300, 333, "always", 4), (4096, 0, 4096, "always", 33)])
+def test_prefetch_variant(dev, n, window, slots, split, chunks):
+    """The 'pf' kernels (the bench's variant) against the reference and the default."""
+    rng = np.random.default_rng(n)
+    q, k, v = make_inputs(rng, 1, 12, 3, 128, n)
+    cache = build_cache(k, v, slots, poison=True)
+    got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
+                 chunks=chunks, variant="pf")
+    ref = attention(q, k, v, n - 1, scale=128 ** -0.5, window=window)[0]
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+    default = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split, chunks=chunks)
+    np.testing.assert_allclose(got, default, atol=CLOSE, rtol=CLOSE)
+    p = ops.attention_decode_plan(n_q_heads=12, n_kv_heads=3, head_dim=128, n_tokens=n, slots=slots,
+                                  window=window, split=split, chunks=chunks, device=dev, variant="pf")
+    assert p["kernel"].endswith("_pf")
 
 
 def test_split_plan_from_the_wave():
@@ -437,6 +467,8 @@ def _decode_kwargs(**over):
     (dict(softcap=-1.0), r"softcap -1\.0+ must be finite and >= 0"),
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
     (dict(chunks=513, split="always"), r"split_chunks 513 is more than the 512 chunks the reduce merges"),
+    (dict(variant="pf"), r"decode_variant 'pf' exists for head_dim 128 only, not 64"),
+    (dict(variant="u8"), r"decode_variant 'u8' is not one of"),
 ])
 def test_decode_bad_shapes(over, message):
     dev = test_device()
