@@ -165,8 +165,9 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   }
 
   // Issue all 2U loads of a block before any math: positions past the
-  // chunk's end read its last row again (masked below). `prefetch` issues the next block's loads before this block's
-  // math too, at the cost of 2 U E / 2 more registers.
+  // chunk's end read its last row again (masked below). `prefetch` also
+  // issues the next block's loads before this block's math (2 U E / 2 more
+  // registers).
   Piece kw[U];
   Piece vw[U];
   Piece kn[U];

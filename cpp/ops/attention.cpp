@@ -32,6 +32,7 @@ constexpr bool head_dims_fit() {
   }
   return true;
 }
+static_assert(mkv_params::kAttnDecodeBlockKeys == 4, "decode scores of a block travel as one float4");
 static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption of the kernels");
 
 std::string num(uint64_t v) { return std::to_string(v); }
