@@ -51,8 +51,8 @@ struct AttentionDesc {
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,
 // head block) gives base = n_kv_heads * head_blocks threadgroups, which leaves
-// most of a GPU idle for small n_kv_heads (Llama-3-8B: 8; an H200 runs 264 of
-// these kernels at once, 132 SMs x 2). The device's wave (ops::device_wave:
+// most of a GPU idle for small n_kv_heads (Llama-3-8B: 8; an H200 holds ~396
+// split threadgroups at once, 132 SMs x 3). The device's wave (ops::device_wave:
 // compute units x resident threadgroups of the split kernel per unit) sets
 // the chunk count:
 //   chunks = min(wave / base, n_keys / kAttnMinChunkKeys, kAttnDecodeMaxChunks)
