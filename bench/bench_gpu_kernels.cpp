@@ -116,17 +116,17 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
   std::vector<Mode> modes = {{"single", ops::AttentionSplit::never, 0},
                              {"split", ops::AttentionSplit::always, 0},
                              {"auto", ops::AttentionSplit::automatic, 0}};
-  // The swept shapes also time the prefetching kernels (D = 128 only): the
-  // automatic plan, one pass, and the chunk sweep.
+  // The swept shapes also time the kernels without prefetch (D = 128 only):
+  // the automatic plan, one pass, and the chunk sweep.
   const bool variants = !chunk_sweep.empty() && s.head_dim == 128;
   if (variants) {
-    modes.push_back({"auto_pf", ops::AttentionSplit::automatic, 0, "pf"});
-    modes.push_back({"single_pf", ops::AttentionSplit::never, 0, "pf"});
+    modes.push_back({"auto_nopf", ops::AttentionSplit::automatic, 0, "nopf"});
+    modes.push_back({"single_nopf", ops::AttentionSplit::never, 0, "nopf"});
   }
   for (uint32_t c : chunk_sweep)
     if (c * 32 <= s.n_tokens) {
       modes.push_back({"split_c" + num(c), ops::AttentionSplit::always, c});
-      if (variants) modes.push_back({"split_c" + num(c) + "_pf", ops::AttentionSplit::always, c, "pf"});
+      if (variants) modes.push_back({"split_c" + num(c) + "_nopf", ops::AttentionSplit::always, c, "nopf"});
     }
   for (const Mode& m : modes) try {
     d.split = m.split;

@@ -13,9 +13,10 @@
 // 8 bytes for E = 4), so the G = 32 / KL lane groups read G whole rows per
 // load instruction. A SIMD-group takes blocks of G * 4 consecutive positions,
 // lane group g the positions base + u*G + g (u < 4), one block every
-// S blocks. Per block each lane issues its 4 K and 4 V loads
-// before any math, forms partial dots with every query row (scores of the 4
-// keys travel as a float4), reduces them with log2(KL) simd_shuffle_xor steps
+// S blocks. Per block each lane issues its 4 K and 4 V loads before any
+// math (the default kernels prefetch: the next block's loads go out before
+// this block's math), forms partial dots with every query row (scores of the
+// 4 keys travel as a float4), reduces them with log2(KL) simd_shuffle_xor steps
 // inside its lane group, and updates its lane group's own online softmax
 // (m, l, acc) per row with one rescale per block. At the end the lane groups
 // merge by shuffles, the SIMD-groups through threadgroup memory.

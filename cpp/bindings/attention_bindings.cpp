@@ -89,7 +89,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
       "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
-      "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'pf'\n"
+      "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'nopf'\n"
       "(a compile-time variant of the kernels, head_dim 128).");
 
   ops_m.def(

@@ -152,13 +152,13 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
 // kernels where D allows 8 rows but the head block needs at most 4 (half the
 // q/acc registers), or a requested compile-time variant.
 std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
-  if (d.decode_variant == "pf") {
+  if (d.decode_variant == "nopf") {
     if (d.head_dim != 128)
-      fail(kDecodeOp, "decode_variant 'pf' exists for head_dim 128 only, not " + num(d.head_dim));
-    return "_pf";
+      fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(d.head_dim));
+    return "_nopf";
   }
   if (!d.decode_variant.empty())
-    fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'pf'");
+    fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
   return mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
 }
 

@@ -45,7 +45,8 @@ struct AttentionDesc {
   AttentionSplit split = AttentionSplit::automatic;  // decode only
   uint32_t split_chunks = 0;  // decode with split == always: chunks (0: the rule, >= 2; <= 512)
   // Decode: a compile-time variant of the kernels, for benchmarks: "" (the
-  // default) or "pf" (next block's loads before this block's math; D = 128).
+  // default) or "nopf" (no prefetch: a block's loads wait for the previous
+  // block's math; D = 128).
   std::string decode_variant;
 };
 

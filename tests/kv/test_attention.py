@@ -269,20 +269,20 @@ def test_decode_kernel_by_rows(d, n_q_heads, n_kv, kernel):
 @pytest.mark.parametrize("n,window,slots,split,chunks", [
     (1, 0, 1, "never", 0), (257, 0, 262, "never", 0), (700, 0, 700, "always", 9),
     (900, 300, 333, "always", 4), (4096, 0, 4096, "always", 33)])
-def test_prefetch_variant(dev, n, window, slots, split, chunks):
-    """The 'pf' kernels (the bench's variant) against the reference and the default."""
+def test_no_prefetch_variant(dev, n, window, slots, split, chunks):
+    """The 'nopf' kernels (the bench's variant) against the reference and the default."""
     rng = np.random.default_rng(n)
     q, k, v = make_inputs(rng, 1, 12, 3, 128, n)
     cache = build_cache(k, v, slots, poison=True)
     got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
-                 chunks=chunks, variant="pf")
+                 chunks=chunks, variant="nopf")
     ref = attention(q, k, v, n - 1, scale=128 ** -0.5, window=window)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
     default = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split, chunks=chunks)
     np.testing.assert_allclose(got, default, atol=CLOSE, rtol=CLOSE)
     p = ops.attention_decode_plan(n_q_heads=12, n_kv_heads=3, head_dim=128, n_tokens=n, slots=slots,
-                                  window=window, split=split, chunks=chunks, device=dev, variant="pf")
-    assert p["kernel"].endswith("_pf")
+                                  window=window, split=split, chunks=chunks, device=dev, variant="nopf")
+    assert p["kernel"].endswith("_nopf")
 
 
 def test_split_plan_from_the_wave():
@@ -467,7 +467,7 @@ def _decode_kwargs(**over):
     (dict(softcap=-1.0), r"softcap -1\.0+ must be finite and >= 0"),
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
     (dict(chunks=513, split="always"), r"split_chunks 513 is more than the 512 chunks the reduce merges"),
-    (dict(variant="pf"), r"decode_variant 'pf' exists for head_dim 128 only, not 64"),
+    (dict(variant="nopf"), r"decode_variant 'nopf' exists for head_dim 128 only, not 64"),
     (dict(variant="u8"), r"decode_variant 'u8' is not one of"),
 ])
 def test_decode_bad_shapes(over, message):
