@@ -81,7 +81,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
         d.slots = m.window ? std::min(n, m.window + prefill_chunk - 1) : n;
         d.scale = 1.0f / std::sqrt(float(s.head_dim));
         d.split = m.split;
-        const ops::AttentionDecodePlan plan = ops::attention_decode_plan(d);
+        const ops::AttentionDecodePlan plan = ops::attention_decode_plan(*dev, d);
         auto scratch = plan.scratch_bytes ? dev->new_buffer(plan.scratch_bytes) : nullptr;
         const double ms = median_ms(n >= 32768 ? 1 : ctx.repeat, [&] {
           auto cb = queue->command_buffer();

@@ -111,16 +111,28 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
     std::string name;
     ops::AttentionSplit split;
     uint32_t chunks;
+    std::string variant = "";  // AttentionDesc::decode_variant
   };
   std::vector<Mode> modes = {{"single", ops::AttentionSplit::never, 0},
                              {"split", ops::AttentionSplit::always, 0},
                              {"auto", ops::AttentionSplit::automatic, 0}};
+  // The swept shapes also time the kernels without prefetch (D = 128 only):
+  // the automatic plan, one pass, and the chunk sweep.
+  const bool variants = !chunk_sweep.empty() && s.head_dim == 128;
+  if (variants) {
+    modes.push_back({"auto_nopf", ops::AttentionSplit::automatic, 0, "nopf"});
+    modes.push_back({"single_nopf", ops::AttentionSplit::never, 0, "nopf"});
+  }
   for (uint32_t c : chunk_sweep)
-    if (c * 32 <= s.n_tokens) modes.push_back({"split_c" + num(c), ops::AttentionSplit::always, c});
+    if (c * 32 <= s.n_tokens) {
+      modes.push_back({"split_c" + num(c), ops::AttentionSplit::always, c});
+      if (variants) modes.push_back({"split_c" + num(c) + "_nopf", ops::AttentionSplit::always, c, "nopf"});
+    }
   for (const Mode& m : modes) try {
     d.split = m.split;
     d.split_chunks = m.chunks;
-    const ops::AttentionDecodePlan p = ops::attention_decode_plan(d);
+    d.decode_variant = m.variant;
+    const ops::AttentionDecodePlan p = ops::attention_decode_plan(b.dev, d);
     ops::BufferView scratch{p.scratch_bytes ? b.dev.new_buffer(p.scratch_bytes) : nullptr};
     const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
       const uint32_t i = uint32_t(call % sets);
@@ -134,6 +146,7 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
             {"context", double(s.n_tokens)},
             {"chunks", double(p.n_chunks)},
             {"threadgroups", double(p.threadgroups)},
+            {"wave", double(p.wave)},
             {"kv_read_per_visible", double(p.kv_bytes_read) / double(p.kv_bytes_visible)},
             {"scratch_MB", double(p.scratch_bytes) / 1e6}},
            "",
@@ -253,7 +266,7 @@ struct Grid {
 Grid gpu_grid(bool quick) {
   Grid g;
   for (uint32_t n : {4096u, 32768u, 131072u}) g.sweep.push_back({128, 32, 8, n});
-  g.chunk_sweep = {16, 33, 66, 132, 264};
+  g.chunk_sweep = {16, 33, 49, 66, 99, 132, 264};  // 33/66: 132 SMs x 2 or 4 threadgroups over 8 KV heads, 49/99: x 3 or 6
   if (quick) {
     g.decode = g.sweep;
     g.prefill = {{128, 32, 8, 4096}};

@@ -1,29 +1,114 @@
 // Decode attention body: one query per query head (position n_tokens - 1)
-// against one layer's KV cache, f16 K/V, f32 accumulation.
+// against one layer's KV cache, f16 K/V, f32 accumulation. Bound by reading
+// K and V, so the layout is chosen for bytes in flight and few instructions
+// per byte (docs/ATTENTION.md, "Decode").
 //
-// Geometry. A threadgroup of kAttnSimdgroups SIMD-groups serves one KV head
-// and a block of up to R query heads that share it (native GQA/MQA), over one
-// chunk of key positions (the whole range unless split-K). SIMD-group g takes
-// key blocks g, g + S, g + 2S, ... of 4 consecutive positions; its lanes split
-// head_dim (E = attn_lane_elems(D) elements each, attention.h). Per block:
-// each lane loads its E-slice
-// of the 4 K rows once, forms partial dots with all R query rows, one
-// simd_sum(float4) per row gives 4 scores, then the same lanes load the 4 V
-// slices once and update every row's online softmax. At the end the
-// SIMD-groups' (m, l, acc) merge through threadgroup memory.
+// Geometry. A threadgroup of S SIMD-groups (single pass: kAttnSimdgroups = 8;
+// split: kAttnDecodeSplitSimdgroups = 4) serves one KV head
+// and a block of up to R = attn_decode_rows(D) query heads that share it
+// (native GQA/MQA), over one chunk of key positions (all of them unless
+// split-K). Inside a SIMD-group, KL = attn_decode_key_lanes(D) lanes share a
+// key: lane j of a lane group owns the E = attn_decode_lane_elems(D) halfs
+// [j*E, j*E + E) of every q, K, V and acc row (one 16-byte piece for E = 8,
+// 8 bytes for E = 4), so the G = 32 / KL lane groups read G whole rows per
+// load instruction. A SIMD-group takes blocks of G * 4 consecutive positions,
+// lane group g the positions base + u*G + g (u < 4), one block every
+// S blocks. Per block each lane issues its 4 K and 4 V loads before any
+// math (the default kernels prefetch: the next block's loads go out before
+// this block's math), forms partial dots with every query row (scores of the
+// 4 keys travel as a float4), reduces them with log2(KL) simd_shuffle_xor steps
+// inside its lane group, and updates its lane group's own online softmax
+// (m, l, acc) per row with one rescale per block. At the end the lane groups
+// merge by shuffles, the SIMD-groups through threadgroup memory.
+//
+// Scores are kept in the log2 domain (q is pre-scaled by scale * log2(e), so
+// exp becomes exp2); m in the split partials is log2-scaled too.
 //
 // Read count: every K and V element of the visible range is loaded exactly
-// once per (KV head, head block) — once per decode step when
-// group_size <= R (8 at D <= 128, 4 above), ceil(group_size / R) times
-// otherwise. Masked or out-of-window slots are never read: the chunk loops over
-// positions [lo, n_tokens) and maps position p to slot p % slots.
+// once per (KV head, head block) — once per decode step when group_size <= R,
+// ceil(group_size / R) times otherwise. Masked or out-of-window slots are
+// never read: the chunk loops over positions [lo, n_tokens) and maps position
+// p to slot p % slots (positions past the chunk's end load its last row again
+// and are masked; that row is in cache already).
 #pragma once
 
 #include "attention.h"
 
+// One lane's piece of a K/V row: 8 bytes (E = 4) or 16 bytes (E = 8).
+template <uint E>
+struct AttnPiece;
+template <>
+struct AttnPiece<4> {
+  typedef uint2 type;
+};
+template <>
+struct AttnPiece<8> {
+  typedef uint4 type;
+};
+
+inline void attn_unpack(uint2 w, thread float (&out)[4]) {
+  const float4 a = float4(as_type<half4>(w));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+}
+inline void attn_unpack(uint4 w, thread float (&out)[8]) {
+  const float4 a = float4(as_type<half4>(w.xy));
+  const float4 b = float4(as_type<half4>(w.zw));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+  out[4] = b.x;
+  out[5] = b.y;
+  out[6] = b.z;
+  out[7] = b.w;
+}
+
+// Weight exp2(m - m_all) of a state with max m in a merge whose max is m_all;
+// 0 for a state that saw no key (m = -inf), also when none did.
+inline float attn_merge_weight(float m, float m_all) {
+  return m_all == -INFINITY ? 0.0f : exp2(m - m_all);
+}
+
+// attn_finish in the log2 domain: o / l with the sink (a natural logit,
+// sink2 = sink * log2(e)) folded in as a zero-value key.
+inline float attn_finish2(float m, float l, float o, bool has_sink, float sink2) {
+  if (has_sink) {
+    const float m_all = max(m, sink2);
+    const float w = exp2(m - m_all);
+    l = l * w + exp2(sink2 - m_all);
+    o = o * w;
+  }
+  return o / l;
+}
+
+// The K and V pieces of lane group `group` for the block of positions at i:
+// positions i + u*G + group (u < U), clamped to the chunk's last one.
+template <uint D, uint E, uint U, uint G>
+inline void attn_decode_load_block(constant mkv_params::AttnDecode& p, const device half* k_base,
+                                   const device half* v_base, uint i, uint group, uint begin, uint end,
+                                   uint slot_begin, uint slot_stride,
+                                   thread typename AttnPiece<E>::type (&kw)[U],
+                                   thread typename AttnPiece<E>::type (&vw)[U]) {
+  typedef typename AttnPiece<E>::type Piece;
+  MKV_UNROLL for (uint u = 0; u < U; ++u) {
+    const uint pos = min(i + u * G + group, end - 1);
+    uint slot = slot_begin + (pos - begin);  // < 2 * slots: chunks fit in the ring
+    if (slot >= p.slots) slot -= p.slots;
+    const uint at = slot * slot_stride;
+    kw[u] = *(const device Piece*)(k_base + at);
+    vw[u] = *(const device Piece*)(v_base + at);
+  }
+}
+
 // Writes (split) the chunk's unnormalised output and (max, sum) per query
-// head, or (single pass) the normalised output, sinks folded in.
-template <uint D, uint R>
+// head, or (single pass) the normalised output, sinks folded in. R: query
+// rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
+// out before this block's math (a constant of each kernel, like split);
+// S: SIMD-groups per threadgroup.
+template <uint D, uint R, uint S = mkv_params::kAttnSimdgroups>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
                              const device half* kv,      // (2, slots, n_kv_heads, D)
@@ -34,11 +119,19 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              threadgroup float* tg_m,    // (S, R)
                              threadgroup float* tg_l,    // (S, R)
                              threadgroup float* tg_acc,  // (S, D)
-                             uint2 tg, uint tid, uint simd, uint lane, bool split) {
-  constexpr uint E = mkv_params::attn_lane_elems(D);
-  constexpr uint S = mkv_params::kAttnSimdgroups;
+                             uint2 tg, uint tid, uint simd, uint lane, bool split,
+                             bool prefetch) {
+  constexpr uint E = mkv_params::attn_decode_lane_elems(D);
+  constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
+  constexpr uint G = 32 / KL;                               // keys per load instruction
+  constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
+  constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
+  constexpr float LOG2E = 1.4426950408889634f;
+  typedef typename AttnPiece<E>::type Piece;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
+  const uint group = lane / KL, piece = lane % KL;
+  const bool owns = KL * E == D || piece * E < D;  // folds to true when D / E is a power of two
 
   // Visible positions [lo, n): the whole history, or the last `window`.
   const uint n = p.n_tokens;
@@ -47,78 +140,140 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const uint end = min(begin + p.chunk_keys, n);
   const uint slot_begin = begin % p.slots;
   const uint slot_stride = p.n_kv_heads * D;  // halfs from one slot to the next
-  const device half* k_base = kv + kv_head * D;
-  const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
+  // Idle lanes load their group's last piece again (same row, no extra
+  // traffic) so every load is unconditional; their q is 0, and they never store.
+  const uint piece_read = owns ? piece : D / E - 1;
+  const device half* k_base = kv + kv_head * D + piece_read * E;
+  const device half* v_base = k_base + p.slots * slot_stride;
 
-  AttnRows<E, R> st;
-  attn_rows_init(st);
-  for (uint r = 0; r < R; ++r)
-    if (r < rows) load_q_slice<D>(q + (head0 + r) * D, lane, st.q[r]);
-
-  for (uint i = begin + simd * 4; i < end; i += S * 4) {
-    float kv4[4][E];  // K slices, then V slices, of positions i .. i+3
-    MKV_UNROLL for (uint j = 0; j < 4; ++j) {
-      if (i + j < end) {
-        uint slot = slot_begin + (i + j - begin);  // < 2 * slots: chunks fit in the ring
-        if (slot >= p.slots) slot -= p.slots;
-        load_slice<D>(k_base + slot * slot_stride, lane, kv4[j]);
-      } else {
-        for (uint e = 0; e < E; ++e) kv4[j][e] = 0.0f;
-      }
+  // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
+  // natural one for tanh, scaled by log2(e) after it.
+  const bool capped = p.softcap > 0.0f;
+  const float q_scale = capped ? p.scale : p.scale * LOG2E;
+  const float cap_out = p.softcap * LOG2E;
+  const float cap_in = capped ? 1.0f / p.softcap : 0.0f;
+  float qr[R][E];
+  float acc[R][E];
+  float m[R];
+  float l[R];
+  MKV_UNROLL for (uint r = 0; r < R; ++r) {
+    MKV_UNROLL for (uint e = 0; e < E; ++e) {
+      qr[r][e] = (r < rows && owns) ? q[(head0 + r) * D + piece * E + e] * q_scale : 0.0f;
+      acc[r][e] = 0.0f;
     }
-    float4 scores[R];
-    MKV_UNROLL for (uint r = 0; r < R; ++r)
-      if (r < rows) scores[r] = simd_sum(attn_dot4(st.q[r], kv4));
-    MKV_UNROLL for (uint j = 0; j < 4; ++j) {
-      if (i + j < end) {
-        uint slot = slot_begin + (i + j - begin);
-        if (slot >= p.slots) slot -= p.slots;
-        load_slice<D>(v_base + slot * slot_stride, lane, kv4[j]);
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+
+  // Issue all 2U loads of a block before any math: positions past the
+  // chunk's end read its last row again (masked below). `prefetch` also
+  // issues the next block's loads before this block's math (2 U E / 2 more
+  // registers).
+  Piece kw[U];
+  Piece vw[U];
+  Piece kn[U];
+  Piece vn[U];
+  const uint first = begin + simd * BLOCK;
+  if (prefetch && first < end) attn_decode_load_block<D, E, U, G>(p, k_base, v_base, first, group, begin, end, slot_begin, slot_stride, kw, vw);
+  for (uint i = first; i < end; i += S * BLOCK) {
+    if (prefetch) {
+      if (i + S * BLOCK < end)
+        attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i + S * BLOCK, group, begin, end, slot_begin, slot_stride, kn, vn);
+    } else {
+      attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i, group, begin, end, slot_begin, slot_stride, kw, vw);
+    }
+    // Partial dots, then the sum over the lane group (the xor masks stay inside it).
+    float4 s[R];
+    MKV_UNROLL for (uint r = 0; r < R; ++r) s[r] = float4(0.0f);
+    MKV_UNROLL for (uint u = 0; u < U; ++u) {
+      float k[E];
+      attn_unpack(kw[u], k);
+      MKV_UNROLL for (uint r = 0; r < R; ++r) {
+        float d = 0.0f;
+        MKV_UNROLL for (uint e = 0; e < E; ++e) d += qr[r][e] * k[e];
+        s[r][u] = d;
       }
     }
     MKV_UNROLL for (uint r = 0; r < R; ++r) {
-      if (r < rows) {
-        const float4 s = attn_transform(scores[r], p.scale, p.softcap);
-        attn_update(st, r, attn_mask(s, int(i), int(begin), int(end) - 1), kv4);
+      MKV_UNROLL for (uint x = KL / 2; x > 0; x /= 2) s[r] += simd_shuffle_xor(s[r], ushort(x));
+    }
+    // Mask, softcap, and one online-softmax rescale per row and block.
+    float4 valid;
+    MKV_UNROLL for (uint u = 0; u < U; ++u) valid[u] = (i + u * G + group < end) ? 0.0f : -INFINITY;
+    float4 pr[R];
+    MKV_UNROLL for (uint r = 0; r < R; ++r) {
+      float4 sr = s[r];
+      if (capped) sr = cap_out * tanh(sr * cap_in);
+      sr += valid;  // -inf for the masked keys
+      const float m_new = max(m[r], max(max(sr.x, sr.y), max(sr.z, sr.w)));
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: all weights 0
+      const float factor = exp2(m[r] - m_use);
+      pr[r] = exp2(sr - m_use);
+      l[r] = l[r] * factor + ((pr[r].x + pr[r].y) + (pr[r].z + pr[r].w));
+      m[r] = m_new;
+      MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] *= factor;
+    }
+    MKV_UNROLL for (uint u = 0; u < U; ++u) {
+      float v[E];
+      attn_unpack(vw[u], v);
+      MKV_UNROLL for (uint r = 0; r < R; ++r) {
+        MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] += pr[r][u] * v[e];
+      }
+    }
+    if (prefetch) {
+      MKV_UNROLL for (uint u = 0; u < U; ++u) {
+        kw[u] = kn[u];
+        vw[u] = vn[u];
       }
     }
   }
 
-  // Merge the SIMD-groups: weights exp(m_g - M); a group that saw no key has
+  // Merge the G lane groups of the SIMD-group (same elements, other keys).
+  MKV_UNROLL for (uint x = KL; x < 32; x *= 2) {
+    MKV_UNROLL for (uint r = 0; r < R; ++r) {
+      const float m_o = simd_shuffle_xor(m[r], ushort(x));
+      const float l_o = simd_shuffle_xor(l[r], ushort(x));
+      const float m_all = max(m[r], m_o);
+      const float w = attn_merge_weight(m[r], m_all), w_o = attn_merge_weight(m_o, m_all);
+      l[r] = l[r] * w + l_o * w_o;
+      MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] = acc[r][e] * w + simd_shuffle_xor(acc[r][e], ushort(x)) * w_o;
+      m[r] = m_all;
+    }
+  }
+
+  // Merge the SIMD-groups: weights exp2(m_g - M); a group that saw no key has
   // m_g = -inf, weight 0 and acc 0. Every chunk holds a key, so M is finite.
   if (lane == 0) {
     for (uint r = 0; r < R; ++r) {
-      tg_m[simd * R + r] = st.m[r];
-      tg_l[simd * R + r] = st.l[r];
+      tg_m[simd * R + r] = m[r];
+      tg_l[simd * R + r] = l[r];
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  MKV_UNROLL for (uint r = 0; r < R; ++r) {  // unrolled: st stays in registers (nvcc: no 320-byte stack copy)
+  MKV_UNROLL for (uint r = 0; r < R; ++r) {  // unrolled: acc stays in registers
     if (r < rows) {  // uniform over the threadgroup: every thread meets the barriers
       float m_all = -INFINITY;
       for (uint g = 0; g < S; ++g) m_all = max(m_all, tg_m[g * R + r]);
-      const float w = exp(st.m[r] - m_all);
-      if (attn_lane_owns<D>(lane))
-        for (uint e = 0; e < E; ++e) tg_acc[simd * D + lane * E + e] = st.acc[r][e] * w;
+      const float w = attn_merge_weight(m[r], m_all);
+      if (group == 0 && owns)
+        for (uint e = 0; e < E; ++e) tg_acc[simd * D + piece * E + e] = acc[r][e] * w;
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      if (tid < D) {
-        float l_all = 0.0f;
+      float l_all = 0.0f;
+      for (uint g = 0; g < S; ++g) l_all += tg_l[g * R + r] * attn_merge_weight(tg_m[g * R + r], m_all);
+      const uint qh = head0 + r;
+      for (uint el = tid; el < D; el += S * 32) {  // D > S * 32 for the 4-SIMD-group split at D > 128
         float o = 0.0f;
-        for (uint g = 0; g < S; ++g) {
-          l_all += tg_l[g * R + r] * exp(tg_m[g * R + r] - m_all);
-          o += tg_acc[g * D + tid];
-        }
-        const uint qh = head0 + r;
+        for (uint g = 0; g < S; ++g) o += tg_acc[g * D + el];
         if (split) {
           const uint at = qh * p.n_chunks + tg.y;
-          part_o[at * D + tid] = o;
-          if (tid == 0) {
+          part_o[at * D + el] = o;
+          if (el == 0) {
             part_ml[at * 2] = m_all;
             part_ml[at * 2 + 1] = l_all;
           }
         } else {
-          const float sink = p.has_sinks ? sinks[qh] : 0.0f;
-          out[qh * D + tid] = attn_finish(m_all, l_all, o, p.has_sinks != 0, sink);
+          const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
+          out[qh * D + el] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
         }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);  // tg_acc is reused by the next row
@@ -126,26 +281,69 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   }
 }
 
-// Second pass of split-K: out = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c,
-// with the sink folded in. One threadgroup per query head, one thread per element.
+// Second pass of split-K for one query head: out = sum_c w_c acc_c / sum_c
+// w_c l_c, w_c = exp2(m_c - M), with the sink folded in. 256 threads: every
+// thread takes chunks for M and the weights (kept in threadgroup memory),
+// then NG = 256 / (D/4) chunk groups of D/4 threads sum float4 quads of the
+// chunks c = group, group + NG, ... four chunks' loads in flight at a time,
+// and the first D threads add up the groups.
 template <uint D>
 inline void attn_decode_reduce_body(constant mkv_params::AttnDecodeReduce& p,
                                     const device float* part_o,   // (n_q_heads, n_chunks, D)
                                     const device float* part_ml,  // (n_q_heads, n_chunks, 2)
                                     const device float* sinks,    // (n_q_heads) if has_sinks
                                     device float* out,            // (n_q_heads, D)
-                                    uint qh, uint tid) {
-  const device float* ml = part_ml + qh * p.n_chunks * 2;
-  const device float* o_c = part_o + qh * p.n_chunks * D + tid;
+                                    threadgroup float* tg,        // kAttnReduceTgFloats
+                                    uint qh, uint tid, uint simd, uint lane) {
+  constexpr uint T = mkv_params::kAttnReduceThreads;
+  constexpr uint S = T / 32;
+  constexpr uint Q = D / 4;   // float4 quads per row
+  constexpr uint NG = T / Q;  // chunk groups
+  constexpr float LOG2E = 1.4426950408889634f;
+  // tg: weights (kAttnDecodeMaxChunks), then per-SIMD-group max and sum (2, S) at W,
+  // then the chunk groups' outputs (NG, D) at O.
+  constexpr uint W = mkv_params::kAttnDecodeMaxChunks;
+  constexpr uint O = W + 2 * S;
+  const uint n = p.n_chunks;
+  const device float* ml = part_ml + qh * n * 2;
+
+  float mx = -INFINITY;
+  for (uint c = tid; c < n; c += T) mx = max(mx, ml[c * 2]);
+  mx = simd_max(mx);
+  if (lane == 0) tg[W + simd] = mx;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   float m_all = -INFINITY;
-  for (uint c = 0; c < p.n_chunks; ++c) m_all = max(m_all, ml[c * 2]);
-  float l_all = 0.0f;
-  float o = 0.0f;
-  for (uint c = 0; c < p.n_chunks; ++c) {
-    const float w = exp(ml[c * 2] - m_all);
-    l_all += ml[c * 2 + 1] * w;
-    o += o_c[c * D] * w;
+  for (uint g = 0; g < S; ++g) m_all = max(m_all, tg[W + g]);
+  float ls = 0.0f;
+  for (uint c = tid; c < n; c += T) {
+    const float w = attn_merge_weight(ml[c * 2], m_all);
+    tg[c] = w;
+    ls += w * ml[c * 2 + 1];
   }
-  const float sink = p.has_sinks ? sinks[qh] : 0.0f;
-  out[qh * D + tid] = attn_finish(m_all, l_all, o, p.has_sinks != 0, sink);
+  ls = simd_sum(ls);
+  if (lane == 0) tg[W + S + simd] = ls;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint quad = tid % Q, cg = tid / Q;
+  if (cg < NG) {
+    const device float4* src = (const device float4*)(part_o + qh * n * D) + quad;
+    float4 o = float4(0.0f);
+    uint c = cg;
+    for (; c + 3 * NG < n; c += 4 * NG) {
+      const float4 a = src[c * Q], b = src[(c + NG) * Q];
+      const float4 x = src[(c + 2 * NG) * Q], y = src[(c + 3 * NG) * Q];
+      o += tg[c] * a + tg[c + NG] * b + tg[c + 2 * NG] * x + tg[c + 3 * NG] * y;
+    }
+    for (; c < n; c += NG) o += tg[c] * src[c * Q];
+    for (uint j = 0; j < 4; ++j) tg[O + cg * D + quad * 4 + j] = o[j];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (tid < D) {
+    float l_all = 0.0f;
+    for (uint g = 0; g < S; ++g) l_all += tg[W + S + g];
+    float o = 0.0f;
+    for (uint g = 0; g < NG; ++g) o += tg[O + g * D + tid];
+    const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
+    out[qh * D + tid] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
+  }
 }

@@ -41,6 +41,46 @@ constexpr uint32_t attn_rows_per_simdgroup(uint32_t head_dim) {
 // KiB at D = 32 .. 128 (32 keys), 10, 12, 16 KiB at D = 160, 192, 256 (16).
 constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <= 128 ? 32 : 16; }
 
+// Decode lane layout (metal/attention_decode.h). A K/V row of D halfs is read
+// as pieces of attn_decode_lane_elems(D) halfs (E = 4 up to D = 64: 8-byte
+// pieces; else E = 8: 16-byte pieces); attn_decode_key_lanes(D) lanes (the
+// next power of two >= D / E) share one key, lane j of such a group owning
+// piece j while j < D / E (the others idle), so one load instruction of a
+// SIMD-group reads 32 / key_lanes whole rows. q and acc take 2 * E floats per
+// lane and query row, so a SIMD-group holds attn_decode_rows(D) = 32 / E rows
+// (8 up to D = 64, else 4) and a threadgroup serves that many query heads.
+//   D          32 64 80 96 112 128 160 192 256
+//   E           4  4  8  8   8   8   8   8   8
+//   key lanes   8 16 16 16  16  16  32  32  32
+//   idle lanes  0  0  6  4   2   0  12   8   0   (of each key's group)
+//   keys/load   4  2  2  2   2   2   1   1   1
+//   rows        8  8  4  4   4   4   4   4   4
+constexpr uint32_t attn_decode_lane_elems(uint32_t head_dim) { return head_dim <= 64 ? 4 : 8; }
+constexpr uint32_t attn_decode_key_lanes(uint32_t head_dim) {
+  uint32_t lanes = 1;
+  while (lanes * attn_decode_lane_elems(head_dim) < head_dim) lanes *= 2;
+  return lanes;
+}
+constexpr uint32_t attn_decode_rows(uint32_t head_dim) { return 32 / attn_decode_lane_elems(head_dim); }
+
+// SIMD-groups per threadgroup of the split-K first pass (128 threads): at
+// the ~130-190 registers the decode kernels take, a 128-thread threadgroup
+// fits 3-4 times in a 64K-register SM where a 256-thread one fits once or
+// twice, and finer threadgroups cut the wave into more, shorter chunks.
+MKV_CONSTANT uint32_t kAttnDecodeSplitSimdgroups = 4;
+
+// Keys each lane group takes per block (their scores travel as one float4).
+MKV_CONSTANT uint32_t kAttnDecodeBlockKeys = 4;
+
+// Split-K: the most chunks one call may use (the reduce keeps one weight per
+// chunk in threadgroup memory), and the reduce's threadgroup (256 threads:
+// chunk groups x float4 quads of head_dim) and threadgroup memory in floats:
+// weights, per-SIMD-group partial sums, (chunk groups, D) partial outputs.
+MKV_CONSTANT uint32_t kAttnDecodeMaxChunks = 512;
+MKV_CONSTANT uint32_t kAttnReduceThreads = 256;
+MKV_CONSTANT uint32_t kAttnReduceOutFloats = 4 * kAttnReduceThreads;  // (256 / (D/4)) * D <= 1024
+MKV_CONSTANT uint32_t kAttnReduceTgFloats = kAttnDecodeMaxChunks + 2 * (kAttnReduceThreads / 32) + kAttnReduceOutFloats;
+
 // attn_decode_* and attn_decode_split_*: one query per query head at position
 // n_tokens - 1. Grid: (n_kv_heads * head_blocks, n_chunks); a threadgroup
 // serves query heads [block * heads_per_block, ...) of one KV head over key
@@ -49,7 +89,7 @@ struct AttnDecode {
   uint32_t n_q_heads;
   uint32_t n_kv_heads;
   uint32_t group_size;       // n_q_heads / n_kv_heads: query heads per KV head
-  uint32_t heads_per_block;  // <= attn_rows_per_simdgroup(head_dim)
+  uint32_t heads_per_block;  // <= attn_decode_rows(head_dim)
   uint32_t head_blocks;      // ceil(group_size / heads_per_block)
   uint32_t n_tokens;         // tokens stored; the query is at position n_tokens - 1
   uint32_t slots;            // ring capacity R
@@ -61,8 +101,9 @@ struct AttnDecode {
   uint32_t has_sinks;        // sinks[n_q_heads] bound and used
 };
 
-// attn_decode_reduce_*: merges the n_chunks partials of each query head.
-// Grid: (n_q_heads); threads: head_dim.
+// attn_decode_reduce_*: merges the n_chunks (<= kAttnDecodeMaxChunks) partials
+// of each query head. Grid: (n_q_heads); threads: kAttnReduceThreads;
+// threadgroup memory 0: kAttnReduceTgFloats floats.
 struct AttnDecodeReduce {
   uint32_t n_q_heads;
   uint32_t n_chunks;

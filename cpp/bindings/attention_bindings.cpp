@@ -47,11 +47,12 @@ ops::AttentionDesc make_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t h
 ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
                                uint32_t n_tokens, uint32_t slots, uint32_t window,
                                std::optional<float> scale, float softcap, bool has_sinks,
-                               const std::string& split, uint32_t chunks) {
+                               const std::string& split, uint32_t chunks, const std::string& variant) {
   ops::AttentionDesc d =
       make_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap, has_sinks);
   d.split = parse_split(split);
   d.split_chunks = chunks;
+  d.decode_variant = variant;
   return d;
 }
 
@@ -67,9 +68,10 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
          uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
-         size_t kv_offset, const std::optional<BufferPtr>& scratch) {
+         size_t kv_offset, const std::optional<BufferPtr>& scratch, const std::string& variant) {
         const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
-                                                 window, scale, softcap, sinks.has_value(), split, chunks);
+                                                 window, scale, softcap, sinks.has_value(), split, chunks,
+                                                 variant);
         const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
         BufferPtr scratch_buf = scratch ? *scratch : nullptr;
         if (!scratch_buf && scratch_bytes) scratch_buf = dev.device->new_buffer(scratch_bytes);
@@ -81,20 +83,27 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "device"_a, "q"_a, "kv"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
-      "kv_offset"_a = 0, "scratch"_a = nb::none(),
+      "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "",
       "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the half\n"
       "cache kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32.\n"
       "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
-      "'always' (chunks: number of key chunks, 0 = heuristic). scratch is allocated\n"
-      "when not given (see attention_decode_plan()['scratch_bytes']).");
+      "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
+      "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'nopf'\n"
+      "(a compile-time variant of the kernels, head_dim 128).");
 
   ops_m.def(
       "attention_decode_plan",
       [](uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
-         uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks) {
-        const ops::AttentionDecodePlan p = ops::attention_decode_plan(decode_desc(
-            n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, 1.0f, 0.0f, has_sinks, split, chunks));
+         uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks,
+         PyDevice* device, uint32_t wave, const std::string& variant) {
+        const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
+                                                 window, 1.0f, 0.0f, has_sinks, split, chunks, variant);
+        if ((device != nullptr) == (wave != 0))
+          throw nb::value_error("[attention_decode_plan] give exactly one of device (its wave) or wave "
+                                "(threadgroups the device runs at once)");
+        const ops::AttentionDecodePlan p =
+            device ? ops::attention_decode_plan(*device->device, d) : ops::attention_decode_plan(d, wave);
         nb::dict r;
         r["kernel"] = p.kernel;
         r["split"] = p.split;
@@ -104,15 +113,20 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         r["n_chunks"] = p.n_chunks;
         r["chunk_keys"] = p.chunk_keys;
         r["threadgroups"] = p.threadgroups;
+        r["wave"] = p.wave;
         r["scratch_bytes"] = p.scratch_bytes;
+        r["scratch_bound"] = ops::attention_decode_scratch_bytes(d);
         r["kv_bytes_read"] = p.kv_bytes_read;
         r["kv_bytes_visible"] = p.kv_bytes_visible;
         return r;
       },
       nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a, "head_dim"_a, "n_tokens"_a, "slots"_a,
       "window"_a = 0, "has_sinks"_a = false, "split"_a = "auto", "chunks"_a = 0,
-      "How attention_decode would run: kernel, split-K chunks, threadgroups, scratch bytes and\n"
-      "the K/V bytes it reads per step (kv_bytes_read / kv_bytes_visible = reads per byte).");
+      "device"_a = nb::none(), "wave"_a = 0, "variant"_a = "",
+      "How attention_decode would run on device (or a device running `wave` split threadgroups\n"
+      "at once): kernel, split-K chunks, threadgroups, scratch bytes (and scratch_bound, what\n"
+      "attention_decode_scratch_bytes reserves for any device) and the K/V bytes it reads per\n"
+      "step (kv_bytes_read / kv_bytes_visible = reads per byte).");
 
   ops_m.def(
       "attention_prefill",

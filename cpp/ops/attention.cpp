@@ -6,19 +6,28 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "metal/attention_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
 
-constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;
+constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;                  // single pass, prefill
+constexpr uint32_t kSplitThreads = mkv_params::kAttnDecodeSplitSimdgroups * 32;  // split-K first pass
 
 // What the kernels assume of every head_dim they are built for.
 constexpr bool head_dims_fit() {
   for (uint32_t d : kAttnHeadDims) {
     const uint32_t e = mkv_params::attn_lane_elems(d);
-    if (d % 4 != 0 || d > kThreads) return false;              // half4 staging; reduce threads
+    if (d % 8 != 0 || d > kThreads) return false;              // 16-byte pieces; merge threads
+    const uint32_t de = mkv_params::attn_decode_lane_elems(d);  // decode: one SIMD-group spans a row
+    if (mkv_params::attn_decode_key_lanes(d) > 32 || d % de != 0 || (de != 4 && de != 8)) return false;
+    if (mkv_params::attn_decode_rows(d) * de > 32) return false;  // q + acc in registers
+    if ((mkv_params::kAttnReduceThreads / (d / 4)) * d > mkv_params::kAttnReduceOutFloats) return false;
     if (mkv_params::attn_lanes(d) > 32 || d % e != 0) return false;  // one SIMD-group spans a row
     if (mkv_params::attn_rows_per_simdgroup(d) * e > 32) return false;  // q + acc in registers
     if (4 * mkv_params::attn_prefill_key_tile(d) * d > 16384) return false;  // K + V tile bytes
@@ -26,6 +35,7 @@ constexpr bool head_dims_fit() {
   }
   return true;
 }
+static_assert(mkv_params::kAttnDecodeBlockKeys == 4, "decode scores of a block travel as one float4");
 static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption of the kernels");
 
 std::string num(uint64_t v) { return std::to_string(v); }
@@ -113,26 +123,63 @@ std::string attention_kernel_name(const char* family, uint32_t head_dim) {
   return std::string(family) + "_d" + num(head_dim);
 }
 
-AttentionDecodePlan attention_decode_plan(const AttentionDesc& d) {
-  const char* op = "attention_decode";
+namespace {
+
+// Chunks of `n_keys` that fill one wave of `wave` threadgroups given `base`
+// threadgroups per chunk, none shorter than kAttnMinChunkKeys (attention.h).
+uint32_t wave_chunks(uint32_t n_keys, uint32_t base, uint32_t wave) {
+  return std::min({wave / base, n_keys / kAttnMinChunkKeys, mkv_params::kAttnDecodeMaxChunks});
+}
+
+const char* const kDecodeOp = "attention_decode";
+
+// Validates d for decode; returns the visible keys and sets the head blocks.
+uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blocks) {
   if (d.n_queries != 1)
-    fail(op, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
-             "(use attention_prefill for more)");
-  AttentionDecodePlan plan;
-  plan.n_keys = validate_desc(op, d);
-  head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_rows_per_simdgroup(d.head_dim),
-              plan.heads_per_block, plan.head_blocks);
+    fail(kDecodeOp, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
+                    "(use attention_prefill for more)");
+  const uint32_t n_keys = validate_desc(kDecodeOp, d);
+  head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows(d.head_dim), per_block, blocks);
   if (d.split_chunks != 0 && d.split != AttentionSplit::always)
-    fail(op, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
+    fail(kDecodeOp, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
+  if (d.split_chunks > mkv_params::kAttnDecodeMaxChunks)
+    fail(kDecodeOp, "split_chunks " + num(d.split_chunks) + " is more than the " +
+                        num(mkv_params::kAttnDecodeMaxChunks) + " chunks the reduce merges");
+  return n_keys;
+}
+
+// The kernel name's variant suffix (metal/attention_decode.metal): the 4-row
+// kernels where D allows 8 rows but the head block needs at most 4 (half the
+// q/acc registers), or a requested compile-time variant.
+std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
+  if (d.decode_variant == "nopf") {
+    if (d.head_dim != 128)
+      fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(d.head_dim));
+    return "_nopf";
+  }
+  if (!d.decode_variant.empty())
+    fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
+  return mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
+}
+
+size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
+  return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
+}
+
+}  // namespace
+
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave) {
+  AttentionDecodePlan plan;
+  plan.n_keys = decode_shape(d, plan.heads_per_block, plan.head_blocks);
+  plan.wave = std::max(wave, 1u);
 
   const uint32_t base = d.n_kv_heads * plan.head_blocks;  // threadgroups without split
-  const uint32_t wanted = (kAttnTargetThreadgroups + base - 1) / base;
+  const uint32_t fill = wave_chunks(plan.n_keys, base, plan.wave);
   uint32_t chunks = 1;
   if (d.split == AttentionSplit::automatic) {
-    if (base < kAttnTargetThreadgroups) chunks = std::min(wanted, plan.n_keys / kAttnMinChunkKeys);
+    if (plan.n_keys >= kAttnSplitMinKeys && fill >= 2) chunks = fill;
   } else if (d.split == AttentionSplit::always) {
-    chunks = d.split_chunks ? d.split_chunks
-                            : std::max(2u, std::min(wanted, ceil_div(plan.n_keys, kAttnMinChunkKeys)));
+    chunks = d.split_chunks ? d.split_chunks : std::max(2u, fill);
   }
   chunks = std::clamp(chunks, 1u, plan.n_keys);
   plan.split = d.split == AttentionSplit::always || chunks > 1;
@@ -140,27 +187,61 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d) {
   plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
   plan.threadgroups = base * plan.n_chunks;
   plan.kernel = attention_kernel_name(plan.split ? "attn_decode_split_f16" : "attn_decode_f16",
-                                      d.head_dim);
-  if (plan.split)
-    plan.scratch_bytes = size_t(d.n_q_heads) * plan.n_chunks * (d.head_dim + 2) * sizeof(float);
+                                      d.head_dim) + decode_suffix(d, plan.heads_per_block);
+  if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * d.head_dim * 2 * 2;
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   return plan;
 }
 
+namespace {
+
+// device_wave of a split pipeline, remembered: the CUDA device answers with
+// the occupancy API (~1 us of host time), and decode asks once per layer and
+// step. Keyed by the pipeline; an entry whose pipeline is gone is replaced.
+uint32_t split_wave(gpu::Device& dev, const gpu::PipelinePtr& split) {
+  static std::mutex mutex;
+  static std::map<const gpu::Pipeline*, std::pair<std::weak_ptr<gpu::Pipeline>, uint32_t>> waves;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = waves.find(split.get());
+  if (it != waves.end() && it->second.first.lock() == split) return it->second.second;
+  const uint32_t wave = device_wave(dev, *split, kSplitThreads);
+  waves[split.get()] = {split, wave};
+  return wave;
+}
+
+}  // namespace
+
+AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
+  uint32_t per_block = 0, blocks = 0;
+  decode_shape(d, per_block, blocks);
+  const gpu::PipelinePtr split = dev.pipeline(
+      attention_kernel_name("attn_decode_split_f16", d.head_dim) + decode_suffix(d, per_block));
+  return attention_decode_plan(d, split_wave(dev, split));
+}
+
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
-  return attention_decode_plan(d).scratch_bytes;
+  uint32_t per_block = 0, blocks = 0;
+  const uint32_t n_keys = decode_shape(d, per_block, blocks);
+  // The most chunks attention_decode_plan picks for any wave.
+  const uint32_t most = std::min(n_keys / kAttnMinChunkKeys, mkv_params::kAttnDecodeMaxChunks);
+  uint32_t chunks = 0;
+  if (d.split == AttentionSplit::automatic) chunks = n_keys >= kAttnSplitMinKeys && most >= 2 ? most : 0;
+  else if (d.split == AttentionSplit::always) chunks = d.split_chunks ? d.split_chunks : std::max(2u, most);
+  return scratch_for(d, std::min(chunks, n_keys));
 }
 
 void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& out,
                       const BufferView& sinks, const BufferView& scratch) {
-  const char* op = "attention_decode";
-  const AttentionDecodePlan plan = attention_decode_plan(d);
+  const char* op = kDecodeOp;
+  const AttentionDecodePlan plan = attention_decode_plan(dev, d);
   const uint64_t head_bytes = uint64_t(d.n_q_heads) * d.head_dim * 4;
   check_view(op, "q", q, head_bytes, 4);
   check_view(op, "out", out, head_bytes, 4);
   check_common_views(op, d, kv, sinks);
+  if (kv.offset % 16 != 0)
+    fail(op, "kv offset " + num(kv.offset) + " is not a multiple of 16 (decode reads rows in 16-byte pieces)");
 
   mkv_params::AttnDecode p{};
   p.n_q_heads = d.n_q_heads;
@@ -190,13 +271,13 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
     return;
   }
   // Split-K: partial acc (n_q_heads, n_chunks, D), then (m, l) (n_q_heads, n_chunks, 2).
-  check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 4);
+  check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 16);
   const BufferView part_o = scratch;
   const BufferView part_ml{scratch.buffer,
                            scratch.offset + size_t(d.n_q_heads) * plan.n_chunks * d.head_dim * 4};
   bind(enc, part_o, 3);
   bind(enc, part_ml, 4);
-  enc.dispatch_threadgroups(grid, {kThreads, 1, 1});
+  enc.dispatch_threadgroups(grid, {kSplitThreads, 1, 1});
 
   const mkv_params::AttnDecodeReduce r{d.n_q_heads, plan.n_chunks, p.has_sinks};
   enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_decode_reduce", d.head_dim)));
@@ -205,7 +286,8 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   bind(enc, part_ml, 2);
   bind(enc, d.has_sinks ? sinks : part_o, 3);
   bind(enc, out, 4);
-  enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {d.head_dim, 1, 1});
+  enc.set_threadgroup_memory_length(mkv_params::kAttnReduceTgFloats * sizeof(float), 0);
+  enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {mkv_params::kAttnReduceThreads, 1, 1});
 }
 
 void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
@@ -213,8 +295,8 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
                        const BufferView& sinks) {
   const char* op = "attention_prefill";
   validate_desc(op, d);
-  if (d.split != AttentionSplit::automatic || d.split_chunks != 0)
-    fail(op, "split and split_chunks apply to attention_decode only");
+  if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
+    fail(op, "split, split_chunks and decode_variant apply to attention_decode only");
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
   check_view(op, "q", q, bytes, 4);
   check_view(op, "out", out, bytes, 4);

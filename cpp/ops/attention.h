@@ -22,8 +22,8 @@ enum class AttentionSplit { automatic, never, always };
 // The head_dims the attention kernels are instantiated for (one
 // MKV_ATTN_DECODE / MKV_ATTN_PREFILL line each in metal/attention_*.metal):
 // the one list, read by the op's check, the model's check and Python
-// (metalkv._core.ops.attention_head_dims()). Each is a multiple of 4 (rows
-// 8-byte aligned) and at most 256 (the reduce runs one thread per element).
+// (metalkv._core.ops.attention_head_dims()). Each is a multiple of 8 (decode
+// reads rows in 16-byte pieces) and at most 256 (threads per threadgroup).
 inline constexpr uint32_t kAttnHeadDims[] = {32, 64, 80, 96, 112, 128, 160, 192, 256};
 
 bool attention_head_dim_supported(uint32_t head_dim);
@@ -43,19 +43,29 @@ struct AttentionDesc {
   float softcap = 0.0f;      // Gemma 2 logit soft-capping c: s = c * tanh(s / c); 0 = off
   bool has_sinks = false;    // sinks: per-query-head logit of a zero-value virtual key (gpt-oss)
   AttentionSplit split = AttentionSplit::automatic;  // decode only
-  uint32_t split_chunks = 0;  // decode with split == always: chunks (0: heuristic, >= 2)
+  uint32_t split_chunks = 0;  // decode with split == always: chunks (0: the rule, >= 2; <= 512)
+  // Decode: a compile-time variant of the kernels, for benchmarks: "" (the
+  // default) or "nopf" (no prefetch: a block's loads wait for the previous
+  // block's math; D = 128).
+  std::string decode_variant;
 };
 
-// Flash-decoding heuristic. One threadgroup per (KV head, head block) leaves
-// most of a GPU idle for small n_kv_heads (Llama-3-8B: 8 threadgroups; an M2
-// Max has 38 cores). Split the keys into chunks when fewer than
-// kAttnTargetThreadgroups threadgroups would run, as many chunks as bring the
-// count up to the target, but never chunks shorter than kAttnMinChunkKeys keys
-// (per chunk the partial write and the reduce cost ~ head_dim floats per head,
-// which pays off only against hundreds of keys). So split-K starts at
-// 2 * kAttnMinChunkKeys visible keys.
-inline constexpr uint32_t kAttnTargetThreadgroups = 64;
-inline constexpr uint32_t kAttnMinChunkKeys = 256;
+// Flash-decoding split-K, from the device. One threadgroup per (KV head,
+// head block) gives base = n_kv_heads * head_blocks threadgroups, which leaves
+// most of a GPU idle for small n_kv_heads (Llama-3-8B: 8; an H200 holds ~396
+// split threadgroups at once, 132 SMs x 3). The device's wave (ops::device_wave:
+// compute units x resident threadgroups of the split kernel per unit) sets
+// the chunk count:
+//   chunks = min(wave / base, n_keys / kAttnMinChunkKeys, kAttnDecodeMaxChunks)
+// i.e. one wave of equal chunks (all start together and end together, so no
+// tail), but no chunk shorter than kAttnMinChunkKeys keys (a chunk pays its
+// threadgroup's q load and merge and writes (D + 2) floats per query head,
+// which only hundreds of keys amortise). split = automatic splits only when
+// that gives >= 2 chunks and n_keys >= kAttnSplitMinKeys: below it one pass
+// over a few hundred keys costs less than the reduce's second dispatch, and
+// with base >= wave the device is full already.
+inline constexpr uint32_t kAttnMinChunkKeys = 128;
+inline constexpr uint32_t kAttnSplitMinKeys = 512;
 
 // How attention_decode will run a given desc (validated).
 struct AttentionDecodePlan {
@@ -67,6 +77,7 @@ struct AttentionDecodePlan {
   uint32_t n_chunks = 1;
   uint32_t chunk_keys = 0;
   uint32_t threadgroups = 0;   // of the first kernel
+  uint32_t wave = 0;           // threadgroups of the split kernel the device runs at once
   size_t scratch_bytes = 0;    // 0 unless split
   // K/V bytes loaded per step, from the kernel's access pattern: each
   // (KV head, head block, chunk) threadgroup loads the K and V rows of its
@@ -76,16 +87,19 @@ struct AttentionDecodePlan {
   uint64_t kv_bytes_visible = 0;  // the same with head_blocks = 1: each byte once
 };
 
-AttentionDecodePlan attention_decode_plan(const AttentionDesc& d);
+// The plan on `dev` (its wave from ops::device_wave), or for a given wave.
+AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d);
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave);
 
-// Scratch attention_decode needs for d (0 when it runs in one pass). Grows
-// with n_tokens, so the value at the longest context bounds every shorter one.
+// Scratch attention_decode needs for d on any device: the partials of the
+// most chunks the rule can choose (0 when it never splits d). Grows with
+// n_tokens, so the value at the longest context bounds every shorter one.
 size_t attention_decode_scratch_bytes(const AttentionDesc& d);
 
 // out (n_q_heads, head_dim) f32 = attention of q (n_q_heads, head_dim) f32 at
 // position n_tokens - 1 over kv. sinks: (n_q_heads) f32 iff d.has_sinks, else
 // an empty view. scratch: attention_decode_scratch_bytes(d) bytes (may be
-// empty when that is 0). Encodes one dispatch, or two for split-K.
+// empty when that is 0), offset a multiple of 16. Encodes one dispatch, or two for split-K.
 void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& out,
                       const BufferView& sinks, const BufferView& scratch);

@@ -67,7 +67,7 @@ def make_inputs(rng, n_q: int, n_q_heads: int, n_kv: int, d: int, n: int):
 
 
 def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
-           split="auto", chunks=0):
+           split="auto", chunks=0, variant=""):
     n_q_heads, d = q.shape[-2], q.shape[-1]
     out = dev.buffer(n_q_heads * d * 4)
     ops.attention_decode(
@@ -75,7 +75,7 @@ def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
         out, n_q_heads=n_q_heads, n_kv_heads=cache.shape[2], head_dim=d, n_tokens=n_tokens,
         slots=slots, window=window, softcap=softcap,
         sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)),
-        split=split, chunks=chunks)
+        split=split, chunks=chunks, variant=variant)
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
@@ -91,6 +91,13 @@ def prefill(dev, q, cache, *, q_pos0, slots, window=0, softcap=0.0, sinks=None):
 
 
 # ---- decode ---------------------------------------------------------------
+
+def rule_chunks(n_keys: int, base: int, wave: int) -> int:
+    """The op's chunk rule (cpp/ops/attention.h), spelled out: one wave of
+    chunks of >= 128 keys, split only from 512 keys and 2 chunks on."""
+    fill = min(wave // base, n_keys // 128, 512)
+    return fill if n_keys >= 512 and fill >= 2 else 1
+
 
 CONTEXTS = [1, 31, 33, 257, 4096]  # 4096: ~0.1-0.2 s per case on the host executor
 
@@ -111,10 +118,14 @@ def test_decode_matches_reference(dev, d, ratio, n):
     n_q_heads, n_kv = heads(ratio)
     slots = n + 5  # a full layer's capacity exceeds what is stored: the tail is poison
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d,
-                                     n_tokens=n, slots=slots)
-    assert plan["split"] == (n == 4096)  # the heuristic splits only the long context
+                                     n_tokens=n, slots=slots, device=dev)
+    assert plan["n_chunks"] == rule_chunks(n, n_kv * plan["head_blocks"], plan["wave"])
+    # The host's wave (its thread count) rarely asks for a split: the long
+    # context runs split-K as a GPU's wave would cut it (33 chunks: 264 / 8).
+    split, chunks = ("always", 33) if n == 4096 else ("auto", 0)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
-    got = decode(dev, q, build_cache(k, v, slots, poison=True), n_tokens=n, slots=slots)
+    got = decode(dev, q, build_cache(k, v, slots, poison=True), n_tokens=n, slots=slots,
+                 split=split, chunks=chunks)
     ref = attention(q, k, v, n - 1, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
@@ -193,7 +204,7 @@ def test_decode_reads_only_visible_slots(dev, d):
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_reads_stay_inside_rows(dev, d):
-    """The cache sits in a buffer between NaN halfs (8 bytes before, a row
+    """The cache sits in a buffer between NaN halfs (16 bytes before, a row
     after): a lane that loads past its row's D elements, as the idle lanes of
     D = 80 and 112 would on the last KV head of the last slot, turns the output
     into NaN (even against q = 0). Decode single and split, and prefill."""
@@ -201,7 +212,7 @@ def test_reads_stay_inside_rows(dev, d):
     rng = np.random.default_rng(d)
     q, k, v = make_inputs(rng, n_q, 3, 1, d, n)
     cache = build_cache(k, v, n).reshape(-1)
-    padded = np.concatenate([np.full(4, np.nan, np.float16), cache,
+    padded = np.concatenate([np.full(8, np.nan, np.float16), cache,
                              np.full(d, np.nan, np.float16)])
     kv = dev.buffer_from(padded)
     ref = attention(q, k, v, n - n_q, scale=d ** -0.5)
@@ -209,12 +220,12 @@ def test_reads_stay_inside_rows(dev, d):
         out = dev.buffer(3 * d * 4)
         ops.attention_decode(dev, dev.buffer_from(np.ascontiguousarray(q[-1])), kv, out,
                              n_q_heads=3, n_kv_heads=1, head_dim=d, n_tokens=n, slots=n,
-                             split=split, kv_offset=8)
+                             split=split, kv_offset=16)
         got = out.numpy().view(np.float32).reshape(3, d)
         np.testing.assert_allclose(got, ref[-1], atol=ATOL, rtol=RTOL, err_msg=split)
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(dev, dev.buffer_from(q), kv, out, n_q_heads=3, n_kv_heads=1, head_dim=d,
-                          n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=8)
+                          n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=16)
     np.testing.assert_allclose(out.numpy().view(np.float32).reshape(q.shape), ref, atol=ATOL,
                                rtol=RTOL)
 
@@ -244,31 +255,86 @@ def test_split_equals_single_pass(dev, d, ratio, chunks):
                                rtol=RTOL)
 
 
-def test_split_heuristic_plan():
+@pytest.mark.parametrize("d,n_q_heads,n_kv,kernel", [
+    (32, 8, 2, "attn_decode_split_f16_d32_r4"), (64, 12, 4, "attn_decode_split_f16_d64_r4"),
+    (64, 16, 2, "attn_decode_split_f16_d64"), (64, 9, 1, "attn_decode_split_f16_d64"),
+    (128, 32, 8, "attn_decode_split_f16_d128"), (256, 8, 1, "attn_decode_split_f16_d256")])
+def test_decode_kernel_by_rows(d, n_q_heads, n_kv, kernel):
+    """8-row kernels (D <= 64) only where a head block needs more than 4 rows."""
+    p = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=4096,
+                                  slots=4096, split="always", wave=264)
+    assert p["kernel"] == kernel
+
+
+@pytest.mark.parametrize("n,window,slots,split,chunks", [
+    (1, 0, 1, "never", 0), (257, 0, 262, "never", 0), (700, 0, 700, "always", 9),
+    (900, 300, 333, "always", 4), (4096, 0, 4096, "always", 33)])
+def test_no_prefetch_variant(dev, n, window, slots, split, chunks):
+    """The 'nopf' kernels (the bench's variant) against the reference and the default."""
+    rng = np.random.default_rng(n)
+    q, k, v = make_inputs(rng, 1, 12, 3, 128, n)
+    cache = build_cache(k, v, slots, poison=True)
+    got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
+                 chunks=chunks, variant="nopf")
+    ref = attention(q, k, v, n - 1, scale=128 ** -0.5, window=window)[0]
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+    default = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split, chunks=chunks)
+    np.testing.assert_allclose(got, default, atol=CLOSE, rtol=CLOSE)
+    p = ops.attention_decode_plan(n_q_heads=12, n_kv_heads=3, head_dim=128, n_tokens=n, slots=slots,
+                                  window=window, split=split, chunks=chunks, device=dev, variant="nopf")
+    assert p["kernel"].endswith("_nopf")
+
+
+def test_split_plan_from_the_wave():
+    H200 = 264  # 132 SMs x 2 resident threadgroups of the split kernel
+
     def plan(**kw):
         return ops.attention_decode_plan(**kw)
     # Short context: one pass, one threadgroup per KV head, K/V read once.
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=257, slots=257)
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=257, slots=257, wave=H200)
     assert (p["split"], p["threadgroups"], p["scratch_bytes"]) == (False, 3, 0)
     assert p["kv_bytes_read"] == p["kv_bytes_visible"] == 3 * 257 * 64 * 4
-    # Long context, few KV heads: split up to ~64 threadgroups, chunks >= 256 keys.
-    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768)
-    assert p["split"] and p["n_chunks"] == 8 and p["threadgroups"] == 64
-    assert p["scratch_bytes"] == 32 * 8 * (128 + 2) * 4
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=1024, slots=1024)
-    assert p["n_chunks"] == 4 and p["chunk_keys"] == 256
-    # Enough KV heads already fill the GPU: no split however long the context.
-    assert not plan(n_q_heads=64, n_kv_heads=64, head_dim=64, n_tokens=32768, slots=32768)["split"]
+    # Long context, few KV heads: one wave of chunks.
+    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, wave=H200)
+    assert p["split"] and p["n_chunks"] == 33 and p["threadgroups"] == 264 and p["wave"] == H200
+    assert p["scratch_bytes"] == 32 * 33 * (128 + 2) * 4 <= p["scratch_bound"]
+    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=4096, slots=4096, wave=H200)
+    assert (p["n_chunks"], p["chunk_keys"], p["threadgroups"]) == (32, 128, 256)
+    # ... but no chunk under 128 keys, and no split under 512 keys.
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=1024, slots=1024, wave=H200)
+    assert p["n_chunks"] == 8 and p["chunk_keys"] == 128
+    assert not plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=511, slots=511, wave=H200)["split"]
+    # A device that the heads fill already (or a small one): no split however long the context.
+    assert not plan(n_q_heads=64, n_kv_heads=64, head_dim=64, n_tokens=32768, slots=32768, wave=64)["split"]
+    assert not plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, wave=8)["split"]
+    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, wave=16)
+    assert p["n_chunks"] == 2
     # A sliding layer sees only its window.
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=10000, slots=600, window=512)
-    assert p["n_keys"] == 512 and p["n_chunks"] == 2
-    # Scratch grows with the context: the longest context bounds the shorter ones.
-    sizes = [plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=n, slots=40000)["scratch_bytes"]
-             for n in range(1, 40000, 997)]
-    assert sizes == sorted(sizes)
-    # More query heads per KV head than a SIMD-group holds: K/V read once per head block.
-    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=128, n_tokens=100, slots=100)
-    assert p["head_blocks"] == 4 and p["kv_bytes_read"] == 4 * p["kv_bytes_visible"]
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=10000, slots=600, window=512, wave=H200)
+    assert p["n_keys"] == 512 and p["n_chunks"] == 4
+    # Forced split: at least 2 chunks, at most 512.
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=100, slots=100, split="always", wave=H200)
+    assert p["split"] and p["n_chunks"] == 2
+    # Scratch grows with the context, and the device-free bound covers every wave.
+    for wave in (1, 2, 16, H200, 1000):
+        sizes = [plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=n, slots=40000, wave=wave)
+                 for n in range(1, 40000, 997)]
+        assert [x["scratch_bytes"] for x in sizes] == sorted(x["scratch_bytes"] for x in sizes)
+        assert all(x["scratch_bytes"] <= x["scratch_bound"] for x in sizes)
+        bounds = [x["scratch_bound"] for x in sizes]
+        assert bounds == sorted(bounds)
+    # More query heads per KV head than a SIMD-group holds (4 rows above D = 64,
+    # 8 up to it): K/V read once per head block.
+    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=128, n_tokens=100, slots=100, wave=H200)
+    assert p["head_blocks"] == 8 and p["kv_bytes_read"] == 8 * p["kv_bytes_visible"]
+    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=64, n_tokens=100, slots=100, wave=H200)
+    assert p["head_blocks"] == 4 and p["heads_per_block"] == 8
+    # The device's own plan: its wave, and the rule.
+    dev = test_device()
+    p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, device=dev)
+    assert p["wave"] >= 1 and p["n_chunks"] == rule_chunks(32768, 8, p["wave"])
+    with pytest.raises(ValueError, match=r"give exactly one of device"):
+        plan(n_q_heads=8, n_kv_heads=2, head_dim=64, n_tokens=10, slots=16)
 
 
 # ---- prefill --------------------------------------------------------------
@@ -400,6 +466,9 @@ def _decode_kwargs(**over):
     (dict(scale=0.0), r"scale 0\.0+ must be finite and > 0"),
     (dict(softcap=-1.0), r"softcap -1\.0+ must be finite and >= 0"),
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
+    (dict(chunks=513, split="always"), r"split_chunks 513 is more than the 512 chunks the reduce merges"),
+    (dict(variant="nopf"), r"decode_variant 'nopf' exists for head_dim 128 only, not 64"),
+    (dict(variant="u8"), r"decode_variant 'u8' is not one of"),
 ])
 def test_decode_bad_shapes(over, message):
     dev = test_device()
@@ -420,6 +489,8 @@ def test_decode_bad_buffers():
         ops.attention_decode(dev, big, big, big, kv_offset=60000, **kw)
     with pytest.raises(metalkv.GpuError, match=r"kv offset 6 is not a multiple of 8"):
         ops.attention_decode(dev, big, big, big, kv_offset=6, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"kv offset 8 is not a multiple of 16 \(decode reads"):
+        ops.attention_decode(dev, big, big, big, kv_offset=8, **kw)
     with pytest.raises(metalkv.GpuError, match=r"sinks needs 32 bytes"):
         ops.attention_decode(dev, big, big, big, sinks=dev.buffer(8), **kw)
     with pytest.raises(metalkv.GpuError, match=r"scratch \(attention_decode_scratch_bytes\) needs"):
