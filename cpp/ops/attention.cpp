@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "metal/attention_params.h"
 #include "ops/launch.h"
@@ -194,30 +192,13 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
   return plan;
 }
 
-namespace {
-
-// device_wave of a split pipeline, remembered: the CUDA device answers with
-// the occupancy API (~1 us of host time), and decode asks once per layer and
-// step. Keyed by the pipeline; an entry whose pipeline is gone is replaced.
-uint32_t split_wave(gpu::Device& dev, const gpu::PipelinePtr& split) {
-  static std::mutex mutex;
-  static std::map<const gpu::Pipeline*, std::pair<std::weak_ptr<gpu::Pipeline>, uint32_t>> waves;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = waves.find(split.get());
-  if (it != waves.end() && it->second.first.lock() == split) return it->second.second;
-  const uint32_t wave = device_wave(dev, *split, kSplitThreads);
-  waves[split.get()] = {split, wave};
-  return wave;
-}
-
-}  // namespace
-
 AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
   uint32_t per_block = 0, blocks = 0;
   decode_shape(d, per_block, blocks);
   const gpu::PipelinePtr split = dev.pipeline(
       attention_kernel_name("attn_decode_split_f16", d.head_dim) + decode_suffix(d, per_block));
-  return attention_decode_plan(d, split_wave(dev, split));
+  // device_wave is cheap per call: the CUDA pipeline keeps its occupancy answers.
+  return attention_decode_plan(d, device_wave(dev, *split, kSplitThreads));
 }
 
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
