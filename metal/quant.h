@@ -127,6 +127,33 @@ struct FmtBF16 {
   }
 };
 
+// gemv's f16 / bf16 rows when they are 16-byte aligned (n % 8 == 0 and a
+// 16-byte aligned offset; the op picks these then): 8 weights per chunk, one
+// 16-byte load (LDG.E.128 on CUDA) instead of two 8-byte ones. Only dot: gemm
+// and the embedding keep the 4-weight chunks above.
+struct FmtF16x8 {
+  enum { kChunk = 8, kBlock = 1 };
+  static ulong row_bytes(uint n) { return ulong(n) * 2; }
+  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
+    const uint4 q = ((const device uint4*)row)[c];
+    const float4 a = float4(float2(as_type<half2>(q.x)), float2(as_type<half2>(q.y)));
+    const float4 b = float4(float2(as_type<half2>(q.z)), float2(as_type<half2>(q.w)));
+    return metal::dot(a, x[0]) + metal::dot(b, x[1]);
+  }
+};
+struct FmtBF16x8 {
+  enum { kChunk = 8, kBlock = 1 };
+  static ulong row_bytes(uint n) { return ulong(n) * 2; }
+  // Element 2i is the low half of word i: shift it up; 2i + 1 is the high half: mask.
+  static float4 pair_floats(uint a, uint b) {
+    return as_type<float4>(uint4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+  }
+  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
+    const uint4 q = ((const device uint4*)row)[c];
+    return metal::dot(pair_floats(q.x, q.y), x[0]) + metal::dot(pair_floats(q.z, q.w), x[1]);
+  }
+};
+
 // Quantized chunks are 16 weights, handled as four float4 (independent
 // multiply-adds, summed at the end). Blocks are only 2-byte aligned, so the
 // quants are read as packed (1-byte aligned) 4-vectors or pairs of ushorts.
@@ -140,8 +167,28 @@ inline uint bytes4(const device uchar* p, uint i) {
 inline uint nibbles4(const device uchar* qs, uint shift, uint i) {
   return (bytes4(qs, i) >> shift) & 0x0F0F0F0Fu;
 }
-// Bytes of a word as floats: byte e is element e.
-inline float4 byte_floats(uint word) { return float4(as_type<uchar4>(word)); }
+// The 16 bytes at p as four little-endian words, read as wide as the format's
+// alignment of p allows: one 16-byte load, two 8-byte, four 4-byte, or eight
+// ushorts (blocks of 18, 22, 34, 210 bytes are only 2-byte aligned).
+template <uint kAlign> inline uint4 load16(const device uchar* p) {
+  if (kAlign >= 16) return *(const device uint4*)p;
+  if (kAlign >= 8) {
+    const uint2 a = ((const device uint2*)p)[0], b = ((const device uint2*)p)[1];
+    return uint4(a.x, a.y, b.x, b.y);
+  }
+  if (kAlign >= 4) {
+    const device uint* q = (const device uint*)p;
+    return uint4(q[0], q[1], q[2], q[3]);
+  }
+  return uint4(bytes4(p, 0), bytes4(p, 1), bytes4(p, 2), bytes4(p, 3));
+}
+// Bytes of a word as floats: byte e is element e. Exact, and without an
+// int-to-float conversion (a quarter- or eighth-rate instruction on GPUs):
+// 0x4B000000 | b is the float 2^23 + b, minus 2^23 is b.
+inline float4 byte_floats(uint word) {
+  const uint4 b = uint4(word & 0xFFu, (word >> 8) & 0xFFu, (word >> 16) & 0xFFu, word >> 24);
+  return as_type<float4>(b | 0x4B000000u) - 8388608.0f;
+}
 // Σ_e byte e of q[i] · x[i][e] over a chunk's four words.
 inline float dot_bytes(thread const uint* q, thread const float4* x) {
   float4 s = byte_floats(q[0]) * x[0];
@@ -153,19 +200,19 @@ inline float dot_bytes(thread const uint* q, thread const float4* x) {
 struct FmtQ8_0 {
   enum { kChunk = 16, kBlock = 32 };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q8_0); }
-  static float4 quants(const device block_q8_0& b, uint c, uint i) {  // weights 4i .. 4i + 4 of the chunk, / d
-    const char4 q = ((const device packed_char4*)(b.qs + (c % 2) * 16))[i];
-    return float4(q);
-  }
+  // Weights 4i .. 4i + 4 of the chunk, / d: int8 q as (q ^ 0x80) - 128 = (q + 128) - 128, exact.
+  static float4 quants(uint4 words, uint i) { return byte_floats(words[i] ^ 0x80808080u) - 128.0f; }
   static void load(const device uchar* row, uint c, thread float4* w) {
     const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
     const float d = float(b.d);
-    for (uint i = 0; i < 4; ++i) w[i] = quants(b, c, i) * d;
+    const uint4 q = load16<2>((const device uchar*)b.qs + (c % 2) * 16);
+    for (uint i = 0; i < 4; ++i) w[i] = quants(q, i) * d;
   }
   static float dot(const device uchar* row, uint c, thread const float4* x, float) {
     const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
-    float4 s = quants(b, c, 0) * x[0];
-    for (uint i = 1; i < 4; ++i) s += quants(b, c, i) * x[i];
+    const uint4 q = load16<2>((const device uchar*)b.qs + (c % 2) * 16);
+    float4 s = quants(q, 0) * x[0];
+    for (uint i = 1; i < 4; ++i) s += quants(q, i) * x[i];
     return (s.x + s.y + s.z + s.w) * float(b.d);
   }
 };
@@ -175,17 +222,20 @@ struct FmtQ8_0 {
 // (Q5: plus bits 16h .. 16h + 16 of qh). The two lanes of a block read the same
 // 16 bytes (one cache line; DRAM reads once).
 // Quants of chunk c, word i = weights 4i .. 4i + 4 (one byte each).
-inline void quants_q4(const device uchar* qs, uint c, thread uint* q) {
-  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(qs, (c % 2) * 4, i);
+// kAlign: what the format guarantees for qs (see load16).
+template <uint kAlign> inline void quants_q4(const device uchar* qs, uint c, thread uint* q) {
+  const uint4 w = load16<kAlign>(qs);
+  for (uint i = 0; i < 4; ++i) q[i] = (w[i] >> ((c % 2) * 4)) & 0x0F0F0F0Fu;
 }
 // Q5: bit 4 of each byte from qh. Bits 16h + 4i .. + 4 of qh are spread to bit 0
 // of four bytes by one multiply (b·0x204081 = b | b << 7 | b << 14 | b << 21,
 // no carries for b < 16), then moved to bit 4.
-inline void quants_q5(const device uchar* qh, const device uchar* qs, uint c, thread uint* q) {
-  const uint high = bytes4(qh, 0) >> ((c % 2) * 16);
+template <uint kAlign> inline void quants_q5(const device uchar* qh, const device uchar* qs, uint c, thread uint* q) {
+  const uint high = (kAlign >= 4 ? *(const device uint*)qh : bytes4(qh, 0)) >> ((c % 2) * 16);
+  quants_q4<kAlign>(qs, c, q);
   for (uint i = 0; i < 4; ++i) {
     const uint bits = (((high >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u;
-    q[i] = nibbles4(qs, (c % 2) * 4, i) | (bits << 4);
+    q[i] |= bits << 4;
   }
 }
 
@@ -196,14 +246,14 @@ struct FmtQ4_0 {
     const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
     const float d = float(b.d);
     uint q[4];
-    quants_q4(b.qs, c, q);
+    quants_q4<2>(b.qs, c, q);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 8.0f) * d;
   }
   // Σ (q - 8)·d·x = d·(Σ q·x - 8·Σ x): xsum is shared by every row of a lane.
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
     uint q[4];
-    quants_q4(b.qs, c, q);
+    quants_q4<2>(b.qs, c, q);
     return (dot_bytes(q, x) - 8.0f * xsum) * float(b.d);
   }
 };
@@ -215,14 +265,14 @@ struct FmtQ4_1 {
     const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
     const float d = float(b.d), m = float(b.m);
     uint q[4];
-    quants_q4(b.qs, c, q);
+    quants_q4<4>(b.qs, c, q);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
   }
   // Σ (q·d + m)·x = d·Σ q·x + m·Σ x.
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
     uint q[4];
-    quants_q4(b.qs, c, q);
+    quants_q4<4>(b.qs, c, q);
     return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
   }
 };
@@ -234,14 +284,14 @@ struct FmtQ5_0 {
     const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
     const float d = float(b.d);
     uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    quants_q5<2>(b.qh, b.qs, c, q);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 16.0f) * d;
   }
   // d·(Σ q·x − 16·Σ x).
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
     uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    quants_q5<2>(b.qh, b.qs, c, q);
     return (dot_bytes(q, x) - 16.0f * xsum) * float(b.d);
   }
 };
@@ -253,14 +303,14 @@ struct FmtQ5_1 {
     const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
     const float d = float(b.d), m = float(b.m);
     uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    quants_q5<8>(b.qh, b.qs, c, q);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
   }
   // d·Σ q·x + m·Σ x.
   static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
     const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
     uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    quants_q5<8>(b.qh, b.qs, c, q);
     return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
   }
 };
@@ -272,22 +322,22 @@ struct FmtQ5_1 {
 // get_scale_min_k4): s < 4: 6 low bits of scales[s] and scales[s + 4];
 // s >= 4: 4 bits of scales[s + 4] (low: scale, high: min) below the top 2
 // bits of scales[s - 4] (scale) and scales[s] (min).
+// The 12 bytes are read as three words (scales starts 4-byte aligned in both
+// blocks): byte s % 4 of words 0, 1, 2 is scales[s % 4], [s % 4 + 4], [s % 4 + 8].
 inline float2 scale_min_k4(const device uchar* scales, uint s) {
-  uint sc, m;
-  if (s < 4) {
-    sc = scales[s] & 63u;
-    m = scales[s + 4] & 63u;
-  } else {
-    sc = (scales[s + 4] & 0xFu) | ((scales[s - 4] >> 6) << 4);
-    m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
-  }
+  const device uint* w = (const device uint*)scales;
+  const uint shift = 8 * (s % 4);
+  const uint b0 = (w[0] >> shift) & 0xFFu, b1 = (w[1] >> shift) & 0xFFu, b2 = (w[2] >> shift) & 0xFFu;
+  const uint sc = s < 4 ? b0 & 63u : (b2 & 0xFu) | ((b0 >> 6) << 4);
+  const uint m = s < 4 ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4);
   return float2(float(sc), float(m));
 }
 // Chunk k's quants (Q4_K's, Q5_K's low 4 bits), word i = weights 4i .. 4i + 4.
+// (Blocks of 144 and 176 bytes: qs starts 16-byte aligned, one 16-byte load.)
 inline void quants_k4(const device uchar* qs, uint k, thread uint* q) {
   const uint s = k / 2;
-  const device uchar* p = qs + 32 * (s / 2) + 16 * (k % 2);
-  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(p, (s % 2) * 4, i);
+  const uint4 w = load16<16>(qs + 32 * (s / 2) + 16 * (k % 2));
+  for (uint i = 0; i < 4; ++i) q[i] = (w[i] >> ((s % 2) * 4)) & 0x0F0F0F0Fu;
 }
 
 struct FmtQ4_K {
@@ -319,8 +369,8 @@ struct FmtQ5_K {
   // Q4_K's nibbles, plus bit s of qh[16(k % 2) + j] as bit 4 of weight j.
   static void quants(const device block_q5_K& b, uint k, thread uint* q) {
     quants_k4(b.qs, k, q);
-    const device uchar* h = b.qh + 16 * (k % 2);
-    for (uint i = 0; i < 4; ++i) q[i] |= ((bytes4(h, i) >> (k / 2)) & 0x01010101u) << 4;
+    const uint4 h = load16<16>(b.qh + 16 * (k % 2));  // qh starts 16-byte aligned
+    for (uint i = 0; i < 4; ++i) q[i] |= ((h[i] >> (k / 2)) & 0x01010101u) << 4;
   }
   static void load(const device uchar* row, uint c, thread float4* w) {
     const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
