@@ -36,34 +36,53 @@ constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
 // One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
 // of W[rows[r]] · x. The lanes stride over the chunks, load the matching
-// activations once and apply them to every row. kGemvUnroll chunks per lane
-// per step, written out so that all their loads (kGemvUnroll x kRows weight
-// chunks) are issued before the first multiply: a GPU needs several loads in
-// flight per lane to cover DRAM latency. The tail steps one chunk at a time.
+// activations once and apply them to every row. The GPU shapes (kRows <= 4)
+// take kGemvUnroll chunks per lane per step and fetch all their weights and
+// activations before the first multiply: a GPU needs several loads in flight
+// per lane to cover DRAM latency, and nvcc does not hoist a load above the
+// arithmetic of an earlier one by itself. The host shapes step one chunk.
 template <typename F, uint kRows>
-inline void gemv_chunk(const device uchar* w, ulong row_bytes, thread const ulong* rows,
-                       const device float* xt, uint c, thread float* acc) {
-  float4 xc[F::kChunk / 4];
-  float4 xs4 = float4(0.0f);
-  for (uint i = 0; i < F::kChunk / 4; ++i) {
-    xc[i] = ((const device float4*)(xt + c * F::kChunk))[i];
-    xs4 += xc[i];
+inline void gemv_step(const device uchar* w, ulong row_bytes, thread const ulong* rows,
+                      const device float* xt, uint c, uint stride, thread float* acc) {
+  constexpr uint kUnroll = kRows <= mkv_params::kGemvRowsMaxGpu ? mkv_params::kGemvUnroll : 1;
+  constexpr uint kX = F::kChunk / 4;  // float4 of activations per chunk
+  typename F::Raw raw[kUnroll * kRows];
+  float4 xc[kUnroll * kX];
+  MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, c + stride * u);
   }
-  const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
-  MKV_UNROLL for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(w + rows[r] * row_bytes, c, xc, xsum);
+  MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
+    MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = ((const device float4*)(xt + (c + stride * u) * F::kChunk))[i];
+  }
+  MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
+    float4 xs4 = xc[u * kX];
+    for (uint i = 1; i < kX; ++i) xs4 += xc[u * kX + i];
+    const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(raw[u * kRows + r], xc + u * kX, xsum);
+  }
 }
 
 template <typename F, uint kRows>
 void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows,
                     const device float* xt, uint n_in, uint lane, thread float* acc) {
-  constexpr uint kUnroll = mkv_params::kGemvUnroll;
+  constexpr uint kUnroll = kRows <= mkv_params::kGemvRowsMaxGpu ? mkv_params::kGemvUnroll : 1;
   for (uint r = 0; r < kRows; ++r) acc[r] = 0.0f;
   const uint n_chunks = n_in / F::kChunk;
   uint c = lane;
-  for (; c + 32 * (kUnroll - 1) < n_chunks; c += 32 * kUnroll) {
-    MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) gemv_chunk<F, kRows>(w, row_bytes, rows, xt, c + 32 * u, acc);
+  for (; c + 32 * (kUnroll - 1) < n_chunks; c += 32 * kUnroll) gemv_step<F, kRows>(w, row_bytes, rows, xt, c, 32, acc);
+  // The tail (GPU shapes): fewer than kUnroll chunks left for this lane, one at a time.
+  for (; c < n_chunks; c += 32) {
+    typename F::Raw raw[kRows];
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[r] = F::fetch(w + rows[r] * row_bytes, c);
+    float4 xc[F::kChunk / 4];
+    float4 xs4 = float4(0.0f);
+    for (uint i = 0; i < F::kChunk / 4; ++i) {
+      xc[i] = ((const device float4*)(xt + c * F::kChunk))[i];
+      xs4 += xc[i];
+    }
+    const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(raw[r], xc, xsum);
   }
-  for (; c < n_chunks; c += 32) gemv_chunk<F, kRows>(w, row_bytes, rows, xt, c, acc);
 }
 
 // The SIMD-group's sums of rows r .. r + kRowGroup<kRows> (4 at a time in one
