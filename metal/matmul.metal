@@ -34,26 +34,21 @@ using mkv_params::kGemmThreads;
 // Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
 constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
-// One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
-// of W[rows[r]] · x. The lanes stride over the chunks, load the matching
-// activations once and apply them to every row. The GPU shapes (kRows <= 4)
-// take kGemvUnroll chunks per lane per step and fetch all their weights and
-// activations before the first multiply: a GPU needs several loads in flight
-// per lane to cover DRAM latency, and nvcc does not hoist a load above the
-// arithmetic of an earlier one by itself. The host shapes step one chunk.
-template <typename F, uint kRows>
-inline void gemv_step(const device uchar* w, ulong row_bytes, thread const ulong* rows,
-                      const device float* xt, uint c, uint stride, thread float* acc) {
-  constexpr uint kUnroll = kRows <= mkv_params::kGemvRowsMaxGpu ? mkv_params::kGemvUnroll : 1;
-  constexpr uint kX = F::kChunk / 4;  // float4 of activations per chunk
-  typename F::Raw raw[kUnroll * kRows];
-  float4 xc[kUnroll * kX];
+// Fetch kUnroll chunks c, c + stride, ... for every row, and their activations.
+template <typename F, uint kRows, uint kUnroll>
+inline void gemv_fetch(const device uchar* w, ulong row_bytes, thread const ulong* rows, const device float* xt,
+                       uint c, thread typename F::Raw* raw, thread float4* xc) {
+  constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
-    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, c + stride * u);
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, c + 32 * u);
   }
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
-    MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = ((const device float4*)(xt + (c + stride * u) * F::kChunk))[i];
+    MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = ((const device float4*)(xt + (c + 32 * u) * F::kChunk))[i];
   }
+}
+template <typename F, uint kRows, uint kUnroll>
+inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* xc, thread float* acc) {
+  constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
     float4 xs4 = xc[u * kX];
     for (uint i = 1; i < kX; ++i) xs4 += xc[u * kX + i];
@@ -62,26 +57,51 @@ inline void gemv_step(const device uchar* w, ulong row_bytes, thread const ulong
   }
 }
 
+// One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
+// of W[rows[r]] · x. The lanes stride over the chunks, load the matching
+// activations once and apply them to every row. The GPU shapes (kRows <= 4)
+// step kGemvUnroll chunks per lane and fetch the next step's weights and
+// activations before multiplying the current ones (software pipelining):
+// a GPU needs several loads in flight per lane to cover DRAM latency, and
+// nvcc otherwise sinks each load next to its use. The host shapes step one
+// chunk at a time.
 template <typename F, uint kRows>
 void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows,
                     const device float* xt, uint n_in, uint lane, thread float* acc) {
-  constexpr uint kUnroll = kRows <= mkv_params::kGemvRowsMaxGpu ? mkv_params::kGemvUnroll : 1;
+  // Chunks per step: 4 of 4-8 weights, 2 of 16 (two buffers of them stay in registers).
+  constexpr uint kUnroll = kRows > mkv_params::kGemvRowsMaxGpu ? 1
+                           : F::kChunk >= 16                   ? mkv_params::kGemvUnrollQuant
+                                                                : mkv_params::kGemvUnroll;
+  constexpr uint kX = F::kChunk / 4;
   for (uint r = 0; r < kRows; ++r) acc[r] = 0.0f;
   const uint n_chunks = n_in / F::kChunk;
   uint c = lane;
-  for (; c + 32 * (kUnroll - 1) < n_chunks; c += 32 * kUnroll) gemv_step<F, kRows>(w, row_bytes, rows, xt, c, 32, acc);
-  // The tail (GPU shapes): fewer than kUnroll chunks left for this lane, one at a time.
+  if (kUnroll > 1 && c + 32 * (kUnroll - 1) < n_chunks) {
+    typename F::Raw raw[kUnroll * kRows];
+    float4 xc[kUnroll * kX];
+    gemv_fetch<F, kRows, kUnroll>(w, row_bytes, rows, xt, c, raw, xc);
+    for (;;) {
+      const uint next = c + 32 * kUnroll;
+      if (next + 32 * (kUnroll - 1) >= n_chunks) {
+        gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
+        c = next;
+        break;
+      }
+      typename F::Raw raw_next[kUnroll * kRows];
+      float4 xc_next[kUnroll * kX];
+      gemv_fetch<F, kRows, kUnroll>(w, row_bytes, rows, xt, next, raw_next, xc_next);
+      gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
+      for (uint i = 0; i < kUnroll * kRows; ++i) raw[i] = raw_next[i];
+      for (uint i = 0; i < kUnroll * kX; ++i) xc[i] = xc_next[i];
+      c = next;
+    }
+  }
+  // The rest (all of it on the host shapes): one chunk at a time.
   for (; c < n_chunks; c += 32) {
     typename F::Raw raw[kRows];
-    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[r] = F::fetch(w + rows[r] * row_bytes, c);
-    float4 xc[F::kChunk / 4];
-    float4 xs4 = float4(0.0f);
-    for (uint i = 0; i < F::kChunk / 4; ++i) {
-      xc[i] = ((const device float4*)(xt + c * F::kChunk))[i];
-      xs4 += xc[i];
-    }
-    const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
-    MKV_UNROLL for (uint r = 0; r < kRows; ++r) acc[r] += F::dot(raw[r], xc, xsum);
+    float4 xc[kX];
+    gemv_fetch<F, kRows, 1>(w, row_bytes, rows, xt, c, raw, xc);
+    gemv_apply<F, kRows, 1>(raw, xc, acc);
   }
 }
 
