@@ -28,7 +28,8 @@ MKV_CONSTANT uint32_t kQ6_KBlockBytes = 210;  // uint8 ql[128]; uint8 qh[64]; in
 // setup and switches whatever it does, runs fewer lanes with more rows:
 MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv_<fmt>: 8 rows (the host's f16 shape, g++ vectorizes it)
 MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_<fmt>_r32: 32 rows, 1 SIMD-group (the host's other formats)
-MKV_CONSTANT uint32_t kGemvRowsMaxGpu = 4;     // gemv_<fmt>_r1, _r2, _r4: the GPU shapes
+MKV_CONSTANT uint32_t kGemvRowsMaxGpu = 4;     // gemv_<fmt>_r1, _r2, _r4: the GPU shapes ...
+MKV_CONSTANT uint32_t kGemvRowsDefaultGpu = 2; // ... of which gemv_rows() picks 1 or 2 (r4: a bench variant)
 MKV_CONSTANT uint32_t kGemvSimds = 2;          // SIMD-groups per threadgroup (all shapes but _r32)
 MKV_CONSTANT uint32_t kGemvSimdsWide = 1;      // _r32
 MKV_CONSTANT uint32_t kGemvUnroll = 4;         // GPU shapes: chunks per lane per loop step (f32/f16/bf16) ...

@@ -2,6 +2,8 @@
 // buffer, bind mkv_params::Matmul and dispatch (see metal/matmul.metal).
 #include "ops/linear.h"
 
+#include <algorithm>
+
 #include "metal/linear_params.h"
 #include "ops/launch.h"
 
@@ -42,8 +44,10 @@ uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32
   const uint64_t wave = uint64_t(device_wave(device, *pipeline, 32 * simds)) * simds;
   // Quantized rows cost 4 bytes of activations (cache hits) per weight against
   // 0.5-1 byte from DRAM: at least 2 rows share each activation load.
+  // Start at 2, not 4: nvcc gives the 4-row shapes 200-255 registers (8 SIMD-groups
+  // per SM, q6_k spills), the 2-row ones 120-200 (docs/KERNELS.md).
   const uint32_t min_rows = is_quantized(wtype) ? 2 : 1;
-  uint32_t rows = mkv_params::kGemvRowsMaxGpu;
+  uint32_t rows = mkv_params::kGemvRowsDefaultGpu;
   while (rows > min_rows && uint64_t(ceil_div(n_out, rows)) * n_tokens < wave) rows /= 2;
   return rows;
 }
@@ -151,7 +155,14 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
-  const uint32_t rows = pick_gemv_rows(op, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens);
+  // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
+  // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).
+  uint32_t rows = a.gemv_rows;
+  if (rows == 0) {
+    rows = gemv_rows(device, a.wtype, 2 * a.n_out, a.n_tokens);
+    if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
+  }
+  rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
   enc.set_pipeline(device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))));
   bind_params(enc, p, 0);

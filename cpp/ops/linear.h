@@ -37,10 +37,11 @@ struct MatmulArgs {
 };
 
 // Rows per SIMD-group of the gemv a device runs best, the one place that
-// decides it. GPUs (Metal, CUDA): the most rows (<= 4; quantized >= 2) that
-// still give one wave of SIMD-groups (ops::device_wave: compute units x
+// decides it. GPUs (Metal, CUDA): 2 rows, or 1 for float formats when 2 would
+// not give one wave of SIMD-groups (ops::device_wave: compute units x
 // resident threadgroups; a small grid leaves the memory system idle, extra rows
-// share the activation loads). The host executor, where each lane is a fiber
+// share the activation loads; matmul_glu halves it, its SIMD-groups do both
+// halves). The host executor, where each lane is a fiber
 // and costs its setup and switches whatever work it does: 32 rows and one
 // SIMD-group (1.2-1.3x faster for q4_1/q8_0/f32), except f16, whose 8-row loop
 // g++ vectorizes (r32 is 0.6-0.96x there). All are real MSL; tests run each.
