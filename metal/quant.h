@@ -119,7 +119,10 @@ struct FmtBF16 {
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
   static Raw fetch(const device uchar* row, uint c) { return Raw{((const device ushort4*)row)[c]}; }
   static float4 weights(thread const Raw& r) { return as_type<float4>(uint4(r.w) << 16); }
-  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = weights(fetch(row, c)); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    w[0] = weights(r);
+  }
   static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(weights(r), x[0]); }
 };
 
