@@ -59,17 +59,17 @@ inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* x
 
 // One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
 // of W[rows[r]] · x. The lanes stride over the chunks, load the matching
-// activations once and apply them to every row. The GPU shapes (kRows <= 4)
-// step kGemvUnroll chunks per lane and fetch the next step's weights and
+// activations once and apply them to every row. The GPU shapes (R <= 4; a
+// GLU SIMD-group's 2R rows count as one shape) step kGemvUnroll chunks per lane and fetch the next step's weights and
 // activations before multiplying the current ones (software pipelining):
 // a GPU needs several loads in flight per lane to cover DRAM latency, and
 // nvcc otherwise sinks each load next to its use. The host shapes step one
 // chunk at a time.
-template <typename F, uint kRows>
+template <typename F, uint kRows, bool kGpuShape>
 void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows,
                     const device float* xt, uint n_in, uint lane, thread float* acc) {
   // Chunks per step: 4 of 4-8 weights, 2 of 16 (two buffers of them stay in registers).
-  constexpr uint kUnroll = kRows > mkv_params::kGemvRowsMaxGpu ? 1
+  constexpr uint kUnroll = !kGpuShape ? 1
                            : F::kChunk >= 16                   ? mkv_params::kGemvUnrollQuant
                                                                 : mkv_params::kGemvUnroll;
   constexpr uint kX = F::kChunk / 4;
@@ -129,7 +129,7 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
   ulong rows[kRows];
   for (uint r = 0; r < kRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
   float acc[kRows];
-  gemv_lane_dots<F, kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
+  gemv_lane_dots<F, kRows, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
   for (uint r = 0; r < kRows; r += row_group<kRows>()) {
@@ -163,7 +163,7 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
     rows[kRows + r] = p.n_out + rows[r];
   }
   float acc[2 * kRows];
-  gemv_lane_dots<F, 2 * kRows>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
+  gemv_lane_dots<F, 2 * kRows, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
   for (uint r = 0; r < kRows; r += row_group<kRows>()) {
