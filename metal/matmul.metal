@@ -59,8 +59,9 @@ inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* x
 
 // One lane's share of kRows dot products: acc[r] = Σ over the lane's chunks
 // of W[rows[r]] · x. The lanes stride over the chunks, load the matching
-// activations once and apply them to every row. The GPU shapes (R <= 4; a
-// GLU SIMD-group's 2R rows count as one shape) step kGemvUnroll chunks per lane and fetch the next step's weights and
+// activations once and apply them to every row. kGpuShape (R <= 4 rows,
+// counting a GLU SIMD-group's 2R: GLU R = 4 would spill 0.6-2.5 KB on nvcc):
+// step kGemvUnroll chunks per lane and fetch the next step's weights and
 // activations before multiplying the current ones (software pipelining):
 // a GPU needs several loads in flight per lane to cover DRAM latency, and
 // nvcc otherwise sinks each load next to its use. The host shapes step one
@@ -163,7 +164,7 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
     rows[kRows + r] = p.n_out + rows[r];
   }
   float acc[2 * kRows];
-  gemv_lane_dots<F, 2 * kRows, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
+  gemv_lane_dots<F, 2 * kRows, (2 * kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
   for (uint r = 0; r < kRows; r += row_group<kRows>()) {
