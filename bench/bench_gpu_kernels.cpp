@@ -196,58 +196,97 @@ void prefill_attention(Bench& b, const AttnShape& s, uint32_t n_queries) {
 }
 
 // ---- gemv / gemm -----------------------------------------------------------------
-// A few MB of weights in format t: values in [-1, 1) (f32, f16); random quants
-// with every block's scale (and min) a small finite half.
+// A few MB of weights in format t: values in [-1, 1) (f32, f16, bf16); random
+// quants with every block's scale (and min) a small finite half.
 std::vector<unsigned char> weight_pattern(WeightType t, uint32_t seed) {
   if (t == WeightType::f32) return float_pattern(1 << 20, seed);
-  if (t == WeightType::f16) return half_pattern(1 << 21, seed);
-  const size_t block = ops::weight_bytes(t, 1, mkv_params::kQuantBlock, "bench");
-  std::vector<unsigned char> p(block * 65536);  // a multiple of 4 bytes: 65536 blocks
+  if (t == WeightType::f16 || t == WeightType::bf16) return half_pattern(1 << 21, seed);  // bf16: finite values too
+  const uint32_t per_block = ops::weight_row_multiple(t);
+  const size_t block = ops::weight_bytes(t, 1, per_block, "bench");
+  const size_t blocks = (size_t(4) << 20) / block / 4 * 4;  // a multiple of 4 blocks: of 4 bytes
+  std::vector<unsigned char> p(block * blocks);  // ~4 MB
   uint32_t x = seed * 2654435761u + 7u;
   for (unsigned char& c : p) c = (x = x * 1664525u + 1013904223u) >> 24;
-  const int halves = t == WeightType::q4_1 ? 2 : 1;  // d, and m for Q4_1
+  // Where the halves sit: d (and m / dmin) first, except Q6_K's d at byte 208.
+  const bool two = t == WeightType::q4_1 || t == WeightType::q5_1 || t == WeightType::q4_k || t == WeightType::q5_k;
+  const size_t at = t == WeightType::q6_k ? 208 : 0;
   for (size_t i = 0; i < p.size(); i += block)
-    for (int h = 0; h < halves; ++h) {
+    for (int h = 0; h < (two ? 2 : 1); ++h) {
       const _Float16 v = _Float16((h ? -0.05f : 0.01f) * float(1 + (i / block) % 7) / 7.0f);
-      std::memcpy(&p[i + 2 * h], &v, 2);
+      std::memcpy(&p[i + at + 2 * h], &v, 2);
     }
   return p;
 }
 
-void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_tokens) {
-  const uint64_t w_bytes = ops::weight_bytes(t, n_out, n_in, "bench");
+// How a linear case runs: the op's default, or a forced gemv width (bench
+// names end in _r1, _r2, _r4), the residual-add or bias epilogue (_acc, _bias),
+// or the fused GLU gemv over a stacked [W_gate; W_up] (gemv_swiglu_*).
+struct LinearVariant {
+  uint32_t gemv_rows = 0;
+  bool accumulate = false;
+  bool bias = false;
+  bool glu = false;
+};
+
+std::string variant_suffix(const LinearVariant& v) {
+  return (v.gemv_rows ? "_r" + num(v.gemv_rows) : std::string()) + (v.accumulate ? "_acc" : "") +
+         (v.bias ? "_bias" : "");
+}
+
+// n_out: rows of W, or for glu rows of each half (W is 2 n_out x n_in).
+void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_tokens, const LinearVariant& v = {}) {
+  const uint64_t w_rows = v.glu ? 2 * uint64_t(n_out) : n_out;
+  const uint64_t w_bytes = ops::weight_bytes(t, w_rows, n_in, "bench");
   const uint64_t x_bytes = uint64_t(n_tokens) * n_in * 4, y_bytes = uint64_t(n_tokens) * n_out * 4;
-  const uint32_t sets = rotation_sets(w_bytes + x_bytes + y_bytes, b.max_total);
+  const uint64_t bias_bytes = v.bias ? uint64_t(n_out) * 4 : 0;
+  const uint32_t sets = rotation_sets(w_bytes + x_bytes + y_bytes + bias_bytes, b.max_total);
   std::vector<ops::MatmulArgs> args(sets);
   const std::vector<unsigned char> pattern = weight_pattern(t, n_out + n_in);
   for (uint32_t i = 0; i < sets; ++i) {
     ops::MatmulArgs& a = args[i];
     a.w = {b.filled(w_bytes, pattern)};
     a.x = {b.filled(x_bytes, float_pattern(std::min<uint64_t>(x_bytes / 4, 1 << 20), 50 + i))};
-    a.y = {b.dev.new_buffer(y_bytes)};
+    a.y = {b.filled(y_bytes, float_pattern(std::min<uint64_t>(y_bytes / 4, 1 << 20), 60 + i))};
+    if (v.bias) a.bias = {b.filled(bias_bytes, float_pattern(std::min<uint64_t>(n_out, 1 << 20), 70 + i))};
     a.n_tokens = n_tokens;
     a.n_in = n_in;
     a.n_out = n_out;
     a.wtype = t;
     a.kernel = n_tokens == 1 ? ops::MatmulKernel::gemv : ops::MatmulKernel::gemm;
+    a.accumulate = v.accumulate;
+    a.gemv_rows = v.gemv_rows;
   }
   const CallTime time = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
-    ops::matmul(b.dev, enc, args[call % sets]);
+    const ops::MatmulArgs& a = args[call % sets];
+    if (!v.glu) return ops::matmul(b.dev, enc, a);
+    ops::GluArgs g;
+    g.x = a.x;
+    g.w = a.w;
+    g.y = a.y;
+    g.n_tokens = a.n_tokens;
+    g.n_in = a.n_in;
+    g.n_out = a.n_out;
+    g.wtype = a.wtype;
+    g.gemv_rows = a.gemv_rows;
+    ops::matmul_glu(b.dev, enc, g);
   });
   const bool gemv = n_tokens == 1;
   const std::string shape = num(n_out) + "x" + num(n_in);
-  const std::string kernel = std::string(gemv ? "gemv_" : "gemm_") + ops::weight_type_name(t);
-  const double flops = 2.0 * n_tokens * n_out * n_in;
-  b.add({kernel + "_" + shape + (gemv ? "" : "_t" + num(n_tokens)),
+  const std::string kernel =
+      std::string(v.glu ? "gemv_swiglu_" : gemv ? "gemv_" : "gemm_") + ops::weight_type_name(t);
+  const double flops = 2.0 * n_tokens * w_rows * n_in;
+  const uint64_t read = gemv ? n_tokens * w_bytes : ops::matmul_weight_bytes_read(args[0]);
+  b.add({kernel + "_" + shape + (gemv ? "" : "_t" + num(n_tokens)) + variant_suffix(v),
          {{"n_out", double(n_out)},
           {"n_in", double(n_in)},
           {"n_tokens", double(n_tokens)},
-          {"weight_read_MB", double(ops::matmul_weight_bytes_read(args[0])) / 1e6},
+          {"gemv_rows", double(v.gemv_rows)},
+          {"weight_read_MB", double(read) / 1e6},
           {"TFLOP_per_s", flops / (time.us * 1e-6) / 1e12}},
          "",
-         {{"op", gemv ? "gemv" : "gemm"}, {"kernel", kernel}, {"dtype", ops::weight_type_name(t)},
-          {"shape", shape + "_t" + num(n_tokens)}}},
-        time, double(w_bytes + x_bytes + y_bytes), sets);
+         {{"op", v.glu ? "gemv_glu" : gemv ? "gemv" : "gemm"}, {"kernel", kernel}, {"dtype", ops::weight_type_name(t)},
+          {"shape", shape + "_t" + num(n_tokens)}, {"variant", variant_suffix(v)}}},
+        time, double(w_bytes + x_bytes + y_bytes * (v.accumulate ? 2 : 1) + bias_bytes), sets);
 }
 
 // ---- the grids -------------------------------------------------------------------
@@ -259,6 +298,7 @@ struct Grid {
   uint32_t prefill_queries = 512;
   std::vector<std::array<uint32_t, 2>> gemv;                  // (n_out, n_in)
   std::vector<std::array<uint32_t, 3>> gemm;                  // (n_out, n_in, n_tokens)
+  std::vector<std::array<uint32_t, 2>> glu;                   // gemv_swiglu: (n_out of each half, n_in)
 };
 
 // Llama-3-8B: 32 query heads, 8 KV heads, D = 128; q/o 4096x4096, gate/up
@@ -271,6 +311,7 @@ Grid gpu_grid(bool quick) {
     g.decode = g.sweep;
     g.prefill = {{128, 32, 8, 4096}};
     g.gemv = {{4096, 4096}, {14336, 4096}};
+    g.glu = {{14336, 4096}};
     g.gemm = {{4096, 4096, 64}};
     return g;
   }
@@ -282,6 +323,7 @@ Grid gpu_grid(bool quick) {
   g.prefill.push_back({64, 32, 8, 4096});
   g.prefill.push_back({256, 32, 8, 4096});
   g.gemv = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  g.glu = {{14336, 4096}};
   for (uint32_t t : {64u, 512u})
     for (const auto& s : g.gemv)
       if (t == 64 || s[0] != 128256) g.gemm.push_back({s[0], s[1], t});  // prefill runs lm_head on 1 token
@@ -297,6 +339,7 @@ Grid host_grid() {
   g.prefill = {{64, 8, 2, 128}};
   g.prefill_queries = 32;
   g.gemv = {{256, 256}};
+  g.glu = {{128, 256}};
   g.gemm = {{128, 256, 32}};
   return g;
 }
@@ -365,13 +408,30 @@ std::vector<Result> prefill_group(const Context& ctx) {
 
 std::vector<Result> linear_group(const Context& ctx) {
   return run_group(ctx, [](Bench& b, const Grid& g) {
-    for (WeightType t : {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0, WeightType::q4_1}) {
-      std::vector<std::array<uint32_t, 3>> cases;
-      for (const auto& s : g.gemv) cases.push_back({s[0], s[1], 1});
-      for (const auto& s : g.gemm) cases.push_back(s);
-      for (const auto& c : cases)
-        guarded(b, std::string(ops::weight_type_name(t)) + "_" + num(c[0]) + "x" + num(c[1]) + "_t" + num(c[2]),
-                [&] { linear(b, t, c[0], c[1], c[2]); });
+    const std::vector<WeightType> types = {WeightType::f32,  WeightType::f16,  WeightType::bf16, WeightType::q8_0,
+                                           WeightType::q4_0, WeightType::q4_1, WeightType::q5_0, WeightType::q5_1,
+                                           WeightType::q4_k, WeightType::q5_k, WeightType::q6_k};
+    for (WeightType t : types) {
+      const std::string type = ops::weight_type_name(t);
+      auto run = [&](uint32_t n_out, uint32_t n_in, uint32_t n_tokens, const LinearVariant& v) {
+        guarded(b, type + "_" + num(n_out) + "x" + num(n_in) + "_t" + num(n_tokens) + variant_suffix(v) +
+                       (v.glu ? "_glu" : ""),
+                [&] { linear(b, t, n_out, n_in, n_tokens, v); });
+      };
+      for (const auto& s : g.gemv) {
+        run(s[0], s[1], 1, {});
+        // The GPU widths side by side (the host runs its own shapes: no sweep there).
+        if (b.dev.kind() != "host")
+          for (uint32_t rows : {1u, 2u, 4u}) run(s[0], s[1], 1, {rows});
+      }
+      // The fused epilogues and the GLU gemv on the first shape (Llama's o_proj + residual,
+      // Qwen's biased q/k/v, gate+up of 14336 each).
+      if (!g.gemv.empty()) {
+        run(g.gemv[0][0], g.gemv[0][1], 1, {0, true, false, false});
+        run(g.gemv[0][0], g.gemv[0][1], 1, {0, false, true, false});
+      }
+      for (const auto& s : g.glu) run(s[0], s[1], 1, {0, false, false, true});
+      for (const auto& s : g.gemm) run(s[0], s[1], s[2], {});
     }
   });
 }

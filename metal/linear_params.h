@@ -22,10 +22,18 @@ MKV_CONSTANT uint32_t kQ5_KBlockBytes = 176;  // half d, dmin; uint8 scales[12];
 MKV_CONSTANT uint32_t kQ6_KBlockBytes = 210;  // uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
-MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv: output rows per SIMD-group (a multiple of 4) ...
-MKV_CONSTANT uint32_t kGemvSimds = 2;          // ... and SIMD-groups per threadgroup: Metal's shape
-MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_*_r32: the host executor's shape, where every
-MKV_CONSTANT uint32_t kGemvSimdsWide = 1;      // lane costs a fiber, so fewer lanes do more rows
+// gemv: R output rows per SIMD-group, kGemvSimds SIMD-groups per threadgroup.
+// GPUs run R = 1, 2 or 4 (cpp/ops/linear.cpp: gemv_rows picks it from the
+// device's wave); the host executor, where every lane is a fiber that costs its
+// setup and switches whatever it does, runs fewer lanes with more rows:
+MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv_<fmt>: 8 rows (the host's f16 shape, g++ vectorizes it)
+MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_<fmt>_r32: 32 rows, 1 SIMD-group (the host's other formats)
+MKV_CONSTANT uint32_t kGemvRowsMaxGpu = 4;     // gemv_<fmt>_r1, _r2, _r4: the GPU shapes ...
+MKV_CONSTANT uint32_t kGemvRowsDefaultGpu = 2; // ... of which gemv_rows() picks 1 or 2 (r4: a bench variant)
+MKV_CONSTANT uint32_t kGemvSimds = 2;          // SIMD-groups per threadgroup (all shapes but _r32)
+MKV_CONSTANT uint32_t kGemvSimdsWide = 1;      // _r32
+MKV_CONSTANT uint32_t kGemvUnroll = 4;         // GPU shapes: chunks per lane per loop step (f32/f16/bf16) ...
+MKV_CONSTANT uint32_t kGemvUnrollQuant = 2;    // ... and of 16-weight quantized chunks (register budget)
 MKV_CONSTANT uint32_t kGemmTokens = 32;        // gemm: a threadgroup's tile of Y is kGemmTokens ...
 MKV_CONSTANT uint32_t kGemmRows = 64;          // ... x kGemmRows
 MKV_CONSTANT uint32_t kGemmK = 64;             // gemm: inputs per step (two 32-blocks, a quarter super-block)

@@ -11,8 +11,10 @@
 //                                      a row is a whole number of blocks
 //   F::row_bytes(n)                    bytes of a row of n weights
 //   F::load(row, c, w)                 w[0..kChunk/4) = weights of chunk c
-//   F::dot(row, c, x, xsum)            Σ_j w[j]·x[j] over chunk c, where
-//                                      x[0..kChunk/4) are the matching
+//   F::Raw, F::fetch(row, c)           chunk c's bytes as loaded (quant words,
+//                                      scale, min), no arithmetic on them
+//   F::dot(raw, x, xsum)               Σ_j w[j]·x[j] over the fetched chunk,
+//                                      where x[0..kChunk/4) are the matching
 //                                      activations and xsum = Σ_j x[j]
 // (w and x are float4 arrays: chunk element j is w[j / 4][j % 4]).
 // `row` points at the first byte of the row. Quantized chunks are 16 weights
@@ -94,281 +96,330 @@ static_assert(sizeof(block_q6_K) == mkv_params::kQ6_KBlockBytes, "ggml block_q6_
 // aligned buffer offset (the ops check both).
 struct FmtF32 {
   enum { kChunk = 4, kBlock = 1 };
+  struct Raw { float4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 4; }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    w[0] = ((const device float4*)row)[c];
-  }
-  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
-    return metal::dot(((const device float4*)row)[c], x[0]);
-  }
+  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device float4*)row)[c]}; }
+  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = fetch(row, c).w; }
+  static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(r.w, x[0]); }
 };
 
 struct FmtF16 {
   enum { kChunk = 4, kBlock = 1 };
+  struct Raw { half4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    w[0] = float4(((const device half4*)row)[c]);
-  }
-  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
-    return metal::dot(float4(((const device half4*)row)[c]), x[0]);
-  }
+  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device half4*)row)[c]}; }
+  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = float4(fetch(row, c).w); }
+  static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(float4(r.w), x[0]); }
 };
 
 // bf16 is the top half of a float32: widening is a 16-bit shift, exact.
 struct FmtBF16 {
   enum { kChunk = 4, kBlock = 1 };
+  struct Raw { ushort4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static float4 weights(const device uchar* row, uint c) {
-    return as_type<float4>(uint4(((const device ushort4*)row)[c]) << 16);
+  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device ushort4*)row)[c]}; }
+  static float4 weights(thread const Raw& r) { return as_type<float4>(uint4(r.w) << 16); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    w[0] = weights(r);
   }
-  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = weights(row, c); }
-  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
-    return metal::dot(weights(row, c), x[0]);
+  static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(weights(r), x[0]); }
+};
+
+// gemv's f16 / bf16 rows when they are 16-byte aligned (n % 8 == 0 and a
+// 16-byte aligned offset; the op picks these then): 8 weights per chunk, one
+// 16-byte load (LDG.E.128 on CUDA) instead of two 8-byte ones. gemm and the
+// embedding keep the 4-weight chunks above.
+struct FmtF16x8 {
+  enum { kChunk = 8, kBlock = 1 };
+  struct Raw { uint4 q; };
+  static ulong row_bytes(uint n) { return ulong(n) * 2; }
+  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device uint4*)row)[c]}; }
+  static float dot(thread const Raw& r, thread const float4* x, float) {
+    const float4 a = float4(float2(as_type<half2>(r.q.x)), float2(as_type<half2>(r.q.y)));
+    const float4 b = float4(float2(as_type<half2>(r.q.z)), float2(as_type<half2>(r.q.w)));
+    return metal::dot(a, x[0]) + metal::dot(b, x[1]);
+  }
+};
+struct FmtBF16x8 {
+  enum { kChunk = 8, kBlock = 1 };
+  struct Raw { uint4 q; };
+  static ulong row_bytes(uint n) { return ulong(n) * 2; }
+  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device uint4*)row)[c]}; }
+  // Element 2i is the low half of word i: shift it up; 2i + 1 is the high half: mask.
+  static float4 pair_floats(uint a, uint b) {
+    return as_type<float4>(uint4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+  }
+  static float dot(thread const Raw& r, thread const float4* x, float) {
+    return metal::dot(pair_floats(r.q.x, r.q.y), x[0]) + metal::dot(pair_floats(r.q.z, r.q.w), x[1]);
   }
 };
 
 // Quantized chunks are 16 weights, handled as four float4 (independent
-// multiply-adds, summed at the end). Blocks are only 2-byte aligned, so the
-// quants are read as packed (1-byte aligned) 4-vectors or pairs of ushorts.
+// multiply-adds, summed at the end). A format's Raw is what a chunk loads
+// from memory (quant words, scale, min) plus where in them the chunk sits;
+// fetch only loads, so gemv can issue every load of a step before the first
+// multiply (metal/matmul.metal).
 
 // Bytes 4i .. 4i + 4 of p as one little-endian word (p 2-byte aligned).
 inline uint bytes4(const device uchar* p, uint i) {
   return as_type<uint>(ushort2(((const device packed_ushort2*)p)[i]));
 }
-// Four 4-bit fields of bytes 4i .. 4i + 4 of qs (bits shift .. shift + 4 of
-// each byte): one 32-bit shift and mask, as a word of four bytes 0..15.
-inline uint nibbles4(const device uchar* qs, uint shift, uint i) {
-  return (bytes4(qs, i) >> shift) & 0x0F0F0F0Fu;
+// The 16 bytes at p as four little-endian words, read as wide as the format's
+// alignment of p allows: one 16-byte load, two 8-byte, four 4-byte, or eight
+// ushorts (blocks of 18, 22, 34, 210 bytes are only 2-byte aligned).
+template <uint kAlign> inline uint4 load16(const device uchar* p) {
+  if (kAlign >= 16) return *(const device uint4*)p;
+  if (kAlign >= 8) {
+    const uint2 a = ((const device uint2*)p)[0], b = ((const device uint2*)p)[1];
+    return uint4(a.x, a.y, b.x, b.y);
+  }
+  if (kAlign >= 4) {
+    const device uint* q = (const device uint*)p;
+    return uint4(q[0], q[1], q[2], q[3]);
+  }
+  return uint4(bytes4(p, 0), bytes4(p, 1), bytes4(p, 2), bytes4(p, 3));
 }
-// Bytes of a word as floats: byte e is element e.
-inline float4 byte_floats(uint word) { return float4(as_type<uchar4>(word)); }
+// Bytes of a word as floats: byte e is element e. Exact, and without an
+// int-to-float conversion (a quarter- or eighth-rate instruction on GPUs):
+// 0x4B000000 | b is the float 2^23 + b, minus 2^23 is b.
+inline float4 byte_floats(uint word) {
+  const uint4 b = uint4(word & 0xFFu, (word >> 8) & 0xFFu, (word >> 16) & 0xFFu, word >> 24);
+  return as_type<float4>(b | 0x4B000000u) - 8388608.0f;
+}
 // Σ_e byte e of q[i] · x[i][e] over a chunk's four words.
-inline float dot_bytes(thread const uint* q, thread const float4* x) {
-  float4 s = byte_floats(q[0]) * x[0];
-  for (uint i = 1; i < 4; ++i) s += byte_floats(q[i]) * x[i];
+inline float dot_bytes(uint4 q, thread const float4* x) {
+  float4 s = byte_floats(q.x) * x[0];
+  s += byte_floats(q.y) * x[1];
+  s += byte_floats(q.z) * x[2];
+  s += byte_floats(q.w) * x[3];
   return s.x + s.y + s.z + s.w;
+}
+// The 4-bit fields at bit `shift` of every byte (0: low nibbles, 4: high).
+inline uint4 nibbles(uint4 w, uint shift) { return (w >> shift) & 0x0F0F0F0Fu; }
+// Q5: bits 16h + 4i .. + 4 of qh as bit 4 of the four bytes of word i: spread
+// to bit 0 of four bytes by one multiply (b·0x204081 = b | b << 7 | b << 14 |
+// b << 21, no carries for b < 16), then moved to bit 4.
+inline uint4 fifth_bits(uint qh, uint h) {
+  const uint high = qh >> (16 * h);
+  uint4 bits;
+  for (uint i = 0; i < 4; ++i) bits[i] = (((high >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u;
+  return bits << 4;
 }
 
 // ---- Q8_0: chunk c is half h = c % 2 of block c / 2: qs[16h .. 16h + 16) ------
 struct FmtQ8_0 {
   enum { kChunk = 16, kBlock = 32 };
+  struct Raw { uint4 q; half d; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q8_0); }
-  static float4 quants(const device block_q8_0& b, uint c, uint i) {  // weights 4i .. 4i + 4 of the chunk, / d
-    const char4 q = ((const device packed_char4*)(b.qs + (c % 2) * 16))[i];
-    return float4(q);
+  static Raw fetch(const device uchar* row, uint c) {
+    const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
+    return Raw{load16<2>((const device uchar*)b.qs + (c % 2) * 16), b.d};
   }
+  // Weights 4i .. 4i + 4 of the chunk, / d: int8 q as (q ^ 0x80) - 128 = (q + 128) - 128, exact.
+  static float4 quants(uint word) { return byte_floats(word ^ 0x80808080u) - 128.0f; }
   static void load(const device uchar* row, uint c, thread float4* w) {
-    const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
-    const float d = float(b.d);
-    for (uint i = 0; i < 4; ++i) w[i] = quants(b, c, i) * d;
+    const Raw r = fetch(row, c);
+    const float d = float(r.d);
+    for (uint i = 0; i < 4; ++i) w[i] = quants(r.q[i]) * d;
   }
-  static float dot(const device uchar* row, uint c, thread const float4* x, float) {
-    const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
-    float4 s = quants(b, c, 0) * x[0];
-    for (uint i = 1; i < 4; ++i) s += quants(b, c, i) * x[i];
-    return (s.x + s.y + s.z + s.w) * float(b.d);
+  static float dot(thread const Raw& r, thread const float4* x, float) {
+    float4 s = quants(r.q.x) * x[0];
+    s += quants(r.q.y) * x[1];
+    s += quants(r.q.z) * x[2];
+    s += quants(r.q.w) * x[3];
+    return (s.x + s.y + s.z + s.w) * float(r.d);
   }
 };
 
 // ---- Q4_0 / Q4_1 / Q5_0 / Q5_1: chunk c = half h of block c / 2 is the low
 // (h = 0) or high (h = 1) nibbles of all 16 qs bytes, i.e. weights 16h .. 16h + 16
 // (Q5: plus bits 16h .. 16h + 16 of qh). The two lanes of a block read the same
-// 16 bytes (one cache line; DRAM reads once).
-// Quants of chunk c, word i = weights 4i .. 4i + 4 (one byte each).
-inline void quants_q4(const device uchar* qs, uint c, thread uint* q) {
-  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(qs, (c % 2) * 4, i);
-}
-// Q5: bit 4 of each byte from qh. Bits 16h + 4i .. + 4 of qh are spread to bit 0
-// of four bytes by one multiply (b·0x204081 = b | b << 7 | b << 14 | b << 21,
-// no carries for b < 16), then moved to bit 4.
-inline void quants_q5(const device uchar* qh, const device uchar* qs, uint c, thread uint* q) {
-  const uint high = bytes4(qh, 0) >> ((c % 2) * 16);
-  for (uint i = 0; i < 4; ++i) {
-    const uint bits = (((high >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u;
-    q[i] = nibbles4(qs, (c % 2) * 4, i) | (bits << 4);
-  }
-}
-
+// 16 bytes (one cache line; DRAM reads once). Q4_1's 20-byte and Q5_1's 24-byte
+// blocks keep qs 4- and 8-byte aligned (weight_align), so they load in words.
 struct FmtQ4_0 {
   enum { kChunk = 16, kBlock = 32 };
+  struct Raw { uint4 q; half d; uint h; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_0); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
-    const float d = float(b.d);
-    uint q[4];
-    quants_q4(b.qs, c, q);
+    return Raw{load16<2>(b.qs), b.d, c % 2};
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float d = float(r.d);
+    const uint4 q = nibbles(r.q, 4 * r.h);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 8.0f) * d;
   }
   // Σ (q - 8)·d·x = d·(Σ q·x - 8·Σ x): xsum is shared by every row of a lane.
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
-    uint q[4];
-    quants_q4(b.qs, c, q);
-    return (dot_bytes(q, x) - 8.0f * xsum) * float(b.d);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    return (dot_bytes(nibbles(r.q, 4 * r.h), x) - 8.0f * xsum) * float(r.d);
   }
 };
 
 struct FmtQ4_1 {
   enum { kChunk = 16, kBlock = 32 };
+  struct Raw { uint4 q; half d, m; uint h; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_1); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
-    const float d = float(b.d), m = float(b.m);
-    uint q[4];
-    quants_q4(b.qs, c, q);
+    return Raw{load16<4>(b.qs), b.d, b.m, c % 2};
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float d = float(r.d), m = float(r.m);
+    const uint4 q = nibbles(r.q, 4 * r.h);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
   }
   // Σ (q·d + m)·x = d·Σ q·x + m·Σ x.
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
-    uint q[4];
-    quants_q4(b.qs, c, q);
-    return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    return dot_bytes(nibbles(r.q, 4 * r.h), x) * float(r.d) + xsum * float(r.m);
   }
 };
 
 struct FmtQ5_0 {
   enum { kChunk = 16, kBlock = 32 };
+  struct Raw { uint4 q; uint qh; half d; uint h; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_0); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
-    const float d = float(b.d);
-    uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    return Raw{load16<2>(b.qs), bytes4(b.qh, 0), b.d, c % 2};
+  }
+  static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * r.h) | fifth_bits(r.qh, r.h); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float d = float(r.d);
+    const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 16.0f) * d;
   }
   // d·(Σ q·x − 16·Σ x).
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
-    uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
-    return (dot_bytes(q, x) - 16.0f * xsum) * float(b.d);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    return (dot_bytes(quants(r), x) - 16.0f * xsum) * float(r.d);
   }
 };
 
 struct FmtQ5_1 {
   enum { kChunk = 16, kBlock = 32 };
+  struct Raw { uint4 q; uint qh; half d, m; uint h; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_1); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
-    const float d = float(b.d), m = float(b.m);
-    uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
+    return Raw{load16<8>(b.qs), *(const device uint*)b.qh, b.d, b.m, c % 2};
+  }
+  static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * r.h) | fifth_bits(r.qh, r.h); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float d = float(r.d), m = float(r.m);
+    const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
   }
   // d·Σ q·x + m·Σ x.
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
-    uint q[4];
-    quants_q5(b.qh, b.qs, c, q);
-    return dot_bytes(q, x) * float(b.d) + xsum * float(b.m);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    return dot_bytes(quants(r), x) * float(r.d) + xsum * float(r.m);
   }
 };
 
 // ---- K-quants: chunk c is sub-chunk k = c % 16 of super-block c / 16 ----------
 // Q4_K / Q5_K: chunk k is half k % 2 of sub-block s = k / 2, whose quants are
 // the low (s even) or high (s odd) nibbles of qs[32(s / 2) + 16(k % 2) ..][0..16).
+// Their 144- and 176-byte blocks keep qs (and Q5_K's qh) 16-byte aligned and
+// scales 4-byte aligned (weight_align): one 16-byte load per chunk.
 // The scale and min of sub-block s (0..7) from the 12 packed bytes (ggml's
 // get_scale_min_k4): s < 4: 6 low bits of scales[s] and scales[s + 4];
 // s >= 4: 4 bits of scales[s + 4] (low: scale, high: min) below the top 2
-// bits of scales[s - 4] (scale) and scales[s] (min).
-inline float2 scale_min_k4(const device uchar* scales, uint s) {
-  uint sc, m;
-  if (s < 4) {
-    sc = scales[s] & 63u;
-    m = scales[s + 4] & 63u;
-  } else {
-    sc = (scales[s + 4] & 0xFu) | ((scales[s - 4] >> 6) << 4);
-    m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
-  }
+// bits of scales[s - 4] (scale) and scales[s] (min). Read as three words:
+// byte s % 4 of words 0, 1, 2 is scales[s % 4], [s % 4 + 4], [s % 4 + 8].
+inline float2 scale_min_k4(uint3 w, uint s) {
+  const uint shift = 8 * (s % 4);
+  const uint b0 = (w.x >> shift) & 0xFFu, b1 = (w.y >> shift) & 0xFFu, b2 = (w.z >> shift) & 0xFFu;
+  const uint sc = s < 4 ? b0 & 63u : (b2 & 0xFu) | ((b0 >> 6) << 4);
+  const uint m = s < 4 ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4);
   return float2(float(sc), float(m));
 }
-// Chunk k's quants (Q4_K's, Q5_K's low 4 bits), word i = weights 4i .. 4i + 4.
-inline void quants_k4(const device uchar* qs, uint k, thread uint* q) {
-  const uint s = k / 2;
-  const device uchar* p = qs + 32 * (s / 2) + 16 * (k % 2);
-  for (uint i = 0; i < 4; ++i) q[i] = nibbles4(p, (s % 2) * 4, i);
+inline uint3 scale_words(const device uchar* scales) {
+  const device uint* w = (const device uint*)scales;
+  return uint3(w[0], w[1], w[2]);
 }
+inline const device uchar* quants_k4_at(const device uchar* qs, uint k) { return qs + 32 * (k / 4) + 16 * (k % 2); }
 
 struct FmtQ4_K {
   enum { kChunk = 16, kBlock = 256 };
+  struct Raw { uint4 q; uint3 scales; half d, dmin; uint k; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_K); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q4_K& b = ((const device block_q4_K*)row)[c / 16];
     const uint k = c % 16;
-    const float2 sm = scale_min_k4(b.scales, k / 2);
-    const float dsc = float(b.d) * sm.x, dm = float(b.dmin) * sm.y;  // gguf's rounding order
-    uint q[4];
-    quants_k4(b.qs, k, q);
+    return Raw{load16<16>(quants_k4_at(b.qs, k)), scale_words(b.scales), b.d, b.dmin, k};
+  }
+  static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * ((r.k / 2) % 2)); }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float2 sm = scale_min_k4(r.scales, r.k / 2);
+    const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;  // gguf's rounding order
+    const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
   }
   // d·sc·Σ q·x − dmin·m·Σ x.
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q4_K& b = ((const device block_q4_K*)row)[c / 16];
-    const uint k = c % 16;
-    const float2 sm = scale_min_k4(b.scales, k / 2);
-    uint q[4];
-    quants_k4(b.qs, k, q);
-    return dot_bytes(q, x) * (float(b.d) * sm.x) - xsum * (float(b.dmin) * sm.y);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    const float2 sm = scale_min_k4(r.scales, r.k / 2);
+    return dot_bytes(quants(r), x) * (float(r.d) * sm.x) - xsum * (float(r.dmin) * sm.y);
   }
 };
 
 struct FmtQ5_K {
   enum { kChunk = 16, kBlock = 256 };
+  struct Raw { uint4 q; uint4 qh; uint3 scales; half d, dmin; uint k; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_K); }
+  static Raw fetch(const device uchar* row, uint c) {
+    const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
+    const uint k = c % 16;
+    return Raw{load16<16>(quants_k4_at(b.qs, k)), load16<16>(b.qh + 16 * (k % 2)), scale_words(b.scales), b.d,
+               b.dmin, k};
+  }
   // Q4_K's nibbles, plus bit s of qh[16(k % 2) + j] as bit 4 of weight j.
-  static void quants(const device block_q5_K& b, uint k, thread uint* q) {
-    quants_k4(b.qs, k, q);
-    const device uchar* h = b.qh + 16 * (k % 2);
-    for (uint i = 0; i < 4; ++i) q[i] |= ((bytes4(h, i) >> (k / 2)) & 0x01010101u) << 4;
+  static uint4 quants(thread const Raw& r) {
+    return nibbles(r.q, 4 * ((r.k / 2) % 2)) | (((r.qh >> (r.k / 2)) & 0x01010101u) << 4);
   }
   static void load(const device uchar* row, uint c, thread float4* w) {
-    const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
-    const uint k = c % 16;
-    const float2 sm = scale_min_k4(b.scales, k / 2);
-    const float dsc = float(b.d) * sm.x, dm = float(b.dmin) * sm.y;
-    uint q[4];
-    quants(b, k, q);
+    const Raw r = fetch(row, c);
+    const float2 sm = scale_min_k4(r.scales, r.k / 2);
+    const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;
+    const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
   }
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
-    const uint k = c % 16;
-    const float2 sm = scale_min_k4(b.scales, k / 2);
-    uint q[4];
-    quants(b, k, q);
-    return dot_bytes(q, x) * (float(b.d) * sm.x) - xsum * (float(b.dmin) * sm.y);
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    const float2 sm = scale_min_k4(r.scales, r.k / 2);
+    return dot_bytes(quants(r), x) * (float(r.d) * sm.x) - xsum * (float(r.dmin) * sm.y);
   }
 };
 
 // Q6_K: chunk k (one sub-block, scale scales[k]) is weights 16(k % 2) .. + 16 of
-// group t = (k % 8) / 2 of half h = k / 8 (see block_q6_K).
+// group t = (k % 8) / 2 of half h = k / 8 (see block_q6_K). 210-byte blocks:
+// only 2-byte aligned, so the quants load as ushorts.
 struct FmtQ6_K {
   enum { kChunk = 16, kBlock = 256 };
+  struct Raw { uint4 lo; uint4 hi; half d; char scale; uint k; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q6_K); }
-  // 6-bit quants 0..63 (q − 32 is the signed value).
-  static void quants(const device block_q6_K& b, uint k, thread uint* q) {
-    const uint h = k / 8, t = (k % 8) / 2, l0 = 16 * (k % 2);
-    const device uchar* lo = b.ql + 64 * h + 32 * (t % 2) + l0;
-    const device uchar* hi = b.qh + 32 * h + l0;
-    for (uint i = 0; i < 4; ++i)
-      q[i] = nibbles4(lo, 4 * (t / 2), i) | (((bytes4(hi, i) >> (2 * t)) & 0x03030303u) << 4);
-  }
-  static void load(const device uchar* row, uint c, thread float4* w) {
+  static Raw fetch(const device uchar* row, uint c) {
     const device block_q6_K& b = ((const device block_q6_K*)row)[c / 16];
     const uint k = c % 16;
-    const float dsc = float(b.d) * float(b.scales[k]);
-    uint q[4];
-    quants(b, k, q);
+    const uint h = k / 8, t = (k % 8) / 2, l0 = 16 * (k % 2);
+    return Raw{load16<2>(b.ql + 64 * h + 32 * (t % 2) + l0), load16<2>(b.qh + 32 * h + l0), b.d, b.scales[k], k};
+  }
+  // 6-bit quants 0..63 (q − 32 is the signed value).
+  static uint4 quants(thread const Raw& r) {
+    const uint t = (r.k % 8) / 2;
+    return nibbles(r.lo, 4 * (t / 2)) | (((r.hi >> (2 * t)) & 0x03030303u) << 4);
+  }
+  static void load(const device uchar* row, uint c, thread float4* w) {
+    const Raw r = fetch(row, c);
+    const float dsc = float(r.d) * float(r.scale);
+    const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 32.0f) * dsc;
   }
   // d·sc·(Σ q·x − 32·Σ x).
-  static float dot(const device uchar* row, uint c, thread const float4* x, float xsum) {
-    const device block_q6_K& b = ((const device block_q6_K*)row)[c / 16];
-    const uint k = c % 16;
-    uint q[4];
-    quants(b, k, q);
-    return (dot_bytes(q, x) - 32.0f * xsum) * (float(b.d) * float(b.scales[k]));
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
+    return (dot_bytes(quants(r), x) - 32.0f * xsum) * (float(r.d) * float(r.scale));
   }
 };
 

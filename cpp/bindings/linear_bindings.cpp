@@ -71,7 +71,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "blocks 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1' (n_in a multiple of 32) or the K-quants 'q4_k',\n"
       "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
-      "(8 on Metal; 32 on the host executor, 8 there for f16), or 8 / 32 to run that variant.");
+      "(GPUs: 2, or 1 for f32/f16/bf16 when 2 would not fill the device; the host executor: 32,\n"
+      "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant.");
 
   m.def(
       "matmul_glu",

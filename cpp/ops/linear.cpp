@@ -2,7 +2,10 @@
 // buffer, bind mkv_params::Matmul and dispatch (see metal/matmul.metal).
 #include "ops/linear.h"
 
+#include <algorithm>
+
 #include "metal/linear_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
@@ -11,9 +14,42 @@ constexpr const char* kOp = "matmul";
 
 }  // namespace
 
-uint32_t gemv_rows(const gpu::Device& device, WeightType wtype) {
-  const bool wide = device.kind() == "host" && wtype != WeightType::f16;
-  return wide ? mkv_params::kGemvRowsWide : mkv_params::kGemvRows;
+namespace {
+
+// Rows per SIMD-group of each shape, and SIMD-groups per threadgroup.
+uint32_t gemv_simds(uint32_t rows) {
+  return rows == mkv_params::kGemvRowsWide ? mkv_params::kGemvSimdsWide : mkv_params::kGemvSimds;
+}
+
+// f16/bf16 GPU shapes read 16 bytes per lane step: rows must start 16-byte aligned.
+bool needs_c4_fallback(WeightType wtype, uint32_t rows, uint32_t n_in, const BufferView& w) {
+  const bool half_type = wtype == WeightType::f16 || wtype == WeightType::bf16;
+  return half_type && rows <= mkv_params::kGemvRowsMaxGpu && (n_in % 8 != 0 || w.offset % 16 != 0);
+}
+
+// "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4".
+std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool c4) {
+  std::string name = std::string(prefix) + weight_type_name(wtype) + (c4 ? "_c4" : "");
+  return rows == mkv_params::kGemvRows ? name : name + "_r" + std::to_string(rows);
+}
+
+}  // namespace
+
+uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens) {
+  if (device.kind() == "host")
+    return wtype == WeightType::f16 ? mkv_params::kGemvRows : mkv_params::kGemvRowsWide;
+  // SIMD-groups the device holds at once (the R = 1 shape; R = 2, 4 use a few more registers).
+  const uint32_t simds = gemv_simds(1);
+  const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false));
+  const uint64_t wave = uint64_t(device_wave(device, *pipeline, 32 * simds)) * simds;
+  // Quantized rows cost 4 bytes of activations (cache hits) per weight against
+  // 0.5-1 byte from DRAM: at least 2 rows share each activation load.
+  // Start at 2, not 4: nvcc gives the 4-row shapes 200-255 registers (8 SIMD-groups
+  // per SM, q6_k spills), the 2-row ones 120-200 (docs/KERNELS.md).
+  const uint32_t min_rows = is_quantized(wtype) ? 2 : 1;
+  uint32_t rows = mkv_params::kGemvRowsDefaultGpu;
+  while (rows > min_rows && uint64_t(ceil_div(n_out, rows)) * n_tokens < wave) rows /= 2;
+  return rows;
 }
 
 void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
@@ -51,22 +87,18 @@ void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const
     fail(op, "y overlaps x; the output needs its own memory");
 }
 
-// The gemv width to run: 0 picks the device's; else kGemvRows or kGemvRowsWide.
-uint32_t pick_gemv_rows(const char* op, const gpu::Device& device, WeightType wtype, uint32_t asked) {
-  if (asked == 0) return gemv_rows(device, wtype);
-  if (asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
-    fail(op, "gemv_rows must be 0 (the device's choice), " + std::to_string(mkv_params::kGemvRows) + " or " +
-                 std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
+// The gemv width to run: 0 picks the device's; else one of the instantiated shapes.
+uint32_t pick_gemv_rows(const char* op, gpu::Device& device, WeightType wtype, uint32_t asked, uint32_t n_out,
+                        uint32_t n_tokens) {
+  if (asked == 0) return gemv_rows(device, wtype, n_out, n_tokens);
+  if (asked != 1 && asked != 2 && asked != 4 && asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
+    fail(op, "gemv_rows must be 0 (the device's choice), 1, 2, 4, " + std::to_string(mkv_params::kGemvRows) +
+                 " or " + std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
   return asked;
 }
 
-// "gemv_q4_1" (Metal's shape) or "gemv_q4_1_r32" (the host's).
-std::string gemv_name(const std::string& base, uint32_t rows) {
-  return rows == mkv_params::kGemvRows ? base : base + "_r" + std::to_string(rows);
-}
-
 void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t n_out, uint32_t n_tokens) {
-  const uint32_t simds = rows == mkv_params::kGemvRows ? mkv_params::kGemvSimds : mkv_params::kGemvSimdsWide;
+  const uint32_t simds = gemv_simds(rows);
   enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), n_tokens, 1}, {32 * simds, 1, 1});
 }
 
@@ -88,8 +120,8 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  const uint32_t rows = pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows);
-  auto pipeline = device.pipeline(gemv ? gemv_name(std::string("gemv_") + weight_type_name(a.wtype), rows)
+  const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens) : 0;
+  auto pipeline = device.pipeline(gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))
                                        : std::string("gemm_") + weight_type_name(a.wtype));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
@@ -123,9 +155,16 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
-  const uint32_t rows = pick_gemv_rows(op, device, a.wtype, a.gemv_rows);
+  // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
+  // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).
+  uint32_t rows = a.gemv_rows;
+  if (rows == 0) {
+    rows = gemv_rows(device, a.wtype, 2 * a.n_out, a.n_tokens);
+    if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
+  }
+  rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
-  enc.set_pipeline(device.pipeline(gemv_name(act + std::string(weight_type_name(a.wtype)), rows)));
+  enc.set_pipeline(device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))));
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);

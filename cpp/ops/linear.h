@@ -33,16 +33,19 @@ struct MatmulArgs {
   WeightType wtype = WeightType::f16;
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
-  uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (see gemv_rows())
+  uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (gemv_rows()), or 1, 2, 4, 8, 32
 };
 
-// The gemv shape a device runs best: 8 rows per SIMD-group, 2 SIMD-groups per
-// threadgroup on Metal (enough SIMD-groups to fill the GPU); on the host
-// executor, where each lane is a fiber and costs its setup and switches
-// whatever work it does, 32 rows and one SIMD-group (1.2-1.3x faster for
-// q4_1/q8_0/f32) except for f16, whose 8-row loop g++ vectorizes (r32 is
-// 0.6-0.96x there). Both are real MSL; tests run both.
-uint32_t gemv_rows(const gpu::Device& device, WeightType wtype);
+// Rows per SIMD-group of the gemv a device runs best, the one place that
+// decides it. GPUs (Metal, CUDA): 2 rows, or 1 for float formats when 2 would
+// not give one wave of SIMD-groups (ops::device_wave: compute units x
+// resident threadgroups; a small grid leaves the memory system idle, extra rows
+// share the activation loads; matmul_glu halves it, its SIMD-groups do both
+// halves). The host executor, where each lane is a fiber
+// and costs its setup and switches whatever work it does: 32 rows and one
+// SIMD-group (1.2-1.3x faster for q4_1/q8_0/f32), except f16, whose 8-row loop
+// g++ vectorizes (r32 is 0.6-0.96x there). All are real MSL; tests run each.
+uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens);
 
 // Validates shapes and buffer sizes, then encodes one dispatch of
 // gemv_<wtype> or gemm_<wtype>. Raises GpuError "[matmul] ...".

@@ -64,8 +64,20 @@ bool is_quantized(WeightType t) { return info(t).block > 1; }
 
 uint32_t weight_row_multiple(WeightType t) { return is_quantized(t) ? info(t).block : 4u; }
 
+// What the kernels' loads need of a row's start (metal/quant.h): a float4, a
+// half4; the blocks whose size allows it are read in words (Q4_1: 20 bytes,
+// Q5_1: 24, Q4_K: 144, Q5_K: 176); the others (18, 22, 34, 210 bytes) in ushorts.
 size_t weight_align(WeightType t) {
-  return t == WeightType::f32 ? 16 : (t == WeightType::f16 || t == WeightType::bf16) ? 8 : 2;
+  switch (t) {
+    case WeightType::f32: return 16;
+    case WeightType::f16:
+    case WeightType::bf16: return 8;
+    case WeightType::q4_1: return 4;
+    case WeightType::q5_1: return 8;
+    case WeightType::q4_k:
+    case WeightType::q5_k: return 16;
+    default: return 2;
+  }
 }
 
 size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {

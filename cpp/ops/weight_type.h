@@ -22,8 +22,8 @@ bool is_quantized(WeightType t);             // a GGUF block format (not f32/f16
 // What a row length must be a multiple of: the block (32; 256 for the K-quants)
 // for quantized types, 4 (one vector load) for f32/f16/bf16.
 uint32_t weight_row_multiple(WeightType t);
-// Offset alignment the kernels' loads need: 16 (f32, float4), 8 (f16/bf16, 4 x 16 bits),
-// 2 (blocks).
+// Offset alignment the kernels' loads need: 16 (f32: float4; Q4_K, Q5_K: 16-byte
+// quant loads), 8 (f16/bf16: 4 x 16 bits; Q5_1), 4 (Q4_1), 2 (the other blocks).
 size_t weight_align(WeightType t);
 
 // Bytes of a (rows, cols) matrix; raises if cols is not a positive multiple of

@@ -15,8 +15,9 @@ from .reference import (K_QUANTS, QUANTIZED, WTYPES, f32, fit, gelu_pytorch_tanh
                         silu)
 
 
-# gemv widths: 8 rows per SIMD-group (Metal's shape), 32 (the host's); 0 = the device's.
-GEMV_ROWS = [8, 32]
+# gemv widths: rows per SIMD-group 1, 2, 4 (the GPU shapes), 8 (the host's f16),
+# 32 (the host's others); 0 = the device's.
+GEMV_ROWS = [1, 2, 4, 8, 32]
 
 
 def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto", gemv_rows=0):
@@ -268,7 +269,7 @@ def test_glu_bad_inputs():
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] y overlaps x"):
         ops.matmul(dev, x, w, x, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")
     for fn in (ops.matmul, ops.matmul_glu):
-        with pytest.raises(metalkv.GpuError, match=r"gemv_rows must be 0 \(the device's choice\), 8 or 32, got 16"):
+        with pytest.raises(metalkv.GpuError, match=r"gemv_rows must be 0 \(the device's choice\), 1, 2, 4, 8 or 32, got 16"):
             fn(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", gemv_rows=16)
 
 
