@@ -155,7 +155,10 @@ def build_model(name: str, seed: int = 0):
 
     cfg = hf_config(name)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    # Soft-capped attention runs eager: SDPA has no soft-cap, and transformers up to
+    # 5.17 picked SDPA for Gemma 2 anyway, silently dropping the cap (5.24 refuses SDPA).
+    attn = "eager" if getattr(cfg, "attn_logit_softcapping", None) else None
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation=attn)
     gemma = cfg.model_type.startswith("gemma")
     with torch.no_grad():
         for pname, p in model.named_parameters():  # tied weights appear once
