@@ -50,7 +50,7 @@ def run(dev) -> list[str]:
             ops.matmul(dev, x, w, y, n_tokens=tokens, n_in=n_in, n_out=n_out, wtype=wtype, kernel=kernel,
                        gemv_rows=rows)
             finite(y, tokens * n_out, f"{kernel}_{wtype}")
-        for rows in (8, 32):  # Metal's gemv shape and the host executor's
+        for rows in (1, 2, 4, 8, 32):  # the GPU shapes, the 8-row and the host executor's 32-row one
             x, y = f32(dev, n_in, rng), dev.buffer(n_out * 4)
             ops.matmul(dev, x, w, y, n_tokens=1, n_in=n_in, n_out=n_out, wtype=wtype, kernel="gemv", gemv_rows=rows,
                        accumulate=True)
