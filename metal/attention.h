@@ -154,13 +154,18 @@ inline void attn_update(thread AttnRows<E, R>& st, uint r, float4 s, thread cons
 }
 
 // Folds an attention sink (a virtual key with logit `sink` and a zero value)
-// into (m, l, o) and returns the normalised output o / l.
-inline float attn_finish(float m, float l, float o, bool has_sink, float sink) {
+// into (m, l, o) and returns the normalised output o / l. Log2: m and sink are
+// in the log2 domain (natural logits times log2(e); the decode kernels' form).
+template <bool Log2>
+inline float attn_finish_sink(float m, float l, float o, bool has_sink, float sink) {
   if (has_sink) {
     const float m_all = max(m, sink);
-    const float w = exp(m - m_all);
-    l = l * w + exp(sink - m_all);
+    const float w = Log2 ? exp2(m - m_all) : exp(m - m_all);
+    l = l * w + (Log2 ? exp2(sink - m_all) : exp(sink - m_all));
     o = o * w;
   }
   return o / l;
+}
+inline float attn_finish(float m, float l, float o, bool has_sink, float sink) {
+  return attn_finish_sink<false>(m, l, o, has_sink, sink);
 }

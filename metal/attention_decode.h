@@ -72,18 +72,6 @@ inline float attn_merge_weight(float m, float m_all) {
   return m_all == -INFINITY ? 0.0f : exp2(m - m_all);
 }
 
-// attn_finish in the log2 domain: o / l with the sink (a natural logit,
-// sink2 = sink * log2(e)) folded in as a zero-value key.
-inline float attn_finish2(float m, float l, float o, bool has_sink, float sink2) {
-  if (has_sink) {
-    const float m_all = max(m, sink2);
-    const float w = exp2(m - m_all);
-    l = l * w + exp2(sink2 - m_all);
-    o = o * w;
-  }
-  return o / l;
-}
-
 // The K and V pieces of lane group `group` for the block of positions at i:
 // positions i + u*G + group (u < U), clamped to the chunk's last one.
 template <uint D, uint E, uint U, uint G>
@@ -273,7 +261,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
           }
         } else {
           const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
-          out[qh * D + el] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
+          out[qh * D + el] = attn_finish_sink<true>(m_all, l_all, o, p.has_sinks != 0, sink2);
         }
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);  // tg_acc is reused by the next row
@@ -344,6 +332,6 @@ inline void attn_decode_reduce_body(constant mkv_params::AttnDecodeReduce& p,
     float o = 0.0f;
     for (uint g = 0; g < NG; ++g) o += tg[O + g * D + tid];
     const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
-    out[qh * D + tid] = attn_finish2(m_all, l_all, o, p.has_sinks != 0, sink2);
+    out[qh * D + tid] = attn_finish_sink<true>(m_all, l_all, o, p.has_sinks != 0, sink2);
   }
 }
