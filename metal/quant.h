@@ -342,6 +342,23 @@ inline uint3 scale_words(const device uchar* scales) {
 }
 inline const device uchar* quants_k4_at(const device uchar* qs, uint k) { return qs + 32 * (k / 4) + 16 * (k % 2); }
 
+// Q4_K and Q5_K share their 6-bit scale/min pairs and the weight w = d·sc·q − dmin·m
+// (gguf's rounding order); they differ in how quants() builds the 16 bytes q.
+template <typename F>
+inline void kquant_sm_load(const device uchar* row, uint c, thread float4* w) {
+  const typename F::Raw r = F::fetch(row, c);
+  const float2 sm = scale_min_k4(r.scales, r.k / 2);
+  const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;
+  const uint4 q = F::quants(r);
+  for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
+}
+// d·sc·Σ q·x − dmin·m·Σ x.
+template <typename Raw>
+inline float kquant_sm_dot(thread const Raw& r, uint4 q, thread const float4* x, float xsum) {
+  const float2 sm = scale_min_k4(r.scales, r.k / 2);
+  return dot_bytes(q, x) * (float(r.d) * sm.x) - xsum * (float(r.dmin) * sm.y);
+}
+
 struct FmtQ4_K {
   enum { kChunk = 16, kBlock = 256 };
   struct Raw { uint4 q; uint3 scales; half d, dmin; uint k; };
@@ -352,18 +369,8 @@ struct FmtQ4_K {
     return Raw{load16<16>(quants_k4_at(b.qs, k)), scale_words(b.scales), b.d, b.dmin, k};
   }
   static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * ((r.k / 2) % 2)); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
-    const float2 sm = scale_min_k4(r.scales, r.k / 2);
-    const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;  // gguf's rounding order
-    const uint4 q = quants(r);
-    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
-  }
-  // d·sc·Σ q·x − dmin·m·Σ x.
-  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
-    const float2 sm = scale_min_k4(r.scales, r.k / 2);
-    return dot_bytes(quants(r), x) * (float(r.d) * sm.x) - xsum * (float(r.dmin) * sm.y);
-  }
+  static void load(const device uchar* row, uint c, thread float4* w) { kquant_sm_load<FmtQ4_K>(row, c, w); }
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) { return kquant_sm_dot(r, quants(r), x, xsum); }
 };
 
 struct FmtQ5_K {
@@ -380,17 +387,8 @@ struct FmtQ5_K {
   static uint4 quants(thread const Raw& r) {
     return nibbles(r.q, 4 * ((r.k / 2) % 2)) | (((r.qh >> (r.k / 2)) & 0x01010101u) << 4);
   }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
-    const float2 sm = scale_min_k4(r.scales, r.k / 2);
-    const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;
-    const uint4 q = quants(r);
-    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * dsc - dm;
-  }
-  static float dot(thread const Raw& r, thread const float4* x, float xsum) {
-    const float2 sm = scale_min_k4(r.scales, r.k / 2);
-    return dot_bytes(quants(r), x) * (float(r.d) * sm.x) - xsum * (float(r.dmin) * sm.y);
-  }
+  static void load(const device uchar* row, uint c, thread float4* w) { kquant_sm_load<FmtQ5_K>(row, c, w); }
+  static float dot(thread const Raw& r, thread const float4* x, float xsum) { return kquant_sm_dot(r, quants(r), x, xsum); }
 };
 
 // Q6_K: chunk k (one sub-block, scale scales[k]) is weights 16(k % 2) .. + 16 of
