@@ -27,6 +27,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/weight_pack.h"
 
 namespace mkv::bench {
 namespace {
@@ -196,15 +197,16 @@ void prefill_attention(Bench& b, const AttnShape& s, uint32_t n_queries) {
 }
 
 // ---- gemv / gemm -----------------------------------------------------------------
-// A few MB of weights in format t: values in [-1, 1) (f32, f16, bf16); random
-// quants with every block's scale (and min) a small finite half.
-std::vector<unsigned char> weight_pattern(WeightType t, uint32_t seed) {
+// A few MB of weights in format t, whole rows of n_in as the kernels read them:
+// values in [-1, 1) (f32, f16, bf16); random quants with every block's scale
+// (and min) a small finite half, packed (ops/weight_pack.h).
+std::vector<unsigned char> weight_pattern(WeightType t, uint32_t n_in, uint32_t seed) {
   if (t == WeightType::f32) return float_pattern(1 << 20, seed);
   if (t == WeightType::f16 || t == WeightType::bf16) return half_pattern(1 << 21, seed);  // bf16: finite values too
   const uint32_t per_block = ops::weight_row_multiple(t);
-  const size_t block = ops::weight_bytes(t, 1, per_block, "bench");
-  const size_t blocks = (size_t(4) << 20) / block / 4 * 4;  // a multiple of 4 blocks: of 4 bytes
-  std::vector<unsigned char> p(block * blocks);  // ~4 MB
+  const size_t block = ops::file_weight_bytes(t, 1, per_block, "bench");
+  const uint64_t rows = std::max<uint64_t>(1, (uint64_t(4) << 20) / ops::file_weight_bytes(t, 1, n_in, "bench"));
+  std::vector<unsigned char> p(ops::file_weight_bytes(t, rows, n_in, "bench"));  // ~4 MB
   uint32_t x = seed * 2654435761u + 7u;
   for (unsigned char& c : p) c = (x = x * 1664525u + 1013904223u) >> 24;
   // Where the halves sit: d (and m / dmin) first, except Q6_K's d at byte 208.
@@ -215,7 +217,9 @@ std::vector<unsigned char> weight_pattern(WeightType t, uint32_t seed) {
       const _Float16 v = _Float16((h ? -0.05f : 0.01f) * float(1 + (i / block) % 7) / 7.0f);
       std::memcpy(&p[i + at + 2 * h], &v, 2);
     }
-  return p;
+  std::vector<unsigned char> packed(ops::weight_bytes(t, rows, n_in, "bench"));
+  ops::pack_weights(t, rows, n_in, p.data(), packed.data());
+  return packed;
 }
 
 // How a linear case runs: the op's default, or a forced gemv width (bench
@@ -241,7 +245,7 @@ void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_to
   const uint64_t bias_bytes = v.bias ? uint64_t(n_out) * 4 : 0;
   const uint32_t sets = rotation_sets(w_bytes + x_bytes + y_bytes + bias_bytes, b.max_total);
   std::vector<ops::MatmulArgs> args(sets);
-  const std::vector<unsigned char> pattern = weight_pattern(t, n_out + n_in);
+  const std::vector<unsigned char> pattern = weight_pattern(t, n_in, n_out + n_in);
   for (uint32_t i = 0; i < sets; ++i) {
     ops::MatmulArgs& a = args[i];
     a.w = {b.filled(w_bytes, pattern)};

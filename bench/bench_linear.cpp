@@ -17,6 +17,7 @@
 #include "metal/linear_params.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/weight_pack.h"
 
 namespace mkv::bench {
 namespace {
@@ -24,10 +25,10 @@ namespace {
 using ops::WeightType;
 
 // Random weights: random bytes, then every block's scale (and min) set to a
-// finite half, so no NaN or infinity slows or skews the arithmetic.
+// finite half, so no NaN or infinity slows or skews the arithmetic; packed as
+// the kernels read them (ops/weight_pack.h).
 gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uint32_t cols) {
-  const size_t bytes = ops::weight_bytes(t, rows, cols, "bench");
-  auto buf = dev.new_buffer(bytes);
+  const size_t bytes = ops::file_weight_bytes(t, rows, cols, "bench");
   std::vector<unsigned char> host(bytes);
   unsigned char* p = host.data();
   std::mt19937 rng(rows * 31 + cols);
@@ -37,15 +38,17 @@ gpu::BufferPtr random_weights(gpu::Device& dev, WeightType t, uint32_t rows, uin
       if (t == WeightType::f32) reinterpret_cast<float*>(p)[i] = dist(rng);
       else reinterpret_cast<_Float16*>(p)[i] = _Float16(dist(rng));
     }
-    buf->write(0, p, bytes);
-    return buf;
+  } else {
+    for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(rng());
+    const size_t block = bytes / (size_t(rows) * cols / 32);
+    const int halves = t == WeightType::q4_1 ? 2 : 1;  // d, and m for Q4_1
+    for (size_t b = 0; b < bytes; b += block)
+      for (int h = 0; h < halves; ++h) reinterpret_cast<_Float16*>(p + b)[h] = _Float16(0.01f * dist(rng));
   }
-  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(rng());
-  const size_t block = bytes / (size_t(rows) * cols / 32);
-  const int halves = t == WeightType::q4_1 ? 2 : 1;  // d, and m for Q4_1
-  for (size_t b = 0; b < bytes; b += block)
-    for (int h = 0; h < halves; ++h) reinterpret_cast<_Float16*>(p + b)[h] = _Float16(0.01f * dist(rng));
-  buf->write(0, p, bytes);
+  std::vector<unsigned char> packed(ops::weight_bytes(t, rows, cols, "bench"));
+  ops::pack_weights(t, rows, cols, p, packed.data());
+  auto buf = dev.new_buffer(packed.size());
+  buf->write(0, packed.data(), packed.size());
   return buf;
 }
 

@@ -27,7 +27,7 @@ MKV_MAX_THREADS(mkv_params::kEmbeddingThreads) kernel void embedding(constant mk
   device float* o = out + ulong(t) * p.dim;
   for (uint c = tid; c < p.dim / F::kChunk; c += nt) {
     float4 v[F::kChunk / 4];
-    F::load(row, c, v);
+    F::load(row, p.dim, c, v);
     for (uint i = 0; i < F::kChunk / 4; ++i)
       ((device float4*)(o + c * F::kChunk))[i] = valid ? v[i] * p.scale : float4(0.0f);
   }

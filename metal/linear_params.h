@@ -8,8 +8,8 @@
 
 namespace mkv_params {
 
-// GGUF block formats (see metal/quant.h), quantized along a row (in_features),
-// blocks stored back to back; a row holds a whole number of blocks.
+// GGUF block formats (see metal/quant.h), quantized along a row (in_features);
+// a row holds a whole number of blocks.
 MKV_CONSTANT uint32_t kQuantBlock = 32;       // weights per block of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
 MKV_CONSTANT uint32_t kQ8_0BlockBytes = 34;   // half d; int8 qs[32]
 MKV_CONSTANT uint32_t kQ4_0BlockBytes = 18;   // half d; uint8 qs[16]
@@ -20,6 +20,26 @@ MKV_CONSTANT uint32_t kSuperBlock = 256;      // weights per super-block of Q4_K
 MKV_CONSTANT uint32_t kQ4_KBlockBytes = 144;  // half d, dmin; uint8 scales[12]; uint8 qs[128]
 MKV_CONSTANT uint32_t kQ5_KBlockBytes = 176;  // half d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
 MKV_CONSTANT uint32_t kQ6_KBlockBytes = 210;  // uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d
+
+// Packed rows (written by cpp/ops/weight_pack.cpp at load, read by metal/quant.h).
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K blocks are 34, 18, 20, 22, 24 and 210
+// bytes, so in a GGUF file their quants are only 2-, 4- or 8-byte aligned and
+// load in pieces. On the device each row of nb blocks is stored field by field
+// ("planes"): field f of block b at nb·plane(f) + b·size(f), the quants first;
+// rows are zero-padded to a multiple of kPackedRowAlign bytes, so every quant
+// (and Q5 high-bit) plane is 16-byte aligned and loads 16 bytes at a time.
+// Q4_K and Q5_K (144 and 176 bytes, quants 16-byte aligned) stay as in the file.
+MKV_CONSTANT uint32_t kPackedRowAlign = 16;
+MKV_CONSTANT uint32_t kQ8_0PlaneD = 32;        // qs[32] at 0; d at 32·nb
+MKV_CONSTANT uint32_t kQ4_0PlaneD = 16;        // qs[16] at 0; d at 16·nb
+MKV_CONSTANT uint32_t kQ4_1PlaneDm = 16;       // qs[16] at 0; (d, m) at 16·nb
+MKV_CONSTANT uint32_t kQ5_0PlaneQh = 16;       // qs[16] at 0; qh[4] at 16·nb; ...
+MKV_CONSTANT uint32_t kQ5_0PlaneD = 20;        // ... d at 20·nb
+MKV_CONSTANT uint32_t kQ5_1PlaneQh = 16;       // qs[16] at 0; qh[4] at 16·nb; ...
+MKV_CONSTANT uint32_t kQ5_1PlaneDm = 20;       // ... (d, m) at 20·nb
+MKV_CONSTANT uint32_t kQ6_KPlaneQh = 128;      // ql[128] at 0; qh[64] at 128·nb; ...
+MKV_CONSTANT uint32_t kQ6_KPlaneScales = 192;  // ... scales[16] at 192·nb; ...
+MKV_CONSTANT uint32_t kQ6_KPlaneD = 208;       // ... d at 208·nb
 
 // Kernel geometry the ops must dispatch with (matmul.metal, elementwise.metal).
 // gemv: R output rows per SIMD-group, kGemvSimds SIMD-groups per threadgroup.

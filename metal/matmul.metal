@@ -36,11 +36,11 @@ constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
 // Fetch kUnroll chunks c, c + stride, ... for every row, and their activations.
 template <typename F, uint kRows, uint kUnroll>
-inline void gemv_fetch(const device uchar* w, ulong row_bytes, thread const ulong* rows, const device float* xt,
-                       uint c, thread typename F::Raw* raw, thread float4* xc) {
+inline void gemv_fetch(const device uchar* w, ulong row_bytes, uint n_in, thread const ulong* rows,
+                       const device float* xt, uint c, thread typename F::Raw* raw, thread float4* xc) {
   constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
-    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, c + 32 * u);
+    MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, n_in, c + 32 * u);
   }
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
     MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = ((const device float4*)(xt + (c + 32 * u) * F::kChunk))[i];
@@ -80,7 +80,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
   if (kUnroll > 1 && c + 32 * (kUnroll - 1) < n_chunks) {
     typename F::Raw raw[kUnroll * kRows];
     float4 xc[kUnroll * kX];
-    gemv_fetch<F, kRows, kUnroll>(w, row_bytes, rows, xt, c, raw, xc);
+    gemv_fetch<F, kRows, kUnroll>(w, row_bytes, n_in, rows, xt, c, raw, xc);
     for (;;) {
       const uint next = c + 32 * kUnroll;
       if (next + 32 * (kUnroll - 1) >= n_chunks) {
@@ -90,7 +90,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
       }
       typename F::Raw raw_next[kUnroll * kRows];
       float4 xc_next[kUnroll * kX];
-      gemv_fetch<F, kRows, kUnroll>(w, row_bytes, rows, xt, next, raw_next, xc_next);
+      gemv_fetch<F, kRows, kUnroll>(w, row_bytes, n_in, rows, xt, next, raw_next, xc_next);
       gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
       for (uint i = 0; i < kUnroll * kRows; ++i) raw[i] = raw_next[i];
       for (uint i = 0; i < kUnroll * kX; ++i) xc[i] = xc_next[i];
@@ -101,7 +101,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
   for (; c < n_chunks; c += 32) {
     typename F::Raw raw[kRows];
     float4 xc[kX];
-    gemv_fetch<F, kRows, 1>(w, row_bytes, rows, xt, c, raw, xc);
+    gemv_fetch<F, kRows, 1>(w, row_bytes, n_in, rows, xt, c, raw, xc);
     gemv_apply<F, kRows, 1>(raw, xc, acc);
   }
 }
@@ -204,7 +204,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
       const ulong row = min(n0 + r, p.n_out - 1);
       float4 v[F::kChunk / 4];
       if (k0 + cc * F::kChunk < p.n_in) {
-        F::load(w + row * row_bytes, k0 / F::kChunk + cc, v);
+        F::load(w + row * row_bytes, p.n_in, k0 / F::kChunk + cc, v);
       } else {
         for (uint i = 0; i < F::kChunk / 4; ++i) v[i] = float4(0.0f);
       }

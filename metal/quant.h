@@ -1,23 +1,28 @@
 // Weight formats read inside the kernels: f32, f16, bf16 and the GGUF blocks
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 weights a block) and Q4_K, Q5_K, Q6_K
-// (256-weight super-blocks), with layouts exactly as ggml's block_* structs
+// (256-weight super-blocks), with the fields of ggml's block_* structs
 // (ggml-common.h). Weights are dequantized in registers; nothing is inflated
-// in device memory, and the GGUF bytes are read as they are in the file.
+// in device memory. Q4_K and Q5_K rows are read as they are in the file; the
+// blocks whose size leaves their quants misaligned (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q6_K) are packed at load into planes of one field each
+// (metal/linear_params.h, kPackedRowAlign; cpp/ops/weight_pack.cpp), so every
+// chunk's quants are one aligned 16-byte load.
 //
 // A row of n weights is split into chunks of F::kChunk consecutive weights;
 // a chunk is what one lane handles per step. Every format F provides:
 //   F::kChunk                          weights per chunk
 //   F::kBlock                          weights per block (1 for the float types);
 //                                      a row is a whole number of blocks
-//   F::row_bytes(n)                    bytes of a row of n weights
-//   F::load(row, c, w)                 w[0..kChunk/4) = weights of chunk c
-//   F::Raw, F::fetch(row, c)           chunk c's bytes as loaded (quant words,
+//   F::row_bytes(n)                    bytes of a row of n weights on the device
+//   F::load(row, n, c, w)              w[0..kChunk/4) = weights of chunk c
+//   F::Raw, F::fetch(row, n, c)        chunk c's bytes as loaded (quant words,
 //                                      scale, min), no arithmetic on them
 //   F::dot(raw, x, xsum)               Σ_j w[j]·x[j] over the fetched chunk,
 //                                      where x[0..kChunk/4) are the matching
 //                                      activations and xsum = Σ_j x[j]
 // (w and x are float4 arrays: chunk element j is w[j / 4][j % 4]).
-// `row` points at the first byte of the row. Quantized chunks are 16 weights
+// `row` points at the first byte of the row, n is the row's length in weights
+// (where a packed row's planes start). Quantized chunks are 16 weights
 // that share one scale (and min): half a 32-block, half a K-quant sub-block of
 // 32 (Q4_K, Q5_K) or one sub-block of 16 (Q6_K). So a 32-block is 2 chunks and
 // a super-block 16, and every chunk knows its block as c / (kBlock / 16).
@@ -98,8 +103,8 @@ struct FmtF32 {
   enum { kChunk = 4, kBlock = 1 };
   struct Raw { float4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 4; }
-  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device float4*)row)[c]}; }
-  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = fetch(row, c).w; }
+  static Raw fetch(const device uchar* row, uint, uint c) { return Raw{((const device float4*)row)[c]}; }
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) { w[0] = fetch(row, n, c).w; }
   static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(r.w, x[0]); }
 };
 
@@ -107,8 +112,8 @@ struct FmtF16 {
   enum { kChunk = 4, kBlock = 1 };
   struct Raw { half4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device half4*)row)[c]}; }
-  static void load(const device uchar* row, uint c, thread float4* w) { w[0] = float4(fetch(row, c).w); }
+  static Raw fetch(const device uchar* row, uint, uint c) { return Raw{((const device half4*)row)[c]}; }
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) { w[0] = float4(fetch(row, n, c).w); }
   static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(float4(r.w), x[0]); }
 };
 
@@ -117,10 +122,10 @@ struct FmtBF16 {
   enum { kChunk = 4, kBlock = 1 };
   struct Raw { ushort4 w; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device ushort4*)row)[c]}; }
+  static Raw fetch(const device uchar* row, uint, uint c) { return Raw{((const device ushort4*)row)[c]}; }
   static float4 weights(thread const Raw& r) { return as_type<float4>(uint4(r.w) << 16); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     w[0] = weights(r);
   }
   static float dot(thread const Raw& r, thread const float4* x, float) { return metal::dot(weights(r), x[0]); }
@@ -134,7 +139,7 @@ struct FmtF16x8 {
   enum { kChunk = 8, kBlock = 1 };
   struct Raw { uint4 q; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device uint4*)row)[c]}; }
+  static Raw fetch(const device uchar* row, uint, uint c) { return Raw{((const device uint4*)row)[c]}; }
   static float dot(thread const Raw& r, thread const float4* x, float) {
     const float4 a = float4(float2(as_type<half2>(r.q.x)), float2(as_type<half2>(r.q.y)));
     const float4 b = float4(float2(as_type<half2>(r.q.z)), float2(as_type<half2>(r.q.w)));
@@ -145,7 +150,7 @@ struct FmtBF16x8 {
   enum { kChunk = 8, kBlock = 1 };
   struct Raw { uint4 q; };
   static ulong row_bytes(uint n) { return ulong(n) * 2; }
-  static Raw fetch(const device uchar* row, uint c) { return Raw{((const device uint4*)row)[c]}; }
+  static Raw fetch(const device uchar* row, uint, uint c) { return Raw{((const device uint4*)row)[c]}; }
   // Element 2i is the low half of word i: shift it up; 2i + 1 is the high half: mask.
   static float4 pair_floats(uint a, uint b) {
     return as_type<float4>(uint4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
@@ -161,24 +166,16 @@ struct FmtBF16x8 {
 // fetch only loads, so gemv can issue every load of a step before the first
 // multiply (metal/matmul.metal).
 
-// Bytes 4i .. 4i + 4 of p as one little-endian word (p 2-byte aligned).
-inline uint bytes4(const device uchar* p, uint i) {
-  return as_type<uint>(ushort2(((const device packed_ushort2*)p)[i]));
+// A packed row's planes (metal/linear_params.h): the 16 quant bytes at p
+// (16-byte aligned), and element i of the plane at nb·plane of a row of nb blocks.
+inline uint4 load16(const device uchar* p) { return *(const device uint4*)p; }
+template <typename T> inline T plane_at(const device uchar* row, uint nb, uint plane, uint i) {
+  return ((const device T*)(row + ulong(nb) * plane))[i];
 }
-// The 16 bytes at p as four little-endian words, read as wide as the format's
-// alignment of p allows: one 16-byte load, two 8-byte, four 4-byte, or eight
-// ushorts (blocks of 18, 22, 34, 210 bytes are only 2-byte aligned).
-template <uint kAlign> inline uint4 load16(const device uchar* p) {
-  if (kAlign >= 16) return *(const device uint4*)p;
-  if (kAlign >= 8) {
-    const uint2 a = ((const device uint2*)p)[0], b = ((const device uint2*)p)[1];
-    return uint4(a.x, a.y, b.x, b.y);
-  }
-  if (kAlign >= 4) {
-    const device uint* q = (const device uint*)p;
-    return uint4(q[0], q[1], q[2], q[3]);
-  }
-  return uint4(bytes4(p, 0), bytes4(p, 1), bytes4(p, 2), bytes4(p, 3));
+// Bytes of a packed row of nb blocks of block_bytes each: padded to kPackedRowAlign.
+inline ulong packed_row_bytes(uint nb, uint block_bytes) {
+  constexpr ulong a = mkv_params::kPackedRowAlign;
+  return (ulong(nb) * block_bytes + a - 1) / a * a;
 }
 // Bytes of a word as floats: byte e is element e. Exact, and without an
 // int-to-float conversion (a quarter- or eighth-rate instruction on GPUs):
@@ -208,18 +205,18 @@ inline uint4 fifth_bits(uint qh, uint h) {
 }
 
 // ---- Q8_0: chunk c is half h = c % 2 of block c / 2: qs[16h .. 16h + 16) ------
+// Packed: the qs of the row's blocks back to back (chunk c at 16c), then the d's.
 struct FmtQ8_0 {
   enum { kChunk = 16, kBlock = 32 };
   struct Raw { uint4 q; half d; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q8_0); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q8_0& b = ((const device block_q8_0*)row)[c / 2];
-    return Raw{load16<2>((const device uchar*)b.qs + (c % 2) * 16), b.d};
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q8_0)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    return Raw{load16(row + 16 * c), plane_at<half>(row, n / kBlock, mkv_params::kQ8_0PlaneD, c / 2)};
   }
   // Weights 4i .. 4i + 4 of the chunk, / d: int8 q as (q ^ 0x80) - 128 = (q + 128) - 128, exact.
   static float4 quants(uint word) { return byte_floats(word ^ 0x80808080u) - 128.0f; }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float d = float(r.d);
     for (uint i = 0; i < 4; ++i) w[i] = quants(r.q[i]) * d;
   }
@@ -235,18 +232,17 @@ struct FmtQ8_0 {
 // ---- Q4_0 / Q4_1 / Q5_0 / Q5_1: chunk c = half h of block c / 2 is the low
 // (h = 0) or high (h = 1) nibbles of all 16 qs bytes, i.e. weights 16h .. 16h + 16
 // (Q5: plus bits 16h .. 16h + 16 of qh). The two lanes of a block read the same
-// 16 bytes (one cache line; DRAM reads once). Q4_1's 20-byte and Q5_1's 24-byte
-// blocks keep qs 4- and 8-byte aligned (weight_align), so they load in words.
+// 16 bytes (one cache line; DRAM reads once). Packed: the row's qs planes (block
+// b at 16b), then qh (Q5: one word a block), then d (or the (d, m) pairs).
 struct FmtQ4_0 {
   enum { kChunk = 16, kBlock = 32 };
   struct Raw { uint4 q; half d; uint h; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_0); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q4_0& b = ((const device block_q4_0*)row)[c / 2];
-    return Raw{load16<2>(b.qs), b.d, c % 2};
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q4_0)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    return Raw{load16(row + 16 * (c / 2)), plane_at<half>(row, n / kBlock, mkv_params::kQ4_0PlaneD, c / 2), c % 2};
   }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float d = float(r.d);
     const uint4 q = nibbles(r.q, 4 * r.h);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 8.0f) * d;
@@ -260,13 +256,13 @@ struct FmtQ4_0 {
 struct FmtQ4_1 {
   enum { kChunk = 16, kBlock = 32 };
   struct Raw { uint4 q; half d, m; uint h; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_1); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q4_1& b = ((const device block_q4_1*)row)[c / 2];
-    return Raw{load16<4>(b.qs), b.d, b.m, c % 2};
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q4_1)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    const half2 dm = plane_at<half2>(row, n / kBlock, mkv_params::kQ4_1PlaneDm, c / 2);
+    return Raw{load16(row + 16 * (c / 2)), dm.x, dm.y, c % 2};
   }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float d = float(r.d), m = float(r.m);
     const uint4 q = nibbles(r.q, 4 * r.h);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
@@ -280,14 +276,15 @@ struct FmtQ4_1 {
 struct FmtQ5_0 {
   enum { kChunk = 16, kBlock = 32 };
   struct Raw { uint4 q; uint qh; half d; uint h; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_0); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q5_0& b = ((const device block_q5_0*)row)[c / 2];
-    return Raw{load16<2>(b.qs), bytes4(b.qh, 0), b.d, c % 2};
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q5_0)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    const uint nb = n / kBlock, b = c / 2;
+    return Raw{load16(row + 16 * b), plane_at<uint>(row, nb, mkv_params::kQ5_0PlaneQh, b),
+               plane_at<half>(row, nb, mkv_params::kQ5_0PlaneD, b), c % 2};
   }
   static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * r.h) | fifth_bits(r.qh, r.h); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float d = float(r.d);
     const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 16.0f) * d;
@@ -301,14 +298,15 @@ struct FmtQ5_0 {
 struct FmtQ5_1 {
   enum { kChunk = 16, kBlock = 32 };
   struct Raw { uint4 q; uint qh; half d, m; uint h; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_1); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q5_1& b = ((const device block_q5_1*)row)[c / 2];
-    return Raw{load16<8>(b.qs), *(const device uint*)b.qh, b.d, b.m, c % 2};
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q5_1)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    const uint nb = n / kBlock, b = c / 2;
+    const half2 dm = plane_at<half2>(row, nb, mkv_params::kQ5_1PlaneDm, b);
+    return Raw{load16(row + 16 * b), plane_at<uint>(row, nb, mkv_params::kQ5_1PlaneQh, b), dm.x, dm.y, c % 2};
   }
   static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * r.h) | fifth_bits(r.qh, r.h); }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float d = float(r.d), m = float(r.m);
     const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i]) * d + m;
@@ -345,8 +343,8 @@ inline const device uchar* quants_k4_at(const device uchar* qs, uint k) { return
 // Q4_K and Q5_K share their 6-bit scale/min pairs and the weight w = d·sc·q − dmin·m
 // (gguf's rounding order); they differ in how quants() builds the 16 bytes q.
 template <typename F>
-inline void kquant_sm_load(const device uchar* row, uint c, thread float4* w) {
-  const typename F::Raw r = F::fetch(row, c);
+inline void kquant_sm_load(const device uchar* row, uint n, uint c, thread float4* w) {
+  const typename F::Raw r = F::fetch(row, n, c);
   const float2 sm = scale_min_k4(r.scales, r.k / 2);
   const float dsc = float(r.d) * sm.x, dm = float(r.dmin) * sm.y;
   const uint4 q = F::quants(r);
@@ -363,13 +361,13 @@ struct FmtQ4_K {
   enum { kChunk = 16, kBlock = 256 };
   struct Raw { uint4 q; uint3 scales; half d, dmin; uint k; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q4_K); }
-  static Raw fetch(const device uchar* row, uint c) {
+  static Raw fetch(const device uchar* row, uint, uint c) {
     const device block_q4_K& b = ((const device block_q4_K*)row)[c / 16];
     const uint k = c % 16;
-    return Raw{load16<16>(quants_k4_at(b.qs, k)), scale_words(b.scales), b.d, b.dmin, k};
+    return Raw{load16(quants_k4_at(b.qs, k)), scale_words(b.scales), b.d, b.dmin, k};
   }
   static uint4 quants(thread const Raw& r) { return nibbles(r.q, 4 * ((r.k / 2) % 2)); }
-  static void load(const device uchar* row, uint c, thread float4* w) { kquant_sm_load<FmtQ4_K>(row, c, w); }
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) { kquant_sm_load<FmtQ4_K>(row, n, c, w); }
   static float dot(thread const Raw& r, thread const float4* x, float xsum) { return kquant_sm_dot(r, quants(r), x, xsum); }
 };
 
@@ -377,40 +375,43 @@ struct FmtQ5_K {
   enum { kChunk = 16, kBlock = 256 };
   struct Raw { uint4 q; uint4 qh; uint3 scales; half d, dmin; uint k; };
   static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q5_K); }
-  static Raw fetch(const device uchar* row, uint c) {
+  static Raw fetch(const device uchar* row, uint, uint c) {
     const device block_q5_K& b = ((const device block_q5_K*)row)[c / 16];
     const uint k = c % 16;
-    return Raw{load16<16>(quants_k4_at(b.qs, k)), load16<16>(b.qh + 16 * (k % 2)), scale_words(b.scales), b.d,
-               b.dmin, k};
+    return Raw{load16(quants_k4_at(b.qs, k)), load16(b.qh + 16 * (k % 2)), scale_words(b.scales), b.d, b.dmin, k};
   }
   // Q4_K's nibbles, plus bit s of qh[16(k % 2) + j] as bit 4 of weight j.
   static uint4 quants(thread const Raw& r) {
     return nibbles(r.q, 4 * ((r.k / 2) % 2)) | (((r.qh >> (r.k / 2)) & 0x01010101u) << 4);
   }
-  static void load(const device uchar* row, uint c, thread float4* w) { kquant_sm_load<FmtQ5_K>(row, c, w); }
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) { kquant_sm_load<FmtQ5_K>(row, n, c, w); }
   static float dot(thread const Raw& r, thread const float4* x, float xsum) { return kquant_sm_dot(r, quants(r), x, xsum); }
 };
 
 // Q6_K: chunk k (one sub-block, scale scales[k]) is weights 16(k % 2) .. + 16 of
-// group t = (k % 8) / 2 of half h = k / 8 (see block_q6_K). 210-byte blocks:
-// only 2-byte aligned, so the quants load as ushorts.
+// group t = (k % 8) / 2 of half h = k / 8 (see block_q6_K). Packed: the row's
+// ql planes (block b at 128b), then qh (64b), scales (16b) and d, so ql and qh
+// load 16 bytes at a time (in the file's 210-byte blocks they are 2-byte aligned).
 struct FmtQ6_K {
   enum { kChunk = 16, kBlock = 256 };
   struct Raw { uint4 lo; uint4 hi; half d; char scale; uint k; };
-  static ulong row_bytes(uint n) { return ulong(n / kBlock) * sizeof(block_q6_K); }
-  static Raw fetch(const device uchar* row, uint c) {
-    const device block_q6_K& b = ((const device block_q6_K*)row)[c / 16];
-    const uint k = c % 16;
+  static ulong row_bytes(uint n) { return packed_row_bytes(n / kBlock, sizeof(block_q6_K)); }
+  static Raw fetch(const device uchar* row, uint n, uint c) {
+    const uint nb = n / kBlock, b = c / 16, k = c % 16;
     const uint h = k / 8, t = (k % 8) / 2, l0 = 16 * (k % 2);
-    return Raw{load16<2>(b.ql + 64 * h + 32 * (t % 2) + l0), load16<2>(b.qh + 32 * h + l0), b.d, b.scales[k], k};
+    const device uchar* ql = row + 128 * b;
+    const device uchar* qh = row + ulong(nb) * mkv_params::kQ6_KPlaneQh + 64 * b;
+    return Raw{load16(ql + 64 * h + 32 * (t % 2) + l0), load16(qh + 32 * h + l0),
+               plane_at<half>(row, nb, mkv_params::kQ6_KPlaneD, b),
+               plane_at<char>(row, nb, mkv_params::kQ6_KPlaneScales, 16 * b + k), k};
   }
   // 6-bit quants 0..63 (q − 32 is the signed value).
   static uint4 quants(thread const Raw& r) {
     const uint t = (r.k % 8) / 2;
     return nibbles(r.lo, 4 * (t / 2)) | (((r.hi >> (2 * t)) & 0x03030303u) << 4);
   }
-  static void load(const device uchar* row, uint c, thread float4* w) {
-    const Raw r = fetch(row, c);
+  static void load(const device uchar* row, uint n, uint c, thread float4* w) {
+    const Raw r = fetch(row, n, c);
     const float dsc = float(r.d) * float(r.scale);
     const uint4 q = quants(r);
     for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 32.0f) * dsc;

@@ -15,16 +15,17 @@ import numpy as np
 import metalkv
 from metalkv._core import ops
 
-WTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
+WTYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 
 
 def weights(wtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Random (rows, cols) weights as the kernels read them (quantized: packed)."""
     w = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float32)
     if wtype in ("f32", "f16"):
         return w.astype(np.float32 if wtype == "f32" else np.float16)
     from gguf import GGMLQuantizationType, quants
 
-    return quants.quantize(w, GGMLQuantizationType[wtype.upper()])
+    return ops.pack_weights(wtype, quants.quantize(w, GGMLQuantizationType[wtype.upper()]), cols=cols)
 
 
 def f32(dev, n: int, rng) -> "metalkv.Buffer":

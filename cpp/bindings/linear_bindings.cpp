@@ -2,6 +2,7 @@
 // call encodes one op into a fresh command buffer and waits. For tests and
 // tools; the model encodes the same ops (cpp/ops) into its own command buffers.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +12,7 @@
 #include "bindings.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/weight_pack.h"
 #include "ops/weight_type.h"
 
 namespace nb = nanobind;
@@ -41,9 +43,35 @@ void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
                                  std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
 }
 
+using FileRows = nb::ndarray<nb::ro, uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+// The kernels' bytes of a (rows, cols) matrix given as the file's: uint8 (rows, bytes per row).
+nb::object pack_weights(const std::string& wtype, FileRows file, uint32_t cols) {
+  const ops::WeightType t = ops::parse_weight_type(wtype, "pack_weights");
+  const uint64_t rows = file.shape(0);
+  const size_t want = ops::file_weight_bytes(t, rows, cols, "pack_weights");
+  if (file.nbytes() != want)
+    ops::fail("pack_weights", std::to_string(file.nbytes()) + " bytes for " + std::to_string(rows) + " rows of " +
+                                  std::to_string(cols) + " " + wtype + " weights; expected " + std::to_string(want));
+  auto* out = new std::vector<uint8_t>(ops::weight_bytes(t, rows, cols, "pack_weights"));
+  {
+    nb::gil_scoped_release release;
+    ops::pack_weights(t, rows, cols, file.data(), out->data());
+  }
+  nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+  const size_t shape[2] = {size_t(rows), rows ? out->size() / rows : 0};
+  return nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(out->data(), 2, shape, owner));
+}
+
 void bind_linear(nb::module_&, nb::module_& m) {
   m.def("weight_types", &ops::weight_type_names,
-        "The weight types the kernels read as stored (matmul's wtype; gguf's lower-cased names).");
+        "The weight types the kernels read (matmul's wtype; gguf's lower-cased names).");
+  m.def("pack_weights", &pack_weights, "wtype"_a, "file_rows"_a, nb::kw_only(), "cols"_a,
+        "The bytes the kernels read for a (rows, cols) matrix stored as in a GGUF file (file_rows:\n"
+        "uint8 (rows, bytes per row)): uint8 (rows, device bytes per row). q8_0, q4_0, q4_1, q5_0,\n"
+        "q5_1 and q6_k rows are packed field by field and zero-padded to 16 bytes\n"
+        "(metal/linear_params.h); the other types come back unchanged. The engine does this at load;\n"
+        "matmul and embedding read what it returns.");
   m.def(
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
@@ -67,7 +95,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
-      "w is (n_out, n_in) row-major in wtype: 'f32', 'f16', 'bf16' (n_in a multiple of 4), the GGUF\n"
+      "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
+      "multiple of 4), the GGUF\n"
       "blocks 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1' (n_in a multiple of 32) or the K-quants 'q4_k',\n"
       "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"

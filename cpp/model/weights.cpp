@@ -1,6 +1,9 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <vector>
+
+#include "ops/weight_pack.h"
 
 namespace mkv::model {
 namespace {
@@ -37,15 +40,24 @@ void Weights::add(const std::string& name, const std::string& dtype, const std::
     want = shape[0] * (t == ops::WeightType::f32 ? 4 : 2);
   } else {
     if (shape[1] > UINT32_MAX) fail(name + ": more than 2^32 - 1 columns");
-    want = ops::weight_bytes(t, shape[0], uint32_t(shape[1]), "weights");
+    want = ops::file_weight_bytes(t, shape[0], uint32_t(shape[1]), "weights");
   }
   if (nbytes != want)
     fail(name + ": " + std::to_string(nbytes) + " bytes for a " + dtype + " tensor of shape " +
          shape_str(shape) + "; expected " + std::to_string(want));
-  gpu::BufferPtr buf = device_->new_buffer(nbytes);
-  buf->write(0, data, nbytes);
-  by_name_[name] = Weight{{buf, 0}, t, shape};
-  nbytes_ += nbytes;
+  Weight w{{nullptr, 0}, t, shape};
+  const size_t device_bytes = tensor_bytes(w);
+  gpu::BufferPtr buf = device_->new_buffer(device_bytes);
+  if (shape.size() == 2 && ops::is_packed(t)) {  // the kernels' layout (ops/weight_pack.h)
+    std::vector<unsigned char> packed(device_bytes);
+    ops::pack_weights(t, shape[0], uint32_t(shape[1]), data, packed.data());
+    buf->write(0, packed.data(), device_bytes);
+  } else {
+    buf->write(0, data, nbytes);
+  }
+  w.view.buffer = buf;
+  by_name_[name] = w;
+  nbytes_ += device_bytes;
 }
 
 const Weight* Weights::find(const std::string& name) const {

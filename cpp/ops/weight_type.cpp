@@ -64,23 +64,33 @@ bool is_quantized(WeightType t) { return info(t).block > 1; }
 
 uint32_t weight_row_multiple(WeightType t) { return is_quantized(t) ? info(t).block : 4u; }
 
-// What the kernels' loads need of a row's start (metal/quant.h): a float4, a
-// half4; the blocks whose size allows it are read in words (Q4_1: 20 bytes,
-// Q5_1: 24, Q4_K: 144, Q5_K: 176); the others (18, 22, 34, 210 bytes) in ushorts.
-size_t weight_align(WeightType t) {
+bool is_packed(WeightType t) {
   switch (t) {
-    case WeightType::f32: return 16;
-    case WeightType::f16:
-    case WeightType::bf16: return 8;
-    case WeightType::q4_1: return 4;
-    case WeightType::q5_1: return 8;
-    case WeightType::q4_k:
-    case WeightType::q5_k: return 16;
-    default: return 2;
+    case WeightType::q8_0:
+    case WeightType::q4_0:
+    case WeightType::q4_1:
+    case WeightType::q5_0:
+    case WeightType::q5_1:
+    case WeightType::q6_k: return true;
+    default: return false;
   }
 }
 
-size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
+// What the kernels' loads need of a row's start (metal/quant.h): a float4, a
+// half4; every quantized format loads its quants 16 bytes at a time (Q4_K and
+// Q5_K blocks are multiples of 16 bytes, the packed rows are padded to one).
+size_t weight_align(WeightType t) {
+  switch (t) {
+    case WeightType::f16:
+    case WeightType::bf16: return 8;
+    default: return 16;
+  }
+}
+
+namespace {
+
+// The bytes of one row of `cols` weights in the file; raises on a bad length.
+size_t file_row_bytes(WeightType t, uint32_t cols, const char* op) {
   const FormatInfo& f = info(t);
   const uint32_t multiple = weight_row_multiple(t);
   if (cols == 0 || cols % multiple != 0) {
@@ -91,7 +101,19 @@ size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) 
     fail(op, std::string(f.name) + " weights need a row length that is a positive multiple of " +
                  std::to_string(multiple) + ", got " + std::to_string(cols) + " (" + why + ")");
   }
-  return rows * (cols / f.block) * f.block_bytes;
+  return size_t(cols / f.block) * f.block_bytes;
+}
+
+}  // namespace
+
+size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
+  const size_t row = file_row_bytes(t, cols, op);
+  constexpr size_t a = mkv_params::kPackedRowAlign;
+  return rows * (is_packed(t) ? (row + a - 1) / a * a : row);
+}
+
+size_t file_weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op) {
+  return rows * file_row_bytes(t, cols, op);
 }
 
 }  // namespace mkv::ops

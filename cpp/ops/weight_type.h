@@ -22,12 +22,18 @@ bool is_quantized(WeightType t);             // a GGUF block format (not f32/f16
 // What a row length must be a multiple of: the block (32; 256 for the K-quants)
 // for quantized types, 4 (one vector load) for f32/f16/bf16.
 uint32_t weight_row_multiple(WeightType t);
-// Offset alignment the kernels' loads need: 16 (f32: float4; Q4_K, Q5_K: 16-byte
-// quant loads), 8 (f16/bf16: 4 x 16 bits; Q5_1), 4 (Q4_1), 2 (the other blocks).
+// Whether the device layout differs from the file's: Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1 and Q6_K rows are packed into planes at load (ops/weight_pack.h).
+bool is_packed(WeightType t);
+// Offset alignment the kernels' loads need: 16 (f32: float4; the quantized
+// types: 16-byte quant loads), 8 (f16/bf16: 4 x 16 bits).
 size_t weight_align(WeightType t);
 
-// Bytes of a (rows, cols) matrix; raises if cols is not a positive multiple of
-// weight_row_multiple(t).
+// Bytes of a (rows, cols) matrix as the kernels read it (packed rows padded to
+// mkv_params::kPackedRowAlign) and as a GGUF file stores it (blocks back to
+// back); the same for the types that are not packed. Both raise if cols is not
+// a positive multiple of weight_row_multiple(t).
 size_t weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op);
+size_t file_weight_bytes(WeightType t, uint64_t rows, uint32_t cols, const char* op);
 
 }  // namespace mkv::ops

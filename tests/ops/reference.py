@@ -7,9 +7,14 @@ import gguf
 import numpy as np
 from gguf import quants
 
+from metalkv._core import ops
+
 WTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
 QUANTIZED = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
 K_QUANTS = ["q4_k", "q5_k", "q6_k"]  # 256-weight super-blocks; gguf-py can dequantize but not quantize them
+# Rewritten at load into planes of one field each, rows padded to 16 bytes
+# (metal/linear_params.h); the other types are read as the file stores them.
+PACKED = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q6_k"]
 
 # Where a K-quant super-block keeps its f16 scales (byte offsets, ggml-common.h):
 # d and dmin first in Q4_K/Q5_K, d last in Q6_K.
@@ -20,7 +25,31 @@ def row_multiple(wtype: str) -> int:
     """What the kernels need a row length to be a multiple of."""
     if wtype in ("f32", "f16", "bf16"):
         return 4
-    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype.upper()]][0]
+    return quant_size(wtype)[0]
+
+
+def quant_size(wtype: str) -> tuple[int, int]:
+    """(weights, bytes) of one block (f32/f16/bf16: one weight), from gguf."""
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype.upper()]]
+
+
+def file_row_bytes(wtype: str, cols: int) -> int:
+    """Bytes of a row of `cols` weights in a GGUF file."""
+    block, block_bytes = quant_size(wtype)
+    return cols // block * block_bytes
+
+
+def device_row_bytes(wtype: str, cols: int) -> int:
+    """Bytes of a row as the kernels read it: the file's, padded to 16 for PACKED types."""
+    n = file_row_bytes(wtype, cols)
+    return -(-n // 16) * 16 if wtype in PACKED else n
+
+
+def kernel_bytes(wtype: str, stored: np.ndarray) -> np.ndarray:
+    """What the kernels read for `stored` (rows in the file's layout): ops.pack_weights."""
+    rows = np.ascontiguousarray(stored).view(np.uint8).reshape(len(stored), -1)
+    block, block_bytes = quant_size(wtype)
+    return ops.pack_weights(wtype, rows, cols=rows.shape[1] // block_bytes * block)
 
 
 def fit(wtype: str, n: int) -> int:
@@ -48,8 +77,9 @@ def random_k_blocks(wtype: str, rows: int, cols: int, rng: np.random.Generator,
 
 def make_weights(wtype: str, rows: int, cols: int, rng: np.random.Generator,
                  spread: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """A random (rows, cols) matrix as stored in `wtype` (the bytes the kernel
-    reads) and as float64 (what those bytes mean, by gguf's dequantize)."""
+    """A random (rows, cols) matrix as a GGUF file stores it in `wtype` (upload
+    kernel_bytes(wtype, stored)) and as float64 (what those bytes mean, by gguf's
+    dequantize)."""
     if wtype in K_QUANTS:
         qtype = gguf.GGMLQuantizationType[wtype.upper()]
         stored = random_k_blocks(wtype, rows, cols, rng, spread)

@@ -9,7 +9,7 @@ import metalkv
 from metalkv._core import ops
 from gpu.kernels import run
 
-from .reference import WTYPES, f32, fit, gelu_pytorch_tanh, make_weights, rms_norm, silu
+from .reference import WTYPES, f32, fit, gelu_pytorch_tanh, kernel_bytes, make_weights, rms_norm, silu
 from devices import test_device  # tests/ is on sys.path
 
 # libm's expf/tanhf are within ~1 ulp; a few float32 operations follow.
@@ -26,7 +26,7 @@ def test_embedding_every_type(dev, wtype, scale):
     stored, table = make_weights(wtype, vocab, dim, rng)
     ids = np.array([0, 49, 7, 7, 31, 1], np.int32)  # first and last row, a repeat
     out = dev.buffer(len(ids) * dim * 4)
-    ops.embedding(dev, dev.buffer_from(stored), dev.buffer_from(ids), out, n_tokens=len(ids),
+    ops.embedding(dev, dev.buffer_from(kernel_bytes(wtype, stored)), dev.buffer_from(ids), out, n_tokens=len(ids),
                   dim=dim, vocab=vocab, ttype=wtype, scale=scale)
     # Dequantizing is one or two float32 roundings per weight (the same operations
     # as gguf's: K-quants d·sc·q − dmin·m), times the scale; atol: a GPU may fuse

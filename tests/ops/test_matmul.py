@@ -11,8 +11,8 @@ import metalkv
 from metalkv._core import ops
 
 from devices import test_device  # tests/ is on sys.path
-from .reference import (K_QUANTS, QUANTIZED, WTYPES, f32, fit, gelu_pytorch_tanh, make_weights, matmul, matmul_tolerance,
-                        silu)
+from .reference import (K_QUANTS, PACKED, QUANTIZED, WTYPES, device_row_bytes, f32, file_row_bytes, fit,
+                        gelu_pytorch_tanh, kernel_bytes, make_weights, matmul, matmul_tolerance, silu)
 
 
 # gemv widths: rows per SIMD-group 1, 2, 4 (the GPU shapes), 8 (the host's f16),
@@ -23,7 +23,7 @@ GEMV_ROWS = [1, 2, 4, 8, 32]
 def run_matmul(dev, x, stored, n_out, wtype, bias=None, kernel="auto", gemv_rows=0):
     n_tokens, n_in = x.shape
     y = dev.buffer(n_tokens * n_out * 4)
-    ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(stored), y,
+    ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(kernel_bytes(wtype, stored)), y,
                n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
                bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, gemv_rows=gemv_rows)
     return f32(y, (n_tokens, n_out))
@@ -127,8 +127,7 @@ def test_quantized_layout_is_ggufs():
 
 def call(dev, *, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", x_bytes=None, w_bytes=None,
          y_bytes=None, bias_bytes=None, kernel="auto"):
-    row = {"f32": n_in * 4, "f16": n_in * 2, "q8_0": n_in // 32 * 34, "q4_0": n_in // 32 * 18,
-           "q4_1": n_in // 32 * 20}.get(wtype, n_in * 4)
+    row = device_row_bytes(wtype, n_in)
     buf = lambda n: dev.buffer(max(n, 1))  # noqa: E731
     ops.matmul(dev, buf(x_bytes if x_bytes is not None else n_tokens * n_in * 4),
                buf(w_bytes if w_bytes is not None else n_out * row),
@@ -157,9 +156,9 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] unknown kernel 'gemmv'"):
         call(dev, kernel="gemmv")
     with pytest.raises(metalkv.GpuError,
-                       match=r"\[matmul\] w \(n_out, n_in\) q8_0 needs 544 bytes at offset 0, "
-                             r"but the buffer has 543 bytes"):
-        call(dev, w_bytes=8 * 68 - 1)
+                       match=r"\[matmul\] w \(n_out, n_in\) q8_0 needs 640 bytes at offset 0, "
+                             r"but the buffer has 639 bytes"):
+        call(dev, w_bytes=8 * 80 - 1)  # 8 rows of 2 blocks (68 bytes) padded to 80
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] x \(n_tokens, n_in\) float32 needs 768 bytes"):
         call(dev, n_tokens=3, x_bytes=512)
     with pytest.raises(metalkv.GpuError, match=r"\[matmul\] y \(n_tokens, n_out\) float32 needs 96 bytes"):
@@ -171,14 +170,16 @@ def test_bad_inputs_raise_clear_errors():
 
 
 @pytest.mark.parametrize("wtype", WTYPES)
-def test_weight_sizes_are_ggufs(wtype):
-    """The op's size of a (rows, n_in) matrix is gguf's (GGML_QUANT_SIZES): a buffer
-    of exactly that size is taken, one byte less is refused with that size."""
+@pytest.mark.parametrize("n_in", [96, 512])  # 96: rows of 3 blocks, padded when packed
+def test_weight_sizes(wtype, n_in):
+    """The op's size of a (rows, n_in) matrix is gguf's (GGML_QUANT_SIZES), with
+    PACKED rows padded to 16 bytes: pack_weights returns that many, a buffer of
+    exactly that size is taken, one byte less is refused with that size."""
     dev = test_device()
-    rows, n_in = 8, 512
-    qtype = gguf.GGMLQuantizationType[wtype.upper()]
-    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    need = rows * n_in // block * block_bytes
+    rows, n_in = 8, fit(wtype, n_in)
+    need = rows * device_row_bytes(wtype, n_in)
+    file = np.zeros((rows, file_row_bytes(wtype, n_in)), np.uint8)
+    assert ops.pack_weights(wtype, file, cols=n_in).shape == (rows, need // rows)
     call(dev, wtype=wtype, n_in=n_in, n_out=rows, w_bytes=need)
     with pytest.raises(metalkv.GpuError, match=rf"\[matmul\] w \(n_out, n_in\) {wtype} needs {need} bytes at "
                                               rf"offset 0, but the buffer has {need - 1} bytes"):
@@ -199,7 +200,7 @@ def test_accumulate_adds_to_y(dev, wtype, n_tokens, kernel, gemv_rows):
     bias = rng.standard_normal(n_out).astype(np.float32)
     y0 = rng.standard_normal((n_tokens, n_out)).astype(np.float32)
     y = dev.buffer_from(y0)
-    ops.matmul(dev, dev.buffer_from(x), dev.buffer_from(stored), y, n_tokens=n_tokens, n_in=n_in,
+    ops.matmul(dev, dev.buffer_from(x), dev.buffer_from(kernel_bytes(wtype, stored)), y, n_tokens=n_tokens, n_in=n_in,
                n_out=n_out, wtype=wtype, bias=dev.buffer_from(bias), kernel=kernel, accumulate=True,
                gemv_rows=gemv_rows)
     ref = y0.astype(np.float64) + matmul(x, w, bias)
@@ -211,7 +212,7 @@ def test_accumulate_adds_to_y(dev, wtype, n_tokens, kernel, gemv_rows):
 def run_glu(dev, x, stored, n_out, wtype, act, gemv_rows=0):
     n_tokens, n_in = x.shape
     y = dev.buffer(n_tokens * n_out * 4)
-    ops.matmul_glu(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(stored), y,
+    ops.matmul_glu(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(kernel_bytes(wtype, stored)), y,
                    n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype, act=act, gemv_rows=gemv_rows)
     return f32(y, (n_tokens, n_out))
 
@@ -257,10 +258,10 @@ def test_glu_equals_unfused_ops_bit_for_bit(gemv_rows):
 def test_glu_bad_inputs():
     dev = test_device()
     x, y = dev.buffer(64 * 4), dev.buffer(8 * 4)
-    w = dev.buffer(16 * 2 * 34)  # (16, 64) q8_0: 2 x 8 rows
+    w = dev.buffer(16 * 80)  # (16, 64) q8_0: 2 x 8 rows of 68 bytes padded to 80
     ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0")  # valid
-    with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] w \(2 n_out, n_in\) q8_0 needs 2176 bytes at offset 0, "
-                                              r"but the buffer has 1088 bytes"):
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] w \(2 n_out, n_in\) q8_0 needs 2560 bytes at offset 0, "
+                                              r"but the buffer has 1280 bytes"):
         ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=16, wtype="q8_0")
     with pytest.raises(metalkv.GpuError, match=r"\[matmul_glu\] unknown activation 'relu'"):
         ops.matmul_glu(dev, x, w, y, n_tokens=1, n_in=64, n_out=8, wtype="q8_0", act="relu")
