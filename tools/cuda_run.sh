@@ -4,9 +4,9 @@
 # over every kernel family, and the benchmarks. Logs and JSON go to $OUT; a
 # short summary is printed last.
 #
-#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine
+#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine ncu
 #                                          (default: info install test sanitize)
-#   env: TEST_S SAN_S BENCH_S ENGINE_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS
+#   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS
 #
 # The wheels come from .whl/ (carried): metalkv built here for the machine's
 # Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
@@ -27,6 +27,7 @@ stage_info() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/device.txt"
   nvcc --version | tail -1 | tee -a "$OUT/device.txt"
   python3 --version | tee -a "$OUT/device.txt"
+  uname -r | tee -a "$OUT/device.txt"  # 4.4.0 is gVisor (no ncu counters); Firecracker runs a real kernel
 }
 
 stage_install() {
@@ -78,6 +79,15 @@ stage_bench_engine() {
     > "$OUT/bench_engine.txt" 2>&1
   note "bench/gpu/engine.py: rc=$?"
   tail -30 "$OUT/bench_engine.txt"
+}
+
+stage_ncu() {
+  step "ncu counters of the bandwidth-bound kernels (bench/gpu/ncu.py)"
+  # ncu gets NCU_S less 20 s, so the script still writes its JSON (or the error) within the timeout.
+  timeout ${NCU_S:-150} python3 bench/gpu/ncu.py --timeout $(( ${NCU_S:-150} - 20 )) --json "$OUT/ncu.json" \
+    > "$OUT/ncu.txt" 2>&1
+  note "bench/gpu/ncu.py: rc=$?; $(grep -m1 '^ncu: ' "$OUT/ncu.txt")"
+  tail -20 "$OUT/ncu.txt"
 }
 
 stages=("$@")
