@@ -23,7 +23,7 @@ import numpy as np
 from . import _core
 from ._device import open_device
 from .errors import ArgumentError, argument_error
-from .model_spec import check_context, check_quantize, default_capacity, engine_spec, load_weights
+from .model_spec import DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
@@ -95,10 +95,12 @@ class _StopMatcher:
 class Engine:
     """A model on a device. Build with Engine.load()."""
 
-    def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int):
+    def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
+                 weight_tensors: dict[str, DeviceTensor] | None = None):
         self._loaded = loaded
         self._core = core
         self._capacity = capacity
+        self._weight_tensors = dict(weight_tensors or {})
         self.last_stats: dict = {}
 
     # ---- construction ---------------------------------------------------------------
@@ -121,14 +123,14 @@ class Engine:
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress)
         capacity = default_capacity(loaded.config, context)
-        weights = load_weights(dev, loaded, progress=progress, quantize=quantize)
+        weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity)
+        return cls(loaded, core, capacity, tensors)
 
     @property
     def config(self) -> ModelConfig:
@@ -151,6 +153,11 @@ class Engine:
     @property
     def weights_nbytes(self) -> int:
         return self._core.weights_nbytes
+
+    @property
+    def weight_tensors(self) -> dict[str, DeviceTensor]:
+        """Each uploaded tensor's type, shape and bytes on the device (after quantize=)."""
+        return dict(self._weight_tensors)
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute") -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's

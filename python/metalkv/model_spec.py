@@ -10,6 +10,7 @@ engine_spec maps those features onto the C++ model's switches one to one.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -160,8 +161,18 @@ def _warn_unquantized(m: LoadedModel, quantize: str) -> None:
                   f"{m.path.name} are not quantized to {quantize}: {'; '.join(parts)}", stacklevel=4)
 
 
-def load_weights(device, m: LoadedModel, *, progress: bool | None, quantize: str | None = None) -> "_core.Weights":
-    """The tensors on the device, as device_tensor makes them (quantize: see there)."""
+@dataclass(frozen=True)
+class DeviceTensor:
+    """A tensor as the device holds it (Engine.weight_tensors)."""
+    dtype: str                # a kernel type: "f32", "f16", "bf16", "q8_0", "q4_0", ...
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def load_weights(device, m: LoadedModel, *, progress: bool | None,
+                 quantize: str | None = None) -> tuple["_core.Weights", dict[str, DeviceTensor]]:
+    """The tensors on the device, as device_tensor makes them (quantize: see there), and
+    what each became."""
     check_quantize(quantize)
     weights = _core.Weights(device)
     if quantize is not None:
@@ -174,6 +185,7 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None, quantize: str
                       f"are dequantized to f16 at load: {stored / 2**20:.2f} MiB in "
                       f"the file take {f16 / 2**20:.2f} MiB on the device ({f16 / stored:.1f}x), values "
                       f"rounded to f16", stacklevel=3)
+    table: dict[str, DeviceTensor] = {}
     desc = "uploading weights" if quantize is None else f"quantizing to {quantize} and uploading weights"
     for name in progress_bar(list(m.tensors), desc=desc, progress=progress):
         t = m.tensors[name]
@@ -181,7 +193,8 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None, quantize: str
             continue  # folded into the rope tables
         dtype, data = device_tensor(t, quantize)
         weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
-    return weights
+        table[name] = DeviceTensor(dtype, tuple(t.shape), int(data.nbytes))
+    return weights, table
 
 
 DEFAULT_CONTEXT = 4096  # tokens a cache holds unless asked: the model's context length, at most this

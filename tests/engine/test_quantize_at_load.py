@@ -54,6 +54,9 @@ def test_logits_equal_a_file_quantized_by_gguf_py(tmp_path, wtype):
     sizes = {n: np.prod(s) for n, s in metalkv.models.expected_shapes(got.config).items()}
     want = sum(int(v) * 4 if n not in MATRICES else int(v) // 32 * BLOCK_BYTES[wtype] for n, v in sizes.items())
     assert got.weights_nbytes == ref.weights_nbytes == want
+    assert {n: t.dtype for n, t in got.weight_tensors.items() if n in MATRICES} == dict.fromkeys(MATRICES, wtype)
+    assert {t.dtype for n, t in got.weight_tensors.items() if n not in MATRICES} == {"f32"}
+    assert sum(t.nbytes for t in got.weight_tensors.values()) == want
 
 
 @pytest.mark.parametrize("source", ["F16", "BF16"])
