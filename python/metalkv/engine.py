@@ -121,7 +121,7 @@ class Engine:
         check_context(context)
         check_quantize(quantize)
         dev = open_device(device)  # a bad device or context fails before the model is read
-        loaded = load_model(model, progress=progress)
+        loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:

@@ -18,15 +18,11 @@ from . import _core
 from .errors import argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
-from .models.tensor import ROPE_TENSORS, bf16_to_f32, vector_f32
+from .models.tensor import QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, quantizable, vector_f32
 
 # Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h), from
 # the C++ table (cpp/ops/weight_type.cpp).
 KERNEL_DTYPES = tuple(_core.ops.weight_types())
-# What Engine.load(quantize=...) may turn float matrices into (cpp/ops/quantize.h),
-# and the row length those blocks need.
-QUANTIZE_TYPES = ("q8_0", "q4_0")
-QUANTIZE_BLOCK = 32
 
 
 def _inv_freq(cfg: ModelConfig, tensors: dict[str, Tensor], s: dict | None, long: bool = False) -> np.ndarray:
@@ -116,11 +112,6 @@ def check_quantize(quantize) -> None:
     if quantize is not None and (not isinstance(quantize, str) or quantize not in QUANTIZE_TYPES):
         raise argument_error("engine", "quantize", quantize,
                              "None, 'q8_0' or 'q4_0' (the GGUF type float matrices are quantized to at load)")
-
-
-def quantizable(t: Tensor) -> bool:
-    """A float matrix whose rows are whole blocks: what quantize= converts."""
-    return len(t.shape) == 2 and not t.quantized and t.shape[-1] % QUANTIZE_BLOCK == 0
 
 
 def device_tensor(t: Tensor, quantize: str | None = None) -> tuple[str, np.ndarray]:
