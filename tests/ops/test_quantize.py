@@ -4,11 +4,12 @@ quantize_row_q8_0_ref / quantize_row_q4_0_ref) on the same float32 values.
 
 The edges are compared too, exactly: ties of the rounding (x / d = k + 0.5), zero
 and signed-zero blocks, all-equal blocks, a largest magnitude held twice with
-both signs, values near f16's overflow of d, and blocks so small that 1 / d
-overflows float (there ggml's C cast of Inf to int8 is undefined; ours writes
-what numpy's x86-64 cast writes, and d is 0 in f16 anyway so those codes are
-never read)."""
+both signs, values near f16's overflow of d, subnormal floats. Blocks so small
+that 1 / d overflows float have their own test: there the codes are whatever a
+cast of Inf to an integer gives (undefined in ggml's C, the CPU's in numpy)."""
 from __future__ import annotations
+
+import platform
 
 import gguf
 import numpy as np
@@ -38,7 +39,7 @@ def edge_rows(rng) -> np.ndarray:
             np.r_[5.0, -5.0, rng.standard_normal(30)], np.r_[-5.0, 5.0, rng.standard_normal(30)],
             np.r_[1.0, np.zeros(31)], np.full(32, 65504.0 * 127), np.full(32, 65520.0 * 8),
             np.r_[3e38, -3e38, rng.standard_normal(30) * 1e38], rng.standard_normal(32) * 1e-20,
-            np.r_[1e-37, -3e-38, np.zeros(30)], np.full(32, 1e-40), np.r_[1.4e-45, np.zeros(31)]]
+            np.r_[1e-36, -3e-38, np.zeros(30)], np.r_[1.4e-45, np.zeros(31)], np.full(32, 1.4e-45)]
     # ties: x * (1 / d) lands on k + 0.5 (Q8_0, d = 127 / 127 = 1) or k (Q4_0: + 8.5 is a tie of trunc)
     rows.append(np.r_[127.0, np.arange(-15.5, 15.5, 1.0)])
     rows.append(np.r_[-8.0, np.arange(-7.5, 8.0, 0.5)[:31]])
@@ -56,6 +57,24 @@ def test_random_f32_matches_gguf_py(wtype, shape):
 @pytest.mark.parametrize("wtype", WTYPES)
 def test_edge_blocks_match_gguf_py(wtype):
     check_exact(edge_rows(np.random.default_rng(1)), wtype)
+
+
+@pytest.mark.parametrize("wtype", WTYPES)
+def test_blocks_whose_inverse_scale_overflows(wtype):
+    """|values| below ~3.7e-37 (Q8_0) or ~2.4e-38 (Q4_0): d is a float subnormal and 1 / d
+    is Inf, so x / d is +-Inf or NaN. The scale matches everywhere and rounds to zero in f16,
+    so the codes are never read; they are what numpy's x86-64 cast of Inf and NaN gives (0,
+    through cvttss2si), which the C++ writes on every CPU: compared byte for byte on x86-64,
+    where numpy agrees (arm64's saturating cast would give 0xff for +Inf)."""
+    x = np.array([np.r_[1e-37, -3e-38, np.zeros(30)], np.full(32, 1e-40), np.r_[-1e-40, 2e-41, np.zeros(30)]],
+                 np.float32)
+    got, want = ops.quantize(x, wtype), reference(x, wtype)
+    block = 34 if wtype == "q8_0" else 18
+    d = lambda q: q.reshape(-1, block)[:, :2]
+    np.testing.assert_array_equal(d(got), d(want))
+    assert (d(got).copy().view(np.float16) == 0).all()
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("wtype", WTYPES)
