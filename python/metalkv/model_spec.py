@@ -10,6 +10,7 @@ engine_spec maps those features onto the C++ model's switches one to one.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from . import _core
 from .errors import argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
-from .models.tensor import ROPE_TENSORS, bf16_to_f32, vector_f32
+from .models.tensor import QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, quantizable, vector_f32
 
 # Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h), from
 # the C++ table (cpp/ops/weight_type.cpp).
@@ -107,21 +108,66 @@ def _dequantized(t: Tensor) -> np.ndarray:
     return dequantize(t.data, qtype).reshape(t.shape)
 
 
-def device_tensor(t: Tensor) -> tuple[str, np.ndarray]:
+def check_quantize(quantize) -> None:
+    if quantize is not None and (not isinstance(quantize, str) or quantize not in QUANTIZE_TYPES):
+        raise argument_error("engine", "quantize", quantize,
+                             "None, 'q8_0' or 'q4_0' (the GGUF type float matrices are quantized to at load)")
+
+
+def device_tensor(t: Tensor, quantize: str | None = None) -> tuple[str, np.ndarray]:
     """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases;
-    f32, f16 or bf16) become f32, exactly; matrices in a type the kernels read stay as they are
-    (bf16 as its uint16 bit patterns, GGUF blocks as their bytes); other GGUF quantizations are
-    dequantized to f16 (see load_weights' warning)."""
+    f32, f16 or bf16) become f32, exactly; with quantize ('q8_0' | 'q4_0'), quantizable float
+    matrices become those GGUF blocks (ops.quantize: ggml's reference quantizers on their float32
+    values); other matrices in a type the kernels read stay as they are (bf16 as its uint16 bit
+    patterns, GGUF blocks as their bytes); other GGUF quantizations are dequantized to f16 (see
+    load_weights' warning)."""
     if len(t.shape) == 1:  # the loaders refuse 1-D tensors of a quantized type
         data = bf16_to_f32(t.data) if t.dtype == "bf16" else t.data.astype(np.float32)
         return "f32", np.ascontiguousarray(data)
+    if quantize is not None and quantizable(t):
+        return quantize, _core.ops.quantize(np.asarray(t.data).reshape(t.shape), quantize)
     if t.dtype in KERNEL_DTYPES:
         return t.dtype, np.ascontiguousarray(t.data)
     return "f16", np.ascontiguousarray(_dequantized(t).astype(np.float16))
 
 
-def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Weights":
+def _warn_unquantized(m: LoadedModel, quantize: str) -> None:
+    """Says once which matrices quantize= leaves as they are, and why."""
+    matrices = [t for n, t in m.tensors.items() if len(t.shape) == 2 and n not in ROPE_TENSORS]
+    already = [t for t in matrices if t.quantized]
+    ragged = [t for t in matrices if not t.quantized and not quantizable(t)]
+    if not already and not ragged:
+        return
+    parts = []
+    if already:
+        parts.append(f"{len(already)} already quantized ({', '.join(sorted({t.dtype for t in already}))}) "
+                     f"stay in their own type")
+    if ragged:
+        kinds = sorted({t.name.split(".", 2)[-1] if t.name.startswith("blk.") else t.name for t in ragged})
+        cols = sorted({t.shape[-1] for t in ragged})
+        parts.append(f"{len(ragged)} whose rows are not a multiple of {QUANTIZE_BLOCK} values "
+                     f"({', '.join(kinds)}: {', '.join(map(str, cols))} columns) stay "
+                     f"{', '.join(sorted({t.dtype for t in ragged}))}")
+    warnings.warn(f"quantize={quantize!r}: {len(already) + len(ragged)} of the {len(matrices)} matrices of "
+                  f"{m.path.name} are not quantized to {quantize}: {'; '.join(parts)}", stacklevel=4)
+
+
+@dataclass(frozen=True)
+class DeviceTensor:
+    """A tensor as the device holds it (Engine.weight_tensors)."""
+    dtype: str                # a kernel type: "f32", "f16", "bf16", "q8_0", "q4_0", ...
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def load_weights(device, m: LoadedModel, *, progress: bool | None,
+                 quantize: str | None = None) -> tuple["_core.Weights", dict[str, DeviceTensor]]:
+    """The tensors on the device, as device_tensor makes them (quantize: see there), and
+    what each became."""
+    check_quantize(quantize)
     weights = _core.Weights(device)
+    if quantize is not None:
+        _warn_unquantized(m, quantize)
     other = [t for t in m.tensors.values() if len(t.shape) > 1 and t.dtype not in KERNEL_DTYPES]
     if other:
         stored, f16 = sum(t.nbytes for t in other), sum(2 * int(np.prod(t.shape)) for t in other)
@@ -130,13 +176,16 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None) -> "_core.Wei
                       f"are dequantized to f16 at load: {stored / 2**20:.2f} MiB in "
                       f"the file take {f16 / 2**20:.2f} MiB on the device ({f16 / stored:.1f}x), values "
                       f"rounded to f16", stacklevel=3)
-    for name in progress_bar(list(m.tensors), desc="uploading weights", progress=progress):
+    table: dict[str, DeviceTensor] = {}
+    desc = "uploading weights" if quantize is None else f"quantizing to {quantize} and uploading weights"
+    for name in progress_bar(list(m.tensors), desc=desc, progress=progress):
         t = m.tensors[name]
         if name in ROPE_TENSORS:
             continue  # folded into the rope tables
-        dtype, data = device_tensor(t)
+        dtype, data = device_tensor(t, quantize)
         weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
-    return weights
+        table[name] = DeviceTensor(dtype, tuple(t.shape), int(data.nbytes))
+    return weights, table
 
 
 DEFAULT_CONTEXT = 4096  # tokens a cache holds unless asked: the model's context length, at most this

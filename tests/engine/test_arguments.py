@@ -23,6 +23,9 @@ def tiny(tiny_gguf):
     ({"context": 0}, "context", r"context=0: expected a positive int"),
     ({"context": "512"}, "context", r"context='512'"),
     ({"context": 2**40}, "context", r"context=1099511627776"),
+    ({"quantize": "q5_0"}, "quantize", r"quantize='q5_0': expected None, 'q8_0' or 'q4_0'"),
+    ({"quantize": "Q8_0"}, "quantize", r"quantize='Q8_0': expected None, 'q8_0' or 'q4_0'"),
+    ({"quantize": 8}, "quantize", r"quantize=8: expected None"),
 ])
 def test_bad_engine_options(tiny_gguf, kw, argument, match):
     with pytest.raises(metalkv.ArgumentError, match=match) as e:

@@ -108,3 +108,24 @@ def test_bad_arguments_exit_with_a_message(default_gguf, capsys):
     assert "model '/nonexistent/model.gguf' not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["generate"])  # argparse: the prompt is required
+
+
+def test_quantize_flag(tmp_path, capsys):
+    """--quantize reaches Engine.load: the text is the quantized engine's, not the float one's."""
+    import warnings
+
+    import metalkv
+    from models.tiny import TINY_VOCAB, write_gguf  # tests/ is on sys.path
+
+    f = tmp_path / "tiny.gguf"
+    write_gguf(f, tokenizer=TINY_VOCAB, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
+    flags = ["--model", str(f), "--device", "host", "--no-chat", "--max-tokens", "8", "--context", "64"]
+    assert cli.main(["generate", "abc", "--quantize", "q4_0"] + flags) == 0
+    out = capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every matrix of this model is whole blocks
+        eng = metalkv.Engine.load(f, device="host", context=64, quantize="q4_0", progress=False)
+    assert out == eng.generate("abc", chat=False, max_tokens=8) + "\n"
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "abc", "--quantize", "q5_0"] + flags)
+    assert e.value.code == 2 and "invalid choice: 'q5_0'" in capsys.readouterr().err

@@ -45,14 +45,17 @@ def _is_gguf(path: pathlib.Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def load_model(ref: str | os.PathLike | None = None, *, progress: bool | None = None) -> LoadedModel:
+def load_model(ref: str | os.PathLike | None = None, *, progress: bool | None = None,
+               quantize: str | None = None) -> LoadedModel:
     """Resolve `ref` (see resolve_model) and load everything. progress: tqdm bars on
-    stderr (None: only on a terminal, and not when METALKV_NO_PROGRESS is set)."""
+    stderr (None: only on a terminal, and not when METALKV_NO_PROGRESS is set).
+    quantize: the type the engine will quantize float matrices to (Engine.load), so
+    that safetensors bf16 matrices it will quantize keep their exact values."""
     path = resolve_model(ref)
     if path.is_file() and path.suffix == ".safetensors":
         path = path.parent
     try:
-        return _load(path, progress)
+        return _load(path, progress, quantize)
     except ChatTemplateError as e:  # a template that does not parse is a file that cannot be used
         raise ModelLoadError(f"{path}: {e}") from None
     except ModelLoadError as e:
@@ -61,11 +64,11 @@ def load_model(ref: str | os.PathLike | None = None, *, progress: bool | None = 
         raise ModelLoadError(f"{path}: {e}") from None  # tokenizer errors do not know the file
 
 
-def _load(path: pathlib.Path, progress: bool | None) -> LoadedModel:
+def _load(path: pathlib.Path, progress: bool | None, quantize: str | None) -> LoadedModel:
     if path.is_dir():
         from .safetensors_loader import load_safetensors_dir
 
-        cfg, tensors, md = load_safetensors_dir(path, progress=progress)
+        cfg, tensors, md = load_safetensors_dir(path, progress=progress, quantize=quantize)
         tok = (Tokenizer.from_hf_dir(path, bos_id=cfg.bos_id, eos_ids=cfg.eos_ids)
                if (path / "tokenizer.json").is_file() else None)
         chat = ChatTemplate.from_hf_dir(path)

@@ -6,7 +6,8 @@ rather than through the safetensors package because its numpy view cannot hold
 bf16, which is what most checkpoints are; this also lets every inconsistency be
 reported with the tensor and file it concerns. bf16 matrices become f16 (the
 kernels read f16, f32 and GGUF blocks, not bf16); f32 and f16 matrices stay as
-they are; vectors (norms, biases) become f32.
+they are; vectors (norms, biases) become f32. With quantize (Engine.load), bf16
+matrices that will be quantized stay bf16, quantized from their exact values.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .config import ModelConfig
 from .hf_config import config_from_hf
 from .finite import check_finite
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors, split_fused
+from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors, quantizable, split_fused
 from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
@@ -197,11 +198,15 @@ def _check_tiling(entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]
                              f"the tensors to cover the data exactly: corrupt header or trailing garbage")
 
 
-def to_engine_dtype(t: Tensor) -> Tensor:
-    """Matrices: bf16 -> f16 (refusing silent overflow), f16 and f32 kept; vectors -> f32."""
+def to_engine_dtype(t: Tensor, quantize: str | None = None) -> Tensor:
+    """Matrices: bf16 -> f16 (refusing silent overflow), f16 and f32 kept; vectors -> f32.
+    With quantize, bf16 matrices the engine will quantize are kept as they are: through f16
+    they would lose the bits of values below f16's normal range (6.1e-5) and overflow above 65504."""
     src = t.data
     if t.dtype in ("f16", "f32") and len(t.shape) > 1:
         return t  # the kernels read it as it is; stays a view of the file
+    if quantize is not None and quantizable(t):
+        return t  # bf16 bit patterns, quantized at upload (model_spec.device_tensor)
     f32 = bf16_to_f32(src) if t.dtype == "bf16" else src.astype(np.float32)
     if len(t.shape) == 1:
         return Tensor(t.name, t.shape, "f32", np.ascontiguousarray(f32))
@@ -240,9 +245,9 @@ def _special_tokens(tok: dict[str, Any], path: pathlib.Path) -> dict[str, int]:
     return {t["content"]: t["id"] for t in added if t.get("special")}
 
 
-def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = None
+def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = None, quantize: str | None = None
                          ) -> tuple[ModelConfig, dict[str, Tensor], dict[str, Any]]:
-    """(config, tensors, config.json) of an HF model directory."""
+    """(config, tensors, config.json) of an HF model directory (quantize: see to_engine_dtype)."""
     d = pathlib.Path(path)
     hf = _read_json(d / "config.json", required=True)
     tok = d / "tokenizer.json"
@@ -269,6 +274,6 @@ def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = Non
         origin[part] = f"{origin[fused]} ({part.split('.')[2]} rows)"
     check_tensors(raw, cfg, str(d), hint=lambda n: hf_name_hint(n, cfg.arch))
     check_finite(raw, str(d), hint=lambda n: origin[n])
-    tensors = {n: to_engine_dtype(t) for n, t in progress_bar(raw.items(), desc="tensors",
+    tensors = {n: to_engine_dtype(t, quantize) for n, t in progress_bar(raw.items(), desc="tensors",
                                                                progress=progress, total=len(raw))}
     return cfg, tensors, hf

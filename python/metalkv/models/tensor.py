@@ -82,6 +82,17 @@ class Tensor:
         return self.dtype not in ("f32", "f16", "bf16")
 
 
+# Engine.load(quantize=...): the GGUF types float matrices may become at load
+# (cpp/ops/quantize.h) and the row length their blocks need.
+QUANTIZE_TYPES = ("q8_0", "q4_0")
+QUANTIZE_BLOCK = 32
+
+
+def quantizable(t: Tensor) -> bool:
+    """A float matrix whose rows are whole blocks: what quantize= converts."""
+    return len(t.shape) == 2 and not t.quantized and t.shape[-1] % QUANTIZE_BLOCK == 0
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """bfloat16 values stored as their 16-bit patterns -> float32, exactly (bf16 is
     the top half of a float32)."""
