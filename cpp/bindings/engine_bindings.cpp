@@ -128,10 +128,11 @@ void bind_engine(nb::module_& m, nb::module_&) {
           [](PyWeights& w, const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
              const Bytes& data) {
             if (!w.weights) throw nb::value_error("[weights] already given to an Engine");
-            w.weights->add(name, dtype, shape, data.data(), data.nbytes());
+            return w.weights->add(name, dtype, shape, data.data(), data.nbytes());
           },
           "name"_a, "dtype"_a, "shape"_a, "data"_a,
-          "Copies data (raw bytes of dtype 'f32'|'f16'|'q8_0'|'q4_0'|'q4_1', logical shape) to the device.")
+          "Copies data (the file's bytes of a kernel weight type, logical shape) to the device, packed\n"
+          "as the kernels read it (ops.pack_weights); returns the bytes it takes there.")
       .def_prop_ro("nbytes", [](const PyWeights& w) { return w.weights ? w.weights->nbytes() : 0; })
       .def("__len__", [](const PyWeights& w) { return w.weights ? w.weights->size() : 0; });
 

@@ -28,7 +28,7 @@ Weights::Weights(gpu::DevicePtr device) : device_(std::move(device)) {
   if (!device_) fail("device is null");
 }
 
-void Weights::add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+size_t Weights::add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
                   const void* data, size_t nbytes) {
   const ops::WeightType t = ops::parse_weight_type(dtype, "weights");
   if (shape.empty() || shape.size() > 2 || shape[0] == 0 || shape.back() == 0)
@@ -58,6 +58,7 @@ void Weights::add(const std::string& name, const std::string& dtype, const std::
   w.view.buffer = buf;
   by_name_[name] = w;
   nbytes_ += device_bytes;
+  return device_bytes;
 }
 
 const Weight* Weights::find(const std::string& name) const {

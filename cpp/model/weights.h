@@ -26,10 +26,12 @@ class Weights {
  public:
   explicit Weights(gpu::DevicePtr device);
 
-  // Copies nbytes at data into a new device buffer. dtype: "f32", "f16",
-  // "q8_0", "q4_0", "q4_1"; shape (n,) or (rows, cols), quantized along rows.
-  // Raises GpuError "[weights] ..." when nbytes does not match dtype and shape.
-  void add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
+  // Copies nbytes at data (as a GGUF file stores them) into a new device buffer,
+  // packed as the kernels read them (ops/weight_pack.h); returns its size. dtype:
+  // a kernel weight type (ops/weight_type.h); shape (n,) or (rows, cols),
+  // quantized along rows. Raises GpuError "[weights] ..." when nbytes does not
+  // match dtype and shape.
+  size_t add(const std::string& name, const std::string& dtype, const std::vector<uint64_t>& shape,
            const void* data, size_t nbytes);
 
   const Weight* find(const std::string& name) const;  // nullptr when absent

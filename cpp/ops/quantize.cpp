@@ -145,7 +145,7 @@ size_t quantized_bytes(WeightType src_type, WeightType dst_type, uint64_t rows, 
     fail(kOp, std::string("the source must be 'f32', 'f16' or 'bf16', got '") + weight_type_name(src_type) +
                   "' (already quantized)");
   if (rows == 0) fail(kOp, "rows must be positive, got 0");
-  return weight_bytes(dst_type, rows, cols, kOp);  // raises for a row that is not whole blocks
+  return file_weight_bytes(dst_type, rows, cols, kOp);  // raises for a row that is not whole blocks
 }
 
 void quantize(const QuantizeArgs& a) {
@@ -156,7 +156,7 @@ void quantize(const QuantizeArgs& a) {
                   std::to_string(want));
   if (!a.src || !a.dst) fail(kOp, "src and dst must not be null");
   const BlockFn block = a.dst_type == WeightType::q8_0 ? q8_0_block : q4_0_block;
-  const size_t block_bytes = weight_bytes(a.dst_type, 1, kBlock, kOp);
+  const size_t block_bytes = file_weight_bytes(a.dst_type, 1, kBlock, kOp);
   auto run = a.src_type == WeightType::f32   ? quantize_rows<WeightType::f32>
              : a.src_type == WeightType::f16 ? quantize_rows<WeightType::f16>
                                              : quantize_rows<WeightType::bf16>;

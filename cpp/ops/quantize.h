@@ -25,8 +25,8 @@ struct QuantizeArgs {
   uint64_t rows = 0;
   uint32_t cols = 0;           // a positive multiple of 32 (one block)
   WeightType dst_type = WeightType::q8_0;  // q8_0 | q4_0
-  void* dst = nullptr;         // (rows, weight_bytes(dst_type, 1, cols)) bytes
-  size_t dst_bytes = 0;        // must be weight_bytes(dst_type, rows, cols)
+  void* dst = nullptr;         // (rows, file_weight_bytes(dst_type, 1, cols)) bytes: GGUF blocks
+  size_t dst_bytes = 0;        // must be file_weight_bytes(dst_type, rows, cols)
   unsigned threads = 0;        // 0: std::thread::hardware_concurrency()
 };
 

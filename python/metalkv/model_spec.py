@@ -183,8 +183,8 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None,
         if name in ROPE_TENSORS:
             continue  # folded into the rope tables
         dtype, data = device_tensor(t, quantize)
-        weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
-        table[name] = DeviceTensor(dtype, tuple(t.shape), int(data.nbytes))
+        nbytes = weights.add(name, dtype, list(t.shape), data.reshape(-1).view(np.uint8))
+        table[name] = DeviceTensor(dtype, tuple(t.shape), int(nbytes))
     return weights, table
 
 
