@@ -4,7 +4,7 @@
 # over every kernel family, and the benchmarks. Logs and JSON go to $OUT; a
 # short summary is printed last.
 #
-#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine ncu
+#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants ncu
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS
 #
@@ -79,6 +79,20 @@ stage_bench_engine() {
     > "$OUT/bench_engine.txt" 2>&1
   note "bench/gpu/engine.py: rc=$?"
   tail -30 "$OUT/bench_engine.txt"
+}
+
+# metalkv alone (no transformers) on the model bench-engine saved: the CUDA
+# graph replay of each command buffer, then Q8_0 and Q4_0 quantized at load.
+stage_engine_variants() {
+  step "engine variants: CUDA graphs, q8_0, q4_0 (metalkv only)"
+  local args="--hf-cache '' ${ENGINE_ARGS:-}"
+  for v in "graphs:METALKV_CUDA_GRAPHS=1:" "q8_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q8_0" \
+           "q4_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q4_0"; do
+    IFS=: read -r name env extra <<< "$v"
+    env $env timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_engine_$name.json' $args $extra" \
+      > "$OUT/bench_engine_$name.txt" 2>&1
+    note "bench/gpu/engine.py [$name: $env $extra]: rc=$?; $(grep -m1 -E 'metalkv' "$OUT/bench_engine_$name.txt" | tail -c 200)"
+  done
 }
 
 stage_ncu() {

@@ -4,8 +4,10 @@
 // host executor's (threads within the pipeline's limit, every parameter bound,
 // constant structs at least sizeof the kernel's type, threadgroup memory within
 // Metal's 32 KiB); commit() launches everything in order on the queue's stream.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "cuda_command.h"
 
@@ -23,10 +25,52 @@ bool graphs_enabled() {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
+// Executable graphs kept for reuse (METALKV_CUDA_GRAPHS=1). A decode step
+// records the same launches every token with new argument values (positions,
+// lengths), so the step's captured graph updates the executable of the last
+// step in place (cudaGraphExecUpdate) instead of being instantiated anew; a few
+// shapes (a prefill chunk, a decode step, sampling) are kept, most recent first.
+class GraphCache {
+ public:
+  GraphCache() = default;
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
+  ~GraphCache() {
+    for (cudaGraphExec_t e : execs_) cudaGraphExecDestroy(e);
+  }
+  // An executable that runs `graph` (which the caller still owns).
+  cudaGraphExec_t exec_for(cudaGraph_t graph) {
+    for (size_t i = 0; i < execs_.size(); ++i) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(execs_[i], graph, &info) == cudaSuccess) {
+        std::rotate(execs_.begin(), execs_.begin() + i, execs_.begin() + i + 1);
+        return execs_.front();
+      }
+      cudaGetLastError();  // a topology that does not match: not an error of the work
+    }
+    cudaGraphExec_t exec = nullptr;
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    if (execs_.size() == kKept) {
+      cudaGraphExecDestroy(execs_.back());  // deferred by CUDA until its launches complete
+      execs_.pop_back();
+    }
+    execs_.insert(execs_.begin(), exec);
+    return exec;
+  }
+
+ private:
+  static constexpr size_t kKept = 4;
+  std::vector<cudaGraphExec_t> execs_;
+};
+
 // A stream, shared by its queue and every command buffer made from it: a command
 // buffer may outlive the queue object (e.g. a temporary queue for one blit).
+// Its graph cache is used by one command buffer at a time: commit() runs on the
+// thread that encodes, and the stream orders the launches.
 struct Stream {
   cudaStream_t stream = nullptr;
+  GraphCache graphs;
+  std::mutex commit_mutex;  // command buffers of one queue may commit from several threads
   Stream() { check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
   ~Stream() { cudaStreamDestroy(stream); }
   Stream(const Stream&) = delete;
@@ -285,8 +329,8 @@ void CudaCommandBuffer::commit() {
     if (!graphs_ || commands_.empty()) {
       enqueue();
     } else {  // one graph of the whole command buffer: one launch instead of one per command
+      std::lock_guard<std::mutex> lock(owner_->commit_mutex);
       cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
       check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       try {
         enqueue();
@@ -296,12 +340,15 @@ void CudaCommandBuffer::commit() {
         throw;
       }
       check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphExec_t exec = nullptr;
+      try {
+        exec = owner_->graphs.exec_for(graph);
+      } catch (...) {
+        cudaGraphDestroy(graph);
+        throw;
+      }
       cudaGraphDestroy(graph);
-      check(e, "cudaGraphInstantiate");
-      const cudaError_t l = cudaGraphLaunch(exec, stream_);
-      cudaGraphExecDestroy(exec);  // deferred by CUDA until the launch completes
-      check(l, "cudaGraphLaunch");
+      check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
     }
   } catch (const GpuError& e) {
     error_ = e.what();
