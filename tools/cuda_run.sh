@@ -6,7 +6,8 @@
 #
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants ncu
 #                                          (default: info install test sanitize)
-#   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS
+#   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
+#        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants)
 #
 # The wheels come from .whl/ (carried): metalkv built here for the machine's
 # Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
@@ -85,7 +86,7 @@ stage_bench_engine() {
 # graph replay of each command buffer, then Q8_0 and Q4_0 quantized at load.
 stage_engine_variants() {
   step "engine variants: CUDA graphs, q8_0, q4_0 (metalkv only)"
-  local args="--hf-cache '' ${ENGINE_ARGS:-}"
+  local args="${ENGINE_ARGS:-} --hf-cache ''"
   for v in "graphs:METALKV_CUDA_GRAPHS=1:" "q8_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q8_0" \
            "q4_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q4_0"; do
     IFS=: read -r name env extra <<< "$v"
@@ -98,7 +99,7 @@ stage_engine_variants() {
 stage_ncu() {
   step "ncu counters of the bandwidth-bound kernels (bench/gpu/ncu.py)"
   # ncu gets NCU_S less 20 s, so the script still writes its JSON (or the error) within the timeout.
-  timeout ${NCU_S:-150} python3 bench/gpu/ncu.py --timeout $(( ${NCU_S:-150} - 20 )) --json "$OUT/ncu.json" \
+  timeout ${NCU_S:-150} python3 bench/gpu/ncu.py --timeout $(( ${NCU_S:-150} - 20 )) --json "$OUT/ncu.json" ${NCU_ARGS:-} \
     > "$OUT/ncu.txt" 2>&1
   note "bench/gpu/ncu.py: rc=$?; $(grep -m1 '^ncu: ' "$OUT/ncu.txt")"
   tail -20 "$OUT/ncu.txt"
