@@ -89,9 +89,9 @@ void Engine::write_penalty_ids(size_t at, const uint32_t* ids, size_t n) {
 gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t n, uint32_t n_logits,
                                const ops::SamplingParams* sample, float uniform, uint32_t n_penalty) {
   ws_.write_ids(ids, n);
-  auto cb = queue_->command_buffer();
+  gpu::Counters counters;
   {
-    kv::EncoderSession session(*cb);
+    kv::EncoderSession session(*queue_);  // the model commits every few layers (Model::encode_step)
     model_->encode_step(session, ws_, cache, n, n_logits);
     if (sample) {
       const uint32_t vocab = model_->spec().vocab;
@@ -102,12 +102,10 @@ gpu::Counters Engine::run_step(kv::KVCache& cache, const int32_t* ids, uint32_t 
         ops::sample(*device_, enc, ws_.logits(), {penalty_ids_, 0}, n_penalty, {sample_work_, 0}, {token_, 0},
                     vocab, *sample, uniform);
     }
-    session.end();
+    counters = session.finish();
   }
-  cb->commit();
-  cb->wait();
   cache.record_tokens(ids, n);
-  return cb->counters();
+  return counters;
 }
 
 void Engine::prefill(kv::KVCache& cache, const int32_t* ids, uint32_t n, float* logits_out, const StepPoll& poll) {

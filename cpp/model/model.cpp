@@ -227,7 +227,10 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache
   const uint32_t H = spec_.hidden;
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n, H, spec_.vocab,
                  spec_.embedding_scale);
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) encode_layer(s, ws, cache, l, n);
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
+    encode_layer(s, ws, cache, l, n);
+    if ((l + 1) % kLayersPerCommandBuffer == 0 && l + 1 < spec_.n_layers) s.flush();
+  }
 
   gpu::ComputeEncoder& enc = s.compute();
   const ops::BufferView last = at(ws.x(), size_t(n - n_logits) * H * sizeof(float));

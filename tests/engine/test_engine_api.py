@@ -60,12 +60,15 @@ def test_max_tokens_and_finish_reason(engine):
     assert engine.generate_ids(ids, max_tokens=0) == []
 
 
-def test_counters_one_command_buffer_and_wait_per_token(engine):
+def test_counters_per_token(engine):
     engine.generate_ids(engine.tokenizer.encode("Hello"), max_tokens=4, stop_ids=())
     st = engine.last_stats
     assert st["decode_steps"] == 3  # the first token comes out of the prefill step
-    assert st["command_buffers_committed_per_token"] == 1 and st["waits_per_token"] == 1
-    assert st["compute_encoders_per_token"] == 1 and st["blit_encoders_per_token"] == 0
+    # one command buffer (and one compute encoder) per 4 layers (Model::kLayersPerCommandBuffer),
+    # committed as encoded; the step waits for each in order (only the last blocks)
+    buffers = -(-engine.config.n_layers // 4)
+    assert st["command_buffers_committed_per_token"] == buffers and st["waits_per_token"] == buffers
+    assert st["compute_encoders_per_token"] == buffers and st["blit_encoders_per_token"] == 0
     # per layer: norm, qkv (stacked weights), rope, kv store, attention, o (+ residual add),
     # norm, gate/up + swiglu (one pass), down (+ residual add) = 9; plus embedding, final
     # norm, lm_head, argmax
