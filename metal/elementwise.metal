@@ -37,25 +37,34 @@ MKV_MAX_THREADS(mkv_params::kEmbeddingThreads) kernel void embedding(constant mk
 #define MKV_EMBEDDING_FORMAT(fmt, F) MKV_KERNEL(MKV_STR(embedding_##fmt), embedding<F>)
 MKV_FOR_EACH_FORMAT(MKV_EMBEDDING_FORMAT)
 
-// ---- RMSNorm: one SIMD-group per row (rows are short: hidden or head_dim) ----
-// In place is safe: each lane reads and writes only its own elements.
+// ---- RMSNorm: one threadgroup per row, 1 to kRmsNormSimds SIMD-groups ------
+// (the op picks: a GPU spreads a 4096-wide row over 8 SIMD-groups, where one
+// SIMD-group's 128 dependent loads a lane took 60 us on an H200; the host
+// executor, where every thread is a fiber, runs one). In place is safe: each
+// thread reads and writes only its own elements, and the barrier sits between.
 template <typename W>
 MKV_MAX_THREADS(mkv_params::kRmsNormSimds * 32) kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
                      const device float* x [[buffer(1)]],  // (n_rows, dim)
                      const device W* w [[buffer(2)]],      // (dim)
                      device float* out [[buffer(3)]],      // (n_rows, dim); may be x
-                     uint tg [[threadgroup_position_in_grid]],
+                     uint r [[threadgroup_position_in_grid]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint nt [[threads_per_threadgroup]],
                      uint simd [[simdgroup_index_in_threadgroup]],
                      uint simds [[simdgroups_per_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]]) {
-  const uint r = tg * simds + simd;
-  if (r >= p.n_rows) return;  // the whole SIMD-group leaves together
+  threadgroup float partial[mkv_params::kRmsNormSimds];
   const device float* xr = x + ulong(r) * p.dim;
   device float* o = out + ulong(r) * p.dim;
   float ss = 0.0f;
-  for (uint j = lane; j < p.dim; j += 32) ss += xr[j] * xr[j];
-  const float inv = 1.0f / sqrt(simd_sum(ss) / float(p.dim) + p.eps);
-  for (uint j = lane; j < p.dim; j += 32) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
+  for (uint j = tid; j < p.dim; j += nt) ss += xr[j] * xr[j];
+  ss = simd_sum(ss);
+  if (lane == 0) partial[simd] = ss;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float total = 0.0f;
+  for (uint s = 0; s < simds; ++s) total += partial[s];
+  const float inv = 1.0f / sqrt(total / float(p.dim) + p.eps);
+  for (uint j = tid; j < p.dim; j += nt) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
 }
 
 MKV_KERNEL("rms_norm_f32", rms_norm<float>)
@@ -107,20 +116,23 @@ MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void gated(constant mkv_para
 MKV_KERNEL("swiglu_f32", gated<ActSilu>)
 MKV_KERNEL("geglu_f32", gated<ActGeluTanh>)
 
-// ---- argmax: one threadgroup of kRowSimds SIMD-groups per row ----------
+// ---- argmax: one threadgroup per row -------------------------------------
 // Each thread scans a strided slice (indices increase, so `>` keeps the
 // lowest index of a tie), then SIMD and threadgroup reductions pick the
 // largest value and, among equal values, the lowest index.
-MKV_MAX_THREADS(mkv_params::kRowSimds * 32) kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
+// The op runs kRowSimds SIMD-groups on the host and up to kArgmaxSimds on a
+// GPU (a 128k vocabulary over 8 SIMD-groups took 196 us on an H200).
+MKV_MAX_THREADS(mkv_params::kArgmaxSimds * 32) kernel void argmax_f32(constant mkv_params::Argmax& p [[buffer(0)]],
                        const device float* x [[buffer(1)]],  // (n_rows, n)
                        device int* out [[buffer(2)]],        // (n_rows)
                        uint row [[threadgroup_position_in_grid]],
                        uint tid [[thread_index_in_threadgroup]],
                        uint nt [[threads_per_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
+                       uint simds [[simdgroups_per_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float group_best[kRowSimds];
-  threadgroup uint group_index[kRowSimds];
+  threadgroup float group_best[mkv_params::kArgmaxSimds];
+  threadgroup uint group_index[mkv_params::kArgmaxSimds];
   const device float* xr = x + ulong(row) * p.n;
   float best = -INFINITY;
   uint index = p.n;  // none yet: larger than every real index
@@ -139,8 +151,8 @@ MKV_MAX_THREADS(mkv_params::kRowSimds * 32) kernel void argmax_f32(constant mkv_
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (simd == 0) {
-    best = lane < kRowSimds ? group_best[lane] : -INFINITY;
-    index = lane < kRowSimds ? group_index[lane] : p.n;
+    best = lane < simds ? group_best[lane] : -INFINITY;
+    index = lane < simds ? group_index[lane] : p.n;
     m = simd_max(best);
     index = simd_min(best == m ? index : p.n);
     if (lane == 0) out[row] = index < p.n ? int(index) : 0;  // all NaN: 0

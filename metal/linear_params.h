@@ -60,9 +60,11 @@ MKV_CONSTANT uint32_t kGemmK = 64;             // gemm: inputs per step (two 32-
 MKV_CONSTANT uint32_t kGemmThreads = 64;       // gemm: threads per threadgroup (8 tokens x 4 rows each)
 MKV_CONSTANT uint32_t kElementThreads = 256;   // add/scale/swiglu/geglu: threads per threadgroup ...
 MKV_CONSTANT uint32_t kElementsPerThread = 8;  // ... each handling 8 elements
-MKV_CONSTANT uint32_t kRmsNormSimds = 4;       // rms_norm: rows (one per SIMD-group) per threadgroup
+MKV_CONSTANT uint32_t kRmsNormSimds = 8;       // rms_norm: at most this many SIMD-groups on a row
+MKV_CONSTANT uint32_t kRmsNormLaneElems = 16;  // ... GPUs: one more per 32·16 elements of the row
 MKV_CONSTANT uint32_t kEmbeddingThreads = 64;  // embedding: threads per token
-MKV_CONSTANT uint32_t kRowSimds = 8;           // argmax, softmax: SIMD-groups per row
+MKV_CONSTANT uint32_t kRowSimds = 8;           // argmax (host), softmax: SIMD-groups per row
+MKV_CONSTANT uint32_t kArgmaxSimds = 32;       // argmax on GPUs: at most this many (1024 threads)
 
 // gemv_* / gemm_*: y = X · Wᵀ (+ bias), or y += X · Wᵀ (+ bias) (accumulate).
 //   W (n_out, n_in) row-major in the kernel's weight format

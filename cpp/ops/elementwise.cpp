@@ -1,6 +1,7 @@
 // Host side of metal/elementwise.metal: validate, bind, dispatch.
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "metal/linear_params.h"
@@ -71,8 +72,12 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   bind(enc, x, 1);
   bind(enc, w, 2);
   bind(enc, out, 3);
-  enc.dispatch_threadgroups({ceil_div(n_rows, mkv_params::kRmsNormSimds), 1, 1},
-                            {32 * mkv_params::kRmsNormSimds, 1, 1});
+  // One threadgroup a row. GPUs: enough SIMD-groups that each lane has about
+  // kRmsNormLaneElems elements (a row is latency-bound otherwise); the host: one.
+  const uint32_t simds = device.kind() == "host"
+                             ? 1u
+                             : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
 }
 
 void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, const BufferView& x,
@@ -129,11 +134,18 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   if (n > uint32_t(INT32_MAX)) fail(op, "n must fit an int32 index");
   check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
   check_view(op, "out (n_rows) int32", out, size_t(n_rows) * 4, 4);
-  enc.set_pipeline(device.pipeline("argmax_f32"));
+  const gpu::PipelinePtr pipeline = device.pipeline("argmax_f32");
+  enc.set_pipeline(pipeline);
   bind_params(enc, mkv_params::Argmax{n_rows, n}, 0);
   bind(enc, x, 1);
   bind(enc, out, 2);
-  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
+  // A long row is latency-bound: GPUs run as many SIMD-groups as the pipeline
+  // holds (up to kArgmaxSimds); the host, whose threads are fibers, kRowSimds.
+  const uint32_t simds =
+      device.kind() == "host"
+          ? mkv_params::kRowSimds
+          : std::clamp(uint32_t(pipeline->max_total_threads_per_threadgroup() / 32), 1u, mkv_params::kArgmaxSimds);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
 }
 
 void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
