@@ -40,8 +40,15 @@ MKV_FOR_EACH_FORMAT(MKV_EMBEDDING_FORMAT)
 // ---- RMSNorm: one threadgroup per row, 1 to kRmsNormSimds SIMD-groups ------
 // (the op picks: a GPU spreads a 4096-wide row over 8 SIMD-groups, where one
 // SIMD-group's 128 dependent loads a lane took 60 us on an H200; the host
-// executor, where every thread is a fiber, runs one). In place is safe: each
-// thread reads and writes only its own elements, and the barrier sits between.
+// executor, where every thread is a fiber, runs one). With kRmsNormVec4 (the
+// op's check: dim % 4 == 0, 16-byte aligned rows, at most kRmsNormVec float4
+// a thread) a thread loads its float4s once, all before the first use, and
+// keeps them in registers for the output: one round trip to memory, not two
+// passes of dependent loads. In place is safe: each thread reads and writes
+// only its own elements, and the barrier sits between.
+inline float4 weights4(const device float* w, uint j) { return ((const device float4*)w)[j]; }
+inline float4 weights4(const device half* w, uint j) { return float4(((const device half4*)w)[j]); }
+
 template <typename W>
 MKV_MAX_THREADS(mkv_params::kRmsNormSimds * 32) kernel void rms_norm(constant mkv_params::RmsNorm& p [[buffer(0)]],
                      const device float* x [[buffer(1)]],  // (n_rows, dim)
@@ -56,15 +63,33 @@ MKV_MAX_THREADS(mkv_params::kRmsNormSimds * 32) kernel void rms_norm(constant mk
   threadgroup float partial[mkv_params::kRmsNormSimds];
   const device float* xr = x + ulong(r) * p.dim;
   device float* o = out + ulong(r) * p.dim;
+  const bool vec = (p.flags & mkv_params::kRmsNormVec4) != 0;
+  const uint n4 = p.dim / 4;
+  float4 v[mkv_params::kRmsNormVec];
   float ss = 0.0f;
-  for (uint j = tid; j < p.dim; j += nt) ss += xr[j] * xr[j];
+  if (vec) {
+    for (uint k = 0; k < mkv_params::kRmsNormVec; ++k) {
+      const uint j = tid + k * nt;
+      v[k] = j < n4 ? ((const device float4*)xr)[j] : float4(0.0f);
+    }
+    for (uint k = 0; k < mkv_params::kRmsNormVec; ++k) ss += dot(v[k], v[k]);
+  } else {
+    for (uint j = tid; j < p.dim; j += nt) ss += xr[j] * xr[j];
+  }
   ss = simd_sum(ss);
   if (lane == 0) partial[simd] = ss;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   float total = 0.0f;
   for (uint s = 0; s < simds; ++s) total += partial[s];
   const float inv = 1.0f / sqrt(total / float(p.dim) + p.eps);
-  for (uint j = tid; j < p.dim; j += nt) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
+  if (vec) {
+    for (uint k = 0; k < mkv_params::kRmsNormVec; ++k) {
+      const uint j = tid + k * nt;
+      if (j < n4) ((device float4*)o)[j] = v[k] * inv * (p.w_offset + weights4(w, j));
+    }
+  } else {
+    for (uint j = tid; j < p.dim; j += nt) o[j] = xr[j] * inv * (p.w_offset + float(w[j]));
+  }
 }
 
 MKV_KERNEL("rms_norm_f32", rms_norm<float>)

@@ -62,6 +62,7 @@ MKV_CONSTANT uint32_t kElementThreads = 256;   // add/scale/swiglu/geglu: thread
 MKV_CONSTANT uint32_t kElementsPerThread = 8;  // ... each handling 8 elements
 MKV_CONSTANT uint32_t kRmsNormSimds = 8;       // rms_norm: at most this many SIMD-groups on a row
 MKV_CONSTANT uint32_t kRmsNormLaneElems = 16;  // ... GPUs: one more per 32·16 elements of the row
+MKV_CONSTANT uint32_t kRmsNormVec = 8;         // rms_norm_*'s register path: float4s a thread holds
 MKV_CONSTANT uint32_t kEmbeddingThreads = 64;  // embedding: threads per token
 MKV_CONSTANT uint32_t kRowSimds = 8;           // argmax (host), softmax: SIMD-groups per row
 MKV_CONSTANT uint32_t kArgmaxSimds = 32;       // argmax on GPUs: at most this many (1024 threads)
@@ -92,11 +93,13 @@ struct Embedding {
 
 // rms_norm_*: out[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) * (w_offset + w).
 //   x, out (n_rows, dim) float (may alias); w (dim) in the kernel's type.
+MKV_CONSTANT uint32_t kRmsNormVec4 = 1;  // rows are read as float4s held in registers
 struct RmsNorm {
   uint32_t n_rows;
   uint32_t dim;
   float eps;
   float w_offset;  // 0 (Llama: w), 1 (Gemma: 1 + w)
+  uint32_t flags;  // kRmsNormVec4 when dim % 4 == 0, rows 16-byte aligned, dim <= 4·kRmsNormVec·threads
 };
 
 // add_f32 (y += x), scale_f32 (y *= s), swiglu_f32 / geglu_f32
@@ -126,7 +129,7 @@ struct Softmax {
 #ifndef __METAL_VERSION__
 static_assert(sizeof(mkv_params::Matmul) == 16, "Matmul params layout");
 static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
-static_assert(sizeof(mkv_params::RmsNorm) == 16, "RmsNorm params layout");
+static_assert(sizeof(mkv_params::RmsNorm) == 20, "RmsNorm params layout");
 static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");
 static_assert(sizeof(mkv_params::Argmax) == 8, "Argmax params layout");
 static_assert(sizeof(mkv_params::Softmax) == 12, "Softmax params layout");

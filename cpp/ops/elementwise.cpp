@@ -67,16 +67,20 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   check_view(op, "x (n_rows, dim) float32", x, size_t(n_rows) * dim * 4, 4);
   check_view(op, "w (dim)", w, size_t(dim) * w_size, w_size);
   check_view(op, "out (n_rows, dim) float32", out, size_t(n_rows) * dim * 4, 4);
-  enc.set_pipeline(device.pipeline(std::string("rms_norm_") + weight_type_name(wtype)));
-  bind_params(enc, mkv_params::RmsNorm{n_rows, dim, eps, w_offset}, 0);
-  bind(enc, x, 1);
-  bind(enc, w, 2);
-  bind(enc, out, 3);
   // One threadgroup a row. GPUs: enough SIMD-groups that each lane has about
   // kRmsNormLaneElems elements (a row is latency-bound otherwise); the host: one.
   const uint32_t simds = device.kind() == "host"
                              ? 1u
                              : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);
+  // The register path: whole float4s, 16-byte aligned rows and weights, and a
+  // row that fits the threads' registers (else the strided scalar loops).
+  const bool vec = dim % 4 == 0 && x.offset % 16 == 0 && out.offset % 16 == 0 && w.offset % (4 * w_size) == 0 &&
+                   dim <= 4 * mkv_params::kRmsNormVec * 32 * simds;
+  enc.set_pipeline(device.pipeline(std::string("rms_norm_") + weight_type_name(wtype)));
+  bind_params(enc, mkv_params::RmsNorm{n_rows, dim, eps, w_offset, vec ? mkv_params::kRmsNormVec4 : 0u}, 0);
+  bind(enc, x, 1);
+  bind(enc, w, 2);
+  bind(enc, out, 3);
   enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
 }
 

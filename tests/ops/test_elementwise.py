@@ -73,7 +73,9 @@ def test_embedding_bad_inputs():
 
 @pytest.mark.parametrize("wtype", ["f32", "f16"])
 @pytest.mark.parametrize("w_offset", [0.0, 1.0])  # Llama's w, Gemma's (1 + w)
-@pytest.mark.parametrize("n_rows,dim", [(5, 576), (27, 64), (1, 33)])  # hidden, QK-norm 3 tok x 9 heads
+# hidden, QK-norm 3 tok x 9 heads, odd (scalar path), 4096 (GPUs: 8 SIMD-groups), 8192: past the
+# host's registers (32 threads x 8 float4: the scalar path there), 4100: not a power of two
+@pytest.mark.parametrize("n_rows,dim", [(5, 576), (27, 64), (1, 33), (2, 4096), (1, 8192), (2, 4100)])
 def test_rms_norm(dev, wtype, w_offset, n_rows, dim):
     rng = np.random.default_rng(n_rows * dim)
     x = (rng.standard_normal((n_rows, dim)) * 3).astype(np.float32)
