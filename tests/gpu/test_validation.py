@@ -93,9 +93,9 @@ def test_more_threads_than_the_kernel_declares(dev):
     """rms_norm_f32 is [[max_total_threads_per_threadgroup(kRmsNormSimds * 32)]]: a
     dispatch that passes the device's limit but not the kernel's is refused, as Metal
     refuses it."""
-    x = np.zeros(256, np.float32)
-    expect_error(dev, "rms_norm_f32", [np.zeros(16, np.uint8), x, x, x], 1, (256, 1, 1),
-                 r"256 threads; this pipeline holds 1 to 128 \(\[\[max_total_threads_per_threadgroup\]\]\)")
+    x = np.zeros(512, np.float32)
+    expect_error(dev, "rms_norm_f32", [np.zeros(20, np.uint8), x, x, x], 1, (512, 1, 1),
+                 r"512 threads; this pipeline holds 1 to 256 \(\[\[max_total_threads_per_threadgroup\]\]\)")
 
 
 def test_unknown_kernel(dev):
