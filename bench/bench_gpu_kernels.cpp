@@ -353,11 +353,14 @@ Grid host_grid() {
 std::vector<Result> run_group(const Context& ctx, const std::function<void(Bench&, const Grid&)>& cases) {
   const bool host = ctx.is_host();
   if (!host) {
+    // Kernel times want plain launches: a captured graph's cost grows with R and
+    // biases (t(2R) - t(R)) / R. Off unless asked for (read when the queue is made).
     const char* graphs = std::getenv("METALKV_CUDA_GRAPHS");
-    if (graphs && *graphs && std::strcmp(graphs, "0") != 0)
-      std::fprintf(stderr, "metalkv-bench: METALKV_CUDA_GRAPHS is set: every command buffer is captured and "
-                           "instantiated as a graph, whose cost grows with R and biases (t(2R) - t(R)) / R; "
-                           "unset it for kernel times\n");
+    if (!graphs || !*graphs) setenv("METALKV_CUDA_GRAPHS", "0", 1);
+    else if (std::strcmp(graphs, "0") != 0)
+      std::fprintf(stderr, "metalkv-bench: METALKV_CUDA_GRAPHS=%s: every command buffer is captured as a graph, "
+                           "whose cost grows with R and biases (t(2R) - t(R)) / R; unset it for kernel times\n",
+                   graphs);
   }
   Bench b{*ctx.device, ctx.device->new_command_queue(), {}, host ? uint64_t(64) << 20 : uint64_t(8) << 30, {}};
   b.plan.repeat = ctx.repeat;

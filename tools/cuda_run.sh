@@ -82,13 +82,13 @@ stage_bench_engine() {
   tail -30 "$OUT/bench_engine.txt"
 }
 
-# metalkv alone (no transformers) on the model bench-engine saved: the CUDA
-# graph replay of each command buffer, then Q8_0 and Q4_0 quantized at load.
+# metalkv alone (no transformers) on the model bench-engine saved: without the
+# CUDA graphs (METALKV_CUDA_GRAPHS=0; on by default), then Q8_0 and Q4_0 quantized at load.
 stage_engine_variants() {
-  step "engine variants: CUDA graphs, q8_0, q4_0 (metalkv only)"
+  step "engine variants: no CUDA graphs, q8_0, q4_0 (metalkv only)"
   local args="${ENGINE_ARGS:-} --hf-cache ''"
-  for v in "graphs:METALKV_CUDA_GRAPHS=1:" "q8_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q8_0" \
-           "q4_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-0}:--quantize q4_0"; do
+  for v in "nographs:METALKV_CUDA_GRAPHS=0:" "q8_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-1}:--quantize q8_0" \
+           "q4_0:METALKV_CUDA_GRAPHS=${VARIANT_GRAPHS:-1}:--quantize q4_0"; do
     IFS=: read -r name env extra <<< "$v"
     env $env timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_engine_$name.json' $args $extra" \
       > "$OUT/bench_engine_$name.txt" 2>&1

@@ -56,7 +56,7 @@ def find_bench(path: str | None) -> str:
 def run_bench(bench: str, device: str, quick: bool, repeat: int | None, timeout: int, notes: list) -> list[dict]:
     """Rows of every group that finished; a group that failed or timed out leaves a note."""
     env = dict(os.environ)
-    env.pop("METALKV_CUDA_GRAPHS", None)  # graphs would add their instantiation to (t(2R) - t(R)) / R
+    env["METALKV_CUDA_GRAPHS"] = "0"  # graphs would add their capture to (t(2R) - t(R)) / R
     rows = []
     for group in GROUPS:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:

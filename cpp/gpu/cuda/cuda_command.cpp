@@ -20,12 +20,14 @@ using mkv::cuda::ParamSpec;
 constexpr size_t kMaxSetBytes = 4096;            // Metal's setBytes limit
 constexpr size_t kMaxThreadgroupMemory = 32768;  // Metal's, so kernels stay portable
 
+// Command buffers run as CUDA graphs unless METALKV_CUDA_GRAPHS=0 (read when a
+// queue is made): on an H200 the 8B decode step ran 4-5 % faster with them.
 bool graphs_enabled() {
   const char* v = std::getenv("METALKV_CUDA_GRAPHS");
-  return v && *v && std::strcmp(v, "0") != 0;
+  return !v || !*v || std::strcmp(v, "0") != 0;
 }
 
-// Executable graphs kept for reuse (METALKV_CUDA_GRAPHS=1). A decode step
+// Executable graphs kept for reuse. A decode step
 // records the same launches every token with new argument values (positions,
 // lengths), so the step's captured graph updates the executable of the last
 // step in place (cudaGraphExecUpdate) instead of being instantiated anew; a few
