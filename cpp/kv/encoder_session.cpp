@@ -26,6 +26,7 @@ EncoderSession::~EncoderSession() {
 
 void EncoderSession::flush() {
   if (!queue_) return;
+  check_encoding();
   end();
   cb_->commit();
   buffers_.push_back(queue_->command_buffer());
@@ -34,6 +35,7 @@ void EncoderSession::flush() {
 
 gpu::Counters EncoderSession::finish() {
   if (!queue_) throw gpu::GpuError("[encoder] finish() needs a session made from a queue");
+  check_encoding();
   end();
   cb_->commit();
   gpu::Counters total;
@@ -47,12 +49,18 @@ gpu::Counters EncoderSession::finish() {
     total += cb->counters();
   }
   buffers_.clear();  // all completed: the destructor has nothing to wait for
+  cb_ = nullptr;
   if (first) std::rethrow_exception(first);
   return total;
 }
 
+void EncoderSession::check_encoding() const {
+  if (!cb_) throw gpu::GpuError("[encoder] the session has finished; start a new one");
+}
+
 gpu::ComputeEncoder& EncoderSession::compute() {
   if (open_ == Open::compute) return *compute_;
+  check_encoding();
   end();
   compute_ = &cb_->compute_encoder();
   open_ = Open::compute;
@@ -62,6 +70,7 @@ gpu::ComputeEncoder& EncoderSession::compute() {
 
 gpu::BlitEncoder& EncoderSession::blit() {
   if (open_ == Open::blit) return *blit_;
+  check_encoding();
   end();
   blit_ = &cb_->blit_encoder();
   open_ = Open::blit;

@@ -51,6 +51,7 @@ class EncoderSession {
 
  private:
   enum class Open { none, compute, blit };
+  void check_encoding() const;  // raises once finish() has run
   gpu::CommandBuffer* cb_;
   gpu::CommandQueue* queue_ = nullptr;           // queue sessions only
   std::vector<gpu::CommandBufferPtr> buffers_;   // queue sessions: committed ones, then cb_
