@@ -14,14 +14,15 @@ ms/token it tells the two apart. The model dir is bench/gpu/engine.py's saved on
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ncu import parse_csv  # noqa: E402
 
 
 def drive(a) -> None:
@@ -57,24 +58,27 @@ def main(argv=None) -> int:
         text = log.read_text()
         if a.json:
             Path(a.json).with_suffix(".csv").write_text(text)
-        start = text.find('"ID"')  # ncu's own lines come first
-        rows = [r for r in csv.DictReader(io.StringIO(text[max(start, 0):])) if r.get("Kernel Name")]
-    rows = [r for r in rows if r.get("gpu__time_duration.sum", "").replace(",", "").replace(".", "").isdigit()]
-    step = rows[-int(per_token):]
+    print(summary(parse_csv(text), int(per_token), a.json))
+    return 0
+
+
+def summary(rows: list[dict], per_token: int, json_path: str | None = None) -> str:
+    """The table of the last decode step's launches (the last per_token rows that have a time)."""
+    step = [r for r in rows if "gpu__time_duration.sum" in r["metrics"]][-per_token:]
     by = defaultdict(lambda: [0, 0.0])
     for r in step:
-        by[r["Kernel Name"]][0] += 1
-        by[r["Kernel Name"]][1] += float(r["gpu__time_duration.sum"].replace(",", "")) / 1e3  # ns -> us
+        by[r["kernel"]][0] += 1
+        by[r["kernel"]][1] += r["metrics"]["gpu__time_duration.sum"] / 1e3  # ns -> us
     total = sum(v[1] for v in by.values())
-    print(f"one decode step: {len(step)} kernels, {total / 1e3:.3f} ms of kernel time (ncu, serialized)\n")
-    print("| kernel | calls | us | % of the step |\n| --- | --- | --- | --- |")
+    lines = [f"one decode step: {len(step)} kernels, {total / 1e3:.3f} ms of kernel time (ncu, serialized)\n",
+             "| kernel | calls | us | % of the step |", "| --- | --- | --- | --- |"]
     for k, (n, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"| {k} | {n} | {us:.1f} | {100 * us / total:.1f} |")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"kernels": len(step), "total_us": total,
-                                            "by_kernel": {k: {"calls": n, "us": us} for k, (n, us) in by.items()}},
-                                           indent=1))
-    return 0
+        lines.append(f"| {k} | {n} | {us:.1f} | {100 * us / total:.1f} |")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"kernels": len(step), "total_us": total,
+                                               "by_kernel": {k: {"calls": n, "us": us} for k, (n, us) in by.items()}},
+                                              indent=1))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,13 @@ def test_cli_from_csv_and_without_ncu(tmp_path):
                        capture_output=True, text=True, timeout=60, env={"PATH": str(tmp_path)})
     assert r.returncode == 0 and "ncu is not on PATH" in r.stdout
     assert json.loads(out.read_text())["error"] == "ncu is not on PATH"
+
+
+def test_engine_step_table_reproduces_the_recorded_run():
+    """bench/gpu/engine_kernels.py on the CSV ncu wrote on the H200 gives the table that run
+    printed (recorded by the script's earlier, separate CSV reader)."""
+    from engine_kernels import summary
+
+    run = ROOT / "bench" / "results" / "h200-2026-12-01-issue12b" / "final2"
+    rows = ncu.parse_csv((run / "engine_kernels.csv").read_text())
+    assert summary(rows, 292) + "\n" == (run / "engine_kernels.txt").read_text()
