@@ -13,6 +13,9 @@ namespace mkv_params {
 // Token t goes to row (dst_first_row + t) % dst_rows, so the same kernel writes
 // into a layer's ring of slots (compute store) or into a staging buffer
 // (blit store: dst_rows = n_new, dst_first_row = 0).
+// With n_q_heads > 0 (rope kernels only) the same dispatch also rotates the
+// step's queries q (n_new, n_q_heads, head_dim) float in place, at the same
+// positions: the decode step's Q rope costs no dispatch of its own.
 struct KvStore {
   uint32_t n_new;          // tokens in this call
   uint32_t n_kv_heads;
@@ -21,7 +24,7 @@ struct KvStore {
   uint32_t dst_rows;       // rows in each of the K and V blocks of dst
   uint32_t dst_first_row;  // row of token 0, < dst_rows
   uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
-  uint32_t pad_;
+  uint32_t n_q_heads;      // rotate this many query heads in place too (0: none)
 };
 
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t

@@ -1,6 +1,7 @@
 // KV store kernels: the model's new K and V rows (float) become half rows of a
 // cache region (2, dst_rows, n_kv_heads, head_dim): K block, then V block.
-// K is optionally RoPE-rotated on the way (positions first_pos + t).
+// K is optionally RoPE-rotated on the way (positions first_pos + t), and the
+// rope kernels can rotate the step's queries in place in the same dispatch.
 //
 // The compute store writes straight into a layer's slots (ring wrap per token);
 // the blit store runs the very same kernel into a staging buffer and copies the
@@ -15,7 +16,9 @@
 // work items of the token's n_kv_heads rows: a roped K head has rotary_dim/2
 // pair items (each reads and writes both elements of its pair, so no two
 // threads touch one element) followed by one item per dim past rotary_dim; a
-// V head, or K without rope, has one item per dim.
+// V head, or K without rope, has one item per dim. A third row of
+// threadgroups (tg.y == 2, only when p.n_q_heads > 0) rotates Q in place: one
+// item per pair, as rope.metal does.
 template <mkv_rope::Style S>
 inline void kv_store_rows(constant mkv_params::KvStore& p,
                           const device float* k_new,  // (n_new, n_kv_heads, head_dim)
@@ -68,9 +71,15 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
                               const device float* v_new [[buffer(2)]],
                               device half* dst [[buffer(3)]],
                               const device float* inv_freq [[buffer(4)]],
+                              device float* q [[buffer(5)]],  // (n_new, n_q_heads, head_dim) if p.n_q_heads
                               uint2 tg [[threadgroup_position_in_grid]],
                               uint tid [[thread_index_in_threadgroup]],
                               uint nt [[threads_per_threadgroup]]) {
+  if (tg.y == 2) {  // the queries, rotated in place
+    mkv_rope::rotate_heads<S>(q + tg.x * p.n_q_heads * p.head_dim, p.n_q_heads, p.head_dim, p.rotary_dim,
+                              p.first_pos + tg.x, inv_freq, tid, nt);
+    return;
+  }
   kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, tg, tid, nt);
 }
 

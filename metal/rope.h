@@ -37,4 +37,23 @@ inline float2 rotate(float a, float b, uint pos, float inv_freq) {
   return float2(a * c - b * s, b * c + a * s);
 }
 
+// Rotates one token's n_heads heads (head_dim floats each) in place, threads
+// tid, tid + nt, ... taking one pair each: no element is touched by two
+// threads, so no barrier is needed. Q's rope (rope.metal, and the K store's
+// fused Q rows in kv_store.metal).
+template <Style S>
+inline void rotate_heads(device float* row, uint n_heads, uint head_dim, uint rotary_dim, uint pos,
+                         const device float* inv_freq, uint tid, uint nt) {
+  const uint pairs = rotary_dim / 2;
+  for (uint j = tid; j < n_heads * pairs; j += nt) {
+    const uint h = j / pairs;
+    const uint i = j - h * pairs;
+    device float* head = row + h * head_dim;
+    const uint2 e = pair_elements<S>(i, rotary_dim);
+    const float2 r = rotate(head[e.x], head[e.y], pos, inv_freq[i]);
+    head[e.x] = r.x;
+    head[e.y] = r.y;
+  }
+}
+
 }  // namespace mkv_rope

@@ -18,18 +18,8 @@ MKV_MAX_THREADS(256) [[kernel]] void rope_f32(constant mkv_params::Rope& p [[buf
                      uint t [[threadgroup_position_in_grid]],
                      uint tid [[thread_index_in_threadgroup]],
                      uint nt [[threads_per_threadgroup]]) {
-  const uint pairs = p.rotary_dim / 2;
-  const uint pos = positions[t];
   device float* row = x + t * p.n_heads * p.head_dim;
-  for (uint j = tid; j < p.n_heads * pairs; j += nt) {
-    const uint h = j / pairs;
-    const uint i = j - h * pairs;
-    device float* head = row + h * p.head_dim;
-    const uint2 e = mkv_rope::pair_elements<S>(i, p.rotary_dim);
-    const float2 r = mkv_rope::rotate(head[e.x], head[e.y], pos, inv_freq[i]);
-    head[e.x] = r.x;
-    head[e.y] = r.y;
-  }
+  mkv_rope::rotate_heads<S>(row, p.n_heads, p.head_dim, p.rotary_dim, positions[t], inv_freq, tid, nt);
 }
 
 MKV_KERNEL("rope_f32_neox", rope_f32<mkv_rope::kStyleNeox>)

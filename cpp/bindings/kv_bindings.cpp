@@ -105,9 +105,11 @@ uint32_t check_rows(const kv::KVCacheSpec& s, const Array& k, const Array& v, bo
 
 // One command buffer storing into `layers` (all of them for append_all_layers)
 // through one EncoderSession, as a model step would.
+// queries: the step's Q rows (append's q=), rotated by the first store.
 void run_stores(PyKVCache& c, const std::vector<uint32_t>& layers, const Array& k, const Array& v,
-                uint32_t n, nb::handle rope) {
+                uint32_t n, nb::handle rope, const ops::QueryRope& queries = {}) {
   const std::optional<ops::RopeSpec> spec = parse_rope(c.dev, rope);
+  if (queries.n_heads && !spec) throw nb::value_error("[kv_cache] q= is rotated with k's rope; pass rope= too");
   const gpu::BufferPtr kb = upload(c.dev, k), vb = upload(c.dev, v);
   const size_t layer_bytes = size_t(n) * c.cache->spec().n_kv_heads * c.cache->spec().head_dim * 4;
   for (uint32_t layer : layers) c.cache->check_store(layer, n, spec ? &*spec : nullptr);  // all or nothing
@@ -117,7 +119,7 @@ void run_stores(PyKVCache& c, const std::vector<uint32_t>& layers, const Array& 
     kv::EncoderSession session(*cb);
     for (size_t i = 0; i < layers.size(); ++i)
       c.cache->store(session, layers[i], {kb, i * layer_bytes}, {vb, i * layer_bytes}, n,
-                     spec ? &*spec : nullptr);
+                     spec ? &*spec : nullptr, i == 0 ? queries : ops::QueryRope{});
     session.end();
   }
   cb->commit();
@@ -125,9 +127,25 @@ void run_stores(PyKVCache& c, const std::vector<uint32_t>& layers, const Array& 
   c.last = cb->counters();
 }
 
-void append(PyKVCache& c, uint32_t layer, const Array& k, const Array& v, nb::handle rope) {
+// Returns q rotated by the store's dispatch (None without q).
+nb::object append(PyKVCache& c, uint32_t layer, const Array& k, const Array& v, nb::handle rope,
+                  std::optional<Array> q) {
   const uint32_t n = check_rows(c.cache->spec(), k, v, false);
-  run_stores(c, {layer}, k, v, n, rope);
+  if (!q) {
+    run_stores(c, {layer}, k, v, n, rope);
+    return nb::none();
+  }
+  require_float32("kv_cache", "q", *q);
+  if (q->ndim() != 3 || q->shape(0) != n || q->shape(1) == 0 || q->shape(2) != c.cache->spec().head_dim)
+    throw nb::value_error(("[kv_cache] q has shape " + shape_str(*q) + "; expected (n=" + std::to_string(n) +
+                           ", n_heads >= 1, head_dim=" + std::to_string(c.cache->spec().head_dim) + ")").c_str());
+  const gpu::BufferPtr qb = upload(c.dev, *q);
+  run_stores(c, {layer}, k, v, n, rope, ops::QueryRope{{qb, 0}, uint32_t(q->shape(1))});
+  auto* out = new float[q->size()];
+  qb->read(0, out, q->nbytes());
+  nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  const size_t shape[3] = {q->shape(0), q->shape(1), q->shape(2)};
+  return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<3>>(out, 3, shape, owner));
 }
 
 void append_all_layers(PyKVCache& c, const Array& k, const Array& v, nb::handle rope) {
@@ -182,10 +200,11 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
           "one append puts in a sliding layer (its ring has W + max_chunk - 1 slots). store: "
           "'compute' or 'blit'.")
-      .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(),
+      .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
-           "rotates k. Runs and waits for one command buffer.")
+           "rotates k. q (n, n_heads, head_dim) float32 (needs rope): rotated at the same positions by the "
+           "same dispatch, as a model step does, and returned. Runs and waits for one command buffer.")
       .def("append_all_layers", &append_all_layers, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(),
            "One step: k, v (n_layers, n, n_kv_heads, head_dim) float32 stored into every layer in ONE "
            "command buffer through one encoder session, as the model will (see last_append_counters).")

@@ -114,7 +114,8 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
 }
 
 void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new,
-                    const BufferView& v_new, uint32_t n_new, const RopeSpec* rope_k) {
+                    const BufferView& v_new, uint32_t n_new, const RopeSpec* rope_k,
+                    const ops::QueryRope& queries) {
   // 1. checks, before anything is encoded or n moves
   check_store(layer, n_new, rope_k);
   const uint32_t n = lengths_[layer], R = slots_[layer];
@@ -122,7 +123,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   // 2. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
   const uint32_t first = slot_of(n, R);
-  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, R, first, n, rope_k};
+  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, R, first, n, rope_k, queries};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {

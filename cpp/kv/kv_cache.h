@@ -23,6 +23,7 @@
 #include "kv/encoder_session.h"
 #include "kv/kv_layout.h"
 #include "ops/ops.h"
+#include "ops/kv_store.h"
 #include "ops/rope.h"
 
 namespace mkv::kv {
@@ -70,11 +71,12 @@ class KVCache {
   // Appends n_new tokens to `layer` at positions n .. n+n_new-1 and advances n
   // (at encode time: the rows are there once the command buffer completes).
   // k_new, v_new: (n_new, n_kv_heads, head_dim) float. rope_k: rotate K at
-  // those positions (nullptr: store K as is). Raises GpuError before encoding
+  // those positions (nullptr: store K as is); queries (with rope_k): the
+  // step's Q rows, rotated in place by the same dispatch. Raises GpuError before encoding
   // anything when the layer is out of range, a full layer would overflow, or a
   // sliding layer gets more than max_chunk tokens.
   void store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, const BufferView& v_new,
-             uint32_t n_new, const RopeSpec* rope_k = nullptr);
+             uint32_t n_new, const RopeSpec* rope_k = nullptr, const ops::QueryRope& queries = {});
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
   void check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k = nullptr) const;

@@ -154,9 +154,9 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
       norm(enc, q, *L.q_norm, q, n * m.n_heads, m.head_dim);
       norm(enc, k, *L.k_norm, k, n * m.n_kv_heads, m.head_dim);
     }
-    ops::rope(enc, dev, q, ws.positions_view(), rope_for(cache, l), {n, m.n_heads, m.head_dim});
   }
-  cache.store(s, l, k, v, n, &rope_for(cache, l));
+  // The store rotates K on its way into the cache and Q in place, in one dispatch.
+  cache.store(s, l, k, v, n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads});
 
   gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
   ops::AttentionDesc d;
@@ -219,10 +219,7 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache
   if (n_logits == 0 || n_logits > n) fail("n_logits must be in 1..n (" + str(n) + "), got " + str(n_logits));
   check_cache(cache);
   for (uint32_t l = 0; l < spec_.n_layers; ++l) cache.check_store(l, n);  // fail before any layer moves
-  const uint32_t pos0 = cache.length(0);
-  std::vector<uint32_t> positions(n);
-  for (uint32_t i = 0; i < n; ++i) positions[i] = pos0 + i;
-  ws.write_positions(positions.data(), n);
+  // Token i goes to position length + i: the K store takes them from the cache.
 
   const uint32_t H = spec_.hidden;
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n, H, spec_.vocab,

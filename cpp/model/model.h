@@ -4,7 +4,7 @@
 //   h = rms_norm(x, attn_norm)
 //   q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   [decode: one stacked matmul]
 //   [qk_norm]  q, k = rms_norm per head (attn_q_norm, attn_k_norm)
-//   q = rope(q);  cache.store(k, v) rotates k and writes the K/V rows
+//   cache.store(k, v, q): one dispatch rotates k into the K/V rows and q in place
 //   a = attention(q, cache)            decode (1 token) or prefill (a chunk)
 //   o = a Wo;  [sandwich] o = rms_norm(o, post_attention_norm);  x += o
 //   h = rms_norm(x, ffn_norm);  g = act(h Wgate) * (h Wup)   [decode: one gemv_*glu]

@@ -8,7 +8,6 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_to
   const size_t t = max_tokens, f = sizeof(float);
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
   ids_ = alloc(t);
-  positions_ = alloc(t);
   x_ = alloc(t * spec.hidden);
   h_ = alloc(t * spec.hidden);
   q_ = alloc(t * spec.n_heads * spec.head_dim);
@@ -22,10 +21,6 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_to
 }
 
 void Workspace::write_ids(const int32_t* ids, uint32_t n) { ids_->write(0, ids, size_t(n) * sizeof(int32_t)); }
-
-void Workspace::write_positions(const uint32_t* pos, uint32_t n) {
-  positions_->write(0, pos, size_t(n) * sizeof(uint32_t));
-}
 
 void Workspace::read_logits(float* dst, uint32_t rows) const {
   logits_->read(0, dst, size_t(rows) * vocab_ * sizeof(float));

@@ -18,12 +18,10 @@ class Workspace {
 
   // Inputs the host writes before encoding a step, outputs it reads after wait():
   void write_ids(const int32_t* ids, uint32_t n);         // (max_tokens) token ids of the step
-  void write_positions(const uint32_t* pos, uint32_t n);  // (max_tokens) their positions
   void read_logits(float* dst, uint32_t rows) const;      // the first rows of logits()
 
   // Device views, all float32 unless noted:
   ops::BufferView ids_view() const { return {ids_, 0}; }
-  ops::BufferView positions_view() const { return {positions_, 0}; }
   ops::BufferView x() const { return {x_, 0}; }         // (max_tokens, hidden) residual stream
   ops::BufferView h() const { return {h_, 0}; }         // (max_tokens, hidden) normed / projected
   ops::BufferView q() const { return {q_, 0}; }         // (max_tokens, n_heads, head_dim)
@@ -44,7 +42,7 @@ class Workspace {
   gpu::Device& device_;
   uint32_t max_tokens_;
   uint32_t vocab_;
-  gpu::BufferPtr ids_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, scratch_;
+  gpu::BufferPtr ids_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, scratch_;
 };
 
 }  // namespace mkv::model

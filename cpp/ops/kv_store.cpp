@@ -43,6 +43,15 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   if (2 * d.dst_rows * row >= (uint64_t(1) << 32))
     fail(kOp, "the destination has more than 2^32 elements; the kernel indexes with 32 bits");
   if (d.rope) check_rope(kOp, *d.rope, d.head_dim);
+  if (d.queries.n_heads && !d.rope) fail(kOp, "rotating the queries needs a rope");
+  if (d.queries.n_heads) {
+    // Q is rewritten while other threadgroups read k_new and v_new and write dst.
+    const uint64_t q_bytes = uint64_t(d.n_new) * d.queries.n_heads * d.head_dim * 4;
+    check_bytes("q (n_new, n_q_heads, head_dim) float", d.queries.q, q_bytes);
+    if (overlaps(d.queries.q, q_bytes, k_new, d.n_new * row * 4) || overlaps(d.queries.q, q_bytes, v_new, d.n_new * row * 4) ||
+        overlaps(d.queries.q, q_bytes, dst, 2 * d.dst_rows * row * 2))
+      fail(kOp, "q overlaps k_new, v_new or dst; the queries rotated in place need their own memory");
+  }
   check_bytes("k_new (n_new, n_kv_heads, head_dim) float", k_new, d.n_new * row * 4);
   check_bytes("v_new (n_new, n_kv_heads, head_dim) float", v_new, d.n_new * row * 4);
   check_bytes("dst (2, dst_rows, n_kv_heads, head_dim) half", dst, 2 * d.dst_rows * row * 2);
@@ -50,16 +59,19 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   // 2. get the kernel and bind its arguments
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
-                              d.dst_rows, d.dst_first_row, d.first_pos, 0u};
+                              d.dst_rows, d.dst_first_row, d.first_pos, d.queries.n_heads};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);
   bind(enc, v_new, 2);
   bind(enc, dst, 3);
-  if (d.rope) bind(enc, d.rope->inv_freq, 4);
+  if (d.rope) {
+    bind(enc, d.rope->inv_freq, 4);
+    bind(enc, d.queries.n_heads ? d.queries.q : k_new, 5);  // k_new: a placeholder, never read
+  }
 
-  // 3. one threadgroup per (token, K|V); threads stride over the token's heads
+  // 3. one threadgroup per (token, K|V[|Q]); threads stride over the token's heads
   const uint32_t threads = std::min<uint32_t>(256, ceil_div(row, 32) * 32);
-  enc.dispatch_threadgroups({d.n_new, 2, 1}, {threads, 1, 1});
+  enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {threads, 1, 1});
 }
 
 }  // namespace mkv::ops

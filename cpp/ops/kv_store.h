@@ -16,6 +16,13 @@
 
 namespace mkv::ops {
 
+// The step's queries (n_new, n_heads, head_dim) float, rotated in place by
+// the K store's dispatch with K's rope and positions. n_heads 0: none.
+struct QueryRope {
+  BufferView q;
+  uint32_t n_heads = 0;
+};
+
 struct KvStoreDesc {
   uint32_t n_new = 0;          // tokens to store
   uint32_t n_kv_heads = 0;
@@ -24,6 +31,9 @@ struct KvStoreDesc {
   uint32_t dst_first_row = 0;  // row of token 0, < dst_rows
   uint32_t first_pos = 0;      // position of token 0 (rope angle)
   const RopeSpec* rope = nullptr;  // rotate K; V is never rotated
+  // With rope: also rotate these queries in place, in the same dispatch (a
+  // model step then needs no rope() of its own for Q).
+  QueryRope queries;
 };
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: (2, dst_rows,

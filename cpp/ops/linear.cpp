@@ -83,7 +83,7 @@ void check_common(const char* op, uint32_t n_tokens, uint32_t n_out) {
 // The kernels read x while other SIMD-groups write y.
 void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const BufferView& y,
                       size_t y_bytes) {
-  if (x.buffer == y.buffer && x.offset < y.offset + y_bytes && y.offset < x.offset + x_bytes)
+  if (overlaps(x, x_bytes, y, y_bytes))
     fail(op, "y overlaps x; the output needs its own memory");
 }
 

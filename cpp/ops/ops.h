@@ -19,6 +19,11 @@ struct BufferView {
   size_t offset = 0;
 };
 
+// Whether [a.offset, + a_bytes) and [b.offset, + b_bytes) share bytes of one buffer.
+inline bool overlaps(const BufferView& a, size_t a_bytes, const BufferView& b, size_t b_bytes) {
+  return a.buffer == b.buffer && a.offset < b.offset + b_bytes && b.offset < a.offset + a_bytes;
+}
+
 inline void bind(gpu::ComputeEncoder& enc, const BufferView& v, uint32_t index) {
   enc.set_buffer(v.buffer, v.offset, index);
 }

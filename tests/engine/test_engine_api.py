@@ -69,10 +69,10 @@ def test_counters_per_token(engine):
     buffers = -(-engine.config.n_layers // 4)
     assert st["command_buffers_committed_per_token"] == buffers and st["waits_per_token"] == buffers
     assert st["compute_encoders_per_token"] == buffers and st["blit_encoders_per_token"] == 0
-    # per layer: norm, qkv (stacked weights), rope, kv store, attention, o (+ residual add),
-    # norm, gate/up + swiglu (one pass), down (+ residual add) = 9; plus embedding, final
-    # norm, lm_head, argmax
-    assert st["dispatches_per_token"] == 9 * engine.config.n_layers + 4
+    # per layer: norm, qkv (stacked weights), kv store (+ Q's rope), attention, o (+ residual
+    # add), norm, gate/up + swiglu (one pass), down (+ residual add) = 8; plus embedding,
+    # final norm, lm_head, argmax
+    assert st["dispatches_per_token"] == 8 * engine.config.n_layers + 4
 
 
 def test_cache_continuation_equals_one_pass(engine):

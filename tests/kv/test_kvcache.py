@@ -8,7 +8,7 @@ import pytest
 import metalkv
 from metalkv._core import ops
 
-from .test_rope import inv_freq_default_ref, rope_ref
+from .test_rope import inv_freq_default_ref, rope_ref, run_rope
 from devices import host_only, test_device  # tests/ is on sys.path
 
 F16_BYTES = 2
@@ -86,6 +86,41 @@ def test_store_ropes_k_at_its_positions(dev, store, style, rotary_dim):
                                rtol=2.0 ** -10, atol=2.0 ** -24)
     np.testing.assert_array_equal(got[..., rotary_dim:], k[..., rotary_dim:].astype(np.float16))
     np.testing.assert_array_equal(cache.values(0)[:24], v.astype(np.float16))  # V is never rotated
+
+
+@pytest.mark.parametrize("store", ["compute", "blit"])
+@pytest.mark.parametrize("style,rotary_dim", [("neox", 64), ("interleaved", 32)])
+def test_store_rotates_the_queries_in_the_same_dispatch(dev, store, style, rotary_dim):
+    """append(q=...) rotates Q (more heads than K, GQA) at the positions K goes
+    to, in the store's one dispatch, as a model step does: the same values as
+    the standalone rope kernel, bit for bit, and the reference within float32."""
+    rng = np.random.default_rng(5)
+    n_kv, n_q, d = 2, 6, 64
+    cache = metalkv.KVCache(dev, 1, n_kv, d, 64, max_chunk=16, store=store)
+    inv = inv_freq_default_ref(rotary_dim, 10000.0)
+    rope = dict(style=style, inv_freq=inv, rotary_dim=rotary_dim)
+    pos0 = 0
+    for n in [5, 1, 3]:
+        k, v, q = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d), rows(rng, n, n_q, d)
+        got = cache.append(0, k, v, rope=rope, q=q)
+        positions = range(pos0, pos0 + n)
+        np.testing.assert_array_equal(got, run_rope(dev, q, positions, inv, style, rotary_dim))
+        np.testing.assert_allclose(got, rope_ref(q, positions, inv, style, rotary_dim), rtol=0, atol=1e-6)
+        assert cache.last_append_counters["dispatches"] == 1
+        pos0 += n
+    # K still goes in rotated and V as is, as without q
+    assert cache.length(0) == 9
+
+
+def test_store_q_needs_rope_and_its_own_memory(host):
+    cache = metalkv.KVCache(host, 1, 1, 8, 16)
+    x = np.zeros((2, 1, 8), np.float32)
+    inv = inv_freq_default_ref(8, 10000.0)
+    with pytest.raises(ValueError, match=r"q= is rotated with k's rope; pass rope= too"):
+        cache.append(0, x, x, q=np.zeros((2, 4, 8), np.float32))
+    with pytest.raises(ValueError, match=r"q has shape \(1, 4, 8\); expected \(n=2, n_heads >= 1, head_dim=8\)"):
+        cache.append(0, x, x, rope=dict(style="neox", inv_freq=inv), q=np.zeros((1, 4, 8), np.float32))
+    assert cache.length(0) == 0
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
