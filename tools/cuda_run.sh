@@ -4,10 +4,12 @@
 # over every kernel family, and the benchmarks. Logs and JSON go to $OUT; a
 # short summary is printed last.
 #
-#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants ncu
+#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
+#                                                  engine-context engine-kernels ncu
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
-#        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants)
+#        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
+#        CONTEXT (engine-context's cached positions, default 32768)
 #
 # The wheels come from .whl/ (carried): metalkv built here for the machine's
 # Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
@@ -94,6 +96,30 @@ stage_engine_variants() {
       > "$OUT/bench_engine_$name.txt" 2>&1
     note "bench/gpu/engine.py [$name: $env $extra]: rc=$?; $(grep -m1 -E 'metalkv' "$OUT/bench_engine_$name.txt" | tail -c 200)"
   done
+}
+
+# Decode with CONTEXT positions of random K/V already cached (engine.py --context): f16 beside
+# transformers' dynamic cache, then metalkv alone quantized at load to q8_0 and q4_0.
+stage_engine_context() {
+  step "engine at ${CONTEXT:-32768} cached positions: f16 (+ transformers), q8_0, q4_0"
+  local args="--context ${CONTEXT:-32768} --prompt 64 --new-tokens 64 --repeat 1 ${ENGINE_ARGS:-}"
+  for v in "f16:--hf-cache dynamic" "q8_0:--hf-cache '' --quantize q8_0" "q4_0:--hf-cache '' --quantize q4_0"; do
+    IFS=: read -r name extra <<< "$v"
+    timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_context_$name.json' $args $extra" \
+      > "$OUT/bench_context_$name.txt" 2>&1
+    note "bench/gpu/engine.py --context [$name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_$name.txt" | tail -c 220)"
+  done
+}
+
+# ncu time of every kernel of one decode step of the model bench-engine saved.
+stage_engine_kernels() {
+  step "one decode step's kernels under ncu (bench/gpu/engine_kernels.py)"
+  local dir; dir=$(ls -d /tmp/metalkv-llama3-random-l32_* 2>/dev/null | head -1)
+  [ -n "$dir" ] || { note "engine-kernels: no saved model (run bench-engine first)"; return 1; }
+  timeout ${NCU_S:-150} python3 bench/gpu/engine_kernels.py --dir "$dir" --json "$OUT/engine_kernels.json" \
+    > "$OUT/engine_kernels.txt" 2>&1
+  note "bench/gpu/engine_kernels.py: rc=$?"
+  head -20 "$OUT/engine_kernels.txt"
 }
 
 stage_ncu() {

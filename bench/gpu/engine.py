@@ -2,6 +2,7 @@
 """metalkv's engine vs transformers' generate on a random-weight Llama-3-8B-shaped model.
 
     python bench/gpu/engine.py [--layers 32] [--prompt 512] [--new-tokens 128] [--quantize q8_0] [--json FILE]
+    python bench/gpu/engine.py --context 32768 --prompt 64 ...   # decode at 32k positions
     python bench/gpu/engine.py --device host --layers 2 --hidden 256 --heads 4 --kv-heads 2 \\
         --ffn 512 --vocab 1024 --prompt 32 --new-tokens 16      # local smoke test on the CPU
 
@@ -20,6 +21,12 @@
 4. transformers: model.generate, greedy, f16, for each --hf-cache (static, dynamic),
    after a warm-up of the same length; a streamer notes when each token comes out:
    prefill = prompt in, first token out; decode tok/s = (new - 1) / the rest.
+   --context N: before each timed generation the cache already holds N positions of random
+   K/V (metalkv: KVCache.append_all_layers in chunks; transformers: a DynamicCache of the same
+   size, its static cache is skipped), so every decode step reads N + prompt + i keys and
+   values; the prompt then continues at position N. The two engines' random caches differ, so
+   their tokens are not compared. Filling a 32k cache through an 8B prefill
+   would cost minutes of GPU time and measure the prefill, not the decode.
 5. Weight bytes read per decoded token (every matrix once, one row of the embedding
    table unless it is tied to the output), per engine from the types it holds (metalkv:
    Engine.weight_tensors, quantized blocks counted as stored), and the fraction of the copy ceiling that
@@ -62,6 +69,8 @@ def parse_args(argv=None):
     ap.add_argument("--prompt", type=int, default=512, help="prompt length in token ids (default 512)")
     ap.add_argument("--new-tokens", type=int, default=128, help="greedy tokens generated (default 128)")
     ap.add_argument("--prefill-chunk", type=int, default=512, help="metalkv prompt tokens per step (default 512)")
+    ap.add_argument("--context", type=int, default=0,
+                    help="positions of random K/V already in the cache before the prompt (default 0)")
     ap.add_argument("--quantize", choices=("q8_0", "q4_0"), default=None,
                     help="metalkv quantizes the f16 matrices to this GGUF type at load (transformers stays f16)")
     ap.add_argument("--repeat", type=int, default=2, help="timed generations per engine; medians (default 2)")
@@ -217,6 +226,9 @@ def hf_generate(model, ids, n: int, cache: str, a, tdev: str):
               attention_mask=torch.ones_like(ids), temperature=None, top_p=None, top_k=None)
     if cache != "dynamic":
         kw["cache_implementation"] = cache
+    if a.context:
+        kw["past_key_values"] = hf_filled_cache(model, a, tdev)
+        sync(tdev)
     if a.hf_compile == "off":
         kw["disable_compile"] = True  # transformers compiles static-cache decoding on its own otherwise
     times = TokenTimes(tdev)
@@ -226,12 +238,40 @@ def hf_generate(model, ids, n: int, cache: str, a, tdev: str):
     return t[1] - t[0], t[-1] - t[1], out[0, ids.shape[1]:].tolist()
 
 
+def random_kv(shape, seed: int, lib: str, tdev: str = "cpu"):
+    """Random K or V rows of `shape`: numpy float32, or a torch f16 tensor on tdev."""
+    if lib == "numpy":
+        return (np.random.default_rng(seed).standard_normal(shape) * 0.5).astype(np.float32)
+    import torch
+
+    g = torch.Generator(device=tdev).manual_seed(seed)
+    return torch.randn(shape, generator=g, device=tdev, dtype=torch.float16) * 0.5
+
+
+def hf_filled_cache(model, a, tdev: str):
+    """A DynamicCache holding a.context positions of random K/V in every layer."""
+    from transformers import DynamicCache
+
+    cfg = model.config
+    cache = DynamicCache()
+    shape = (1, cfg.num_key_value_heads, a.context, cfg.hidden_size // cfg.num_attention_heads)
+    for layer in range(cfg.num_hidden_layers):
+        cache.update(random_kv(shape, 2 * layer, "torch", tdev), random_kv(shape, 2 * layer + 1, "torch", tdev), layer)
+    return cache
+
+
 def bench_transformers(model, prompt: list[int], a, tdev: str, notes: list) -> list[dict]:
     import torch
 
     ids = torch.tensor([prompt], device=tdev)
     rows = []
     plans = [(c, a.hf_compile) for c in a.hf_cache.split(",") if c]
+    if a.context:
+        if any(c != "dynamic" for c, _ in plans):
+            notes.append("transformers: with --context only the dynamic cache runs (prefilled with random K/V)")
+        plans = [(c, m) for c, m in plans if c == "dynamic"]
+        # the ids of the cached positions only size the attention mask and the cache positions
+        ids = torch.cat([torch.zeros((1, a.context), dtype=ids.dtype, device=tdev), ids], dim=1)
     while plans:
         cache, compile_ = plans.pop(0)
         opts = argparse.Namespace(**{**vars(a), "hf_compile": compile_})
@@ -249,7 +289,7 @@ def bench_transformers(model, prompt: list[int], a, tdev: str, notes: list) -> l
         pre = statistics.median(r[0] for r in runs)
         dec = statistics.median(r[1] for r in runs)
         label = f"transformers ({cache} cache{', eager' if compile_ == 'off' and cache == 'static' else ''}, f16)"
-        rows.append(dict(engine=label, prefill_tok_s=len(prompt) / pre,
+        rows.append(dict(engine=label, prefill_tok_s=len(prompt) / pre,  # the prompt past the cached context
                          decode_tok_s=(a.new_tokens - 1) / dec if dec > 0 else None,
                          prefill_s=pre, decode_s=dec, warmup_s=warmup_s, tokens=runs[-1][2]))
         log(f"transformers {cache}: prefill {len(prompt) / pre:.0f} tok/s, decode {rows[-1]['decode_tok_s'] or 0:.1f} "
@@ -263,7 +303,7 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
 
     t0 = time.perf_counter()
     try:
-        eng = metalkv.Engine.load(str(path), device=a.device, context=len(prompt) + a.new_tokens + 16,
+        eng = metalkv.Engine.load(str(path), device=a.device, context=a.context + len(prompt) + a.new_tokens + 16,
                                   prefill_chunk=a.prefill_chunk, progress=False, quantize=a.quantize)
     except Exception as e:
         notes.append(f"metalkv Engine.load(device={a.device!r}, quantize={a.quantize!r}): {type(e).__name__}: {e}")
@@ -272,10 +312,15 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     wb = metalkv_weight_bytes_per_token(eng)
     log(f"metalkv: loaded on {eng.device.name} in {load_s:.1f} s ({'quantized to ' + a.quantize + ', ' if a.quantize else ''}"
         f"{eng.weights_nbytes / 1e9:.2f} GB of weights; matrices {wb['dtype']})")
-    eng.generate_ids(prompt[:16], stop_ids=(), max_tokens=min(4, a.new_tokens))  # warm-up
+    cache = eng.new_cache()
+    fill_s = fill_metalkv_cache(cache, a) if a.context else 0.0
+    if a.context:
+        log(f"metalkv: {a.context} positions of random K/V stored in {fill_s:.1f} s")
+    eng.generate_ids(prompt[:16], stop_ids=(), max_tokens=min(4, a.new_tokens), cache=cache)  # warm-up
     runs, tokens = [], None
     for _ in range(a.repeat):
-        tokens = eng.generate_ids(prompt, stop_ids=(), max_tokens=a.new_tokens)
+        cache.truncate(a.context)
+        tokens = eng.generate_ids(prompt, stop_ids=(), max_tokens=a.new_tokens, cache=cache)
         runs.append(dict(eng.last_stats))
     med = lambda k: statistics.median(r[k] for r in runs)
     st = runs[-1]
@@ -289,6 +334,16 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     return row
 
 
+def fill_metalkv_cache(cache, a, chunk: int = 1024) -> float:
+    """Stores a.context positions of random K/V into every layer of cache. Seconds spent."""
+    t0 = time.perf_counter()
+    for i, start in enumerate(range(0, a.context, chunk)):
+        n = min(chunk, a.context - start)
+        shape = (cache.n_layers, n, cache.n_kv_heads, cache.head_dim)
+        cache.append_all_layers(random_kv(shape, 2 * i, "numpy"), random_kv(shape, 2 * i + 1, "numpy"))
+    return time.perf_counter() - t0
+
+
 def agreement(ref: list[int], other: list[int]) -> int:
     n = 0
     for x, y in zip(ref, other):
@@ -298,9 +353,9 @@ def agreement(ref: list[int], other: list[int]) -> int:
     return n
 
 
-def finish(rows: list[dict], hf_rows: list[dict], wb: dict, kv_b: float, ceiling: dict) -> None:
+def finish(rows: list[dict], hf_rows: list[dict], wb: dict, kv_b: float, ceiling: dict, context: int = 0) -> None:
     """Per engine: bytes/token x tok/s against the ceiling, and agreement with transformers."""
-    ref = hf_rows[0]["tokens"] if hf_rows else None
+    ref = hf_rows[0]["tokens"] if hf_rows and not context else None  # random caches differ: not comparable
     for r in rows:
         tps = r.get("decode_tok_s") or 0.0
         per_token = r.get("weights", wb)["per_token_bytes"]  # metalkv's own (quantized) bytes; transformers' f16
@@ -316,7 +371,8 @@ def finish(rows: list[dict], hf_rows: list[dict], wb: dict, kv_b: float, ceiling
 def print_report(res: dict, mk: dict | None, hf_rows: list[dict]) -> None:
     wb, kv_b, ceiling = res["weights"], res["kv_bytes_per_token_mean"], res["ceiling"]
     print(f"\n## engine: random-weight Llama-3-8B-shaped model ({res['model']}) on {res['device']}\n")
-    print(f"prompt {res['prompt_tokens']} ids, {res['new_tokens']} greedy tokens; weights read per token "
+    print((f"{res['context']} cached positions of random K/V, then " if res.get("context") else "")
+          + f"prompt {res['prompt_tokens']} ids, {res['new_tokens']} greedy tokens; weights read per token "
           f"{wb['per_token_bytes'] / 1e9:.3f} GB (f16, {'tied' if wb['tied'] else 'untied'} output)"
           + (f", metalkv's {mk['weights']['per_token_bytes'] / 1e9:.3f} GB ({mk['weights']['dtype']})" if mk else "")
           + ", "
@@ -374,9 +430,10 @@ def main(argv=None) -> int:
     save_s = save_model(model, path, weight_fingerprint(model))
     log(f"saved in {save_s:.1f} s")
     ceiling = copy_ceiling(tdev)
-    kv_b = kv_bytes_per_token(model.config, a.prompt + (a.new_tokens - 1) / 2)
+    kv_b = kv_bytes_per_token(model.config, a.context + a.prompt + (a.new_tokens - 1) / 2)
     res = dict(device=device_name(tdev), torch=torch.__version__, model=shape, dir=str(path),
-               config=json.loads(model.config.to_json_string()), prompt_tokens=a.prompt, new_tokens=a.new_tokens,
+               config=json.loads(model.config.to_json_string()), context=a.context, prompt_tokens=a.prompt,
+               new_tokens=a.new_tokens,
                weights=wb, kv_bytes_per_token_mean=kv_b, logits_finite=finite, logit_std=logit_std,
                ceiling=ceiling, build_s=build_s, save_s=save_s, engines=[], notes=notes)
 
@@ -384,12 +441,12 @@ def main(argv=None) -> int:
     # run that takes too long, torch.compile included, cannot cost metalkv's numbers.
     mk = bench_metalkv(path, prompt, a, notes)
     res["engines"] = [mk] if mk else []
-    finish(res["engines"], [], wb, kv_b, ceiling)
+    finish(res["engines"], [], wb, kv_b, ceiling, a.context)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     hf_rows = bench_transformers(model, prompt, a, tdev, notes)
     res["engines"] += hf_rows
-    finish(res["engines"], hf_rows, wb, kv_b, ceiling)
+    finish(res["engines"], hf_rows, wb, kv_b, ceiling, a.context)
     res["seconds"] = time.perf_counter() - t_start
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
