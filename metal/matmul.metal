@@ -39,24 +39,27 @@ constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
 // The activations of a gemv: x, or with a fused RMS norm x ⊙ (offset + g)
 // while the lane adds up its share of Σ x² (the scale 1 / rms(x) is applied
-// to the sums at the end).
+// to the sums at the end). fetch loads x as it is, so the loads of the next
+// step stay in flight; apply normalizes the step it multiplies (normalize).
 template <bool kNorm> struct GemvInput {
   const device float* x;
   const device float* g;  // the norm's weight (n_in); kNorm only
   float offset;           // 0 (Llama: g), 1 (Gemma: 1 + g)
   float ss;               // this lane's Σ x² so far
-  float4 load(uint i) {
-    const float4 v = ((const device float4*)x)[i];
-    if (!kNorm) return v;
-    ss += dot(v, v);
-    return v * (((const device float4*)g)[i] + offset);
+  float4 load(uint i) const { return ((const device float4*)x)[i]; }
+  // xc[0..n) = x's float4s i0 .., loaded by load(): accumulate and normalize.
+  void normalize(thread float4* xc, uint i0, uint n) {
+    for (uint i = 0; kNorm && i < n; ++i) {
+      ss += dot(xc[i], xc[i]);
+      xc[i] *= ((const device float4*)g)[i0 + i] + offset;
+    }
   }
 };
 
 // Fetch kUnroll chunks c, c + stride, ... for every row, and their activations.
 template <typename F, uint kRows, uint kUnroll, bool kNorm>
 inline void gemv_fetch(const device uchar* w, ulong row_bytes, uint n_in, thread const ulong* rows,
-                       thread GemvInput<kNorm>& in, uint c, thread typename F::Raw* raw, thread float4* xc) {
+                       thread const GemvInput<kNorm>& in, uint c, thread typename F::Raw* raw, thread float4* xc) {
   constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
     MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, n_in, c + 32 * u);
@@ -65,10 +68,12 @@ inline void gemv_fetch(const device uchar* w, ulong row_bytes, uint n_in, thread
     MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = in.load((c + 32 * u) * kX + i);
   }
 }
-template <typename F, uint kRows, uint kUnroll>
-inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* xc, thread float* acc) {
+template <typename F, uint kRows, uint kUnroll, bool kNorm>
+inline void gemv_apply(thread const typename F::Raw* raw, thread float4* xc, thread GemvInput<kNorm>& in, uint c,
+                       thread float* acc) {
   constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
+    in.normalize(xc + u * kX, (c + 32 * u) * kX, kX);
     float4 xs4 = xc[u * kX];
     for (uint i = 1; i < kX; ++i) xs4 += xc[u * kX + i];
     const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
@@ -103,14 +108,14 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
     for (;;) {
       const uint next = c + 32 * kUnroll;
       if (next + 32 * (kUnroll - 1) >= n_chunks) {
-        gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
+        gemv_apply<F, kRows, kUnroll, kNorm>(raw, xc, in, c, acc);
         c = next;
         break;
       }
       typename F::Raw raw_next[kUnroll * kRows];
       float4 xc_next[kUnroll * kX];
       gemv_fetch<F, kRows, kUnroll, kNorm>(w, row_bytes, n_in, rows, in, next, raw_next, xc_next);
-      gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
+      gemv_apply<F, kRows, kUnroll, kNorm>(raw, xc, in, c, acc);
       for (uint i = 0; i < kUnroll * kRows; ++i) raw[i] = raw_next[i];
       for (uint i = 0; i < kUnroll * kX; ++i) xc[i] = xc_next[i];
       c = next;
@@ -121,7 +126,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
     typename F::Raw raw[kRows];
     float4 xc[kX];
     gemv_fetch<F, kRows, 1, kNorm>(w, row_bytes, n_in, rows, in, c, raw, xc);
-    gemv_apply<F, kRows, 1>(raw, xc, acc);
+    gemv_apply<F, kRows, 1, kNorm>(raw, xc, in, c, acc);
   }
 }
 

@@ -3,6 +3,8 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "metal/linear_params.h"
 #include "ops/launch.h"
@@ -202,6 +204,11 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
 }
 
 bool gemv_norm_fusable(gpu::Device& device, WeightType wtype, uint32_t n_out, bool glu) {
+  static const bool off = [] {
+    const char* v = std::getenv("METALKV_FUSE_NORM");  // "0": measure the step with its own rms_norm dispatches
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  if (off) return false;
   return has_norm_variant(glu ? glu_rows("matmul_glu", device, wtype, 0, n_out, 1) : gemv_rows(device, wtype, n_out, 1));
 }
 

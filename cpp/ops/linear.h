@@ -85,7 +85,8 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
 // Whether the gemv this device runs for one token of (n_out, *) weights
 // (glu: matmul_glu's, n_out rows a half) can take a fused norm: its width is
 // one with a _norm variant (GPUs: 1 or 2 rows; the host's 8 and 32 have none,
-// it runs rms_norm first).
+// it runs rms_norm first). METALKV_FUSE_NORM=0 in the environment makes it
+// false everywhere (read once): the step with its own norm dispatches, to measure.
 bool gemv_norm_fusable(gpu::Device& device, WeightType wtype, uint32_t n_out, bool glu);
 
 // Weight bytes one call reads from device memory: gemv reads W once per
