@@ -76,7 +76,7 @@ void dispatch_floor(Bench& b) {
         t, 3 * 4096.0, 1);
 }
 
-// The decode step's norm on its own (f32 weight): what a gemv's fused norm (_norm rows) saves.
+// The decode step's norm over one row (f32 weight): 65 of them per Llama-3-8B token.
 void rms_norm_row(Bench& b, uint32_t dim) {
   ops::BufferView x{b.filled(dim * 4, float_pattern(dim, 3))}, w{b.filled(dim * 4, float_pattern(dim, 4))},
       y{b.filled(dim * 4, float_pattern(dim, 5))};
@@ -235,19 +235,17 @@ std::vector<unsigned char> weight_pattern(WeightType t, uint32_t n_in, uint32_t 
 
 // How a linear case runs: the op's default, or a forced gemv width (bench
 // names end in _r1, _r2, _r4), the residual-add or bias epilogue (_acc, _bias),
-// or the fused GLU gemv over a stacked [W_gate; W_up] (gemv_swiglu_*), with
-// the RMS norm of its input fused in (_norm).
+// or the fused GLU gemv over a stacked [W_gate; W_up] (gemv_swiglu_*).
 struct LinearVariant {
   uint32_t gemv_rows = 0;
   bool accumulate = false;
   bool bias = false;
   bool glu = false;
-  bool norm = false;
 };
 
 std::string variant_suffix(const LinearVariant& v) {
   return (v.gemv_rows ? "_r" + num(v.gemv_rows) : std::string()) + (v.accumulate ? "_acc" : "") +
-         (v.bias ? "_bias" : "") + (v.norm ? "_norm" : "");
+         (v.bias ? "_bias" : "");
 }
 
 // n_out: rows of W, or for glu rows of each half (W is 2 n_out x n_in).
@@ -272,7 +270,6 @@ void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_to
     a.kernel = n_tokens == 1 ? ops::MatmulKernel::gemv : ops::MatmulKernel::gemm;
     a.accumulate = v.accumulate;
     a.gemv_rows = v.gemv_rows;
-    if (v.norm) a.norm = ops::GemvNorm{{b.filled(uint64_t(n_in) * 4, float_pattern(n_in, 80 + i))}, 1e-5f, 0.0f};
   }
   const CallTime time = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
     const ops::MatmulArgs& a = args[call % sets];
@@ -286,7 +283,6 @@ void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_to
     g.n_out = a.n_out;
     g.wtype = a.wtype;
     g.gemv_rows = a.gemv_rows;
-    g.norm = a.norm;
     ops::matmul_glu(b.dev, enc, g);
   });
   const bool gemv = n_tokens == 1;
@@ -453,11 +449,6 @@ std::vector<Result> linear_group(const Context& ctx) {
         run(g.gemv[0][0], g.gemv[0][1], 1, {0, false, true, false});
       }
       for (const auto& s : g.glu) run(s[0], s[1], 1, {0, false, false, true});
-      // The decode step's fused norms (GPUs): q/k/v and gate/up read x and normalize it.
-      if (b.dev.kind() != "host" && !g.gemv.empty()) {
-        run(g.gemv[0][0], g.gemv[0][1], 1, {0, false, false, false, true});
-        for (const auto& s : g.glu) run(s[0], s[1], 1, {0, false, false, true, true});
-      }
       for (const auto& s : g.gemm) run(s[0], s[1], s[2], {});
     }
     if (!g.gemv.empty()) guarded(b, "rms_norm_f32", [&] { rms_norm_row(b, g.gemv[0][1]); });

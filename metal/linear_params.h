@@ -74,15 +74,11 @@ MKV_CONSTANT uint32_t kArgmaxSimds = 32;       // argmax on GPUs: at most this m
 //   (2 n_out, n_in) stack [W_gate; W_up]; flags 0.
 MKV_CONSTANT uint32_t kMatmulBias = 1;        // add bias; without it the bias buffer is a placeholder, not read
 MKV_CONSTANT uint32_t kMatmulAccumulate = 2;  // add to y's contents (a fused residual add)
-// gemv_*_norm* (fused RMS norm): X's rows are x / sqrt(mean(x²) + norm_eps) ⊙
-//   (norm_offset + g), g (n_in) float, as rms_norm_f32 computes them.
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
   uint32_t flags;  // kMatmulBias | kMatmulAccumulate
-  float norm_eps;     // _norm variants only
-  float norm_offset;  // _norm variants only: 0 (Llama: g), 1 (Gemma: 1 + g)
 };
 
 // embedding_*: out[t, :] = table[ids[t], :] * scale.
@@ -131,7 +127,7 @@ struct Softmax {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::Matmul) == 24, "Matmul params layout");
+static_assert(sizeof(mkv_params::Matmul) == 16, "Matmul params layout");
 static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
 static_assert(sizeof(mkv_params::RmsNorm) == 20, "RmsNorm params layout");
 static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");

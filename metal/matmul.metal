@@ -17,10 +17,7 @@
 //               tokens x 4 rows. Grid: (ceil(n_out / 64), ceil(n_tokens / 32)).
 //
 // gemv and gemm add to what y holds when p.flags has kMatmulAccumulate (a
-// fused residual add). The gemv_*_norm variants (GPU shapes) RMS-normalize x
-// on the fly: y = W · (x / rms(x) ⊙ (offset + g)) with the norm's weight g;
-// each SIMD-group already reads all of x, so its Σ x² is a second simd_sum
-// and the decode step's separate rms_norm dispatch disappears.
+// fused residual add).
 //
 // The host functions that build these names and geometries: cpp/ops/linear.cpp.
 #include "mkv_kernel.h"
@@ -37,43 +34,22 @@ using mkv_params::kGemmThreads;
 // Tokens per gemm thread: the threads cover the 64 rows 4 at a time.
 constant constexpr uint kTM = kGemmTokens / (kGemmThreads / (kGemmRows / 4));
 
-// The activations of a gemv: x, or with a fused RMS norm x ⊙ (offset + g)
-// while the lane adds up its share of Σ x² (the scale 1 / rms(x) is applied
-// to the sums at the end). fetch loads x as it is, so the loads of the next
-// step stay in flight; apply normalizes the step it multiplies (normalize).
-template <bool kNorm> struct GemvInput {
-  const device float* x;
-  const device float* g;  // the norm's weight (n_in); kNorm only
-  float offset;           // 0 (Llama: g), 1 (Gemma: 1 + g)
-  float ss;               // this lane's Σ x² so far
-  float4 load(uint i) const { return ((const device float4*)x)[i]; }
-  // xc[0..n) = x's float4s i0 .., loaded by load(): accumulate and normalize.
-  void normalize(thread float4* xc, uint i0, uint n) {
-    for (uint i = 0; kNorm && i < n; ++i) {
-      ss += dot(xc[i], xc[i]);
-      xc[i] *= ((const device float4*)g)[i0 + i] + offset;
-    }
-  }
-};
-
 // Fetch kUnroll chunks c, c + stride, ... for every row, and their activations.
-template <typename F, uint kRows, uint kUnroll, bool kNorm>
+template <typename F, uint kRows, uint kUnroll>
 inline void gemv_fetch(const device uchar* w, ulong row_bytes, uint n_in, thread const ulong* rows,
-                       thread const GemvInput<kNorm>& in, uint c, thread typename F::Raw* raw, thread float4* xc) {
+                       const device float* xt, uint c, thread typename F::Raw* raw, thread float4* xc) {
   constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
     MKV_UNROLL for (uint r = 0; r < kRows; ++r) raw[u * kRows + r] = F::fetch(w + rows[r] * row_bytes, n_in, c + 32 * u);
   }
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
-    MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = in.load((c + 32 * u) * kX + i);
+    MKV_UNROLL for (uint i = 0; i < kX; ++i) xc[u * kX + i] = ((const device float4*)(xt + (c + 32 * u) * F::kChunk))[i];
   }
 }
-template <typename F, uint kRows, uint kUnroll, bool kNorm>
-inline void gemv_apply(thread const typename F::Raw* raw, thread float4* xc, thread GemvInput<kNorm>& in, uint c,
-                       thread float* acc) {
+template <typename F, uint kRows, uint kUnroll>
+inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* xc, thread float* acc) {
   constexpr uint kX = F::kChunk / 4;
   MKV_UNROLL for (uint u = 0; u < kUnroll; ++u) {
-    in.normalize(xc + u * kX, (c + 32 * u) * kX, kX);
     float4 xs4 = xc[u * kX];
     for (uint i = 1; i < kX; ++i) xs4 += xc[u * kX + i];
     const float xsum = xs4.x + xs4.y + xs4.z + xs4.w;
@@ -90,9 +66,9 @@ inline void gemv_apply(thread const typename F::Raw* raw, thread float4* xc, thr
 // a GPU needs several loads in flight per lane to cover DRAM latency, and
 // nvcc otherwise sinks each load next to its use. The host shapes step one
 // chunk at a time.
-template <typename F, uint kRows, bool kGpuShape, bool kNorm>
+template <typename F, uint kRows, bool kGpuShape>
 void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows,
-                    thread GemvInput<kNorm>& in, uint n_in, uint lane, thread float* acc) {
+                    const device float* xt, uint n_in, uint lane, thread float* acc) {
   // Chunks per step: 4 of 4-8 weights, 2 of 16 (two buffers of them stay in registers).
   constexpr uint kUnroll = !kGpuShape ? 1
                            : F::kChunk >= 16                   ? mkv_params::kGemvUnrollQuant
@@ -104,18 +80,18 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
   if (kUnroll > 1 && c + 32 * (kUnroll - 1) < n_chunks) {
     typename F::Raw raw[kUnroll * kRows];
     float4 xc[kUnroll * kX];
-    gemv_fetch<F, kRows, kUnroll, kNorm>(w, row_bytes, n_in, rows, in, c, raw, xc);
+    gemv_fetch<F, kRows, kUnroll>(w, row_bytes, n_in, rows, xt, c, raw, xc);
     for (;;) {
       const uint next = c + 32 * kUnroll;
       if (next + 32 * (kUnroll - 1) >= n_chunks) {
-        gemv_apply<F, kRows, kUnroll, kNorm>(raw, xc, in, c, acc);
+        gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
         c = next;
         break;
       }
       typename F::Raw raw_next[kUnroll * kRows];
       float4 xc_next[kUnroll * kX];
-      gemv_fetch<F, kRows, kUnroll, kNorm>(w, row_bytes, n_in, rows, in, next, raw_next, xc_next);
-      gemv_apply<F, kRows, kUnroll, kNorm>(raw, xc, in, c, acc);
+      gemv_fetch<F, kRows, kUnroll>(w, row_bytes, n_in, rows, xt, next, raw_next, xc_next);
+      gemv_apply<F, kRows, kUnroll>(raw, xc, acc);
       for (uint i = 0; i < kUnroll * kRows; ++i) raw[i] = raw_next[i];
       for (uint i = 0; i < kUnroll * kX; ++i) xc[i] = xc_next[i];
       c = next;
@@ -125,8 +101,8 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
   for (; c < n_chunks; c += 32) {
     typename F::Raw raw[kRows];
     float4 xc[kX];
-    gemv_fetch<F, kRows, 1, kNorm>(w, row_bytes, n_in, rows, in, c, raw, xc);
-    gemv_apply<F, kRows, 1, kNorm>(raw, xc, in, c, acc);
+    gemv_fetch<F, kRows, 1>(w, row_bytes, n_in, rows, xt, c, raw, xc);
+    gemv_apply<F, kRows, 1>(raw, xc, acc);
   }
 }
 
@@ -138,27 +114,12 @@ template <uint kRows> inline float4 simd_sum_rows(thread const float* acc, uint 
   return float4(simd_sum(acc[r]), 0.0f, 0.0f, 0.0f);
 }
 
-// The lane's activations of token t; norm_w is read by the _norm variants only.
-template <bool kNorm>
-inline GemvInput<kNorm> gemv_input(constant mkv_params::Matmul& p, const device float* x, const device float* norm_w,
-                                   uint t) {
-  return GemvInput<kNorm>{x + ulong(t) * p.n_in, norm_w, p.norm_offset, 0.0f};
-}
-// What the row sums are multiplied by: 1 / rms(x) with the norm, else 1.
-// Every lane gets the SIMD-group's total (a collective: all lanes call it).
-template <bool kNorm>
-inline float gemv_input_scale(constant mkv_params::Matmul& p, thread const GemvInput<kNorm>& in) {
-  if (!kNorm) return 1.0f;
-  return 1.0f / sqrt(simd_sum(in.ss) / float(p.n_in) + p.norm_eps);
-}
-
-template <typename F, uint kRows, bool kNorm>
+template <typename F, uint kRows>
 MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_params::Matmul& p [[buffer(0)]],
                  const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
                  const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
-                 const device float* norm_w [[buffer(5)]], // (n_in) the norm's weight: _norm variants
                  uint2 tg [[threadgroup_position_in_grid]],
                  uint simd [[simdgroup_index_in_threadgroup]],
                  uint simds [[simdgroups_per_threadgroup]],
@@ -169,13 +130,11 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
   ulong rows[kRows];
   for (uint r = 0; r < kRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
   float acc[kRows];
-  GemvInput<kNorm> in = gemv_input<kNorm>(p, x, norm_w, tg.y);
-  gemv_lane_dots<F, kRows, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, in, p.n_in, lane, acc);
-  const float scale = gemv_input_scale<kNorm>(p, in);
+  gemv_lane_dots<F, kRows, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
   for (uint r = 0; r < kRows; r += row_group<kRows>()) {
-    const float4 total = simd_sum_rows<kRows>(acc, r) * scale;
+    const float4 total = simd_sum_rows<kRows>(acc, r);
     for (uint i = 0; i < row_group<kRows>(); ++i) {
       const uint row = row0 + r + i;
       if (lane != 0 || row >= p.n_out) continue;
@@ -188,12 +147,11 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
 // GLU feed-forward input in one weight pass: y = act(x · W_gateᵀ) * (x · W_upᵀ)
 // with W = [W_gate; W_up] stacked along rows. A SIMD-group computes the same
 // kRows rows of both halves, so the gate and up values meet in registers.
-template <typename F, typename Act, uint kRows, bool kNorm>
+template <typename F, typename Act, uint kRows>
 MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_params::Matmul& p [[buffer(0)]],  // n_out: rows per half
                      const device uchar* w [[buffer(1)]],      // (2 n_out, n_in) in format F
                      const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                      device float* y [[buffer(3)]],            // (n_tokens, n_out)
-                     const device float* norm_w [[buffer(5)]], // (n_in) the norm's weight: _norm variants
                      uint2 tg [[threadgroup_position_in_grid]],
                      uint simd [[simdgroup_index_in_threadgroup]],
                      uint simds [[simdgroups_per_threadgroup]],
@@ -206,14 +164,12 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
     rows[kRows + r] = p.n_out + rows[r];
   }
   float acc[2 * kRows];
-  GemvInput<kNorm> in = gemv_input<kNorm>(p, x, norm_w, tg.y);
-  gemv_lane_dots<F, 2 * kRows, (2 * kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, in, p.n_in, lane, acc);
-  const float scale = gemv_input_scale<kNorm>(p, in);
+  gemv_lane_dots<F, 2 * kRows, (2 * kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x + ulong(tg.y) * p.n_in, p.n_in, lane, acc);
 
   device float* yt = y + ulong(tg.y) * p.n_out;
   for (uint r = 0; r < kRows; r += row_group<kRows>()) {
-    const float4 gate = simd_sum_rows<kRows>(acc, r) * scale;
-    const float4 up = simd_sum_rows<kRows>(acc, kRows + r) * scale;
+    const float4 gate = simd_sum_rows<kRows>(acc, r);
+    const float4 up = simd_sum_rows<kRows>(acc, kRows + r);
     for (uint i = 0; i < row_group<kRows>(); ++i) {
       const uint row = row0 + r + i;
       if (lane == 0 && row < p.n_out) yt[row] = Act::apply(gate[i]) * up[i];
@@ -297,18 +253,14 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
 // gemv_f16_c4_r<R> is the 4-weight fallback for other rows. Names are single
 // literals (stringized after pasting), e.g. "gemv_swiglu_q4_1_r32".
 #define MKV_GEMV(name, ...) MKV_KERNEL(MKV_STR(name), __VA_ARGS__)
-#define MKV_GEMV_SHAPE_N(name, F, R, N)                           \
-  MKV_GEMV(gemv_##name, gemv<F, R, N>)                            \
-  MKV_GEMV(gemv_swiglu_##name, gemv_glu<F, ActSilu, R, N>)        \
-  MKV_GEMV(gemv_geglu_##name, gemv_glu<F, ActGeluTanh, R, N>)
-#define MKV_GEMV_SHAPE(name, F, R) MKV_GEMV_SHAPE_N(name, F, R, false)
-// The decode widths gemv_rows() picks (1, 2) also come with a fused norm.
-#define MKV_GEMV_GPU_SHAPES(fmt, F)              \
-  MKV_GEMV_SHAPE(fmt##_r1, F, 1)                 \
-  MKV_GEMV_SHAPE(fmt##_r2, F, 2)                 \
-  MKV_GEMV_SHAPE(fmt##_r4, F, 4)                 \
-  MKV_GEMV_SHAPE_N(fmt##_r1_norm, F, 1, true)    \
-  MKV_GEMV_SHAPE_N(fmt##_r2_norm, F, 2, true)
+#define MKV_GEMV_SHAPE(name, F, R)                             \
+  MKV_GEMV(gemv_##name, gemv<F, R>)                            \
+  MKV_GEMV(gemv_swiglu_##name, gemv_glu<F, ActSilu, R>)        \
+  MKV_GEMV(gemv_geglu_##name, gemv_glu<F, ActGeluTanh, R>)
+#define MKV_GEMV_GPU_SHAPES(fmt, F) \
+  MKV_GEMV_SHAPE(fmt##_r1, F, 1)    \
+  MKV_GEMV_SHAPE(fmt##_r2, F, 2)    \
+  MKV_GEMV_SHAPE(fmt##_r4, F, 4)
 #define MKV_GEMV_FORMAT(fmt, F)                             \
   MKV_GEMV_SHAPE(fmt, F, mkv_params::kGemvRows)             \
   MKV_GEMV_SHAPE(fmt##_r32, F, mkv_params::kGemvRowsWide)   \

@@ -43,9 +43,6 @@ void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
                                  std::to_string(t) + " is outside [0, " + std::to_string(vocab) + ")");
 }
 
-// norm_w=None, or the f32 weight of an RMS norm fused into the gemv's input.
-ops::GemvNorm gemv_norm(const BufferPtr& w, float eps, float offset) { return ops::GemvNorm{{w}, eps, offset}; }
-
 using FileRows = nb::ndarray<nb::ro, uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 // The kernels' bytes of a (rows, cols) matrix given as the file's: uint8 (rows, bytes per row).
@@ -79,8 +76,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
-         const std::string& kernel, bool accumulate, uint32_t gemv_rows, const BufferPtr& norm_w, float norm_eps,
-         float norm_offset) {
+         const std::string& kernel, bool accumulate, uint32_t gemv_rows) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -93,12 +89,10 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.kernel = parse_kernel(kernel);
         a.accumulate = accumulate;
         a.gemv_rows = gemv_rows;
-        a.norm = gemv_norm(norm_w, norm_eps, norm_offset);
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
-      "norm_w"_a.none() = nb::none(), "norm_eps"_a = 1e-6f, "norm_offset"_a = 0.0f,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
@@ -107,15 +101,13 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
       "(GPUs: 2, or 1 for f32/f16/bf16 when 2 would not fill the device; the host executor: 32,\n"
-      "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant.\n"
-      "norm_w (n_in) float32: gemv only, widths 1 and 2: x's rows are RMS-normalized on the way in,\n"
-      "x / sqrt(mean(x²) + norm_eps) * (norm_offset + norm_w), as rms_norm computes them.");
+      "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant.");
 
   m.def(
       "matmul_glu",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const std::string& act,
-         uint32_t gemv_rows, const BufferPtr& norm_w, float norm_eps, float norm_offset) {
+         uint32_t gemv_rows) {
         ops::GluArgs a;
         a.x = {x};
         a.w = {w};
@@ -128,22 +120,13 @@ void bind_linear(nb::module_&, nb::module_& m) {
           ops::fail("matmul_glu", "unknown activation '" + act + "'; expected 'silu' or 'gelu_tanh'");
         a.act = act == "silu" ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
         a.gemv_rows = gemv_rows;
-        a.norm = gemv_norm(norm_w, norm_eps, norm_offset);
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul_glu(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
-      "act"_a = "silu", "gemv_rows"_a = 0, "norm_w"_a.none() = nb::none(), "norm_eps"_a = 1e-6f,
-      "norm_offset"_a = 0.0f,
+      "act"_a = "silu", "gemv_rows"_a = 0,
       "y (n_tokens, n_out) = act(x · w[:n_out]ᵀ) * (x · w[n_out:]ᵀ): w is the (2 n_out, n_in)\n"
       "stack of the gate and up matrices in wtype; act 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU).\n"
-      "gemv_rows and norm_w, norm_eps, norm_offset as in matmul.");
-  m.def(
-      "gemv_norm_fusable",
-      [](PyDevice& d, const std::string& wtype, uint32_t n_out, bool glu) {
-        return ops::gemv_norm_fusable(*d.device, ops::parse_weight_type(wtype, "gemv_norm_fusable"), n_out, glu);
-      },
-      "device"_a, "wtype"_a, "n_out"_a, nb::kw_only(), "glu"_a = false,
-      "Whether this device's one-token gemv (glu: matmul_glu's) takes norm_w= (GPUs yes; the host no).");
+      "gemv_rows as in matmul.");
 
   m.def(
       "embedding",

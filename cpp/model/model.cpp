@@ -109,7 +109,7 @@ void Model::check_cache(const kv::KVCache& cache) const {
 }
 
 void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
-                   const ops::BufferView& y, uint32_t n, bool accumulate, const ops::GemvNorm& in_norm) const {
+                   const ops::BufferView& y, uint32_t n, bool accumulate) const {
   ops::MatmulArgs a;
   a.x = x;
   a.w = w.view;
@@ -120,16 +120,7 @@ void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Wei
   a.n_out = uint32_t(w.rows());
   a.wtype = w.type;
   a.accumulate = accumulate;
-  a.norm = in_norm;
   ops::matmul(*device_, enc, a);
-}
-
-ops::GemvNorm Model::fused_norm(const Weight& norm, const Weight& matrix, uint32_t n_tokens, bool glu) const {
-  const uint64_t rows = glu ? matrix.rows() / 2 : matrix.rows();
-  if (n_tokens != 1 || norm.type != ops::WeightType::f32 ||
-      !ops::gemv_norm_fusable(*device_, matrix.type, uint32_t(rows), glu))
-    return {};
-  return {norm.view, spec_.rms_eps, spec_.norm_offset};
 }
 
 void Model::norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const ops::BufferView& out,
@@ -151,11 +142,9 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
   const ops::BufferView v = stacked_qkv ? at(ws.qkv(), (Q + KV) * sizeof(float)) : ws.v();
   {
     gpu::ComputeEncoder& enc = s.compute();
-    const ops::GemvNorm in_norm = stacked_qkv ? fused_norm(*L.attn_norm, L.qkv, n, false) : ops::GemvNorm{};
-    if (!in_norm.w.buffer) norm(enc, ws.x(), *L.attn_norm, ws.h(), n, H);
+    norm(enc, ws.x(), *L.attn_norm, ws.h(), n, H);
     if (stacked_qkv) {
-      linear(enc, in_norm.w.buffer ? ws.x() : ws.h(), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr,
-             ws.qkv(), n, false, in_norm);
+      linear(enc, ws.h(), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr, ws.qkv(), n);
     } else {
       linear(enc, ws.h(), *L.q, L.q_bias, q, n);
       linear(enc, ws.h(), *L.k, L.k_bias, k, n);
@@ -195,13 +184,10 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
     linear(enc, ws.attn(), *L.out, nullptr, ws.x(), n, /*accumulate=*/true);
   }
 
-  const bool glu = n == 1 && L.gate_up.view.buffer;
-  const ops::GemvNorm ffn_in = glu ? fused_norm(*L.ffn_norm, L.gate_up, n, true) : ops::GemvNorm{};
-  if (!ffn_in.w.buffer) norm(enc, ws.x(), *L.ffn_norm, ws.h(), n, H);
-  if (glu) {
+  norm(enc, ws.x(), *L.ffn_norm, ws.h(), n, H);
+  if (n == 1 && L.gate_up.view.buffer) {
     ops::GluArgs g;
-    g.x = ffn_in.w.buffer ? ws.x() : ws.h();
-    g.norm = ffn_in;
+    g.x = ws.h();
     g.w = L.gate_up.view;
     g.y = ws.gate();
     g.n_in = H;
@@ -245,13 +231,8 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache
 
   gpu::ComputeEncoder& enc = s.compute();
   const ops::BufferView last = at(ws.x(), size_t(n - n_logits) * H * sizeof(float));
-  const ops::GemvNorm out_in = fused_norm(*out_norm_, *lm_head_, n_logits, false);
-  if (out_in.w.buffer) {
-    linear(enc, last, *lm_head_, nullptr, ws.logits(), n_logits, false, out_in);
-  } else {
-    norm(enc, last, *out_norm_, ws.h(), n_logits, H);
-    linear(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n_logits);
-  }
+  norm(enc, last, *out_norm_, ws.h(), n_logits, H);
+  linear(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n_logits);
   if (spec_.final_softcap > 0)
     ops::softcap(*device_, enc, ws.logits(), n_logits * spec_.vocab, spec_.final_softcap);
 }

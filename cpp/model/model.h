@@ -13,9 +13,7 @@
 // Fusions (fewer dispatches, one weight pass): q/k/v and gate/up are stacked
 // into one buffer each at load (Weights::stack_rows; the separate tensors
 // become views of the stack, so prefill's gemms still see them), and without
-// sandwich norms the residual adds happen in Wo's and Wdown's epilogue. On
-// GPUs a one-token step's attention, FFN and output norms run inside the next
-// gemv (ops::GemvNorm: the gemv reads x and normalizes it on the way in).
+// sandwich norms the residual adds happen in Wo's and Wdown's epilogue.
 //
 // then logits = rms_norm(x, output_norm) Wout (token_embd when tied) for the
 // rows asked for, soft-capped if the model says so.
@@ -76,13 +74,9 @@ class Model {
                     uint32_t n) const;
   void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
               const Weight* bias, const ops::BufferView& y, uint32_t n,
-              bool accumulate = false, const ops::GemvNorm& in_norm = {}) const;
+              bool accumulate = false) const;
   void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
             const ops::BufferView& out, uint32_t rows, uint32_t dim) const;
-  // `norm` applied to the input of a one-token gemv over `matrix` (glu: the
-  // gate/up stack) inside that gemv, where the device's gemv can take it;
-  // else no buffer, and the caller runs norm() first.
-  ops::GemvNorm fused_norm(const Weight& norm, const Weight& matrix, uint32_t n_tokens, bool glu) const;
 
   gpu::DevicePtr device_;
   ModelSpec spec_;

@@ -3,8 +3,6 @@
 #include "ops/linear.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "metal/linear_params.h"
 #include "ops/launch.h"
@@ -29,16 +27,11 @@ bool needs_c4_fallback(WeightType wtype, uint32_t rows, uint32_t n_in, const Buf
   return half_type && rows <= mkv_params::kGemvRowsMaxGpu && (n_in % 8 != 0 || w.offset % 16 != 0);
 }
 
-// "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4",
-// "gemv_q8_0_r2_norm".
-std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool c4, bool norm = false) {
+// "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4".
+std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool c4) {
   std::string name = std::string(prefix) + weight_type_name(wtype) + (c4 ? "_c4" : "");
-  if (rows != mkv_params::kGemvRows) name += "_r" + std::to_string(rows);
-  return norm ? name + "_norm" : name;
+  return rows == mkv_params::kGemvRows ? name : name + "_r" + std::to_string(rows);
 }
-
-// The widths instantiated with a fused norm (metal/matmul.metal, MKV_GEMV_GPU_SHAPES).
-bool has_norm_variant(uint32_t rows) { return rows == 1 || rows == 2; }
 
 }  // namespace
 
@@ -109,31 +102,6 @@ void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t n_out, uint
   enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), n_tokens, 1}, {32 * simds, 1, 1});
 }
 
-// matmul_glu's width: its SIMD-groups compute their rows of both halves, so on
-// GPUs half the rows of a gemv over the stacked 2 n_out (the host's shapes stay).
-uint32_t glu_rows(const char* op, gpu::Device& device, WeightType wtype, uint32_t asked, uint32_t n_out,
-                  uint32_t n_tokens) {
-  uint32_t rows = asked;
-  if (rows == 0) {
-    rows = gemv_rows(device, wtype, 2 * n_out, n_tokens);
-    if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
-  }
-  return pick_gemv_rows(op, device, wtype, rows, n_out, n_tokens);
-}
-
-// Checks a fused norm's weight and width. Returns whether there is one.
-bool check_norm(const char* op, const GemvNorm& norm, uint32_t n_in, bool gemv, uint32_t rows) {
-  const bool on = norm.w.buffer != nullptr;
-  if (on) {
-    if (!gemv) fail(op, "a fused norm needs the gemv kernel (one weight pass per token); run rms_norm before a gemm");
-    if (!has_norm_variant(rows))
-      fail(op, "a fused norm runs on gemv widths 1 and 2; this call's gemv has " + std::to_string(rows) +
-                   " rows (run rms_norm first)");
-    check_view(op, "norm weight (n_in) float32", norm.w, size_t(n_in) * 4, 4);
-  }
-  return on;
-}
-
 }  // namespace
 
 void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) {
@@ -153,22 +121,19 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
   const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens) : 0;
-  const bool has_norm = check_norm(kOp, a.norm, a.n_in, gemv, rows);
-  auto pipeline = device.pipeline(
-      gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), has_norm)
-           : std::string("gemm_") + weight_type_name(a.wtype));
+  auto pipeline = device.pipeline(gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))
+                                       : std::string("gemm_") + weight_type_name(a.wtype));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
                          (a.accumulate ? mkv_params::kMatmulAccumulate : 0u);
-  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags, a.norm.eps, a.norm.offset};
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags};
   enc.set_pipeline(pipeline);
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
-  bind(enc, has_norm ? a.norm.w : a.x, 5);  // x: a placeholder, never read
   if (gemv) {
     dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
   } else {
@@ -190,26 +155,21 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
-  const uint32_t rows = glu_rows(op, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens);
-  const bool has_norm = check_norm(op, a.norm, a.n_in, true, rows);
-  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u, a.norm.eps, a.norm.offset};
-  enc.set_pipeline(
-      device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), has_norm)));
+  // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
+  // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).
+  uint32_t rows = a.gemv_rows;
+  if (rows == 0) {
+    rows = gemv_rows(device, a.wtype, 2 * a.n_out, a.n_tokens);
+    if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
+  }
+  rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens);
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
+  enc.set_pipeline(device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))));
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
-  bind(enc, has_norm ? a.norm.w : a.x, 5);  // x: a placeholder, never read
   dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
-}
-
-bool gemv_norm_fusable(gpu::Device& device, WeightType wtype, uint32_t n_out, bool glu) {
-  static const bool off = [] {
-    const char* v = std::getenv("METALKV_FUSE_NORM");  // "0": measure the step with its own rms_norm dispatches
-    return v && std::strcmp(v, "0") == 0;
-  }();
-  if (off) return false;
-  return has_norm_variant(glu ? glu_rows("matmul_glu", device, wtype, 0, n_out, 1) : gemv_rows(device, wtype, n_out, 1));
 }
 
 }  // namespace mkv::ops

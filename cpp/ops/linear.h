@@ -22,17 +22,6 @@ enum class MatmulKernel {
   gemm,       // tiled, weight tiles reused across 32 tokens: prefill
 };
 
-// An RMS norm fused into a gemv's input (the decode step's attention, FFN and
-// output norms): the kernel reads x and uses rows x / sqrt(mean(x²) + eps) ⊙
-// (offset + w), as rms_norm with an f32 weight computes them, without a
-// dispatch or a buffer of its own. gemv only, at the widths that have a _norm
-// variant (gemv_norm_fusable); no buffer: no norm.
-struct GemvNorm {
-  BufferView w;  // (n_in) float32
-  float eps = 1e-6f;
-  float offset = 0.0f;  // 0 (Llama: w), 1 (Gemma: 1 + w)
-};
-
 struct MatmulArgs {
   BufferView x;     // (n_tokens, n_in) float32, offset 16-byte aligned
   BufferView w;     // (n_out, n_in) in wtype, offset aligned to weight_align(wtype)
@@ -45,7 +34,6 @@ struct MatmulArgs {
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
   uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (gemv_rows()), or 1, 2, 4, 8, 32
-  GemvNorm norm;            // normalize x on the way in (gemv only)
 };
 
 // Rows per SIMD-group of the gemv a device runs best, the one place that
@@ -78,16 +66,8 @@ struct GluArgs {
   WeightType wtype = WeightType::f16;
   GluActivation act = GluActivation::silu;
   uint32_t gemv_rows = 0;  // as MatmulArgs::gemv_rows
-  GemvNorm norm;           // as MatmulArgs::norm
 };
 void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
-
-// Whether the gemv this device runs for one token of (n_out, *) weights
-// (glu: matmul_glu's, n_out rows a half) can take a fused norm: its width is
-// one with a _norm variant (GPUs: 1 or 2 rows; the host's 8 and 32 have none,
-// it runs rms_norm first). METALKV_FUSE_NORM=0 in the environment makes it
-// false everywhere (read once): the step with its own norm dispatches, to measure.
-bool gemv_norm_fusable(gpu::Device& device, WeightType wtype, uint32_t n_out, bool glu);
 
 // Weight bytes one call reads from device memory: gemv reads W once per
 // token, gemm once per tile of 32 tokens.
