@@ -112,7 +112,7 @@ def test_store_rotates_the_queries_in_the_same_dispatch(dev, store, style, rotar
     assert cache.length(0) == 9
 
 
-def test_store_q_needs_rope_and_its_own_memory(host):
+def test_store_q_needs_rope_and_matching_rows(host):
     cache = metalkv.KVCache(host, 1, 1, 8, 16)
     x = np.zeros((2, 1, 8), np.float32)
     inv = inv_freq_default_ref(8, 10000.0)
