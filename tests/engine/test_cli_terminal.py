@@ -83,6 +83,7 @@ def test_chat_with_a_full_context_says_so_and_stays_open(default_gguf):
     child.expect_exact("[conversation cleared]")
     child.sendline("Hi")
     child.expect(r"context \d+/40 tokens\]")
+    child.expect_exact("> ")  # Ctrl-D at the prompt: sent earlier it can land while the reply still runs
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
