@@ -1,0 +1,59 @@
+// metalkv._core.BlockPool / BlockTable: the paged cache's block bookkeeping
+// (cpp/kv/block_pool.h), bound for tests and tools; no device memory.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/vector.h>
+
+#include <utility>
+
+#include "bindings.h"
+#include "kv/block_pool.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+namespace {
+
+void bind_blocks(nb::module_& m, nb::module_&) {
+  m.attr("BLOCK_TOKENS") = kv::kBlockTokens;
+  nb::class_<kv::BlockPool>(m, "BlockPool",
+                            "Block ids of a paged KV cache with owner counts and a free list (host bookkeeping).")
+      .def(nb::init<uint32_t>(), "n_blocks"_a)
+      .def_prop_ro("capacity", &kv::BlockPool::capacity)
+      .def_prop_ro("free_count", &kv::BlockPool::free_count)
+      .def_prop_ro("used_count", &kv::BlockPool::used_count)
+      .def("allocate", &kv::BlockPool::allocate, "n"_a,
+           "n free block ids (one owner each), the most recently freed first; raises (taking none) if short.")
+      .def("retain", &kv::BlockPool::retain, "id"_a)
+      .def("release", &kv::BlockPool::release, "id"_a)
+      .def("owners", &kv::BlockPool::owners, "id"_a);
+
+  nb::class_<kv::BlockTable>(m, "BlockTable",
+                             "One sequence's blocks in one window group: position p is slot "
+                             "blocks[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS.")
+      .def(nb::init<kv::BlockPool&, uint32_t>(), "pool"_a, "window"_a = 0, nb::keep_alive<1, 2>(),
+           "window 0: a full layer; W: a sliding layer, whose blocks leave as positions advance.")
+      .def_prop_ro("length", &kv::BlockTable::length)
+      .def_prop_ro("window", &kv::BlockTable::window)
+      .def_prop_ro("blocks", &kv::BlockTable::blocks, "Physical block per logical block; -1 where it left.")
+      .def_prop_ro("held_blocks", &kv::BlockTable::held_blocks)
+      .def("slot", &kv::BlockTable::slot, "pos"_a)
+      .def("blocks_needed", &kv::BlockTable::blocks_needed, "n"_a)
+      .def(
+          "append",
+          [](kv::BlockTable& t, uint32_t n) {
+            std::vector<std::pair<uint32_t, uint32_t>> out;
+            for (const kv::BlockCopy& c : t.append(n)) out.emplace_back(c.src, c.dst);
+            return out;
+          },
+          "n"_a, "Room for n more positions; returns the (src, dst) block copies to make first (copy-on-write).")
+      .def("truncate", &kv::BlockTable::truncate, "n"_a)
+      .def("share_prefix", &kv::BlockTable::share_prefix, "other"_a, "n"_a,
+           "This (empty) table takes the first n positions of other, sharing its blocks.");
+}
+
+}  // namespace
+}  // namespace mkv::bindings
+
+MKV_BINDING(blocks, mkv::bindings::bind_blocks);

@@ -1,0 +1,166 @@
+#include "kv/block_pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include "gpu/errors.h"
+
+namespace mkv::kv {
+namespace {
+
+[[noreturn]] void fail(const char* who, const std::string& message) {
+  throw gpu::GpuError(std::string("[") + who + "] " + message);
+}
+std::string str(uint64_t v) { return std::to_string(v); }
+uint32_t blocks_for(uint64_t tokens) { return uint32_t((tokens + kBlockTokens - 1) / kBlockTokens); }
+
+}  // namespace
+
+// ---- BlockPool ------------------------------------------------------------------
+BlockPool::BlockPool(uint32_t n_blocks) : refs_(n_blocks, 0) {
+  if (n_blocks == 0) fail("block_pool", "a pool needs at least one block");
+  free_.reserve(n_blocks);
+  for (uint32_t i = n_blocks; i-- > 0;) free_.push_back(i);  // block 0 on top: handed out first
+}
+
+void BlockPool::check_id(const char* what, uint32_t id) const {
+  if (id >= capacity()) fail("block_pool", std::string(what) + " block " + str(id) + ": the pool has " + str(capacity()));
+  if (refs_[id] == 0) fail("block_pool", std::string(what) + " block " + str(id) + ", which is free");
+}
+
+std::vector<uint32_t> BlockPool::allocate(uint32_t n) {
+  if (n > free_.size())
+    fail("block_pool", "asked for " + str(n) + " blocks, " + str(free_.size()) + " of " + str(capacity()) +
+                           " are free (each holds " + str(kBlockTokens) + " tokens of every layer)");
+  std::vector<uint32_t> ids(free_.end() - n, free_.end());
+  std::reverse(ids.begin(), ids.end());  // top of the stack first
+  free_.resize(free_.size() - n);
+  for (uint32_t id : ids) refs_[id] = 1;
+  return ids;
+}
+
+void BlockPool::retain(uint32_t id) {
+  check_id("retaining", id);
+  ++refs_[id];
+}
+
+void BlockPool::release(uint32_t id) {
+  check_id("releasing", id);
+  if (--refs_[id] == 0) free_.push_back(id);
+}
+
+uint32_t BlockPool::owners(uint32_t id) const {
+  if (id >= capacity()) fail("block_pool", "block " + str(id) + " is outside the pool of " + str(capacity()));
+  return refs_[id];
+}
+
+// ---- BlockTable -----------------------------------------------------------------
+BlockTable::BlockTable(BlockPool& pool, uint32_t window) : pool_(pool), window_(window) {}
+
+BlockTable::~BlockTable() {
+  for (int64_t b : blocks_)
+    if (b >= 0) pool_.release(uint32_t(b));
+}
+
+uint32_t BlockTable::held_blocks() const {
+  return uint32_t(std::count_if(blocks_.begin(), blocks_.end(), [](int64_t b) { return b >= 0; }));
+}
+
+uint32_t BlockTable::slot(uint32_t pos) const {
+  if (pos >= length_) fail("block_table", "position " + str(pos) + " is not stored (length " + str(length_) + ")");
+  const int64_t b = blocks_[pos / kBlockTokens];
+  if (b < 0)
+    fail("block_table", "position " + str(pos) + " left the sliding window of " + str(window_) + " (length " +
+                            str(length_) + "); its block went back to the pool");
+  return uint32_t(b) * kBlockTokens + pos % kBlockTokens;
+}
+
+uint32_t BlockTable::first_needed(uint32_t next) const {
+  return window_ == 0 || next < window_ ? 0 : next - window_ + 1;
+}
+
+void BlockTable::drop_blocks_before(uint32_t first) {
+  for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
+    if (blocks_[i] >= 0) {
+      pool_.release(uint32_t(blocks_[i]));
+      blocks_[i] = -1;
+    }
+}
+
+// What the tail block needs before a store writes into it (length() inside it):
+// a fresh block where a window of 1 let it go, a copy where another table shares it.
+enum class Tail { ready, missing, shared };
+static Tail tail_state(const BlockPool& pool, const std::vector<int64_t>& blocks, uint32_t length) {
+  if (length % kBlockTokens == 0) return Tail::ready;
+  const int64_t b = blocks[length / kBlockTokens];
+  if (b < 0) return Tail::missing;
+  return pool.owners(uint32_t(b)) > 1 ? Tail::shared : Tail::ready;
+}
+
+uint32_t BlockTable::blocks_needed(uint32_t n) const {
+  if (n == 0) return 0;
+  const uint32_t fresh = std::max<int64_t>(0, int64_t(blocks_for(uint64_t(length_) + n)) - int64_t(blocks_.size()));
+  return fresh + (tail_state(pool_, blocks_, length_) != Tail::ready ? 1 : 0);
+}
+
+std::vector<BlockCopy> BlockTable::append(uint32_t n) {
+  if (uint64_t(length_) + n >= (uint64_t(1) << 32)) fail("block_table", "positions past 2^32 - 1");
+  if (n == 0) return {};
+  // A sliding table first lets go of what even the chunk's first query cannot see,
+  // once it is sure the pool (with what that frees) has the blocks: all or nothing.
+  const uint32_t need = blocks_needed(n), first = first_needed(length_);
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
+    freed += blocks_[i] >= 0 && pool_.owners(uint32_t(blocks_[i])) == 1;
+  if (need > pool_.free_count() + freed) pool_.allocate(need);  // raises with the pool's message
+  drop_blocks_before(first);
+  std::vector<uint32_t> ids = pool_.allocate(need);
+  std::vector<BlockCopy> copies;
+  size_t next = 0;
+  const Tail tail_needs = tail_state(pool_, blocks_, length_);
+  if (tail_needs != Tail::ready) {
+    int64_t& tail = blocks_[length_ / kBlockTokens];
+    if (tail_needs == Tail::shared) {
+      copies.push_back({uint32_t(tail), ids[next]});
+      pool_.release(uint32_t(tail));  // the other owners keep it
+    }
+    tail = ids[next++];
+  }
+  while (next < ids.size()) blocks_.push_back(ids[next++]);
+  length_ += n;
+  return copies;
+}
+
+void BlockTable::truncate(uint32_t n) {
+  if (n > length_) fail("block_table", "cannot truncate to " + str(n) + " tokens: the table holds " + str(length_));
+  const uint32_t first = first_needed(n);
+  if (first < n && blocks_[first / kBlockTokens] < 0)  // (W = 1 needs no stored position)
+    fail("block_table", "cannot truncate a sliding table (window " + str(window_) + ") from " + str(length_) +
+                            " to " + str(n) + " tokens: position " + str(first) + ", which the window at " + str(n) +
+                            " needs, has left the pool");
+  const uint32_t keep = blocks_for(n);
+  for (size_t i = keep; i < blocks_.size(); ++i)
+    if (blocks_[i] >= 0) pool_.release(uint32_t(blocks_[i]));
+  blocks_.resize(keep);
+  length_ = n;
+}
+
+void BlockTable::share_prefix(const BlockTable& other, uint32_t n) {
+  if (&other.pool_ != &pool_ || other.window_ != window_)
+    fail("block_table", "sharing a prefix needs tables of one pool and one window");
+  if (length_ != 0 || !blocks_.empty()) fail("block_table", "share_prefix needs an empty table");
+  if (n > other.length_)
+    fail("block_table", "cannot share " + str(n) + " tokens of a table holding " + str(other.length_));
+  const uint32_t first = first_needed(n);
+  if (first < n && other.blocks_[first / kBlockTokens] < 0)
+    fail("block_table", "cannot share " + str(n) + " tokens: position " + str(first) + " has left the window");
+  blocks_.assign(blocks_for(n), -1);
+  for (uint32_t i = std::min(first, n) / kBlockTokens; i < blocks_.size(); ++i) {
+    if (other.blocks_[i] < 0) continue;  // a window of 1 needs none of the stored positions
+    blocks_[i] = other.blocks_[i];
+    pool_.retain(uint32_t(blocks_[i]));
+  }
+  length_ = n;
+}
+
+}  // namespace mkv::kv
