@@ -29,9 +29,19 @@ class Memory:
             self.slots[table.slot(start + i)] = v
 
 
+def first_needed(n, window):
+    """The lowest position the queries from position n on can see."""
+    return 0 if window == 0 or n < window else n - window + 1
+
+
 def first_held(table):
-    w = table.window
-    return 0 if w == 0 or table.length < w else table.length - w + 1
+    return first_needed(table.length, table.window)
+
+
+def lost_at(table, n):
+    """Whether the window at n needs a stored position whose block the table let go."""
+    first = first_needed(n, table.window)
+    return first < n and table.blocks[first // B] < 0
 
 
 def check(pool, tables, expected, mem):
@@ -79,8 +89,7 @@ def test_random_operations_keep_every_table_whole(window, seed):
         elif op == "share":
             src = tables[rng.integers(len(tables))]
             n = int(rng.integers(0, src.length + 1))
-            first = 0 if not window or n < window else n - window + 1
-            if first < n and src.blocks[first // B] < 0:  # the window at n needs a block src let go
+            if lost_at(src, n):
                 with pytest.raises(metalkv.GpuError, match="has left the window"):
                     BlockTable(pool, window).share_prefix(src, n)
                 continue
@@ -91,8 +100,7 @@ def test_random_operations_keep_every_table_whole(window, seed):
         elif op == "truncate":
             t = tables[rng.integers(len(tables))]
             n = int(rng.integers(0, t.length + 1))
-            first = 0 if not window or n < window else n - window + 1
-            if first < n and t.blocks[first // B] < 0:  # the window at n needs a block already let go
+            if lost_at(t, n):
                 with pytest.raises(metalkv.GpuError, match="has left the pool"):
                     t.truncate(n)
                 continue
