@@ -2,12 +2,17 @@
 // Each bench_*.cpp registers its cases with MKV_BENCH.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu/device.h"
+#include "metal/kv_params.h"
 
 namespace mkv::bench {
 
@@ -32,6 +37,22 @@ int register_bench(const std::string& group, const std::string& description, Ben
 
 // Median wall time in milliseconds of `repeat` runs of fn, after one warm-up.
 double median_ms(int repeat, const std::function<void()>& fn);
+
+// A block table (uint32 per kKvBlockTokens positions) for n_tokens positions
+// over a pool of n_blocks blocks: logical block i in pool block i % n_blocks
+// (a contiguous cache, or a ring for a sliding layer), or with shuffled, in a
+// fixed random permutation of the pool's blocks (a paged cache).
+inline gpu::BufferPtr block_table(gpu::Device& dev, uint32_t n_tokens, uint32_t n_blocks, bool shuffled = false) {
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  std::vector<uint32_t> perm(n_blocks);
+  std::iota(perm.begin(), perm.end(), 0u);
+  if (shuffled) std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  std::vector<uint32_t> ids((n_tokens + B - 1) / B + 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = perm[i % n_blocks];
+  auto buf = dev.new_buffer(ids.size() * 4);
+  buf->write(0, ids.data(), ids.size() * 4);
+  return buf;
+}
 
 }  // namespace mkv::bench
 

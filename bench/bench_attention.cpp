@@ -1,5 +1,7 @@
 // Decode attention on the bench's device (the host executor unless --device):
-// one pass, split-K and a sliding layer, over contexts 256 .. 32k, for
+// one pass, split-K, one pass through a shuffled block table (a paged cache:
+// the same bytes read, in blocks scattered over the pool) and a sliding
+// layer, over contexts 256 .. 32k, for
 // SmolLM2's shape (D=64, 9 query heads, 3 KV heads) and a Llama-3-8B layer
 // (D=128, 32/8). ms is the wall time of one command buffer holding one call,
 // commit and wait included (for GPU kernel times: the gpu_kernels group).
@@ -36,6 +38,7 @@ struct Mode {
   const char* name;
   ops::AttentionSplit split;
   uint32_t window;  // 0: full layer
+  bool shuffled = false;  // the table scatters the blocks over the pool
 };
 
 // Halfs in [-1, 1) from a cheap generator: filling 128 MB must not dominate.
@@ -53,9 +56,11 @@ std::vector<Result> decode_attention(const Context& ctx) {
   const Shape shapes[] = {{"smollm2_d64", 9, 3, 64}, {"llama8b_d128", 32, 8, 128}};
   const Mode modes[] = {{"single", ops::AttentionSplit::never, 0},
                         {"split", ops::AttentionSplit::always, 0},
+                        {"paged", ops::AttentionSplit::automatic, 0, true},
                         {"sliding1k", ops::AttentionSplit::automatic, 1024}};
   const uint32_t contexts[] = {256, 1024, 4096, 8192, 32768};
-  const uint32_t prefill_chunk = 512;  // sliding slots = window + chunk - 1
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  const uint32_t prefill_chunk = 512;  // a sliding pool: kv::group_blocks
 
   const gpu::DevicePtr& dev = ctx.device;
   auto queue = dev->new_command_queue();
@@ -78,7 +83,10 @@ std::vector<Result> decode_attention(const Context& ctx) {
         d.head_dim = s.head_dim;
         d.n_tokens = n;
         d.window = m.window;
-        d.slots = m.window ? std::min(n, m.window + prefill_chunk - 1) : n;
+        const uint32_t blocks = m.window ? std::min((n + B - 1) / B, (m.window + 2 * prefill_chunk - 1 + B - 1) / B + 1)
+                                         : (n + B - 1) / B;
+        d.slots = blocks * B;
+        const gpu::BufferPtr table = block_table(*dev, n, blocks, m.shuffled);
         d.scale = 1.0f / std::sqrt(float(s.head_dim));
         d.split = m.split;
         const ops::AttentionDecodePlan plan = ops::attention_decode_plan(*dev, d);
@@ -86,7 +94,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
         const double ms = median_ms(n >= 32768 ? 1 : ctx.repeat, [&] {
           auto cb = queue->command_buffer();
           auto& enc = cb->compute_encoder();
-          ops::attention_decode(enc, *dev, d, {q}, {kv}, {out}, {}, {scratch});
+          ops::attention_decode(enc, *dev, d, {q}, {kv}, {table}, {out}, {}, {scratch});
           enc.end_encoding();
           cb->commit();
           cb->wait();

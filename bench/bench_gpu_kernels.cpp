@@ -116,8 +116,9 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
   d.n_kv_heads = s.n_kv;
   d.head_dim = s.head_dim;
   d.n_tokens = s.n_tokens;
-  d.slots = s.n_tokens;
+  d.slots = s.n_tokens;  // the contexts are whole blocks
   d.scale = 1.0f / std::sqrt(float(s.head_dim));
+  const ops::BufferView table{block_table(b.dev, s.n_tokens, s.n_tokens / mkv_params::kKvBlockTokens)};
 
   struct Mode {
     std::string name;
@@ -148,7 +149,7 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
     ops::BufferView scratch{p.scratch_bytes ? b.dev.new_buffer(p.scratch_bytes) : nullptr};
     const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
       const uint32_t i = uint32_t(call % sets);
-      ops::attention_decode(enc, b.dev, d, q[i], kv[i], out[i], {}, scratch);
+      ops::attention_decode(enc, b.dev, d, q[i], kv[i], table, out[i], {}, scratch);
     });
     const std::string kernel = p.kernel + (p.split ? "+" + ops::attention_kernel_name("attn_decode_reduce", s.head_dim) : "");
     b.add({"attn_decode_" + attn_shape_name(s) + "_" + m.name,
@@ -186,11 +187,12 @@ void prefill_attention(Bench& b, const AttnShape& s, uint32_t n_queries) {
   d.head_dim = s.head_dim;
   d.n_tokens = s.n_tokens;
   d.n_queries = n_queries;
-  d.slots = s.n_tokens;
+  d.slots = s.n_tokens;  // the contexts are whole blocks
   d.scale = 1.0f / std::sqrt(float(s.head_dim));
+  const ops::BufferView table{block_table(b.dev, s.n_tokens, s.n_tokens / mkv_params::kKvBlockTokens)};
   const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
     const uint32_t i = uint32_t(call % sets);
-    ops::attention_prefill(enc, b.dev, d, q[i], kv[i], out[i], {});
+    ops::attention_prefill(enc, b.dev, d, q[i], kv[i], table, out[i], {});
   });
   // Causal: query j (of n_queries) sees n_tokens - n_queries + j + 1 keys; q.k and p.v are 2 flops a MAC each.
   const double key_visits = double(n_queries) * (s.n_tokens - n_queries) + 0.5 * n_queries * (n_queries + 1.0);

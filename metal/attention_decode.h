@@ -28,11 +28,12 @@
 // once per (KV head, head block) — once per decode step when group_size <= R,
 // ceil(group_size / R) times otherwise. Masked or out-of-window slots are
 // never read: the chunk loops over positions [lo, n_tokens) and maps position
-// p to slot p % slots (positions past the chunk's end load its last row again
-// and are masked; that row is in cache already).
+// p to its slot through the block table (kv_slot; positions past the chunk's
+// end load its last row again and are masked; that row is in cache already).
 #pragma once
 
 #include "attention.h"
+#include "kv_table.h"
 
 // One lane's piece of a K/V row: 8 bytes (E = 4) or 16 bytes (E = 8).
 template <uint E>
@@ -75,17 +76,15 @@ inline float attn_merge_weight(float m, float m_all) {
 // The K and V pieces of lane group `group` for the block of positions at i:
 // positions i + u*G + group (u < U), clamped to the chunk's last one.
 template <uint D, uint E, uint U, uint G>
-inline void attn_decode_load_block(constant mkv_params::AttnDecode& p, const device half* k_base,
-                                   const device half* v_base, uint i, uint group, uint begin, uint end,
-                                   uint slot_begin, uint slot_stride,
+inline void attn_decode_load_block(const device uint* table, const device half* k_base,
+                                   const device half* v_base, uint i, uint group, uint end,
+                                   uint slot_stride,
                                    thread typename AttnPiece<E>::type (&kw)[U],
                                    thread typename AttnPiece<E>::type (&vw)[U]) {
   typedef typename AttnPiece<E>::type Piece;
   MKV_UNROLL for (uint u = 0; u < U; ++u) {
     const uint pos = min(i + u * G + group, end - 1);
-    uint slot = slot_begin + (pos - begin);  // < 2 * slots: chunks fit in the ring
-    if (slot >= p.slots) slot -= p.slots;
-    const uint at = slot * slot_stride;
+    const uint at = kv_slot(table, pos) * slot_stride;
     kw[u] = *(const device Piece*)(k_base + at);
     vw[u] = *(const device Piece*)(v_base + at);
   }
@@ -100,6 +99,7 @@ template <uint D, uint R, uint S = mkv_params::kAttnSimdgroups>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
                              const device half* kv,      // (2, slots, n_kv_heads, D)
+                             const device uint* table,   // block table: ceil(n_tokens / B) entries
                              const device float* sinks,  // (n_q_heads) if has_sinks
                              device float* out,          // (n_q_heads, D)            single pass
                              device float* part_o,       // (n_q_heads, n_chunks, D)  split
@@ -126,7 +126,6 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const uint lo = (p.window > 0 && n > p.window) ? n - p.window : 0;
   const uint begin = lo + tg.y * p.chunk_keys;
   const uint end = min(begin + p.chunk_keys, n);
-  const uint slot_begin = begin % p.slots;
   const uint slot_stride = p.n_kv_heads * D;  // halfs from one slot to the next
   // Idle lanes load their group's last piece again (same row, no extra
   // traffic) so every load is unconditional; their q is 0, and they never store.
@@ -162,13 +161,13 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   Piece kn[U];
   Piece vn[U];
   const uint first = begin + simd * BLOCK;
-  if (prefetch && first < end) attn_decode_load_block<D, E, U, G>(p, k_base, v_base, first, group, begin, end, slot_begin, slot_stride, kw, vw);
+  if (prefetch && first < end) attn_decode_load_block<D, E, U, G>(table, k_base, v_base, first, group, end, slot_stride, kw, vw);
   for (uint i = first; i < end; i += S * BLOCK) {
     if (prefetch) {
       if (i + S * BLOCK < end)
-        attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i + S * BLOCK, group, begin, end, slot_begin, slot_stride, kn, vn);
+        attn_decode_load_block<D, E, U, G>(table, k_base, v_base, i + S * BLOCK, group, end, slot_stride, kn, vn);
     } else {
-      attn_decode_load_block<D, E, U, G>(p, k_base, v_base, i, group, begin, end, slot_begin, slot_stride, kw, vw);
+      attn_decode_load_block<D, E, U, G>(table, k_base, v_base, i, group, end, slot_stride, kw, vw);
     }
     // Partial dots, then the sum over the lane group (the xor masks stay inside it).
     float4 s[R];

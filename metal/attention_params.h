@@ -2,12 +2,15 @@
 // metal/attention_*.metal and cpp/ops/attention.cpp. Sizes are static_asserted
 // on the C++ side.
 //
-// KV cache of one layer: half (2, slots, n_kv_heads, head_dim), K block then V
-// block. Position p lives in slot p % slots while it is among the last `slots`
-// positions; the kernels only ever visit positions that are (ops validate it).
+// KV cache of one layer: a pool, half (2, slots, n_kv_heads, head_dim), K block
+// then V block, cut into blocks of kKvBlockTokens slots; a sequence's block
+// table (buffer 5 of every attention kernel) names the block holding each
+// kKvBlockTokens positions (metal/kv_table.h). The kernels only read the
+// entries of positions their queries see.
 #pragma once
 
 #include "shared_params.h"
+#include "kv_params.h"
 
 namespace mkv_params {
 
@@ -92,7 +95,7 @@ struct AttnDecode {
   uint32_t heads_per_block;  // <= attn_decode_rows(head_dim)
   uint32_t head_blocks;      // ceil(group_size / heads_per_block)
   uint32_t n_tokens;         // tokens stored; the query is at position n_tokens - 1
-  uint32_t slots;            // ring capacity R
+  uint32_t slots;            // rows of the pool (K block, then V block)
   uint32_t window;           // sliding window W; 0 = full attention
   uint32_t chunk_keys;       // keys per chunk (split-K); >= all keys when not split
   uint32_t n_chunks;         // 1 when not split
@@ -122,7 +125,7 @@ struct AttnPrefill {
   uint32_t n_queries;
   uint32_t q_pos0;
   uint32_t queries_per_tile;  // queries_per_tile * heads_per_block <= rows per threadgroup
-  uint32_t slots;
+  uint32_t slots;             // rows of the pool
   uint32_t window;
   float scale;
   float softcap;

@@ -22,11 +22,13 @@
 #pragma once
 
 #include "attention.h"
+#include "kv_table.h"
 
 template <uint D, uint BK, uint R>
 inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device float* q,      // (n_queries, n_q_heads, D)
                               const device half* kv,      // (2, slots, n_kv_heads, D)
+                              const device uint* table,   // block table: ceil(n_tokens / B) entries
                               const device float* sinks,  // (n_q_heads) if has_sinks
                               device float* out,          // (n_queries, n_q_heads, D)
                               threadgroup half* k_tile,   // (BK, D)
@@ -68,17 +70,15 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
   const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
 
   for (int k0 = k_lo; k0 <= k_hi; k0 += int(BK)) {
-    // Stage positions k0 .. k0+BK-1 (slot p % slots; all lie in the ring) as
-    // half4s: D % 4 == 0, so every row and column c is 8-byte aligned.
-    const uint slot0 = uint(k0) % p.slots;
+    // Stage positions k0 .. k0+BK-1 (slots from the block table) as half4s:
+    // D % 4 == 0, so every row and column c is 8-byte aligned.
     for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
       const uint t = idx / (D / 4);
       const uint c = idx % (D / 4) * 4;
       half4 kh = half4(0.0h);
       half4 vh = half4(0.0h);
       if (k0 + int(t) <= k_hi) {
-        uint slot = slot0 + t;  // t <= k_hi - k_lo < slots
-        if (slot >= p.slots) slot -= p.slots;
+        const uint slot = kv_slot(table, uint(k0) + t);
         kh = *(const device half4*)(k_base + slot * slot_stride + c);
         vh = *(const device half4*)(v_base + slot * slot_stride + c);
       }

@@ -10,6 +10,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
                          const device half* kv [[buffer(2)]],      // (2, slots, n_kv_heads, D)
                          const device float* sinks [[buffer(3)]],  // (n_q_heads); q when unused
                          device float* out [[buffer(4)]],          // (n_queries, n_q_heads, D)
+                         const device uint* table [[buffer(5)]],   // block table
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint simd [[simdgroup_index_in_threadgroup]],
@@ -17,7 +18,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
   // half4 so the tiles are 8-byte aligned for the half4 stores.
   threadgroup half4 k_tile[BK * D / 4];
   threadgroup half4 v_tile[BK * D / 4];
-  attn_prefill_body<D, BK, R>(p, q, kv, sinks, out, (threadgroup half*)k_tile,
+  attn_prefill_body<D, BK, R>(p, q, kv, table, sinks, out, (threadgroup half*)k_tile,
                               (threadgroup half*)v_tile, tg, tid, simd, lane);
 }
 

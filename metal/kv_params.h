@@ -7,12 +7,18 @@
 
 namespace mkv_params {
 
+// Tokens per KV block (cpp/kv/block_pool.h says why 32). Every kernel that
+// touches a layer's cache reaches position p through the sequence's block
+// table: slot table[p / kKvBlockTokens] * kKvBlockTokens + p % kKvBlockTokens
+// (metal/kv_table.h).
+MKV_CONSTANT uint32_t kKvBlockTokens = 32;
+
 // kv_store_f32[_rope_*]: converts n_new new K and V rows (float, the model's
 // projection outputs) to half, RoPE-rotating K, and writes them to rows of a
 // (2, dst_rows, n_kv_heads, head_dim) half destination: K block, then V block.
-// Token t goes to row (dst_first_row + t) % dst_rows, so the same kernel writes
-// into a layer's ring of slots (compute store) or into a staging buffer
-// (blit store: dst_rows = n_new, dst_first_row = 0).
+// Token t (position first_pos + t) goes to the slot the block table gives its
+// position (paged = 1: the compute store, into a layer's pool), or to row
+// dst_first_row + t (paged = 0: the blit store's staging buffer).
 // With n_q_heads > 0 (rope kernels only) the same dispatch also rotates the
 // step's queries q (n_new, n_q_heads, head_dim) float in place, at the same
 // positions: the decode step's Q rope costs no dispatch of its own.
@@ -22,9 +28,10 @@ struct KvStore {
   uint32_t head_dim;
   uint32_t rotary_dim;     // rotated leading dims of each K head (0 without rope)
   uint32_t dst_rows;       // rows in each of the K and V blocks of dst
-  uint32_t dst_first_row;  // row of token 0, < dst_rows
+  uint32_t dst_first_row;  // paged = 0: row of token 0 (dst_first_row + n_new <= dst_rows)
   uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
   uint32_t n_q_heads;      // rotate this many query heads in place too (0: none)
+  uint32_t paged;          // 1: rows through the block table; 0: consecutive rows
 };
 
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
@@ -39,6 +46,6 @@ struct Rope {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::KvStore) == 32, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvStore) == 36, "KvStore params layout");
 static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
 #endif

@@ -3,13 +3,15 @@
 // K is optionally RoPE-rotated on the way (positions first_pos + t), and the
 // rope kernels can rotate the step's queries in place in the same dispatch.
 //
-// The compute store writes straight into a layer's slots (ring wrap per token);
-// the blit store runs the very same kernel into a staging buffer and copies the
-// rows with a blit encoder. One kernel for both paths keeps them bit-identical.
+// The compute store writes straight into a layer's pool, each token to the slot
+// its position's block-table entry gives; the blit store runs the very same
+// kernel into consecutive rows of a staging buffer and copies the rows with a
+// blit encoder. One kernel for both paths keeps them bit-identical.
 //
 // Names: kv_store_f32 (no rope), kv_store_f32_rope_neox, kv_store_f32_rope_interleaved.
 #include "mkv_kernel.h"
 #include "kv_params.h"
+#include "kv_table.h"
 #include "rope.h"
 
 // One threadgroup per (token, K|V) = (tg.x, tg.y). Its threads stride over the
@@ -25,19 +27,20 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
                           const device float* v_new,  // (n_new, n_kv_heads, head_dim)
                           device half* dst,           // (2, dst_rows, n_kv_heads, head_dim)
                           const device float* inv_freq,  // (rotary_dim / 2); unused without rope
+                          const device uint* table,      // block table (paged); unused otherwise
                           uint2 tg, uint tid, uint nt) {
   const uint t = tg.x;
   const bool is_k = tg.y == 0;
   const uint D = p.head_dim;
   const uint row_elems = p.n_kv_heads * D;
-  const uint row = (p.dst_first_row + t) % p.dst_rows;  // the ring wraps per token
+  const uint pos = p.first_pos + t;
+  const uint row = p.paged ? kv_slot(table, pos) : p.dst_first_row + t;
   const device float* src = (is_k ? k_new : v_new) + t * row_elems;
   device half* out = dst + (is_k ? 0u : p.dst_rows * row_elems) + row * row_elems;
 
   const uint rd = (S != mkv_rope::kStyleNone && is_k) ? p.rotary_dim : 0u;
   const uint pairs = rd / 2;
   const uint items = pairs + (D - rd);  // per head
-  const uint pos = p.first_pos + t;
   for (uint j = tid; j < p.n_kv_heads * items; j += nt) {
     const uint h = j / items;
     const uint item = j - h * items;
@@ -59,10 +62,11 @@ MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[
                          const device float* k_new [[buffer(1)]],
                          const device float* v_new [[buffer(2)]],
                          device half* dst [[buffer(3)]],
+                         const device uint* table [[buffer(6)]],  // block table; dst when not paged
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint nt [[threads_per_threadgroup]]) {
-  kv_store_rows<mkv_rope::kStyleNone>(p, k_new, v_new, dst, k_new, tg, tid, nt);
+  kv_store_rows<mkv_rope::kStyleNone>(p, k_new, v_new, dst, k_new, table, tg, tid, nt);
 }
 
 template <mkv_rope::Style S>
@@ -72,6 +76,7 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
                               device half* dst [[buffer(3)]],
                               const device float* inv_freq [[buffer(4)]],
                               device float* q [[buffer(5)]],  // (n_new, n_q_heads, head_dim) if p.n_q_heads
+                              const device uint* table [[buffer(6)]],  // block table; dst when not paged
                               uint2 tg [[threadgroup_position_in_grid]],
                               uint tid [[thread_index_in_threadgroup]],
                               uint nt [[threads_per_threadgroup]]) {
@@ -80,7 +85,7 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
                               p.first_pos + tg.x, inv_freq, tid, nt);
     return;
   }
-  kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, tg, tid, nt);
+  kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, table, tg, tid, nt);
 }
 
 MKV_KERNEL("kv_store_f32_rope_neox", kv_store_f32_rope<mkv_rope::kStyleNeox>)

@@ -107,17 +107,19 @@ def run(dev) -> list[str]:
         kv = dev.buffer_from(np.ascontiguousarray(rng.standard_normal((2, 512, n_kv, d)).astype(np.float16)))
         q, o = f32(dev, n_q * d, rng), dev.buffer(n_q * d * 4)
         sinks = f32(dev, n_q, rng)
+        table = dev.buffer_from(rng.permutation(16).astype(np.uint32))  # 512 slots = 16 blocks, shuffled
+        ring = dev.buffer_from((np.arange(16) % 4).astype(np.uint32))   # a sliding layer's 4 blocks
         for split in ("never", "always"):
-            ops.attention_decode(dev, q, kv, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok, slots=512,
+            ops.attention_decode(dev, q, kv, table, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok, slots=512,
                                  split=split, chunks=4 if split == "always" else 0, sinks=sinks, softcap=30.0)
             finite(o, n_q * d, f"attn_decode d{d} {split}")
-        ops.attention_decode(dev, q, kv, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok, slots=128,
-                             window=100)
+        ops.attention_decode(dev, q, kv, ring, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok, slots=128,
+                             window=90)
         qp, op = f32(dev, 40 * n_q * d, rng), dev.buffer(40 * n_q * d * 4)
-        ops.attention_prefill(dev, qp, kv, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
+        ops.attention_prefill(dev, qp, kv, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
                               q_pos0=n_tok - 40, slots=512)
         finite(op, 40 * n_q * d, f"attn_prefill d{d}")
-        ran += [f"rope, kv_store (compute, blit, ring), attention decode/split/reduce/sliding/prefill d{d}"]
+        ran += [f"rope, kv_store (compute, blit, ring), attention decode/split/reduce/sliding/prefill through block tables d{d}"]
     return ran
 
 

@@ -95,6 +95,8 @@ def kernels_per_call(op: str) -> int:
 # ---- the driver: runs under ncu ---------------------------------------------------------
 def drive(calls: int) -> None:
     """One warm-up call of every target, then `calls` calls of each, in TARGETS order."""
+    import numpy as np
+
     import metalkv
     from metalkv._core import ops
 
@@ -107,9 +109,10 @@ def drive(calls: int) -> None:
             plan = ops.attention_decode_plan(**shape, split="always", device=dev)
             q, out, kv = dev.buffer(32 * 128 * 4), dev.buffer(32 * 128 * 4), dev.buffer(2 * n * 8 * 128 * 2)
             scratch = dev.buffer(max(plan["scratch_bytes"], 16))
+            table = dev.buffer_from(np.arange(n // 32, dtype=np.uint32))  # a contiguous cache
             log(f"[drive] {label}: {plan['kernel']}, {plan['n_chunks']} chunks")
-            runs.append(lambda q=q, kv=kv, out=out, s=scratch, shape=shape: ops.attention_decode(
-                dev, q, kv, out, **shape, split="always", scratch=s))
+            runs.append(lambda q=q, kv=kv, t=table, out=out, s=scratch, shape=shape: ops.attention_decode(
+                dev, q, kv, t, out, **shape, split="always", scratch=s))
         else:
             per, nbytes = BLOCK_BYTES[a["wtype"]]
             w = dev.buffer(a["n_out"] * a["n_in"] // per * nbytes)

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "metal/kv_params.h"
 #include "ops/attention.h"
 
 namespace nb = nanobind;
@@ -58,13 +59,34 @@ ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t
 
 ops::BufferView view(const BufferPtr& b, size_t offset = 0) { return {b, offset}; }
 
+// The op trusts the table's entries (a kv::BlockTable writes them); from
+// Python anything can arrive, so the entries the queries reach are checked
+// here: each must name a block of the pool.
+void check_table(const char* op, const ops::AttentionDesc& d, const BufferPtr& table) {
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  const uint32_t n_blocks = (d.n_tokens + B - 1) / B;
+  if (!table || table->length() < size_t(n_blocks) * 4)
+    throw nb::value_error((std::string("[") + op + "] table needs " + std::to_string(n_blocks) +
+                           " uint32 entries (one per " + std::to_string(B) + " positions of n_tokens " +
+                           std::to_string(d.n_tokens) + ")").c_str());
+  std::vector<uint32_t> ids(n_blocks);
+  table->read(0, ids.data(), ids.size() * 4);
+  const uint32_t first_q = d.n_tokens - d.n_queries;
+  const uint32_t lo = d.window > 0 && first_q + 1 > d.window ? first_q + 1 - d.window : 0;
+  for (uint32_t i = lo / B; i < n_blocks; ++i)
+    if (ids[i] >= d.slots / B)
+      throw nb::value_error((std::string("[") + op + "] table entry " + std::to_string(i) + " is block " +
+                             std::to_string(ids[i]) + "; the pool has " + std::to_string(d.slots / B) +
+                             " blocks (slots / " + std::to_string(B) + ")").c_str());
+}
+
 void bind_attention(nb::module_&, nb::module_& ops_m) {
   ops_m.def("attention_head_dims", &ops::attention_head_dims,
             "The head_dims the attention kernels take (ascending); any other is refused.");
 
   ops_m.def(
       "attention_decode",
-      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& out,
+      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& table, const BufferPtr& out,
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
          uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
@@ -72,20 +94,23 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
                                                  window, scale, softcap, sinks.has_value(), split, chunks,
                                                  variant);
+        ops::attention_decode_plan(d, 1);  // the desc's own checks first
+        check_table("attention_decode", d, table);
         const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
         BufferPtr scratch_buf = scratch ? *scratch : nullptr;
         if (!scratch_buf && scratch_bytes) scratch_buf = dev.device->new_buffer(scratch_bytes);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
-          ops::attention_decode(enc, *dev.device, d, view(q), view(kv, kv_offset), view(out),
+          ops::attention_decode(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
                                 view(sinks ? *sinks : nullptr), view(scratch_buf));
         });
       },
-      "device"_a, "q"_a, "kv"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
+      "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
       "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "",
       "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the half\n"
-      "cache kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32.\n"
+      "pool kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32; table: uint32\n"
+      "buffer, the pool block of each BLOCK_TOKENS positions (ceil(n_tokens / BLOCK_TOKENS)).\n"
       "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
       "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
@@ -130,23 +155,25 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
 
   ops_m.def(
       "attention_prefill",
-      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& out,
+      [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& table, const BufferPtr& out,
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_queries,
          uint32_t q_pos0, uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, size_t kv_offset) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
                                          slots, window, scale, softcap, sinks.has_value());
         d.n_queries = n_queries;
+        if (n_queries > 0 && slots % mkv_params::kKvBlockTokens == 0) check_table("attention_prefill", d, table);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
-          ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(out),
+          ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
                                  view(sinks ? *sinks : nullptr));
         });
       },
-      "device"_a, "q"_a, "kv"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
+      "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0,
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
-      "q_pos0+n_queries-1 over the half cache kv (2, slots, n_kv_heads, head_dim), which already\n"
+      "q_pos0+n_queries-1 over the half pool kv (2, slots, n_kv_heads, head_dim) through table (as\n"
+      "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
       "head_dim) f32. Causal; window > 0 adds the sliding-window mask.");
 }

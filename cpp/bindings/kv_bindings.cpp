@@ -168,11 +168,11 @@ nb::ndarray<nb::numpy> block_view(nb::handle self, uint32_t layer, uint32_t kv) 
 }
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint32_t layer) {
-  const uint32_t R = c.cache->slots(layer);
-  auto* data = new int64_t[R];
-  for (uint32_t s = 0; s < R; ++s) data[s] = c.cache->position(layer, s);
+  const std::vector<int64_t> held = c.cache->positions(layer);
+  auto* data = new int64_t[held.size()];
+  std::copy(held.begin(), held.end(), data);
   nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
-  const size_t shape[1] = {R};
+  const size_t shape[1] = {held.size()};
   return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(data, 1, shape, owner);
 }
 
@@ -180,7 +180,8 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 
 void bind_kv(nb::module_& m, nb::module_& ops_m) {
   nb::class_<PyKVCache>(m, "KVCache",
-                        "Preallocated per-layer K/V cache: (2, slots, n_kv_heads, head_dim) float16 per layer.")
+                        "One sequence's K/V: per layer a pool (2, slots, n_kv_heads, head_dim) float16 cut into blocks of "
+                        "BLOCK_TOKENS slots, and a block table per window group.")
       .def(
           "__init__",
           [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
@@ -198,8 +199,8 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute",
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
-          "one append puts in a sliding layer (its ring has W + max_chunk - 1 slots). store: "
-          "'compute' or 'blit'.")
+          "one append puts in a sliding layer, and how far before its last append it can truncate (its pool holds about "
+          "W + 2 * max_chunk slots). store: 'compute' or 'blit'.")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -219,11 +220,16 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def("slots", [](const PyKVCache& c, uint32_t l) { return c.cache->slots(l); }, "layer"_a)
       .def("window", [](const PyKVCache& c, uint32_t l) { return c.cache->window(l); }, "layer"_a)
       .def("wraps", [](const PyKVCache& c, uint32_t l) { return c.cache->wraps(l); }, "layer"_a,
-           "True for a ring buffer (a sliding layer), False for a linear layer that overflows.")
+           "True for a sliding layer whose pool is smaller than capacity (it never overflows), False for a "
+           "layer that overflows at capacity.")
+      .def("block_table", [](const PyKVCache& c, uint32_t l) { return c.cache->block_table(l).blocks(); }, "layer"_a,
+           "The physical block of each logical block of BLOCK_TOKENS positions (-1: let go); position p is "
+           "slot table[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS of keys()/values().")
       .def("layer_nbytes", [](const PyKVCache& c, uint32_t l) { return c.cache->layer_nbytes(l); }, "layer"_a)
       .def_prop_ro("nbytes", [](const PyKVCache& c) { return c.cache->nbytes(); },
-                   "All device memory the cache holds: layer regions plus blit staging.")
+                   "All device memory the cache holds: layer pools, blit staging and the tables' mirrors.")
       .def_prop_ro("staging_nbytes", [](const PyKVCache& c) { return c.cache->staging_nbytes(); })
+      .def_prop_ro("table_nbytes", [](const PyKVCache& c) { return c.cache->table_nbytes(); })
       .def_prop_ro("bytes_per_token", [](const PyKVCache& c) { return c.cache->bytes_per_token(); },
                    "Bytes one more context token costs: a K and a V row in every non-wrapping layer.")
       .def_prop_ro("n_layers", [](const PyKVCache& c) { return c.cache->spec().n_layers; })
@@ -262,7 +268,8 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "plain text. A truncate() that drops tokens clears it.")
       .def("truncate", [](PyKVCache& c, uint32_t n) { c.cache->truncate(n); }, "n"_a,
            "Forgets every token from position n on (all layers), so the next token goes to position n. "
-           "A sliding layer can drop at most max_chunk tokens; raises GpuError otherwise.")
+           "A sliding layer can always go back to max_chunk positions before the start of its last append "
+           "(more while its oldest block is held); raises GpuError when the window at n needs positions it let go.")
       .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0, no tokens, no messages.");
 
   ops_m.def(

@@ -24,7 +24,7 @@ uint64_t saturating_add(uint64_t a, uint64_t b) {
 
 bool cache_full(const kv::KVCache& cache) {
   for (uint32_t l = 0; l < cache.n_layers(); ++l)
-    if (!cache.wraps(l) && cache.length(l) >= cache.slots(l)) return true;
+    if (!cache.wraps(l) && cache.length(l) >= cache.spec().capacity) return true;
   return false;
 }
 
@@ -65,9 +65,9 @@ void Engine::check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) con
     throw gpu::ArgumentError("generate", "keep", "cannot keep " + str(keep) + " tokens of a cache that holds " +
                                                      str(cache.length(0)));
   for (uint32_t l = 0; l < cache.n_layers(); ++l)
-    if (!cache.wraps(l) && uint64_t(keep) + n > cache.slots(l))
+    if (!cache.wraps(l) && uint64_t(keep) + n > cache.spec().capacity)
       throw gpu::ArgumentError("engine", "prompt",
-                               str(n) + " tokens do not fit: the cache holds " + str(cache.slots(l)) + " and " +
+                               str(n) + " tokens do not fit: the cache holds " + str(cache.spec().capacity) + " and " +
                                    str(keep) + " are used; use a larger cache (new_cache(capacity=...) or "
                                    "Engine.load(context=...)) or a shorter prompt");
 }

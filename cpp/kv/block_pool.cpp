@@ -39,6 +39,18 @@ std::vector<uint32_t> BlockPool::allocate(uint32_t n) {
   return ids;
 }
 
+void BlockPool::acquire(const std::vector<uint32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= capacity()) fail("block_pool", "acquiring block " + str(ids[i]) + ": the pool has " + str(capacity()));
+    if (refs_[ids[i]] != 0 || std::find(ids.begin(), ids.begin() + i, ids[i]) != ids.begin() + i)
+      fail("block_pool", "acquiring block " + str(ids[i]) + ", which is not free");
+  }
+  for (uint32_t id : ids) {
+    refs_[id] = 1;
+    free_.erase(std::find(free_.begin(), free_.end(), id));
+  }
+}
+
 void BlockPool::retain(uint32_t id) {
   check_id("retaining", id);
   ++refs_[id];
@@ -55,11 +67,32 @@ uint32_t BlockPool::owners(uint32_t id) const {
 }
 
 // ---- BlockTable -----------------------------------------------------------------
-BlockTable::BlockTable(BlockPool& pool, uint32_t window) : pool_(pool), window_(window) {}
+BlockTable::BlockTable(BlockPool& pool, uint32_t window, uint32_t history)
+    : pool_(pool), window_(window), history_(window ? history : 0) {}
 
-BlockTable::~BlockTable() {
-  for (int64_t b : blocks_)
-    if (b >= 0) pool_.release(uint32_t(b));
+BlockTable::~BlockTable() { release_all(); }
+
+void BlockTable::release_all() {
+  for (size_t i = blocks_.size(); i-- > 0;)  // the last first: see truncate
+    if (blocks_[i] >= 0) pool_.release(uint32_t(blocks_[i]));
+  blocks_.clear();
+  length_ = 0;
+  valid_from_ = 0;
+}
+
+void BlockTable::restore(const State& s) {
+  std::vector<uint32_t> ids;
+  for (int64_t b : s.blocks)
+    if (b >= 0) ids.push_back(uint32_t(b));
+  release_all();
+  pool_.acquire(ids);
+  blocks_ = s.blocks;
+  length_ = s.length;
+  valid_from_ = s.valid_from;
+}
+
+bool BlockTable::holds(uint32_t pos) const {
+  return pos < length_ && pos >= valid_from_ && blocks_[pos / kBlockTokens] >= 0;
 }
 
 uint32_t BlockTable::held_blocks() const {
@@ -77,6 +110,11 @@ uint32_t BlockTable::slot(uint32_t pos) const {
 
 uint32_t BlockTable::first_needed(uint32_t next) const {
   return window_ == 0 || next < window_ ? 0 : next - window_ + 1;
+}
+
+uint32_t BlockTable::first_kept(uint32_t next) const {
+  const uint32_t first = first_needed(next);
+  return first > history_ ? first - history_ : 0;
 }
 
 void BlockTable::drop_blocks_before(uint32_t first) {
@@ -108,7 +146,7 @@ std::vector<BlockCopy> BlockTable::append(uint32_t n) {
   if (n == 0) return {};
   // A sliding table first lets go of what even the chunk's first query cannot see,
   // once it is sure the pool (with what that frees) has the blocks: all or nothing.
-  const uint32_t need = blocks_needed(n), first = first_needed(length_);
+  const uint32_t need = blocks_needed(n), first = first_kept(length_);
   uint32_t freed = 0;
   for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
     freed += blocks_[i] >= 0 && pool_.owners(uint32_t(blocks_[i])) == 1;
@@ -123,6 +161,8 @@ std::vector<BlockCopy> BlockTable::append(uint32_t n) {
     if (tail_needs == Tail::shared) {
       copies.push_back({uint32_t(tail), ids[next]});
       pool_.release(uint32_t(tail));  // the other owners keep it
+    } else {
+      valid_from_ = length_;  // a fresh block: the rows before length_ in it were never stored
     }
     tail = ids[next++];
   }
@@ -131,22 +171,28 @@ std::vector<BlockCopy> BlockTable::append(uint32_t n) {
   return copies;
 }
 
-void BlockTable::truncate(uint32_t n) {
+void BlockTable::check_truncate(uint32_t n) const {
   if (n > length_) fail("block_table", "cannot truncate to " + str(n) + " tokens: the table holds " + str(length_));
   const uint32_t first = first_needed(n);
   if (first < n && blocks_[first / kBlockTokens] < 0)  // (W = 1 needs no stored position)
     fail("block_table", "cannot truncate a sliding table (window " + str(window_) + ") from " + str(length_) +
                             " to " + str(n) + " tokens: position " + str(first) + ", which the window at " + str(n) +
-                            " needs, has left the pool");
+                            " needs, has left the pool (it keeps " + str(history_) +
+                            " positions more than the window)");
+}
+
+void BlockTable::truncate(uint32_t n) {
+  check_truncate(n);
   const uint32_t keep = blocks_for(n);
-  for (size_t i = keep; i < blocks_.size(); ++i)
+  for (size_t i = blocks_.size(); i-- > keep;)  // the last first: the free stack hands them back in order
     if (blocks_[i] >= 0) pool_.release(uint32_t(blocks_[i]));
   blocks_.resize(keep);
   length_ = n;
+  valid_from_ = std::min(valid_from_, n);
 }
 
 void BlockTable::share_prefix(const BlockTable& other, uint32_t n) {
-  if (&other.pool_ != &pool_ || other.window_ != window_)
+  if (&other.pool_ != &pool_ || other.window_ != window_ || other.history_ != history_)
     fail("block_table", "sharing a prefix needs tables of one pool and one window");
   if (length_ != 0 || !blocks_.empty()) fail("block_table", "share_prefix needs an empty table");
   if (n > other.length_)
@@ -161,6 +207,7 @@ void BlockTable::share_prefix(const BlockTable& other, uint32_t n) {
     pool_.retain(uint32_t(blocks_[i]));
   }
   length_ = n;
+  valid_from_ = std::min(other.valid_from_, n);
 }
 
 }  // namespace mkv::kv

@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "metal/kv_params.h"
+
 namespace mkv::kv {
 
-constexpr uint32_t kBlockTokens = 32;
+constexpr uint32_t kBlockTokens = mkv_params::kKvBlockTokens;  // one definition, kernels and C++
 
 class BlockPool {
  public:
@@ -33,6 +35,9 @@ class BlockPool {
   // n free blocks, each with one owner; all or nothing: raises (taking none)
   // when fewer than n are free. The most recently freed come first.
   std::vector<uint32_t> allocate(uint32_t n);
+  // Takes these free ids, one owner each (a table put back as it was); all or
+  // nothing: raises when one is not free.
+  void acquire(const std::vector<uint32_t>& ids);
   void retain(uint32_t id);   // one more owner (a shared prefix)
   void release(uint32_t id);  // one owner fewer; free again at none
   uint32_t owners(uint32_t id) const;
@@ -52,21 +57,29 @@ struct BlockCopy {
 
 // One sequence's blocks in one window group. window 0: a full layer, every
 // block kept; W > 0: a sliding layer, whose blocks wholly before the window
-// of the next token's queries go back to the pool as positions advance.
+// of the next token's queries, less `history` positions more, go back to the
+// pool as positions advance. history is what truncate() may take back: a
+// sliding table can always go back to `history` positions before the start
+// of its last append (after one-token appends: its last history + 1 tokens).
 class BlockTable {
  public:
-  BlockTable(BlockPool& pool, uint32_t window = 0);
+  BlockTable(BlockPool& pool, uint32_t window = 0, uint32_t history = 0);
   ~BlockTable();  // releases every block it holds
   BlockTable(const BlockTable&) = delete;
   BlockTable& operator=(const BlockTable&) = delete;
 
   uint32_t length() const { return length_; }  // tokens stored = position of the next
   uint32_t window() const { return window_; }
+  uint32_t history() const { return history_; }
   // Physical block per logical block i (positions [iB, (i+1)B)); -1 where a
   // sliding table has let the block go.
   const std::vector<int64_t>& blocks() const { return blocks_; }
   uint32_t held_blocks() const;
   uint32_t slot(uint32_t pos) const;  // raises for a position not held
+  // Lowest position whose row was stored: a window of 1 truncated into a
+  // block it let go takes a fresh tail block, whose earlier rows hold nothing.
+  uint32_t first_valid() const { return valid_from_; }
+  bool holds(uint32_t pos) const;     // stored, not let go, and valid
 
   // Blocks a store of n more tokens would take from the pool (after freeing
   // what a sliding window lets go, and counting a tail block to copy or replace).
@@ -75,19 +88,35 @@ class BlockTable {
   // length(); all or nothing (raises when the pool is short). Returns the
   // copies the caller must encode before the store (a shared tail block).
   std::vector<BlockCopy> append(uint32_t n);
-  // Forgets positions n.. (the blocks past them go back). A sliding table
+  // Forgets positions n.. (the blocks past them go back, the last first, so
+  // the next appends take them again in position order). A sliding table
   // raises when the window at n needs positions it has already let go.
   void truncate(uint32_t n);
+  void check_truncate(uint32_t n) const;  // the checks truncate(n) makes, changing nothing
   // Becomes a table over the first n positions of `other` without copying:
   // shares its blocks (the last one copy-on-write if partly filled).
   void share_prefix(const BlockTable& other, uint32_t n);
 
+  // The table as plain data, and the table put back from it: releases what it
+  // holds, then acquires exactly those ids (raises if one is taken).
+  struct State {
+    uint32_t length = 0;
+    uint32_t valid_from = 0;
+    std::vector<int64_t> blocks;
+  };
+  State state() const { return {length_, valid_from_, blocks_}; }
+  void restore(const State& s);
+
  private:
-  void drop_blocks_before(uint32_t first_needed);
+  void drop_blocks_before(uint32_t first);
+  void release_all();
   uint32_t first_needed(uint32_t next) const;  // lowest position the queries from `next` on can see
+  uint32_t first_kept(uint32_t next) const;    // first_needed less history: blocks before it leave
   BlockPool& pool_;
   uint32_t window_;
+  uint32_t history_;
   uint32_t length_ = 0;
+  uint32_t valid_from_ = 0;
   std::vector<int64_t> blocks_;
 };
 

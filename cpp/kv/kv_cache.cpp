@@ -5,6 +5,8 @@
 
 #include "ops/kv_store.h"
 
+using mkv::ops::ceil_div;
+
 namespace mkv::kv {
 namespace {
 
@@ -34,7 +36,19 @@ KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(de
     fail("windows has " + str(spec_.windows.size()) + " entries; expected one per layer (" +
          str(spec_.n_layers) + "), 0 for a full layer");
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    slots_.push_back(layer_slots(spec_.windows[l], spec_.capacity, spec_.max_chunk));
+    const uint32_t w = spec_.windows[l];
+    size_t g = 0;
+    while (g < groups_.size() && groups_[g].window != w) ++g;
+    if (g == groups_.size()) {
+      Group group;
+      group.window = w;
+      group.wraps = layer_wraps(w, spec_.capacity, spec_.max_chunk);
+      group.pool = std::make_unique<BlockPool>(group_blocks(w, spec_.capacity, spec_.max_chunk));
+      group.table = std::make_unique<BlockTable>(*group.pool, w, spec_.max_chunk);
+      groups_.push_back(std::move(group));
+    }
+    groups_[g].layers.push_back(l);
+    group_index_.push_back(uint32_t(g));
     const LayerLayout lay = layout(l);
     // The store kernel indexes a region with 32-bit element offsets.
     if (lay.nbytes() / kKVElementBytes >= (uint64_t(1) << 32))
@@ -42,6 +56,7 @@ KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(de
            "elements per layer are supported (lower capacity)");
     buffers_.push_back(device_->new_buffer(lay.nbytes()));
   }
+  for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
   if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
 }
@@ -59,13 +74,10 @@ BufferView KVCache::region(uint32_t layer) const {
 
 LayerLayout KVCache::layout(uint32_t layer) const {
   check_layer(layer);
-  return {slots_[layer], spec_.n_kv_heads, spec_.head_dim};
+  return {group_of(layer).pool->capacity() * kBlockTokens, spec_.n_kv_heads, spec_.head_dim};
 }
 
-uint32_t KVCache::slots(uint32_t layer) const {
-  check_layer(layer);
-  return slots_[layer];
-}
+uint32_t KVCache::slots(uint32_t layer) const { return layout(layer).slots; }
 
 uint32_t KVCache::length(uint32_t layer) const {
   check_layer(layer);
@@ -79,12 +91,59 @@ uint32_t KVCache::window(uint32_t layer) const {
 
 bool KVCache::wraps(uint32_t layer) const {
   check_layer(layer);
-  return layer_wraps(spec_.windows[layer], spec_.capacity, spec_.max_chunk);
+  return group_of(layer).wraps;
 }
 
-int64_t KVCache::position(uint32_t layer, uint32_t slot) const {
+const BlockTable& KVCache::block_table(uint32_t layer) const {
   check_layer(layer);
-  return slot_position(lengths_[layer], slots_[layer], slot);
+  return *group_of(layer).table;
+}
+
+BufferView KVCache::table(uint32_t layer) const {
+  check_layer(layer);
+  return {group_of(layer).mirror, 0};
+}
+
+std::vector<int64_t> KVCache::positions(uint32_t layer) const {
+  std::vector<int64_t> out(slots(layer), -1);
+  const std::vector<int64_t>& blocks = block_table(layer).blocks();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] < 0) continue;
+    for (uint32_t j = 0; j < kBlockTokens; ++j) {
+      const uint64_t pos = i * kBlockTokens + j;
+      if (pos < lengths_[layer] && pos >= block_table(layer).first_valid())
+        out[size_t(blocks[i]) * kBlockTokens + j] = int64_t(pos);
+    }
+  }
+  return out;
+}
+
+void KVCache::sync_table(Group& g, size_t from_block) {
+  const std::vector<int64_t>& blocks = g.table->blocks();
+  const size_t have = g.mirror ? g.mirror->length() / sizeof(uint32_t) : 0;
+  if (blocks.size() > have || !g.mirror) {
+    // Grown buffers start over; commands already encoded keep the old one alive.
+    const size_t entries = std::max<size_t>({blocks.size(), 2 * have, ceil_div(spec_.capacity, kBlockTokens)});
+    g.mirror = device_->new_buffer(entries * sizeof(uint32_t));
+    from_block = 0;
+  }
+  if (from_block >= blocks.size()) return;
+  std::vector<uint32_t> ids(blocks.size() - from_block);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = blocks[from_block + i] < 0 ? 0u : uint32_t(blocks[from_block + i]);
+  g.mirror->write(from_block * sizeof(uint32_t), ids.data(), ids.size() * sizeof(uint32_t));
+}
+
+void KVCache::encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies) {
+  if (copies.empty()) return;
+  gpu::BlitEncoder& blit = enc.blit();
+  for (uint32_t l : g.layers) {
+    const LayerLayout lay = layout(l);
+    const size_t bytes = kBlockTokens * lay.row_bytes();
+    for (const BlockCopy& c : copies)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        blit.copy(buffers_[l], lay.row_offset(kv, c.src * kBlockTokens), buffers_[l],
+                  lay.row_offset(kv, c.dst * kBlockTokens), bytes);
+  }
 }
 
 BufferView KVCache::staging_for(uint32_t n_new) {
@@ -100,16 +159,26 @@ BufferView KVCache::staging_for(uint32_t n_new) {
 void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k) const {
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
-  const uint32_t n = lengths_[layer], R = slots_[layer];
+  const uint32_t n = lengths_[layer];
   if (spec_.windows[layer] != 0 && n_new > spec_.max_chunk)
-    fail("layer " + str(layer) + " is sliding (window " + str(spec_.windows[layer]) + ", " + str(R) +
+    fail("layer " + str(layer) + " is sliding (window " + str(spec_.windows[layer]) + ", " + str(slots(layer)) +
          " slots); storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
          str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
-  if (!wraps(layer) && uint64_t(n) + n_new > R)
+  if (!wraps(layer) && uint64_t(n) + n_new > spec_.capacity)
     fail("layer " + str(layer) + " holds " + str(n) + " tokens; storing " + str(n_new) + " more needs " +
-         str(uint64_t(n) + n_new) + " > capacity " + str(R) +
+         str(uint64_t(n) + n_new) + " > capacity " + str(spec_.capacity) +
          " (eviction is not implemented yet; create the cache with a larger capacity)");
   if (uint64_t(n) + n_new >= (uint64_t(1) << 32)) fail("layer " + str(layer) + " would pass 2^32 - 1 positions");
+  // A layer behind the others of its window group stores into blocks the
+  // group already holds: they, and its window, must not have been let go.
+  const BlockTable& t = *group_of(layer).table;
+  const uint32_t w = spec_.windows[layer];
+  const uint32_t first = n < w ? 0 : n - w + 1;  // (full tables never let go)
+  for (uint32_t pos = first; w != 0 && pos < std::min(t.length(), n + n_new); pos += kBlockTokens - pos % kBlockTokens)
+    if (t.blocks()[pos / kBlockTokens] < 0)
+      fail("layer " + str(layer) + " holds " + str(n) + " tokens, behind the " + str(t.length()) +
+           " of its window group (window " + str(w) + "), which has let go of position " + str(pos) +
+           " it needs; store the layers of a window group in step");
   if (rope_k) ops::check_rope("kv_cache", *rope_k, spec_.head_dim);
 }
 
@@ -118,44 +187,57 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
                     const ops::QueryRope& queries) {
   // 1. checks, before anything is encoded or n moves
   check_store(layer, n_new, rope_k);
-  const uint32_t n = lengths_[layer], R = slots_[layer];
+  const uint32_t n = lengths_[layer];
 
-  // 2. encode: the compute path writes the slots directly ...
+  // 2. room in the group's table (the first layer of a step to get here makes
+  // it for all); a shared tail block is copied in every layer of the group
+  Group& g = group_of(layer);
+  const uint32_t held = g.table->length();
+  if (n + n_new > held) {
+    const std::vector<BlockCopy> copies = g.table->append(n + n_new - held);
+    sync_table(g, held / kBlockTokens);
+    encode_copies(enc, g, copies);
+  }
+
+  // 3. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
-  const uint32_t first = slot_of(n, R);
-  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, R, first, n, rope_k, queries};
+  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer)};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {
-    // ... the blit path stages rows (2, n_new, n_kv_heads, head_dim) and copies them.
+    // ... the blit path stages rows (2, n_new, n_kv_heads, head_dim) and copies
+    // them, one run of consecutive slots per block the chunk touches.
     const BufferView staging = staging_for(n_new);
     d.dst_rows = n_new;
-    d.dst_first_row = 0;
+    d.table = {};
     ops::kv_store(enc.compute(), *device_, k_new, v_new, staging, d);
     gpu::BlitEncoder& blit = enc.blit();
-    const uint32_t head = std::min(n_new, R - first);  // rows before the ring wraps
     const size_t row = lay.row_bytes();
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      const size_t src = staging.offset + size_t(kv) * n_new * row;
-      blit.copy(staging.buffer, src, buffers_[layer], lay.row_offset(kv, first), head * row);
-      if (head < n_new)
-        blit.copy(staging.buffer, src + head * row, buffers_[layer], lay.row_offset(kv, 0), (n_new - head) * row);
+    for (uint32_t t = 0; t < n_new;) {
+      const uint32_t pos = n + t, run = std::min(n_new - t, kBlockTokens - pos % kBlockTokens);
+      const uint32_t slot = g.table->slot(pos);
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        blit.copy(staging.buffer, staging.offset + (size_t(kv) * n_new + t) * row, buffers_[layer],
+                  lay.row_offset(kv, slot), run * row);
+      t += run;
     }
   }
   lengths_[layer] = n + n_new;
 }
 
 void KVCache::truncate(uint32_t n) {
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    const uint32_t len = lengths_[l];
-    if (n > len)
-      fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(len));
-    if (wraps(l) && len - n > spec_.max_chunk)
-      fail("cannot truncate layer " + str(l) + " from " + str(len) + " to " + str(n) + " tokens: it is a ring of " +
-           str(slots_[l]) + " slots for window " + str(spec_.windows[l]) + ", and the positions the window "
-           "at " + str(n) + " needs were overwritten (a ring can drop at most max_chunk = " +
-           str(spec_.max_chunk) + " tokens)");
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (n > lengths_[l])
+      fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(lengths_[l]));
+  for (const Group& g : groups_) {
+    try {
+      g.table->check_truncate(n);
+    } catch (const gpu::GpuError& e) {
+      fail("cannot truncate layer " + str(g.layers[0]) + " (window " + str(g.window) + ") to " + str(n) +
+           " tokens: " + e.what());
+    }
   }
+  for (Group& g : groups_) g.table->truncate(n);  // entries past n are never read: no sync
   std::fill(lengths_.begin(), lengths_.end(), n);
   if (tokens_.size() > n) {
     tokens_.resize(n);
@@ -164,6 +246,7 @@ void KVCache::truncate(uint32_t n) {
 }
 
 void KVCache::reset() {
+  for (Group& g : groups_) g.table = std::make_unique<BlockTable>(*g.pool, g.window, spec_.max_chunk);
   std::fill(lengths_.begin(), lengths_.end(), 0u);
   tokens_.clear();
   messages_.clear();
@@ -173,8 +256,14 @@ size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes
 
 size_t KVCache::staging_nbytes() const { return staging_ ? staging_->length() : 0; }
 
+size_t KVCache::table_nbytes() const {
+  size_t total = 0;
+  for (const Group& g : groups_) total += g.mirror->length();
+  return total;
+}
+
 size_t KVCache::nbytes() const {
-  size_t total = staging_nbytes();
+  size_t total = staging_nbytes() + table_nbytes();
   for (uint32_t l = 0; l < spec_.n_layers; ++l) total += layer_nbytes(l);
   return total;
 }

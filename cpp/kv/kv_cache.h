@@ -1,16 +1,20 @@
-// KVCache: preallocated per-layer K/V regions on the device, per-layer
-// lengths, and the two store paths.
+// KVCache: one sequence's K/V on the device — per-layer pools cut into blocks,
+// a block table per window group, per-layer lengths, and the two store paths.
 //
-// Each layer owns one device buffer holding its region (2, R, n_kv_heads,
-// head_dim) half (layout: kv/kv_layout.h). Full layers hold capacity tokens
-// and raise on overflow (eviction comes later); sliding layers are rings of
-// window + max_chunk - 1 slots. Every buffer is allocated at construction;
-// only the blit path's staging buffer may grow (see store()).
+// Layers of one window (0 = full) form a group: one BlockPool of block ids,
+// one BlockTable for the sequence, and in each layer a device buffer, its pool
+// (2, n_blocks * B, n_kv_heads, head_dim) half (layout: kv/kv_layout.h); the
+// group's table is mirrored in a device buffer of uint32 block ids that the
+// store and attention kernels read. Pools are sized at construction
+// (kv_layout.h, group_blocks): full layers hold capacity tokens and raise on
+// overflow (eviction comes later); a sliding layer's table lets blocks go as
+// its window moves, so its pool stays at about W + 2 * max_chunk slots. Only
+// the blit path's staging buffer and a sliding group's table mirror may grow.
 //
 // store() encodes one layer's new K/V rows through an EncoderSession:
 //   StorePath::compute  kv_store kernel into the open compute encoder; adds no encoder.
 //   StorePath::blit     the same kernel into a staging buffer, then one blit encoder
-//                       copies the rows (a wrapped range: 2 copies each for K and V);
+//                       copies the rows (2 copies, K and V, per block the chunk touches);
 //                       the session's next compute() opens a new compute encoder.
 // Both paths produce bit-identical caches.
 #pragma once
@@ -19,7 +23,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "gpu/device.h"
+#include "kv/block_pool.h"
 #include "kv/encoder_session.h"
 #include "kv/kv_layout.h"
 #include "ops/ops.h"
@@ -48,7 +55,8 @@ struct KVCacheSpec {
   uint32_t head_dim = 0;
   uint32_t capacity = 0;          // tokens a full layer holds
   std::vector<uint32_t> windows;  // per layer: 0 = full, W = sliding window; empty = all full
-  uint32_t max_chunk = 1;         // most tokens one store() may put in a sliding layer
+  uint32_t max_chunk = 1;         // most tokens one store() may put in a sliding layer, and
+                                  // how far before its last store a sliding layer can truncate()
   StorePath store = StorePath::compute;
 };
 
@@ -59,14 +67,19 @@ class KVCache {
   const KVCacheSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return spec_.n_layers; }
 
-  // Layer l's region (2, slots, n_kv_heads, head_dim) half: K block, then V block.
+  // Layer l's pool (2, slots, n_kv_heads, head_dim) half: K block, then V block.
   BufferView region(uint32_t layer) const;
   LayerLayout layout(uint32_t layer) const;
-  uint32_t slots(uint32_t layer) const;   // R
+  uint32_t slots(uint32_t layer) const;   // R = blocks of its pool * kBlockTokens
   uint32_t length(uint32_t layer) const;  // n: tokens ever stored = position of the next token
   uint32_t window(uint32_t layer) const;  // 0 = full
-  bool wraps(uint32_t layer) const;       // a ring (sliding, R < context) rather than linear
-  int64_t position(uint32_t layer, uint32_t slot) const;  // -1: empty
+  bool wraps(uint32_t layer) const;       // sliding with a pool smaller than capacity: no overflow
+  // Position held by each of the layer's slots; -1 where none.
+  std::vector<int64_t> positions(uint32_t layer) const;
+  // The layer's group's block table, and its device mirror: uint32 per logical
+  // block (entries the table let go hold 0 and are never read).
+  const BlockTable& block_table(uint32_t layer) const;
+  BufferView table(uint32_t layer) const;
 
   // Appends n_new tokens to `layer` at positions n .. n+n_new-1 and advances n
   // (at encode time: the rows are there once the command buffer completes).
@@ -83,8 +96,10 @@ class KVCache {
 
   // Forgets every token from position n on, in every layer, so the next
   // store continues at n (a conversation rolled back to a common prefix). A
-  // ring layer keeps only its last R slots, so it can drop at most
-  // R - W + 1 = max_chunk tokens and still hold the window position n needs.
+  // sliding layer keeps max_chunk positions of history beyond its window, so
+  // it can always go back to max_chunk positions before the start of its last
+  // store (after one-token steps: its last max_chunk + 1 tokens; more while
+  // its oldest block is not yet let go) and still hold the window n needs.
   // Raises GpuError before changing anything when a layer cannot.
   void truncate(uint32_t n);
 
@@ -102,18 +117,20 @@ class KVCache {
   void set_messages(std::vector<ChatMessage> messages) { messages_ = std::move(messages); }
 
   // Everything a call may change, so that a call that fails part-way can put
-  // the cache back exactly (kv_checkpoint.cpp). Slots are copied only where the
-  // call may overwrite a held position: a full layer's truncated rows, a ring
-  // layer when the call truncates or stores more than max_chunk tokens.
-  struct SavedRows {
-    uint32_t first = 0, count = 0;  // slots [first, first + count) of K and of V
-    gpu::BufferPtr copy;            // (2, count, n_kv_heads, head_dim) half
+  // the cache back exactly (kv_checkpoint.cpp): host state, each table as
+  // data, and copies of the blocks the call may overwrite: those of a full
+  // group's truncated positions it stores again, every held block of a
+  // sliding group (its moving window frees and reuses them).
+  struct SavedBlocks {
+    std::vector<uint32_t> ids;  // block ids of the group, saved in every layer of it
+    std::vector<gpu::BufferPtr> copies;  // per layer of the group: (2, ids * B, n_kv_heads, head_dim) half
   };
   struct Checkpoint {
     std::vector<uint32_t> lengths;
     std::vector<int32_t> tokens;
     std::vector<ChatMessage> messages;
-    std::vector<SavedRows> rows;  // per layer (count 0: nothing saved)
+    std::vector<BlockTable::State> tables;  // per group
+    std::vector<SavedBlocks> blocks;        // per group
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
@@ -122,17 +139,33 @@ class KVCache {
   // Byte accounting, exact.
   size_t layer_nbytes(uint32_t layer) const;  // 2 * R * n_kv_heads * head_dim * 2
   size_t staging_nbytes() const;              // blit path staging (0 for compute)
-  size_t nbytes() const;                      // all resident: layers + staging
+  size_t table_nbytes() const;                // the tables' device mirrors
+  size_t nbytes() const;                      // all resident: pools + staging + tables
   size_t bytes_per_token() const;             // one more context token: K+V row in each non-wrapping layer
 
  private:
+  // The layers of one window: their block ids, the sequence's table, its mirror.
+  struct Group {
+    uint32_t window = 0;
+    bool wraps = false;
+    std::vector<uint32_t> layers;
+    std::unique_ptr<BlockPool> pool;
+    std::unique_ptr<BlockTable> table;
+    gpu::BufferPtr mirror;  // uint32 per logical block
+  };
   void check_layer(uint32_t layer) const;
   BufferView staging_for(uint32_t n_new);
+  // Writes table entries [from_block, end) to the mirror, growing it if needed.
+  void sync_table(Group& g, size_t from_block);
+  void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
+  Group& group_of(uint32_t layer) { return groups_[group_index_[layer]]; }
+  const Group& group_of(uint32_t layer) const { return groups_[group_index_[layer]]; }
 
   gpu::DevicePtr device_;
   KVCacheSpec spec_;
-  std::vector<gpu::BufferPtr> buffers_;  // one per layer
-  std::vector<uint32_t> slots_;
+  std::vector<gpu::BufferPtr> buffers_;  // one pool per layer
+  std::vector<Group> groups_;
+  std::vector<uint32_t> group_index_;    // per layer
   std::vector<uint32_t> lengths_;
   gpu::BufferPtr staging_;  // (2, staging_rows_, n_kv_heads, head_dim) half; blit path only
   uint32_t staging_rows_ = 0;

@@ -1,14 +1,17 @@
 // KVCache::checkpoint / restore: a call that fails part-way (a device error,
 // an exception from a callback, Ctrl-C) puts the cache back as it was.
 //
-// Lengths, token ids and messages are host state and are simply copied. Slots
-// need care where the call may overwrite a position the old state holds:
-//   full layer  only after a truncation, in the truncated rows [keep, length)
-//               (rows beyond the old length are unused once it is restored);
-//   ring layer  after a truncation, or when more than max_chunk tokens arrive,
-//               the oldest slots overwritten include positions the window at the
-//               old length still reads: the whole ring is saved.
-// Saved rows go to device buffers through one blit command buffer each way.
+// Lengths, token ids, messages and each group's table (as data) are host
+// state and are simply copied. Blocks need care where the call may overwrite
+// one the old state holds:
+//   full group     the blocks of positions [keep, min(length, keep + n_store)):
+//                  truncate() gives them back last first, so the call's appends
+//                  take them again in position order and write exactly those;
+//   sliding group  every held block, when the call stores or truncates: its
+//                  window lets blocks go and the pool hands them out again.
+// Restoring gives the tables their old block ids back (the pool is the
+// cache's own, so they are free once the live tables let go) and copies the
+// saved blocks in; one blit command buffer each way.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -18,22 +21,27 @@ namespace {
 
 enum class Direction { save, restore };
 
-void copy_rows(gpu::CommandQueue& queue, const std::vector<gpu::BufferPtr>& regions,
-               const std::vector<LayerLayout>& layouts, const std::vector<KVCache::SavedRows>& rows,
-               Direction dir) {
+// Copies the saved blocks of every layer of every group, one command buffer.
+void copy_blocks(gpu::CommandQueue& queue, const std::vector<gpu::BufferPtr>& pools,
+                 const std::vector<LayerLayout>& layouts, const std::vector<std::vector<uint32_t>>& group_layers,
+                 const std::vector<KVCache::SavedBlocks>& saved, Direction dir) {
   auto cb = queue.command_buffer();
   gpu::BlitEncoder* blit = nullptr;
-  for (size_t l = 0; l < rows.size(); ++l) {
-    const KVCache::SavedRows& r = rows[l];
-    if (r.count == 0) continue;
-    if (!blit) blit = &cb->blit_encoder();
-    const size_t row = layouts[l].row_bytes(), block = size_t(r.count) * row;
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      const size_t in_region = layouts[l].row_offset(kv, r.first), in_copy = kv * block;
-      if (dir == Direction::save)
-        blit->copy(regions[l], in_region, r.copy, in_copy, block);
-      else
-        blit->copy(r.copy, in_copy, regions[l], in_region, block);
+  for (size_t g = 0; g < saved.size(); ++g) {
+    const KVCache::SavedBlocks& s = saved[g];
+    for (size_t i = 0; i < group_layers[g].size() && !s.ids.empty(); ++i) {
+      const uint32_t l = group_layers[g][i];
+      if (!blit) blit = &cb->blit_encoder();
+      const size_t block = kBlockTokens * layouts[l].row_bytes(), n = s.ids.size();
+      for (size_t b = 0; b < n; ++b)
+        for (uint32_t kv = 0; kv < 2; ++kv) {
+          const size_t in_pool = layouts[l].row_offset(kv, s.ids[b] * kBlockTokens);
+          const size_t in_copy = (kv * n + b) * block;
+          if (dir == Direction::save)
+            blit->copy(pools[l], in_pool, s.copies[i], in_copy, block);
+          else
+            blit->copy(s.copies[i], in_copy, pools[l], in_pool, block);
+        }
     }
   }
   if (!blit) return;
@@ -45,27 +53,42 @@ void copy_rows(gpu::CommandQueue& queue, const std::vector<gpu::BufferPtr>& regi
 }  // namespace
 
 KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const {
-  Checkpoint cp{lengths_, tokens_, messages_, std::vector<SavedRows>(spec_.n_layers)};
+  Checkpoint cp{lengths_, tokens_, messages_, {}, {}};
   std::vector<LayerLayout> layouts;
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    layouts.push_back(layout(l));
-    const uint32_t n = lengths_[l];
-    SavedRows& r = cp.rows[l];
-    if (wraps(l)) {
-      if (n > 0 && (keep < n || n_store > spec_.max_chunk)) r = {0, slots_[l], nullptr};
-    } else if (keep < n && n_store > 0) {
-      r = {keep, uint32_t(std::min<uint64_t>(n - keep, n_store)), nullptr};
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
+  std::vector<std::vector<uint32_t>> group_layers;
+  for (const Group& g : groups_) {
+    cp.tables.push_back(g.table->state());
+    group_layers.push_back(g.layers);
+    const std::vector<int64_t>& blocks = g.table->blocks();
+    const uint32_t length = g.table->length();
+    SavedBlocks s;
+    if (g.window != 0) {
+      if (n_store > 0 || keep < length)
+        for (int64_t b : blocks)
+          if (b >= 0) s.ids.push_back(uint32_t(b));
+    } else if (keep < length && n_store > 0) {
+      const uint64_t end = std::min<uint64_t>(length, keep + n_store);
+      for (uint64_t i = keep / kBlockTokens; i * kBlockTokens < end; ++i) s.ids.push_back(uint32_t(blocks[i]));
     }
-    if (r.count) r.copy = device_->new_buffer(2 * size_t(r.count) * layouts[l].row_bytes());
+    for (size_t i = 0; i < g.layers.size() && !s.ids.empty(); ++i)
+      s.copies.push_back(device_->new_buffer(2 * s.ids.size() * kBlockTokens * layouts[g.layers[i]].row_bytes()));
+    cp.blocks.push_back(std::move(s));
   }
-  copy_rows(queue, buffers_, layouts, cp.rows, Direction::save);
+  copy_blocks(queue, buffers_, layouts, group_layers, cp.blocks, Direction::save);
   return cp;
 }
 
 void KVCache::restore(gpu::CommandQueue& queue, const Checkpoint& cp) {
   std::vector<LayerLayout> layouts;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
-  copy_rows(queue, buffers_, layouts, cp.rows, Direction::restore);
+  std::vector<std::vector<uint32_t>> group_layers;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    groups_[i].table->restore(cp.tables[i]);
+    sync_table(groups_[i], 0);
+    group_layers.push_back(groups_[i].layers);
+  }
+  copy_blocks(queue, buffers_, layouts, group_layers, cp.blocks, Direction::restore);
   lengths_ = cp.lengths;
   tokens_ = cp.tokens;
   messages_ = cp.messages;

@@ -2,17 +2,18 @@
 // Attention kernels, the stores and the Python views all derive offsets from
 // here; docs/KV_CACHE.md describes the same layout in prose.
 //
-// A layer's region is half precision, shaped (2, R, n_kv_heads, head_dim):
-// the K block (R, n_kv_heads, head_dim), then the V block of the same shape.
-// R = slots. The token at position p lives in slot p % R. After n tokens have
-// been stored (n = the position of the next token), slot s < min(n, R) holds
-// position (n-1) - ((n-1-s) mod R); slots at or past min(n, R) are empty.
-// A full layer has R = capacity and never wraps (n <= R); a sliding layer is a
-// ring of R = window + max_chunk - 1 slots (see layer_slots).
+// A layer's region (its pool) is half precision, shaped (2, R, n_kv_heads,
+// head_dim): the K block (R, n_kv_heads, head_dim), then the V block of the
+// same shape. R = slots = n_blocks * kBlockTokens; the slots of block b are
+// [b * B, (b + 1) * B). Which position a slot holds is the block table's
+// business (kv/block_pool.h): position p lives in slot
+// table[p / B] * B + p % B.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "metal/kv_params.h"
 
 namespace mkv::kv {
 
@@ -40,31 +41,27 @@ struct LayerLayout {
   }
 };
 
-// Slots of a layer. Full (window 0): capacity. Sliding with window W (a query
-// at position q attends keys at q-W < p <= q): W + max_chunk - 1, because a
-// chunk of max_chunk queries stored in one call needs the W-1 keys before its
-// first query plus the chunk itself; with max_chunk = 1 that is W exactly.
-// A ring that would be larger than capacity is pointless (capacity bounds the
-// context), so such a sliding layer gets capacity slots and, like a full
-// layer, never wraps: it overflows past capacity.
-inline uint32_t layer_slots(uint32_t window, uint32_t capacity, uint32_t max_chunk) {
-  if (window == 0) return capacity;
-  const uint64_t ring = uint64_t(window) + max_chunk - 1;
-  return ring < capacity ? uint32_t(ring) : capacity;
+// Blocks of a window group's pool for one sequence (cpp/kv/kv_cache.h):
+//   full (window 0), or sliding where that is no smaller: ceil(capacity / B);
+//   sliding, window W: the positions a store of max_chunk tokens may hold at
+//   once — the window of its first query, the chunk, and max_chunk positions
+//   of history that truncate() may take back (what a ring of W + max_chunk - 1
+//   slots allowed) — W + 2 * max_chunk - 1, spread over at most one block
+//   more than they fill.
+inline uint32_t group_blocks(uint32_t window, uint32_t capacity, uint32_t max_chunk) {
+  constexpr uint64_t block_tokens = mkv_params::kKvBlockTokens;
+  const uint64_t full = (uint64_t(capacity) + block_tokens - 1) / block_tokens;
+  if (window == 0) return uint32_t(full);
+  const uint64_t span = uint64_t(window) + 2 * uint64_t(max_chunk) - 1;
+  const uint64_t sliding = (span + block_tokens - 1) / block_tokens + 1;
+  return uint32_t(sliding < full ? sliding : full);
 }
 
-// True when the layer is a ring buffer (it may hold more than R tokens ever).
+// True when a sliding layer's pool is smaller than the context (its memory
+// stays bounded however long the sequence); false for full layers and for
+// sliding ones whose window spans the capacity anyway (they overflow at it).
 inline bool layer_wraps(uint32_t window, uint32_t capacity, uint32_t max_chunk) {
-  return window != 0 && uint64_t(window) + max_chunk - 1 <= capacity;
-}
-
-inline uint32_t slot_of(uint64_t pos, uint32_t slots) { return uint32_t(pos % slots); }
-
-// Position held by slot s of a layer holding n tokens in R slots; -1 if empty.
-inline int64_t slot_position(uint64_t n, uint32_t slots, uint32_t s) {
-  const uint64_t held = n < slots ? n : slots;
-  if (s >= held) return -1;
-  return int64_t((n - 1) - ((n - 1 - s) % slots));
+  return window != 0 && group_blocks(window, capacity, max_chunk) < group_blocks(0, capacity, max_chunk);
 }
 
 }  // namespace mkv::kv

@@ -170,10 +170,10 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cach
   d.scale = m.scale();
   d.softcap = m.attn_softcap;
   if (n == 1)
-    ops::attention_decode(enc, dev, d, q, cache.region(l), ws.attn(), {},
+    ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), ws.attn(), {},
                           ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
   else
-    ops::attention_prefill(enc, dev, d, q, cache.region(l), ws.attn(), {});
+    ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), ws.attn(), {});
 
   // x += o (+ post-norm): without a sandwich norm the add is Wo's epilogue.
   if (L.post_attn_norm) {

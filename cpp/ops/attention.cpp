@@ -60,16 +60,14 @@ uint32_t validate_desc(const char* op, const AttentionDesc& d) {
     fail(op, "scale " + std::to_string(d.scale) + " must be finite and > 0 (usually 1/sqrt(head_dim))");
   if (!std::isfinite(d.softcap) || d.softcap < 0.0f)
     fail(op, "softcap " + std::to_string(d.softcap) + " must be finite and >= 0 (0 = off)");
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  if (d.slots % B != 0)
+    fail(op, "slots " + num(d.slots) + " is not a multiple of the block size " + num(B) +
+                 " (a pool holds whole blocks)");
   // Positions from the first query's window start to the last query.
   const uint64_t first_q = d.n_tokens - d.n_queries;
   const uint64_t lo = d.window > 0 && first_q + 1 > d.window ? first_q + 1 - d.window : 0;
   const uint64_t visible = d.n_tokens - lo;
-  if (visible > d.slots)
-    fail(op, "slots " + num(d.slots) + " cannot hold the " + num(visible) +
-                 " key positions the queries see (n_tokens " + num(d.n_tokens) + ", n_queries " +
-                 num(d.n_queries) + ", window " + num(d.window) +
-                 "); a full layer needs slots >= n_tokens, a sliding one slots >= window + "
-                 "n_queries - 1");
   return uint32_t(visible);
 }
 
@@ -85,8 +83,10 @@ void check_view(const char* op, const char* what, const BufferView& v, uint64_t 
 }
 
 void check_common_views(const char* op, const AttentionDesc& d, const BufferView& kv,
-                        const BufferView& sinks) {
+                        const BufferView& table, const BufferView& sinks) {
   check_view(op, "kv", kv, uint64_t(2) * d.slots * d.n_kv_heads * d.head_dim * 2, 8);
+  check_view(op, "table (uint32 per block of positions)", table,
+             uint64_t(ceil_div(d.n_tokens, mkv_params::kKvBlockTokens)) * 4, 4);
   if (d.has_sinks) check_view(op, "sinks", sinks, uint64_t(d.n_q_heads) * 4, 4);
   else if (sinks.buffer)
     fail(op, "a sinks buffer was given but has_sinks is false");
@@ -213,14 +213,14 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
 }
 
 void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
-                      const BufferView& q, const BufferView& kv, const BufferView& out,
-                      const BufferView& sinks, const BufferView& scratch) {
+                      const BufferView& q, const BufferView& kv, const BufferView& table,
+                      const BufferView& out, const BufferView& sinks, const BufferView& scratch) {
   const char* op = kDecodeOp;
   const AttentionDecodePlan plan = attention_decode_plan(dev, d);
   const uint64_t head_bytes = uint64_t(d.n_q_heads) * d.head_dim * 4;
   check_view(op, "q", q, head_bytes, 4);
   check_view(op, "out", out, head_bytes, 4);
-  check_common_views(op, d, kv, sinks);
+  check_common_views(op, d, kv, table, sinks);
   if (kv.offset % 16 != 0)
     fail(op, "kv offset " + num(kv.offset) + " is not a multiple of 16 (decode reads rows in 16-byte pieces)");
 
@@ -245,6 +245,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   bind_params(enc, p, 0);
   bind(enc, q, 1);
   bind(enc, kv, 2);
+  bind(enc, table, 5);
   if (!plan.split) {
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);
@@ -272,8 +273,8 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
 }
 
 void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
-                       const BufferView& q, const BufferView& kv, const BufferView& out,
-                       const BufferView& sinks) {
+                       const BufferView& q, const BufferView& kv, const BufferView& table,
+                       const BufferView& out, const BufferView& sinks) {
   const char* op = "attention_prefill";
   validate_desc(op, d);
   if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
@@ -281,7 +282,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
   check_view(op, "q", q, bytes, 4);
   check_view(op, "out", out, bytes, 4);
-  check_common_views(op, d, kv, sinks);
+  check_common_views(op, d, kv, table, sinks);
 
   // All rows of a threadgroup share its staged K/V tiles: as many heads of
   // the group as fit, the rest of the rows for more query positions.
@@ -306,6 +307,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   bind(enc, kv, 2);
   bind(enc, d.has_sinks ? sinks : q, 3);
   bind(enc, out, 4);
+  bind(enc, table, 5);
   enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
                             {kThreads, 1, 1});
 }

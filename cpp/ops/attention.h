@@ -1,11 +1,13 @@
 // Attention ops over one layer's KV cache: decode (one query per head, single
 // pass or flash-decoding split-K) and prefill (many queries, tiled).
 //
-// Cache layout (cpp/kv builds it): half (2, slots, n_kv_heads, head_dim), K
-// block then V block. With n = n_tokens stored, slot s < min(n, slots) holds
-// position (n-1) - ((n-1-s) mod slots); equivalently position p sits in slot
-// p % slots while p >= n - slots. Masks are by position: causal, and for a
-// sliding window W > 0 key pos > query pos - W. Kernels: metal/attention_*.
+// Cache layout (cpp/kv builds it): a layer's pool, half (2, slots, n_kv_heads,
+// head_dim), K block then V block, cut into blocks of kKvBlockTokens (B) slots;
+// the sequence's block table (uint32) names the block of each B positions:
+// position p sits in slot table[p / B] * B + p % B. Only the entries of
+// positions the queries see are read, and the caller guarantees they name
+// blocks of the pool (kv::BlockTable does). Masks are by position: causal, and
+// for a sliding window W > 0 key pos > query pos - W. Kernels: metal/attention_*.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +39,7 @@ struct AttentionDesc {
   uint32_t head_dim = 0;     // one of kAttnHeadDims
   uint32_t n_tokens = 0;     // tokens stored in the layer, the new ones included
   uint32_t n_queries = 1;    // queries at positions n_tokens - n_queries .. n_tokens - 1 (decode: 1)
-  uint32_t slots = 0;        // ring capacity R of the layer's cache
+  uint32_t slots = 0;        // rows of the layer's pool, a multiple of kKvBlockTokens
   uint32_t window = 0;       // sliding window W; 0 = full attention
   float scale = 0.0f;        // multiplies q.k; usually 1 / sqrt(head_dim)
   float softcap = 0.0f;      // Gemma 2 logit soft-capping c: s = c * tanh(s / c); 0 = off
@@ -97,20 +99,20 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
 size_t attention_decode_scratch_bytes(const AttentionDesc& d);
 
 // out (n_q_heads, head_dim) f32 = attention of q (n_q_heads, head_dim) f32 at
-// position n_tokens - 1 over kv. sinks: (n_q_heads) f32 iff d.has_sinks, else
-// an empty view. scratch: attention_decode_scratch_bytes(d) bytes (may be
-// empty when that is 0), offset a multiple of 16. Encodes one dispatch, or two for split-K.
+// position n_tokens - 1 over kv through table (ceil(n_tokens / B) uint32).
+// sinks: (n_q_heads) f32 iff d.has_sinks, else an empty view. scratch:
+// attention_decode_scratch_bytes(d) bytes (may be empty when that is 0),
+// offset a multiple of 16. Encodes one dispatch, or two for split-K.
 void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
-                      const BufferView& q, const BufferView& kv, const BufferView& out,
-                      const BufferView& sinks, const BufferView& scratch);
+                      const BufferView& q, const BufferView& kv, const BufferView& table,
+                      const BufferView& out, const BufferView& sinks, const BufferView& scratch);
 
 // out (n_queries, n_q_heads, head_dim) f32 = attention of q (n_queries,
 // n_q_heads, head_dim) f32 at positions n_tokens - n_queries .. n_tokens - 1,
-// whose keys kv already holds. Needs slots >= the positions the queries see
-// (full: n_tokens; sliding: min(n_tokens, window + n_queries - 1)).
+// whose keys kv already holds, through table as for decode.
 void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
-                       const BufferView& q, const BufferView& kv, const BufferView& out,
-                       const BufferView& sinks);
+                       const BufferView& q, const BufferView& kv, const BufferView& table,
+                       const BufferView& out, const BufferView& sinks);
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...
 std::string attention_kernel_name(const char* family, uint32_t head_dim);

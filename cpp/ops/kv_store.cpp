@@ -30,15 +30,20 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   if (d.n_new == 0 || d.n_kv_heads == 0 || d.head_dim == 0)
     fail(kOp, "n_new, n_kv_heads and head_dim must be positive (got " + std::to_string(d.n_new) +
                   ", " + std::to_string(d.n_kv_heads) + ", " + std::to_string(d.head_dim) + ")");
-  // Two tokens of one call must never share a row: the kernel writes them concurrently.
-  if (d.n_new > d.dst_rows)
-    fail(kOp, std::to_string(d.n_new) + " new tokens do not fit in " + std::to_string(d.dst_rows) +
-                  " destination rows");
-  if (d.dst_first_row >= d.dst_rows)
-    fail(kOp, "dst_first_row " + std::to_string(d.dst_first_row) + " must be < dst_rows " +
-                  std::to_string(d.dst_rows));
   if (uint64_t(d.first_pos) + d.n_new > (uint64_t(1) << 32))
     fail(kOp, "positions past 2^32 - 1 are not supported");
+  const bool paged = d.table.buffer != nullptr;
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  if (paged) {
+    if (d.dst_rows == 0 || d.dst_rows % B != 0)
+      fail(kOp, "a paged destination has whole blocks of " + std::to_string(B) + " rows; dst_rows is " +
+                    std::to_string(d.dst_rows));
+    check_bytes("table (uint32 per block)", d.table, ceil_div(uint64_t(d.first_pos) + d.n_new, B) * 4);
+  } else if (uint64_t(d.dst_first_row) + d.n_new > d.dst_rows) {
+    // Rows past the end would be written out of bounds.
+    fail(kOp, std::to_string(d.n_new) + " new tokens from row " + std::to_string(d.dst_first_row) +
+                  " do not fit in " + std::to_string(d.dst_rows) + " destination rows");
+  }
   const uint64_t row = uint64_t(d.n_kv_heads) * d.head_dim;  // elements per token row
   if (2 * d.dst_rows * row >= (uint64_t(1) << 32))
     fail(kOp, "the destination has more than 2^32 elements; the kernel indexes with 32 bits");
@@ -59,7 +64,8 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   // 2. get the kernel and bind its arguments
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
-                              d.dst_rows, d.dst_first_row, d.first_pos, d.queries.n_heads};
+                              d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, d.queries.n_heads,
+                              paged ? 1u : 0u};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);
   bind(enc, v_new, 2);
@@ -68,6 +74,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
     bind(enc, d.rope->inv_freq, 4);
     bind(enc, d.queries.n_heads ? d.queries.q : k_new, 5);  // k_new: a placeholder, never read
   }
+  bind(enc, paged ? d.table : dst, 6);  // dst: a placeholder, never read
 
   // 3. one threadgroup per (token, K|V[|Q]); threads stride over the token's heads
   const uint32_t threads = std::min<uint32_t>(256, ceil_div(row, 32) * 32);

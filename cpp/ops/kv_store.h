@@ -3,10 +3,11 @@
 // destination, RoPE-rotating K when asked. Kernels kv_store_f32 and
 // kv_store_f32_rope_<style> (metal/kv_store.metal).
 //
-// The destination is either a layer's cache region (the compute store: row of
-// token t = (first_pos + t) % slots, wrapping per token) or a staging buffer
-// that a blit encoder then copies into the cache (the blit store). Both run the
-// same kernel, so the half rows they produce are bit-identical.
+// The destination is either a layer's pool (the compute store: token t goes to
+// the slot the block table gives position first_pos + t) or a staging buffer
+// that a blit encoder then copies into the pool (the blit store: consecutive
+// rows from dst_first_row). Both run the same kernel, so the half rows they
+// produce are bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +28,17 @@ struct KvStoreDesc {
   uint32_t n_new = 0;          // tokens to store
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t dst_rows = 0;       // rows per block of dst; n_new <= dst_rows
-  uint32_t dst_first_row = 0;  // row of token 0, < dst_rows
+  uint32_t dst_rows = 0;       // rows per block (K, V) of dst
+  uint32_t dst_first_row = 0;  // without a table: row of token 0 (dst_first_row + n_new <= dst_rows)
   uint32_t first_pos = 0;      // position of token 0 (rope angle)
   const RopeSpec* rope = nullptr;  // rotate K; V is never rotated
   // With rope: also rotate these queries in place, in the same dispatch (a
   // model step then needs no rope() of its own for Q).
   QueryRope queries;
+  // The sequence's block table (uint32, one entry per kKvBlockTokens
+  // positions, up to the last stored); null: consecutive rows. The caller
+  // guarantees the entries name distinct blocks of dst (kv::BlockTable does).
+  BufferView table;
 };
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: (2, dst_rows,

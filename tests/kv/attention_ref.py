@@ -1,31 +1,53 @@
 """A numpy float64 reference for attention over metalkv's KV-cache layout,
-written for clarity rather than speed, plus helpers that build the cache.
+written for clarity rather than speed, plus a helper that builds the cache.
 
-Cache of one layer: half (2, R, n_kv_heads, D), K block then V block. With n
-tokens stored, slot s < min(n, R) holds position p(s) = (n-1) - ((n-1-s) mod R).
+Cache of one layer: a pool, half (2, R, n_kv_heads, D), K block then V block,
+cut into blocks of B = 32 slots; a block table (uint32, one entry per B
+positions) names the pool block of each: position p sits in slot
+table[p // B] * B + p % B.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 
-def slot_position(s: int, n: int, slots: int) -> int:
-    """The position slot s holds after n tokens were stored (the p(s) rule)."""
-    return (n - 1) - ((n - 1 - s) % slots)
+B = 32  # tokens per block: metalkv._core.BLOCK_TOKENS, restated (the kernels' kKvBlockTokens)
 
 
-def build_cache(k: np.ndarray, v: np.ndarray, slots: int, poison: bool = False) -> np.ndarray:
-    """Places keys/values of positions 0..n-1, k and v (n, n_kv_heads, D), into a
-    (2, slots, n_kv_heads, D) half cache by the p(s) rule: a ring buffer keeps
-    the last `slots` positions. Unused slots are zero, or NaN with poison=True
-    (a kernel that reads them would spoil its output)."""
+class Paged(NamedTuple):
+    pool: np.ndarray   # (2, slots, n_kv_heads, D) float16
+    table: np.ndarray  # (ceil(n / B),) uint32
+
+    @property
+    def slots(self) -> int:
+        return self.pool.shape[1]
+
+
+def build_cache(k: np.ndarray, v: np.ndarray, *, first: int = 0, spare: int = 1, shuffle: bool = True,
+                poison: bool = True) -> Paged:
+    """Places positions first..n-1 of k and v (n, n_kv_heads, D) into a pool
+    whose blocks are in random order (shuffle; seeded by n), with `spare`
+    blocks more. Table entries of blocks wholly before `first` name a spare
+    block, and every slot that holds no position in [first, n) is NaN (poison)
+    or zero: a kernel that reads one spoils its output."""
     n, n_kv, d = k.shape
-    cache = np.full((2, slots, n_kv, d), np.nan if poison else 0.0, dtype=np.float16)
-    for s in range(min(n, slots)):
-        p = slot_position(s, n, slots)
-        cache[0, s] = k[p]
-        cache[1, s] = v[p]
-    return cache
+    n_logical = -(-n // B)
+    first_block = first // B
+    held = n_logical - first_block
+    order = np.arange(held + spare)
+    if shuffle:
+        order = np.random.default_rng(n).permutation(order)
+    table = np.empty(n_logical, np.uint32)
+    table[first_block:] = order[:held]
+    table[:first_block] = order[held] if spare else order[0]
+    pool = np.full((2, (held + spare) * B, n_kv, d), np.nan if poison else 0.0, dtype=np.float16)
+    for p in range(first, n):
+        s = int(table[p // B]) * B + p % B
+        pool[0, s] = k[p]
+        pool[1, s] = v[p]
+    return Paged(pool, table)
 
 
 def visible(key_pos: int, query_pos: int, window: int) -> bool:

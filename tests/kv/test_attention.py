@@ -12,8 +12,10 @@ output by ~1e-4, so a masking or chunking bug cannot hide inside it. Results
 of two kernel paths (split vs single pass, prefill vs decode) differ only in
 summation order and are held to CLOSE = 2e-6.
 
-Unused cache slots hold NaN (build_cache(poison=True)), so a kernel that reads
-a slot it should not would turn its output into NaN.
+Caches are paged: the pool's blocks are in random order, and every slot that
+holds no visible position (the tail of the last block, spare blocks, blocks a
+sliding window left behind) is NaN (build_cache(poison=True)), so a kernel
+that reads a slot it should not would turn its output into NaN.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import pytest
 import metalkv
 from metalkv._core import ops
 
-from .attention_ref import attention, build_cache
+from .attention_ref import B, Paged, attention, build_cache
 from devices import test_device  # tests/ is on sys.path
 
 ATOL = 2e-5
@@ -66,25 +68,26 @@ def make_inputs(rng, n_q: int, n_q_heads: int, n_kv: int, d: int, n: int):
     return q, k, v
 
 
-def decode(dev, q, cache, *, n_tokens, slots, window=0, softcap=0.0, sinks=None,
+def decode(dev, q, cache: Paged, *, n_tokens, window=0, softcap=0.0, sinks=None,
            split="auto", chunks=0, variant=""):
     n_q_heads, d = q.shape[-2], q.shape[-1]
     out = dev.buffer(n_q_heads * d * 4)
     ops.attention_decode(
-        dev, dev.buffer_from(np.ascontiguousarray(q.reshape(n_q_heads, d))), dev.buffer_from(cache),
-        out, n_q_heads=n_q_heads, n_kv_heads=cache.shape[2], head_dim=d, n_tokens=n_tokens,
-        slots=slots, window=window, softcap=softcap,
+        dev, dev.buffer_from(np.ascontiguousarray(q.reshape(n_q_heads, d))), dev.buffer_from(cache.pool),
+        dev.buffer_from(cache.table), out, n_q_heads=n_q_heads, n_kv_heads=cache.pool.shape[2], head_dim=d,
+        n_tokens=n_tokens, slots=cache.slots, window=window, softcap=softcap,
         sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)),
         split=split, chunks=chunks, variant=variant)
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
-def prefill(dev, q, cache, *, q_pos0, slots, window=0, softcap=0.0, sinks=None):
+def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None):
     n_q, n_q_heads, d = q.shape
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(
-        dev, dev.buffer_from(q), dev.buffer_from(cache), out, n_q_heads=n_q_heads,
-        n_kv_heads=cache.shape[2], head_dim=d, n_queries=n_q, q_pos0=q_pos0, slots=slots,
+        dev, dev.buffer_from(q), dev.buffer_from(cache.pool), dev.buffer_from(cache.table), out,
+        n_q_heads=n_q_heads, n_kv_heads=cache.pool.shape[2], head_dim=d, n_queries=n_q, q_pos0=q_pos0,
+        slots=cache.slots,
         window=window, softcap=softcap,
         sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)))
     return out.numpy().view(np.float32).reshape(q.shape).copy()
@@ -116,16 +119,15 @@ def decode_sweep():
 def test_decode_matches_reference(dev, d, ratio, n):
     rng = np.random.default_rng(1000 * d + n)
     n_q_heads, n_kv = heads(ratio)
-    slots = n + 5  # a full layer's capacity exceeds what is stored: the tail is poison
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d,
-                                     n_tokens=n, slots=slots, device=dev)
+                                     n_tokens=n, slots=-(-n // B) * B, device=dev)
     assert plan["n_chunks"] == rule_chunks(n, n_kv * plan["head_blocks"], plan["wave"])
     # The host's wave (its thread count) rarely asks for a split: the long
     # context runs split-K as a GPU's wave would cut it (33 chunks: 264 / 8).
     split, chunks = ("always", 33) if n == 4096 else ("auto", 0)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
-    got = decode(dev, q, build_cache(k, v, slots, poison=True), n_tokens=n, slots=slots,
-                 split=split, chunks=chunks)
+    cache = build_cache(k, v, spare=2)  # the tail of the last block and 2 spare blocks are poison
+    got = decode(dev, q, cache, n_tokens=n, split=split, chunks=chunks)
     ref = attention(q, k, v, n - 1, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
@@ -139,33 +141,33 @@ def test_many_query_heads_per_kv_head(dev, d, n_q_heads, n_kv):
     n, n_q = 70, 12
     rng = np.random.default_rng(n_q_heads)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    cache = build_cache(k, v, n)
+    cache = build_cache(k, v)
     for split in ["never", "always"]:
-        got = decode(dev, q[-1], cache, n_tokens=n, slots=n, split=split)
+        got = decode(dev, q[-1], cache, n_tokens=n, split=split)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, scale=d ** -0.5)[0],
                                    atol=ATOL, rtol=RTOL)
-    got = prefill(dev, q, cache, q_pos0=n - n_q, slots=n)
+    got = prefill(dev, q, cache, q_pos0=n - n_q)
     np.testing.assert_allclose(got, attention(q, k, v, n - n_q, scale=d ** -0.5), atol=ATOL,
                                rtol=RTOL)
 
 
-# (n_tokens, window, slots, split): windows below and above the context; ring
-# wrap-around whenever slots < n_tokens; slots = window + chunk - 1 as the
-# cache sizes sliding layers; split-K chunks crossing the ring's end.
+# (n_tokens, window, split): windows below and above the context; the blocks
+# before the window's first block are gone (their table entries name a poison
+# block) and the positions of its first block before the window are poison.
 SLIDING = [
-    (100, 16, 16, "auto"),     # ring of exactly the window, wrapped several times
-    (100, 16, 24, "auto"),     # slots = window + 9 - 1: stale in-ring keys must be masked
-    (40, 64, 64, "auto"),      # window larger than the context: nothing masked
-    (64, 64, 64, "auto"),      # context == window
-    (1000, 300, 307, "never"),
-    (1000, 300, 307, "always"),
-    (2100, 700, 711, "auto"),  # long enough to split by itself
+    (100, 16, "auto"),     # window inside one block, several blocks left behind
+    (100, 40, "auto"),     # window across a block boundary
+    (40, 64, "auto"),      # window larger than the context: nothing masked
+    (64, 64, "auto"),      # context == window
+    (1000, 300, "never"),
+    (1000, 300, "always"),
+    (2100, 700, "auto"),   # long enough to split by itself
 ]
 
 
 def sliding_sweep():
-    """Every case at (64, 3) and (128, 8); at every other D the ring wrapped
-    several times, stale in-ring keys, and split chunks crossing the ring end."""
+    """Every case at (64, 3) and (128, 8); at every other D a window inside one
+    block, one across blocks, and split chunks over a window."""
     for d in HEAD_DIMS:
         for case in SLIDING:
             if d in (64, 128):
@@ -174,13 +176,13 @@ def sliding_sweep():
                 yield (d, ratio_for(d)) + case
 
 
-@pytest.mark.parametrize("d,ratio,n,window,slots,split", list(sliding_sweep()))
-def test_decode_sliding_window(dev, d, ratio, n, window, slots, split):
-    rng = np.random.default_rng(n + window + slots)
+@pytest.mark.parametrize("d,ratio,n,window,split", list(sliding_sweep()))
+def test_decode_sliding_window(dev, d, ratio, n, window, split):
+    rng = np.random.default_rng(n + window)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
-    cache = build_cache(k, v, slots, poison=True)
-    got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
+    cache = build_cache(k, v, first=max(0, n - window))
+    got = decode(dev, q, cache, n_tokens=n, window=window, split=split,
                  chunks=5 if split == "always" else 0)
     ref = attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
@@ -188,18 +190,38 @@ def test_decode_sliding_window(dev, d, ratio, n, window, slots, split):
 
 @pytest.mark.parametrize("d", [64, 80])
 def test_decode_reads_only_visible_slots(dev, d):
-    """Slots whose position is outside the window hold NaN: never read."""
-    n, window, slots = 90, 20, 28
+    """Everything but the window's positions is NaN — the earlier positions of
+    its first block, the blocks before it (their entries name a NaN block), the
+    tail: never read, in one pass or split."""
+    n, window = 90, 20
     rng = np.random.default_rng(7)
     q, k, v = make_inputs(rng, 1, 6, 2, d, n)
-    cache = build_cache(k, v, slots)
-    for s in range(slots):
-        if (n - 1) - ((n - 1 - s) % slots) < n - window:
-            cache[:, s] = np.nan
+    cache = build_cache(k, v, first=n - window)
+    assert np.isnan(cache.pool).sum() > cache.pool.size // 2
     for split in ["never", "always"]:
-        got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split)
+        got = decode(dev, q, cache, n_tokens=n, window=window, split=split)
         np.testing.assert_allclose(got, attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0],
                                    atol=ATOL, rtol=RTOL)
+
+
+def test_decode_through_a_table_of_any_order(dev):
+    """The same keys in pools of several block orders (a reversed pool, shuffles,
+    blocks sharing nothing) give the same output, equal to the reference."""
+    d, n = 64, 300
+    rng = np.random.default_rng(3)
+    q, k, v = make_inputs(rng, 1, 6, 2, d, n)
+    ref = attention(q, k, v, n - 1, scale=d ** -0.5)[0]
+    base = build_cache(k, v, shuffle=False, spare=0)
+    outs = []
+    for order in [np.arange(10)[::-1], rng.permutation(10), rng.permutation(13)[:10]]:
+        pool = np.full((2, (order.max() + 1) * B) + k.shape[1:], np.nan, np.float16)
+        for i, b in enumerate(order):
+            pool[:, b * B:(b + 1) * B] = base.pool[:, i * B:(i + 1) * B]
+        cache = Paged(pool, order.astype(np.uint32))
+        outs.append(decode(dev, q, cache, n_tokens=n, split="never"))
+        np.testing.assert_allclose(outs[-1], ref, atol=ATOL, rtol=RTOL)
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])  # the same sums in the same order
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -208,23 +230,25 @@ def test_reads_stay_inside_rows(dev, d):
     after): a lane that loads past its row's D elements, as the idle lanes of
     D = 80 and 112 would on the last KV head of the last slot, turns the output
     into NaN (even against q = 0). Decode single and split, and prefill."""
-    n, n_q = 45, 6
+    n, n_q = 2 * B, 6  # two whole blocks in order: the last position is the pool's last slot
     rng = np.random.default_rng(d)
     q, k, v = make_inputs(rng, n_q, 3, 1, d, n)
-    cache = build_cache(k, v, n).reshape(-1)
+    paged = build_cache(k, v, spare=0, shuffle=False)
+    table = dev.buffer_from(paged.table)
+    cache = paged.pool.reshape(-1)
     padded = np.concatenate([np.full(8, np.nan, np.float16), cache,
                              np.full(d, np.nan, np.float16)])
     kv = dev.buffer_from(padded)
     ref = attention(q, k, v, n - n_q, scale=d ** -0.5)
     for split in ["never", "always"]:
         out = dev.buffer(3 * d * 4)
-        ops.attention_decode(dev, dev.buffer_from(np.ascontiguousarray(q[-1])), kv, out,
+        ops.attention_decode(dev, dev.buffer_from(np.ascontiguousarray(q[-1])), kv, table, out,
                              n_q_heads=3, n_kv_heads=1, head_dim=d, n_tokens=n, slots=n,
                              split=split, kv_offset=16)
         got = out.numpy().view(np.float32).reshape(3, d)
         np.testing.assert_allclose(got, ref[-1], atol=ATOL, rtol=RTOL, err_msg=split)
     out = dev.buffer(q.nbytes)
-    ops.attention_prefill(dev, dev.buffer_from(q), kv, out, n_q_heads=3, n_kv_heads=1, head_dim=d,
+    ops.attention_prefill(dev, dev.buffer_from(q), kv, table, out, n_q_heads=3, n_kv_heads=1, head_dim=d,
                           n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=16)
     np.testing.assert_allclose(out.numpy().view(np.float32).reshape(q.shape), ref, atol=ATOL,
                                rtol=RTOL)
@@ -247,9 +271,9 @@ def test_split_equals_single_pass(dev, d, ratio, chunks):
     rng = np.random.default_rng(chunks)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
-    cache = build_cache(k, v, n)
-    single = decode(dev, q, cache, n_tokens=n, slots=n, split="never")
-    split = decode(dev, q, cache, n_tokens=n, slots=n, split="always", chunks=chunks)
+    cache = build_cache(k, v)
+    single = decode(dev, q, cache, n_tokens=n, split="never")
+    split = decode(dev, q, cache, n_tokens=n, split="always", chunks=chunks)
     np.testing.assert_allclose(split, single, atol=CLOSE, rtol=CLOSE)
     np.testing.assert_allclose(split, attention(q, k, v, n - 1, scale=d ** -0.5)[0], atol=ATOL,
                                rtol=RTOL)
@@ -266,21 +290,21 @@ def test_decode_kernel_by_rows(d, n_q_heads, n_kv, kernel):
     assert p["kernel"] == kernel
 
 
-@pytest.mark.parametrize("n,window,slots,split,chunks", [
-    (1, 0, 1, "never", 0), (257, 0, 262, "never", 0), (700, 0, 700, "always", 9),
-    (900, 300, 333, "always", 4), (4096, 0, 4096, "always", 33)])
-def test_no_prefetch_variant(dev, n, window, slots, split, chunks):
+@pytest.mark.parametrize("n,window,split,chunks", [
+    (1, 0, "never", 0), (257, 0, "never", 0), (700, 0, "always", 9),
+    (900, 300, "always", 4), (4096, 0, "always", 33)])
+def test_no_prefetch_variant(dev, n, window, split, chunks):
     """The 'nopf' kernels (the bench's variant) against the reference and the default."""
     rng = np.random.default_rng(n)
     q, k, v = make_inputs(rng, 1, 12, 3, 128, n)
-    cache = build_cache(k, v, slots, poison=True)
-    got = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split,
+    cache = build_cache(k, v, first=max(0, n - window) if window else 0)
+    got = decode(dev, q, cache, n_tokens=n, window=window, split=split,
                  chunks=chunks, variant="nopf")
     ref = attention(q, k, v, n - 1, scale=128 ** -0.5, window=window)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
-    default = decode(dev, q, cache, n_tokens=n, slots=slots, window=window, split=split, chunks=chunks)
+    default = decode(dev, q, cache, n_tokens=n, window=window, split=split, chunks=chunks)
     np.testing.assert_allclose(got, default, atol=CLOSE, rtol=CLOSE)
-    p = ops.attention_decode_plan(n_q_heads=12, n_kv_heads=3, head_dim=128, n_tokens=n, slots=slots,
+    p = ops.attention_decode_plan(n_q_heads=12, n_kv_heads=3, head_dim=128, n_tokens=n, slots=cache.slots,
                                   window=window, split=split, chunks=chunks, device=dev, variant="nopf")
     assert p["kernel"].endswith("_nopf")
 
@@ -291,7 +315,7 @@ def test_split_plan_from_the_wave():
     def plan(**kw):
         return ops.attention_decode_plan(**kw)
     # Short context: one pass, one threadgroup per KV head, K/V read once.
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=257, slots=257, wave=H200)
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=257, slots=288, wave=H200)
     assert (p["split"], p["threadgroups"], p["scratch_bytes"]) == (False, 3, 0)
     assert p["kv_bytes_read"] == p["kv_bytes_visible"] == 3 * 257 * 64 * 4
     # Long context, few KV heads: one wave of chunks.
@@ -303,17 +327,17 @@ def test_split_plan_from_the_wave():
     # ... but no chunk under 128 keys, and no split under 512 keys.
     p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=1024, slots=1024, wave=H200)
     assert p["n_chunks"] == 8 and p["chunk_keys"] == 128
-    assert not plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=511, slots=511, wave=H200)["split"]
+    assert not plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=511, slots=512, wave=H200)["split"]
     # A device that the heads fill already (or a small one): no split however long the context.
     assert not plan(n_q_heads=64, n_kv_heads=64, head_dim=64, n_tokens=32768, slots=32768, wave=64)["split"]
     assert not plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, wave=8)["split"]
     p = plan(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=32768, slots=32768, wave=16)
     assert p["n_chunks"] == 2
     # A sliding layer sees only its window.
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=10000, slots=600, window=512, wave=H200)
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=10000, slots=608, window=512, wave=H200)
     assert p["n_keys"] == 512 and p["n_chunks"] == 4
     # Forced split: at least 2 chunks, at most 512.
-    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=100, slots=100, split="always", wave=H200)
+    p = plan(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=100, slots=128, split="always", wave=H200)
     assert p["split"] and p["n_chunks"] == 2
     # Scratch grows with the context, and the device-free bound covers every wave.
     for wave in (1, 2, 16, H200, 1000):
@@ -325,9 +349,9 @@ def test_split_plan_from_the_wave():
         assert bounds == sorted(bounds)
     # More query heads per KV head than a SIMD-group holds (4 rows above D = 64,
     # 8 up to it): K/V read once per head block.
-    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=128, n_tokens=100, slots=100, wave=H200)
+    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=128, n_tokens=100, slots=128, wave=H200)
     assert p["head_blocks"] == 8 and p["kv_bytes_read"] == 8 * p["kv_bytes_visible"]
-    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=64, n_tokens=100, slots=100, wave=H200)
+    p = plan(n_q_heads=32, n_kv_heads=1, head_dim=64, n_tokens=100, slots=128, wave=H200)
     assert p["head_blocks"] == 4 and p["heads_per_block"] == 8
     # The device's own plan: its wave, and the rule.
     dev = test_device()
@@ -360,23 +384,22 @@ def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
     rng = np.random.default_rng(n * d)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    got = prefill(dev, q, build_cache(k, v, n + 3, poison=True), q_pos0=q_pos0, slots=n + 3)
+    got = prefill(dev, q, build_cache(k, v, spare=2), q_pos0=q_pos0)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5), atol=ATOL,
                                rtol=RTOL)
 
 
-# (n_queries, q_pos0, window): chunked prefill of a sliding layer whose ring
-# (slots = window + n_queries - 1) has wrapped; windows below and above n.
+# (n_queries, q_pos0, window): chunked prefill of a sliding layer whose first
+# blocks are gone; windows below and above n.
 @pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (40, 0, 8), (9, 50, 64), (64, 0, 100)])
 @pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)] + [(d, ratio_for(d)) for d in HEAD_DIMS
                                                          if d not in (64, 256)])
 def test_prefill_sliding_window(dev, d, ratio, n_q, q_pos0, window):
     n = q_pos0 + n_q
-    slots = min(n, window + n_q - 1)
     rng = np.random.default_rng(n_q + q_pos0 + window)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    got = prefill(dev, q, build_cache(k, v, slots, poison=True), q_pos0=q_pos0, slots=slots,
+    got = prefill(dev, q, build_cache(k, v, first=max(0, q_pos0 - window + 1)), q_pos0=q_pos0,
                   window=window)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5, window=window),
                                atol=ATOL, rtol=RTOL)
@@ -397,15 +420,12 @@ def repeated_decode_sweep():
 def test_prefill_equals_repeated_decode(dev, d, window, n):
     """Prefill of n queries == n decode steps, the cache growing one token each."""
     q_pos0 = 0
-    slots = n if window == 0 else window  # decode: a ring of exactly the window
     rng = np.random.default_rng([window, d])
     q, k, v = make_inputs(rng, n, 9, 3, d, n)
-    pre_slots = n if window == 0 else window + n - 1
-    pre = prefill(dev, q, build_cache(k, v, pre_slots, poison=True), q_pos0=q_pos0,
-                  slots=pre_slots, window=window)
+    pre = prefill(dev, q, build_cache(k, v), q_pos0=q_pos0, window=window)
     for t in range(1, n + 1):
-        step = decode(dev, q[t - 1], build_cache(k[:t], v[:t], slots, poison=True), n_tokens=t,
-                      slots=slots, window=window)
+        first = max(0, t - window) if window else 0
+        step = decode(dev, q[t - 1], build_cache(k[:t], v[:t], first=first), n_tokens=t, window=window)
         np.testing.assert_allclose(pre[t - 1], step, atol=CLOSE, rtol=CLOSE, err_msg=f"step {t}")
 
 
@@ -434,21 +454,21 @@ def test_sinks_and_softcap(dev, d, ratio, sink_scale, softcap):
         (rng.standard_normal(n_q_heads) if sink_scale == 1.0 else 0.0)
     n, n_q = 300, 20
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    cache = build_cache(k, v, n)
+    cache = build_cache(k, v)
     opts = dict(scale=d ** -0.5, softcap=softcap, sinks=sinks)
     for split in ["never", "always"]:
-        got = decode(dev, q[-1], cache, n_tokens=n, slots=n, softcap=softcap, sinks=sinks,
+        got = decode(dev, q[-1], cache, n_tokens=n, softcap=softcap, sinks=sinks,
                      split=split)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, **opts)[0], atol=ATOL,
                                    rtol=RTOL)
-    got = prefill(dev, q, cache, q_pos0=n - n_q, slots=n, softcap=softcap, sinks=sinks)
+    got = prefill(dev, q, cache, q_pos0=n - n_q, softcap=softcap, sinks=sinks)
     np.testing.assert_allclose(got, attention(q, k, v, n - n_q, **opts), atol=ATOL, rtol=RTOL)
 
 
 # ---- bad inputs -------------------------------------------------------------
 
 def _decode_kwargs(**over):
-    kw = dict(n_q_heads=8, n_kv_heads=2, head_dim=64, n_tokens=10, slots=16)
+    kw = dict(n_q_heads=8, n_kv_heads=2, head_dim=64, n_tokens=10, slots=32)
     kw.update(over)
     return kw
 
@@ -461,8 +481,7 @@ def _decode_kwargs(**over):
     (dict(n_kv_heads=0), r"must both be at least 1"),
     (dict(n_tokens=0), r"\[attention_decode\] n_tokens is 0"),
     (dict(slots=0), r"slots is 0"),
-    (dict(n_tokens=20), r"slots 16 cannot hold the 20 key positions"),
-    (dict(n_tokens=40, window=20), r"slots 16 cannot hold the 20 key positions"),
+    (dict(slots=48), r"slots 48 is not a multiple of the block size 32 \(a pool holds whole blocks\)"),
     (dict(scale=0.0), r"scale 0\.0+ must be finite and > 0"),
     (dict(softcap=-1.0), r"softcap -1\.0+ must be finite and >= 0"),
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
@@ -475,7 +494,7 @@ def test_decode_bad_shapes(over, message):
     kw = _decode_kwargs(**over)
     buf = dev.buffer(1 << 16)
     with pytest.raises(metalkv.GpuError, match=message):
-        ops.attention_decode(dev, buf, buf, buf, **kw)
+        ops.attention_decode(dev, buf, buf, buf, buf, **kw)
 
 
 def test_decode_bad_buffers():
@@ -484,33 +503,39 @@ def test_decode_bad_buffers():
     big = dev.buffer(1 << 16)
     with pytest.raises(metalkv.GpuError, match=r"\[attention_decode\] q needs 2048 bytes at offset 0 "
                                                r"but the buffer has 100"):
-        ops.attention_decode(dev, dev.buffer(100), big, big, **kw)
-    with pytest.raises(metalkv.GpuError, match=r"kv needs 8192 bytes at offset 60000"):
-        ops.attention_decode(dev, big, big, big, kv_offset=60000, **kw)
+        ops.attention_decode(dev, dev.buffer(100), big, big, big, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"kv needs 16384 bytes at offset 60000"):
+        ops.attention_decode(dev, big, big, big, big, kv_offset=60000, **kw)
     with pytest.raises(metalkv.GpuError, match=r"kv offset 6 is not a multiple of 8"):
-        ops.attention_decode(dev, big, big, big, kv_offset=6, **kw)
+        ops.attention_decode(dev, big, big, big, big, kv_offset=6, **kw)
     with pytest.raises(metalkv.GpuError, match=r"kv offset 8 is not a multiple of 16 \(decode reads"):
-        ops.attention_decode(dev, big, big, big, kv_offset=8, **kw)
+        ops.attention_decode(dev, big, big, big, big, kv_offset=8, **kw)
     with pytest.raises(metalkv.GpuError, match=r"sinks needs 32 bytes"):
-        ops.attention_decode(dev, big, big, big, sinks=dev.buffer(8), **kw)
+        ops.attention_decode(dev, big, big, big, big, sinks=dev.buffer(8), **kw)
     with pytest.raises(metalkv.GpuError, match=r"scratch \(attention_decode_scratch_bytes\) needs"):
-        ops.attention_decode(dev, big, big, big, split="always", scratch=dev.buffer(4), **kw)
+        ops.attention_decode(dev, big, big, big, big, split="always", scratch=dev.buffer(4), **kw)
     with pytest.raises(ValueError, match=r"split 'sometimes' is not one of"):
-        ops.attention_decode(dev, big, big, big, split="sometimes", **kw)
+        ops.attention_decode(dev, big, big, big, big, split="sometimes", **kw)
+    # The table: one uint32 per 32 positions, each naming a block of the pool.
+    with pytest.raises(ValueError, match=r"\[attention_decode\] table needs 2 uint32 entries"):
+        ops.attention_decode(dev, big, big, dev.buffer(4), big, **{**kw, "n_tokens": 40})
+    with pytest.raises(ValueError, match=r"table entry 1 is block 5; the pool has 2 blocks"):
+        ops.attention_decode(dev, big, big, dev.buffer_from(np.array([0, 5], np.uint32)), big,
+                             **{**kw, "n_tokens": 40, "slots": 64})
 
 
 def test_prefill_bad_shapes():
     dev = test_device()
     buf = dev.buffer(1 << 16)
-    kw = dict(n_q_heads=4, n_kv_heads=2, head_dim=64, q_pos0=0, slots=16)
+    kw = dict(n_q_heads=4, n_kv_heads=2, head_dim=64, q_pos0=0, slots=32)
     with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] head_dim 40 is not supported; "
                                                r"expected 32, 64, .* or 256"):
-        ops.attention_prefill(dev, buf, buf, buf, n_queries=4, **{**kw, "head_dim": 40})
+        ops.attention_prefill(dev, buf, buf, buf, buf, n_queries=4, **{**kw, "head_dim": 40})
     with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] n_queries 0 must be between"):
-        ops.attention_prefill(dev, buf, buf, buf, n_queries=0, **kw)
-    # A sliding chunk of 10 queries with window 8 sees 17 positions: 16 slots are too few.
-    with pytest.raises(metalkv.GpuError, match=r"slots 16 cannot hold the 17 key positions.*"
-                                               r"window \+ n_queries - 1"):
-        ops.attention_prefill(dev, buf, buf, buf, n_queries=10, window=8, **{**kw, "q_pos0": 30})
+        ops.attention_prefill(dev, buf, buf, buf, buf, n_queries=0, **kw)
+    with pytest.raises(metalkv.GpuError, match=r"slots 16 is not a multiple of the block size 32"):
+        ops.attention_prefill(dev, buf, buf, buf, buf, n_queries=10, **{**kw, "slots": 16})
+    with pytest.raises(ValueError, match=r"\[attention_prefill\] table entry 0 is block 1; the pool has 1"):
+        ops.attention_prefill(dev, buf, buf, dev.buffer_from(np.array([1], np.uint32)), buf, n_queries=8, **kw)
     with pytest.raises(metalkv.GpuError, match=r"\[attention_prefill\] out needs 8192 bytes"):
-        ops.attention_prefill(dev, buf, buf, dev.buffer(64), n_queries=8, **kw)
+        ops.attention_prefill(dev, buf, buf, buf, dev.buffer(64), n_queries=8, **kw)

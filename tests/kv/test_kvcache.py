@@ -1,17 +1,21 @@
-"""metalkv.KVCache: layout, ring buffers, both store paths (compute and blit),
-RoPE on K, errors and byte accounting, against plain numpy."""
+"""metalkv.KVCache: per-layer pools of BLOCK_TOKENS-slot blocks behind a block
+table per window group, sliding layers that let blocks go and reuse them, both
+store paths (compute and blit), RoPE on K, truncate, errors and byte
+accounting. Every layer is read back by position against a numpy reference of
+the rows stored at each position."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import metalkv
-from metalkv._core import ops
+from metalkv._core import BLOCK_TOKENS as B, ops
 
 from .test_rope import inv_freq_default_ref, rope_ref, run_rope
 from devices import host_only, test_device  # tests/ is on sys.path
 
 F16_BYTES = 2
+TABLE_ENTRY_BYTES = 4  # uint32 block id
 
 
 @pytest.fixture
@@ -20,72 +24,103 @@ def host() -> metalkv.Device:
     return test_device()
 
 
-def rows(rng, n, n_kv, d):
-    return rng.uniform(-2, 2, (n, n_kv, d)).astype(np.float32)
+def rows(rng, *shape):
+    return rng.uniform(-2, 2, shape).astype(np.float32)
 
 
-def expected_position(n: int, slots: int, s: int) -> int:
-    """The spec: slot s < min(n, R) holds (n-1) - ((n-1-s) mod R)."""
-    return (n - 1) - ((n - 1 - s) % slots) if s < min(n, slots) else -1
+def pool_blocks(window, capacity, max_chunk):
+    """The spec: capacity's blocks for a full layer; a sliding one holds the window,
+    a chunk and max_chunk positions of history, over at most one block more."""
+    full = -(-capacity // B)
+    return full if window == 0 else min(full, -(-(window + 2 * max_chunk - 1) // B) + 1)
 
 
-class RingModel:
-    """What a layer should hold, by brute force: token p goes to slot p % R."""
+class Reference:
+    """What a layer should hold: the float16 K and V row of each position, and
+    first_held, the first position it holds. A sliding table lets go of each block
+    wholly before max(0, L - W + 1 - max_chunk), L its length when an append starts."""
 
-    def __init__(self, slots, n_kv, d):
-        self.k = np.zeros((slots, n_kv, d), np.float16)
-        self.v = np.zeros((slots, n_kv, d), np.float16)
-        self.pos = np.full(slots, -1, np.int64)
-        self.n = 0
+    def __init__(self, n_kv, d, window=0, max_chunk=1):
+        self.k = np.zeros((0, n_kv, d), np.float16)
+        self.v = np.zeros((0, n_kv, d), np.float16)
+        self.window, self.max_chunk, self.first_held = window, max_chunk, 0
 
-    def append(self, k16, v16):
-        for t in range(len(k16)):
-            s = self.n % len(self.pos)
-            self.k[s], self.v[s], self.pos[s] = k16[t], v16[t], self.n
-            self.n += 1
+    @property
+    def n(self):
+        return len(self.k)
+
+    def append(self, k, v):
+        """k, v: the rows as the cache should hold them (cast to float16 here)."""
+        if self.window:
+            first_kept = max(0, self.n - self.window + 1 - self.max_chunk)
+            self.first_held = max(self.first_held, first_kept // B * B)
+        self.k = np.concatenate([self.k, np.asarray(k).astype(np.float16)])
+        self.v = np.concatenate([self.v, np.asarray(v).astype(np.float16)])
+
+    def truncate(self, n):
+        self.k, self.v = self.k[:n], self.v[:n]
+
+
+def check(cache, layer, ref, rotary_dim=0):
+    """The layer holds exactly positions first_held .. n-1, each in the one slot
+    block_table() gives it, with ref's rows: V exact, K exact past rotary_dim and
+    within 1 half ulp before it (float32 vs float64 rotation). Returns the positions."""
+    n, pos, slots = cache.length(layer), cache.positions(layer), cache.slots(layer)
+    assert n == ref.n and pos.shape == (slots,) and slots % B == 0
+    held = np.nonzero(pos >= 0)[0]
+    held = held[np.argsort(pos[held], kind="stable")]
+    p = pos[held]
+    assert list(p) == list(range(ref.first_held, n)), (layer, ref.first_held, n)  # contiguous, each once
+    if ref.window:
+        assert ref.first_held <= max(0, n - ref.window + 1)  # the next query's window is there
+    table = cache.block_table(layer)
+    blocks = [b for b in table if b >= 0]
+    assert len(set(blocks)) == len(blocks) <= slots // B and all(b < slots // B for b in blocks)
+    assert list(held) == [table[q // B] * B + q % B for q in p]
+    k, v = cache.keys(layer)[held], cache.values(layer)[held]
+    np.testing.assert_array_equal(v, ref.v[p])
+    np.testing.assert_array_equal(k[..., rotary_dim:], ref.k[p][..., rotary_dim:])
+    np.testing.assert_allclose(k[..., :rotary_dim].astype(np.float32), ref.k[p][..., :rotary_dim].astype(np.float32),
+                               rtol=2.0 ** -10, atol=2.0 ** -24)
+    return p
+
+
+def append_all(cache, refs, k, v, rope=None):
+    """One append_all_layers step, into the cache and into every layer's reference."""
+    cache.append_all_layers(k, v, rope=rope)
+    for ref, kl, vl in zip(refs, k, v):
+        ref.append(rope_rows(kl, ref.n, rope), vl)
+
+
+def rope_rows(k, first_pos, rope):
+    """k rotated as the store should (None: as is), in float64."""
+    if rope is None:
+        return k
+    rd = rope.get("rotary_dim", 2 * len(rope["inv_freq"]))
+    return rope_ref(k, range(first_pos, first_pos + len(k)), rope["inv_freq"], rope["style"], rd)
 
 
 # ---- storing ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
-def test_store_without_rope_is_exact_half_conversion(dev, store):
-    rng = np.random.default_rng(1)
-    cache = metalkv.KVCache(dev, 3, 2, 16, 32, max_chunk=8, store=store)
-    model = RingModel(32, 2, 16)
-    for n in [5, 1, 8, 3]:
-        k, v = rows(rng, n, 2, 16), rows(rng, n, 2, 16)
-        cache.append(1, k, v)
-        model.append(k.astype(np.float16), v.astype(np.float16))  # numpy's round-to-nearest-even
-    np.testing.assert_array_equal(cache.keys(1), model.k)
-    np.testing.assert_array_equal(cache.values(1), model.v)
-    np.testing.assert_array_equal(cache.positions(1), model.pos)
-    assert cache.length(1) == 17 and cache.length(0) == 0 and cache.length(2) == 0
-    assert not cache.keys(0).any() and not cache.keys(2).any()  # other layers untouched
-
-
-@pytest.mark.parametrize("store", ["compute", "blit"])
-@pytest.mark.parametrize("style,rotary_dim", [("neox", 64), ("interleaved", 64), ("neox", 32), ("interleaved", 16)])
-def test_store_ropes_k_at_its_positions(dev, store, style, rotary_dim):
-    rng = np.random.default_rng(rotary_dim)
+@pytest.mark.parametrize("style,rotary_dim", [(None, 0), ("neox", 64), ("interleaved", 64), ("neox", 32),
+                                              ("interleaved", 16)])
+def test_store_is_half_conversion_with_k_roped_at_its_positions(dev, store, style, rotary_dim):
+    """No rope: exactly numpy's round-to-nearest-even. Rope: K rotated at its
+    positions (continuing across calls and blocks), V never. Other layers untouched."""
+    rng = np.random.default_rng(rotary_dim + 1)
     n_kv, d = 3, 64
-    cache = metalkv.KVCache(dev, 1, n_kv, d, 64, max_chunk=16, store=store)
-    inv = inv_freq_default_ref(rotary_dim, 100000.0)
-    rope = dict(style=style, inv_freq=inv, rotary_dim=rotary_dim)
-    ks, vs = [], []
-    for n in [7, 1, 16]:  # positions continue across calls
+    cache = metalkv.KVCache(dev, 3, n_kv, d, 64, max_chunk=8, store=store)
+    rope = style and dict(style=style, inv_freq=inv_freq_default_ref(rotary_dim, 100000.0), rotary_dim=rotary_dim)
+    ref = Reference(n_kv, d)
+    for n in [5, 1, 8, 3, 20, 2]:  # 39 tokens: a chunk crosses into the second block
         k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
-        cache.append(0, k, v, rope=rope)
-        ks.append(k), vs.append(v)
-    k, v = np.concatenate(ks), np.concatenate(vs)
-    want = rope_ref(k, range(24), inv, style, rotary_dim).astype(np.float16)
-    got = cache.keys(0)[:24]
-    # The kernel rotates in float32 then rounds to half; float32 vs float64 rotation
-    # can flip the rounding of a value lying near a half-ulp boundary: allow 1 half ulp.
-    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
-                               rtol=2.0 ** -10, atol=2.0 ** -24)
-    np.testing.assert_array_equal(got[..., rotary_dim:], k[..., rotary_dim:].astype(np.float16))
-    np.testing.assert_array_equal(cache.values(0)[:24], v.astype(np.float16))  # V is never rotated
+        cache.append(1, k, v, rope=rope)
+        ref.append(rope_rows(k, ref.n, rope), v)
+        check(cache, 1, ref, rotary_dim)
+    assert cache.length(0) == cache.length(2) == 0 and not cache.keys(0).any() and not cache.keys(2).any()
+    assert (cache.positions(0) == -1).all() and (cache.positions(2) == -1).all()
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
@@ -99,146 +134,165 @@ def test_store_rotates_the_queries_in_the_same_dispatch(dev, store, style, rotar
     cache = metalkv.KVCache(dev, 1, n_kv, d, 64, max_chunk=16, store=store)
     inv = inv_freq_default_ref(rotary_dim, 10000.0)
     rope = dict(style=style, inv_freq=inv, rotary_dim=rotary_dim)
-    pos0 = 0
-    for n in [5, 1, 3]:
+    ref = Reference(n_kv, d)
+    for n in [5, 1, 3, 16, 9]:
         k, v, q = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d), rows(rng, n, n_q, d)
         got = cache.append(0, k, v, rope=rope, q=q)
-        positions = range(pos0, pos0 + n)
+        positions = range(ref.n, ref.n + n)
         np.testing.assert_array_equal(got, run_rope(dev, q, positions, inv, style, rotary_dim))
         np.testing.assert_allclose(got, rope_ref(q, positions, inv, style, rotary_dim), rtol=0, atol=1e-6)
         assert cache.last_append_counters["dispatches"] == 1
-        pos0 += n
-    # K still goes in rotated and V as is, as without q
-    assert cache.length(0) == 9
-
-
-def test_store_q_needs_rope_and_matching_rows(host):
-    cache = metalkv.KVCache(host, 1, 1, 8, 16)
-    x = np.zeros((2, 1, 8), np.float32)
-    inv = inv_freq_default_ref(8, 10000.0)
-    with pytest.raises(ValueError, match=r"q= is rotated with k's rope; pass rope= too"):
-        cache.append(0, x, x, q=np.zeros((2, 4, 8), np.float32))
-    with pytest.raises(ValueError, match=r"q has shape \(1, 4, 8\); expected \(n=2, n_heads >= 1, head_dim=8\)"):
-        cache.append(0, x, x, rope=dict(style="neox", inv_freq=inv), q=np.zeros((1, 4, 8), np.float32))
-    assert cache.length(0) == 0
+        ref.append(rope_rows(k, ref.n, rope), v)
+    check(cache, 0, ref, rotary_dim)  # K still goes in rotated and V as is, as without q
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
 @pytest.mark.parametrize("d", ops.attention_head_dims())
 def test_store_at_every_attention_head_dim(dev, d, store):
-    """At each head_dim the attention kernels take: a full layer with neox rope
-    over the whole head, and a sliding ring (window 5, chunks of up to 3, so it
-    wraps mid-chunk) with interleaved rope over half of it (partial rotary)."""
+    """At each head_dim the attention kernels take: a full layer with neox rope over
+    the whole head, and a sliding one (window 5, chunks of up to 3: 2 blocks, reused
+    from position 64 on) with interleaved rope over half of it (partial rotary)."""
     rng = np.random.default_rng(d)
     n_kv, window, max_chunk = 2, 5, 3
-    cache = metalkv.KVCache(dev, 2, n_kv, d, 16, windows=[0, window], max_chunk=max_chunk, store=store)
-    R = window + max_chunk - 1
+    cache = metalkv.KVCache(dev, 2, n_kv, d, 128, windows=[0, window], max_chunk=max_chunk, store=store)
+    assert (cache.slots(0), cache.slots(1), cache.wraps(1)) == (128, 2 * B, True)
     ropes = [dict(style="neox", inv_freq=inv_freq_default_ref(d, 10000.0), rotary_dim=d),
              dict(style="interleaved", inv_freq=inv_freq_default_ref(d // 2, 10000.0), rotary_dim=d // 2)]
-    models = [RingModel(16, n_kv, d), RingModel(R, n_kv, d)]
-    for n in [3, 1, 3, 2, 3]:  # 12 tokens
+    refs = [Reference(n_kv, d), Reference(n_kv, d, window, max_chunk)]
+    for n in [3, 1, 3, 2, 3] * 6:  # 72 tokens; positions 31, 32 come in one chunk
         k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
-        for layer, (rope, model) in enumerate(zip(ropes, models)):
+        for layer, (rope, ref) in enumerate(zip(ropes, refs)):
             cache.append(layer, k, v, rope=rope)
-            k_rot = rope_ref(k, range(model.n, model.n + n), rope["inv_freq"], rope["style"],
-                             rope["rotary_dim"])
-            model.append(k_rot.astype(np.float16), v.astype(np.float16))
-    for layer, (rope, model) in enumerate(zip(ropes, models)):
-        rd = rope["rotary_dim"]
-        np.testing.assert_array_equal(cache.positions(layer), model.pos)
-        np.testing.assert_array_equal(cache.values(layer), model.v)  # exact half conversion
-        got = cache.keys(layer)
-        # float32 vs float64 rotation may flip a half rounding: 1 half ulp (as above)
-        np.testing.assert_allclose(got.astype(np.float32), model.k.astype(np.float32),
-                                   rtol=2.0 ** -10, atol=2.0 ** -24)
-        np.testing.assert_array_equal(got[..., rd:], model.k[..., rd:])  # past rotary_dim: a copy
+            ref.append(rope_rows(k, ref.n, rope), v)
+    for layer, (rope, ref) in enumerate(zip(ropes, refs)):
+        check(cache, layer, ref, rope["rotary_dim"])
+    assert refs[1].first_held == B and refs[1].n > cache.slots(1)  # block 0 let go and reused
 
 
-def test_ring_wraps_per_token_with_positions(dev):
-    rng = np.random.default_rng(2)
-    window, max_chunk, n_kv, d = 5, 3, 2, 8
-    cache = metalkv.KVCache(dev, 2, n_kv, d, 64, windows=[0, window], max_chunk=max_chunk)
-    R = window + max_chunk - 1
-    assert cache.slots(1) == R and cache.wraps(1) and not cache.wraps(0) and cache.slots(0) == 64
-    model = RingModel(R, n_kv, d)
-    for n in [3, 1, 2, 3, 3, 1, 3, 2, 3]:  # 21 tokens: the ring wraps three times, mid-chunk too
-        k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
-        cache.append(1, k, v)
-        model.append(k.astype(np.float16), v.astype(np.float16))
-        length = cache.length(1)
-        assert length == model.n
-        np.testing.assert_array_equal(cache.positions(1), model.pos)
-        assert list(cache.positions(1)) == [expected_position(length, R, s) for s in range(R)]
-        np.testing.assert_array_equal(cache.keys(1), model.k)
-        np.testing.assert_array_equal(cache.values(1), model.v)
-        # every query of the chunk still finds its whole window: q-W < p <= q
-        held = set(cache.positions(1))
-        for q in range(length - n, length):
-            assert set(range(max(0, q - window + 1), q + 1)) <= held
+@pytest.mark.parametrize("window,capacity,max_chunk", [(6, 100, 1), (31, 100, 1), (32, 100, 1), (64, 100, 1),
+                                                       (10, 1000, 4), (5, 64, 3), (16, 8, 2)])
+def test_pool_sizes(host, window, capacity, max_chunk):
+    """Pools follow the spec. A sliding layer wraps (never overflows) only when
+    its pool is smaller than a full layer's; else it overflows at capacity."""
+    cache = metalkv.KVCache(host, 2, 1, 4, capacity, windows=[0, window], max_chunk=max_chunk)
+    full, sliding = pool_blocks(0, capacity, max_chunk), pool_blocks(window, capacity, max_chunk)
+    assert (cache.slots(0), cache.slots(1)) == (full * B, sliding * B)
+    assert not cache.wraps(0) and cache.wraps(1) == (sliding < full) and cache.window(1) == window
+    if not cache.wraps(1):
+        one = np.ones((1, 1, 4), np.float32)
+        for _ in range(capacity):
+            cache.append(1, one, one)
+        with pytest.raises(metalkv.GpuError, match=rf"layer 1 holds {capacity} tokens; storing 1 more needs "
+                                                   rf"{capacity + 1} > capacity {capacity}"):
+            cache.append(1, one, one)
+        assert cache.length(1) == capacity
 
 
-def test_ring_of_max_chunk_one_has_window_slots(host):
-    cache = metalkv.KVCache(host, 1, 1, 4, 100, windows=[6])
-    assert cache.slots(0) == 6 and cache.wraps(0)
-    for _ in range(8):
-        cache.append(0, np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32))
-    assert list(cache.positions(0)) == [6, 7, 2, 3, 4, 5]
+@pytest.mark.parametrize("store", ["compute", "blit"])
+@pytest.mark.parametrize("window,max_chunk", [(5, 3), (40, 7), (33, 16)])
+def test_sliding_layers_through_random_chunks_and_truncates(dev, store, window, max_chunk):
+    """Two sliding layers (one table) and a full one take ~300 tokens in random
+    chunks of at most max_chunk, with truncates of up to max_chunk between. After
+    every call each layer holds what the reference does: each chunk's windows, and
+    max_chunk more positions after an append that starts past all earlier ones."""
+    rng = np.random.default_rng(window * 100 + max_chunk)
+    n_kv, d, windows = 1, 8, [window, 0, window]
+    cache = metalkv.KVCache(dev, 3, n_kv, d, 1024, windows=windows, max_chunk=max_chunk, store=store)
+    refs = [Reference(n_kv, d, w, max_chunk) for w in windows]
+    slots = pool_blocks(window, 1024, max_chunk) * B
+    assert cache.slots(0) == cache.slots(2) == slots and cache.wraps(0)
+    top = 0  # the latest start of an append
+    while refs[0].n < 300:
+        n = refs[0].n
+        if n and rng.random() < 0.3:
+            to = max(0, n - int(rng.integers(1, max_chunk + 1)))
+            ok = to < window or to - window + 1 >= refs[0].first_held  # the window at `to` is held
+            assert ok or to < top - max_chunk  # always ok from (latest append start) - max_chunk on
+            if ok:
+                cache.truncate(to)
+                for r in refs:
+                    r.truncate(to)
+            else:
+                with pytest.raises(metalkv.GpuError, match=rf"cannot truncate layer 0 \(window {window}\) to {to} "
+                                                           rf"tokens: .*position {to - window + 1}, which the window"):
+                    cache.truncate(to)
+        else:
+            c = int(rng.integers(1, max_chunk + 1))
+            k, v = rows(rng, 3, c, n_kv, d), rows(rng, 3, c, n_kv, d)
+            append_all(cache, refs, k, v)
+            held = set(check(cache, 0, refs[0]))
+            assert set(range(max(0, n - window + 1), n + c)) <= held  # every query of the chunk: its window
+            if n >= top:
+                assert set(range(max(0, n + c - window + 1 - max_chunk), n + c)) <= held
+            top = max(top, n)
+        for layer, r in enumerate(refs):
+            check(cache, layer, r)
+        assert cache.block_table(0) == cache.block_table(2)
+    assert refs[0].n > slots and cache.slots(0) == slots  # blocks were reused; the pool did not grow
 
 
-def test_sliding_window_larger_than_capacity_is_linear(host):
-    """A ring at least as large as the capacity is pointless: capacity slots, overflow like full."""
-    cache = metalkv.KVCache(host, 2, 1, 4, 8, windows=[0, 16], max_chunk=2)
-    assert cache.slots(1) == 8 and not cache.wraps(1) and cache.window(1) == 16
-    one = np.ones((2, 1, 4), np.float32)
-    for _ in range(4):
-        cache.append(1, one, one)
-    with pytest.raises(metalkv.GpuError, match=r"layer 1 holds 8 tokens; storing 2 more needs 10 > capacity 8"):
-        cache.append(1, one, one)
+def test_sliding_memory_stays_bounded(host):
+    """2000 tokens through a window of 6: the pool keeps its 2 blocks; only the
+    table's device mirror grows (4 bytes per 32 tokens, doubling from ceil(capacity/32))."""
+    n_kv, d, cap, mc = 2, 8, 100, 4
+    cache = metalkv.KVCache(host, 1, n_kv, d, cap, windows=[6], max_chunk=mc)
+    layer_bytes, mirror = 2 * 2 * B * n_kv * d * F16_BYTES, -(-cap // B)
+    ref, x = Reference(n_kv, d, 6, mc), np.ones((mc, n_kv, d), np.float32)
+    for step in range(500):
+        cache.append(0, x * step, -x * step)
+        ref.append(x * step, -x * step)
+        used = -(-ref.n // B)
+        mirror = max(used, 2 * mirror) if used > mirror else mirror
+        assert cache.table_nbytes == mirror * TABLE_ENTRY_BYTES and cache.layer_nbytes(0) == layer_bytes
+    check(cache, 0, ref)
+    assert mirror == 64 and cache.nbytes == layer_bytes + 64 * TABLE_ENTRY_BYTES and cache.bytes_per_token == 0
 
 
 @pytest.mark.parametrize("windows", [None, [0, 7, 0]])
 def test_blit_and_compute_caches_are_bit_identical(dev, windows):
     rng = np.random.default_rng(4)
     n_kv, d = 3, 64
-    kw = dict(windows=windows, max_chunk=5)
-    caches = [metalkv.KVCache(dev, 3, n_kv, d, 40, store=s, **kw) for s in ("compute", "blit")]
+    caches = [metalkv.KVCache(dev, 3, n_kv, d, 200, windows=windows, max_chunk=5, store=s) for s in ("compute", "blit")]
+    refs = [Reference(n_kv, d, w, 5) for w in (windows or [0, 0, 0])]
     inv = inv_freq_default_ref(48, 10000.0)
-    for step, n in enumerate([5, 1, 4, 5, 2, 5, 1, 3]):
+    for step, n in enumerate([5, 1, 4, 5, 2, 5, 1, 3] * 4):  # 104 tokens: the sliding layer reuses blocks
         k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
         rope = None if step % 3 == 2 else dict(style=("neox", "interleaved")[step % 2], inv_freq=inv)
-        for c in caches:
-            for layer in range(3):
+        for layer, ref in enumerate(refs):
+            ref.append(rope_rows(k, ref.n, rope), v)
+            for c in caches:
                 c.append(layer, k, v, rope=rope)
-    for layer in range(3):
+    for layer, ref in enumerate(refs):
+        for c in caches:
+            check(c, layer, ref, rotary_dim=48)
+        assert caches[0].block_table(layer) == caches[1].block_table(layer)  # so the pools match slot for slot
         for get in ("keys", "values"):
             a, b = (getattr(c, get)(layer) for c in caches)
             assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), (layer, get)
-        np.testing.assert_array_equal(caches[0].positions(layer), caches[1].positions(layer))
 
 
 def test_encoders_per_store(host):
     """compute: the one compute encoder, no blit; blit: one compute (the staging
-    kernel) + one blit encoder, 2 copies (K, V), or 4 when the range wraps."""
-    n_kv, d = 2, 8
+    kernel) + one blit encoder copying K and V of each block's run: the chunk's
+    bytes, however many blocks it touches (here 63 | 64, 65, into a reused block)."""
+    n_kv, d, rng = 2, 8, np.random.default_rng(3)
     row = n_kv * d * F16_BYTES
-    one = np.ones((3, n_kv, d), np.float32)
-    compute = metalkv.KVCache(host, 1, n_kv, d, 16, windows=[4], max_chunk=3, store="compute")
-    compute.append(0, one, one)
+    compute = metalkv.KVCache(host, 1, n_kv, d, 1000, windows=[4], max_chunk=3, store="compute")
+    compute.append(0, rows(rng, 3, n_kv, d), rows(rng, 3, n_kv, d))
     c = compute.last_append_counters
-    assert (c["compute_encoders"], c["blit_encoders"], c["dispatches"]) == (1, 0, 1)
-    blit = metalkv.KVCache(host, 1, n_kv, d, 16, windows=[4], max_chunk=3, store="blit")
-    blit.append(0, one, one)  # slots 0..2
-    c = blit.last_append_counters
-    assert (c["compute_encoders"], c["blit_encoders"], c["dispatches"]) == (1, 1, 1)
-    assert c["blit_bytes_copied"] == 2 * 3 * row
-    blit.append(0, one, one)  # slots 3, 4, 5 of R = 6: no wrap yet
-    blit.append(0, one, one)  # positions 6..8 -> slots 0..2
-    blit.append(0, one[:2], one[:2])  # positions 9, 10 -> slots 3, 4
-    blit.append(0, one, one)  # positions 11..13 -> slots 5, 0, 1: wraps inside one call
-    c = blit.last_append_counters
-    assert (c["compute_encoders"], c["blit_encoders"]) == (1, 1)
-    assert c["blit_bytes_copied"] == 2 * 3 * row
-    assert list(blit.positions(0)) == [12, 13, 8, 9, 10, 11]
+    assert (c["compute_encoders"], c["blit_encoders"], c["dispatches"], c["blit_bytes_copied"]) == (1, 0, 1, 0)
+    blit = metalkv.KVCache(host, 1, n_kv, d, 1000, windows=[4], max_chunk=3, store="blit")
+    assert blit.slots(0) == 2 * B
+    ref = Reference(n_kv, d, 4, 3)
+    for n in [3] * 22:  # positions 0..65
+        k, v = rows(rng, n, n_kv, d), rows(rng, n, n_kv, d)
+        blit.append(0, k, v)
+        ref.append(k, v)
+        c = blit.last_append_counters
+        assert (c["compute_encoders"], c["blit_encoders"], c["dispatches"]) == (1, 1, 1)
+        assert c["blit_bytes_copied"] == 2 * n * row
+        check(blit, 0, ref)
+    assert ref.first_held == B and blit.block_table(0)[1:] == [1, 0]
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
@@ -248,34 +302,27 @@ def test_one_step_across_layers_in_one_command_buffer(dev, store):
     blit encoder and a fresh compute encoder, and layers share one staging buffer."""
     rng = np.random.default_rng(6)
     n_layers, n_kv, d = 4, 2, 32
-    cache = metalkv.KVCache(dev, n_layers, n_kv, d, 32, windows=[0, 3, 0, 3], max_chunk=2, store=store)
-    inv = inv_freq_default_ref(d, 10000.0)
-    ks, vs = [], []
-    for n in [2, 1, 2, 2]:  # 7 tokens: the sliding layers (4 slots) wrap
-        k, v = rows(rng, n_layers * n, n_kv, d), rows(rng, n_layers * n, n_kv, d)
-        k, v = k.reshape(n_layers, n, n_kv, d), v.reshape(n_layers, n, n_kv, d)
-        cache.append_all_layers(k, v, rope=dict(style="neox", inv_freq=inv))
-        ks.append(k), vs.append(v)
+    cache = metalkv.KVCache(dev, n_layers, n_kv, d, 128, windows=[0, 3, 0, 3], max_chunk=2, store=store)
+    rope = dict(style="neox", inv_freq=inv_freq_default_ref(d, 10000.0))
+    refs = [Reference(n_kv, d, w, 2) for w in cache.windows]
+    for n in [2, 1, 2, 2] * 11:  # 77 tokens: the sliding layers (2 blocks) reuse theirs
+        k, v = rows(rng, n_layers, n, n_kv, d), rows(rng, n_layers, n, n_kv, d)
+        append_all(cache, refs, k, v, rope)
         c = cache.last_append_counters
         want = (1, 0) if store == "compute" else (n_layers, n_layers)
         assert (c["compute_encoders"], c["blit_encoders"], c["dispatches"]) == want + (n_layers,)
-    k, v = np.concatenate(ks, axis=1), np.concatenate(vs, axis=1)  # (layers, 7, n_kv, d)
-    for layer in range(n_layers):
-        assert cache.length(layer) == 7
-        pos = cache.positions(layer)
-        held = pos >= 0
-        want_k = rope_ref(k[layer], range(7), inv, "neox", d).astype(np.float16)[pos[held]]
-        np.testing.assert_allclose(cache.keys(layer)[held].astype(np.float32), want_k.astype(np.float32),
-                                   rtol=2.0 ** -10, atol=2.0 ** -24)  # 1 half ulp, as above
-        np.testing.assert_array_equal(cache.values(layer)[held], v[layer].astype(np.float16)[pos[held]])
+    for layer, ref in enumerate(refs):
+        check(cache, layer, ref, rotary_dim=d)
+    assert refs[1].first_held == 2 * B
 
 
 def test_step_across_layers_is_all_or_nothing(host):
     cache = metalkv.KVCache(host, 3, 1, 4, 16, windows=[0, 0, 4], max_chunk=2)
     three = np.ones((3, 3, 1, 4), np.float32)
-    with pytest.raises(metalkv.GpuError, match=r"layer 2 is sliding"):
+    with pytest.raises(metalkv.GpuError, match=r"layer 2 is sliding \(window 4, 32 slots\)"):
         cache.append_all_layers(three, three)
     assert [cache.length(l) for l in range(3)] == [0, 0, 0]  # layers 0 and 1 did not move
+    assert cache.block_table(0) == [] and cache.block_table(2) == []
     with pytest.raises(ValueError, match=r"k has shape \(2, 3, 1, 4\); expected \(n_layers=3, n, n_kv_heads=1"):
         cache.append_all_layers(three[:2], three[:2])
 
@@ -290,94 +337,117 @@ def test_views_are_copy_free(host):
     values_before = cache.values(1)
     k = np.full((2, 2, 8), 0.5, np.float32)
     cache.append(1, k, 2 * k)
-    assert (keys_before[:2] == 0.5).all() and (values_before[:2] == 1.0).all()  # the store is visible
+    slots = [cache.block_table(1)[0] * B + p for p in range(2)]
+    assert (keys_before[slots] == 0.5).all() and (values_before[slots] == 1.0).all()  # the store is visible
     assert np.shares_memory(keys_before, cache.keys(1))
     assert not np.shares_memory(cache.keys(1), cache.values(1))
-    assert cache.keys(1).shape == (16, 2, 8) and cache.keys(1).dtype == np.float16
+    assert cache.keys(1).shape == (B, 2, 8) and cache.keys(1).dtype == np.float16
     keys_before[5, 1, 3] = 7.0  # writes through the view reach the cache
     assert cache.keys(1)[5, 1, 3] == 7.0
 
 
 @host_only  # reads the layout through the views' addresses
 def test_layer_layout_is_k_block_then_v_block(host):
-    """The documented layout (2, R, n_kv_heads, head_dim): V starts R rows after K."""
+    """The documented layout (2, slots, n_kv_heads, head_dim): V starts slots rows after K."""
     cache = metalkv.KVCache(host, 1, 2, 4, 8)
     k = np.arange(16, dtype=np.float32).reshape(2, 2, 4)
     cache.append(0, k, -k)
-    region = np.concatenate([cache.keys(0).ravel(), cache.values(0).ravel()]).reshape(2, 8, 2, 4)
-    np.testing.assert_array_equal(region[0, :2], k.astype(np.float16))
-    np.testing.assert_array_equal(region[1, :2], (-k).astype(np.float16))
+    slot = cache.block_table(0)[0] * B
+    region = np.concatenate([cache.keys(0).ravel(), cache.values(0).ravel()]).reshape(2, B, 2, 4)
+    np.testing.assert_array_equal(region[0, slot:slot + 2], k.astype(np.float16))
+    np.testing.assert_array_equal(region[1, slot:slot + 2], (-k).astype(np.float16))
     base = cache.keys(0).__array_interface__["data"][0]
-    assert cache.values(0).__array_interface__["data"][0] - base == 8 * 2 * 4 * F16_BYTES
+    assert cache.values(0).__array_interface__["data"][0] - base == B * 2 * 4 * F16_BYTES
 
 
 @pytest.mark.parametrize("store", ["compute", "blit"])
 def test_byte_accounting(host, store):
     n_kv, d, cap, max_chunk = 3, 64, 100, 4
-    windows = [0, 10, 0, 200, 10]  # full, ring (13 slots), full, clamped to capacity, ring
+    windows = [0, 10, 0, 200, 10]  # full, sliding (2 blocks), full, no smaller than full, sliding
     cache = metalkv.KVCache(host, 5, n_kv, d, cap, windows=windows, max_chunk=max_chunk, store=store)
     row = n_kv * d * F16_BYTES  # one token's K (or V) row
-    slots = [cap, 13, cap, cap, 13]
+    slots = [4 * B, 2 * B, 4 * B, 4 * B, 2 * B]  # ceil(100/32) = 4; ceil(17/32) + 1 = 2; min(4, ceil(207/32) + 1)
     assert [cache.slots(l) for l in range(5)] == slots
     assert [cache.layer_nbytes(l) for l in range(5)] == [2 * s * row for s in slots]
     staging = 2 * max_chunk * row if store == "blit" else 0
     assert cache.staging_nbytes == staging
-    assert cache.nbytes == sum(2 * s * row for s in slots) + staging
+    tables = 3 * 4 * TABLE_ENTRY_BYTES  # one table per window (0, 10, 200), ceil(100/32) entries each
+    assert cache.table_nbytes == tables
+    assert cache.nbytes == sum(2 * s * row for s in slots) + staging + tables
     # one more context token costs a K and a V row in each layer that does not wrap
     assert cache.bytes_per_token == 3 * 2 * row
+    for _ in range(25):  # 100 tokens: nothing grows
+        cache.append_all_layers(np.ones((5, 4, n_kv, d), np.float32), np.ones((5, 4, n_kv, d), np.float32))
+    assert cache.nbytes == sum(2 * s * row for s in slots) + staging + tables
 
 
 def test_blit_staging_grows_for_big_full_layer_chunks(host):
     cache = metalkv.KVCache(host, 2, 1, 8, 64, windows=[0, 4], max_chunk=2, store="blit")
     row = 8 * F16_BYTES
     assert cache.staging_nbytes == 2 * 2 * row
-    k = np.random.default_rng(0).uniform(-1, 1, (20, 1, 8)).astype(np.float32)
-    cache.append(0, k, k)  # a full layer takes chunks past max_chunk
-    np.testing.assert_array_equal(cache.keys(0)[:20], k.astype(np.float16))
-    assert cache.staging_nbytes == 2 * 20 * row
-    assert cache.nbytes == 2 * 64 * row + 2 * 5 * row + 2 * 20 * row
+    k = np.random.default_rng(0).uniform(-1, 1, (40, 1, 8)).astype(np.float32)
+    cache.append(0, k, -k)  # a full layer takes chunks past max_chunk (this one over 2 blocks)
+    ref = Reference(1, 8)
+    ref.append(k, -k)
+    check(cache, 0, ref)
+    assert cache.staging_nbytes == 2 * 40 * row
+    # layer 0: 2 blocks; layer 1: min(2, ceil(7/32) + 1) = 2 blocks; 2 tables of ceil(64/32) entries
+    assert cache.nbytes == 2 * 64 * row + 2 * 64 * row + 2 * 40 * row + 2 * 2 * TABLE_ENTRY_BYTES
 
 
 def test_reset(host):
-    cache = metalkv.KVCache(host, 2, 1, 4, 8, windows=[0, 3])
-    one = np.ones((1, 1, 4), np.float32)
-    for _ in range(5):
-        cache.append(0, one, one)
-        cache.append(1, one, one)
+    cache = metalkv.KVCache(host, 2, 1, 4, 256, windows=[0, 3])
+    x = np.ones((2, 1, 1, 4), np.float32)
+    for _ in range(100):
+        cache.append_all_layers(x, x)
     cache.reset()
-    assert cache.length(0) == cache.length(1) == 0
+    assert cache.length(0) == cache.length(1) == 0 and cache.block_table(0) == cache.block_table(1) == []
     assert (cache.positions(0) == -1).all() and (cache.positions(1) == -1).all()
-    cache.append(1, 3 * one, one)
-    assert list(cache.positions(1)) == [0, -1, -1] and cache.keys(1)[0, 0, 0] == 3
+    refs = [Reference(1, 4), Reference(1, 4, 3)]
+    for step in range(100):  # the pools are whole again
+        append_all(cache, refs, (step + 3) * x, x)
+        for layer, ref in enumerate(refs):
+            check(cache, layer, ref)
 
 
 def test_truncate(host):
-    # layer 0 full (capacity 16), layer 1 a ring for window 3 with max_chunk 2: 4 slots
-    cache = metalkv.KVCache(host, 2, 1, 4, 16, windows=[0, 3], max_chunk=2)
-    for p in range(6):
-        row = np.full((1, 1, 4), p, np.float32)
-        cache.append(0, row, row)
-        cache.append(1, row, row)
-    with pytest.raises(metalkv.GpuError, match=r"cannot truncate layer 1 from 6 to 3 tokens.*at most max_chunk = 2"):
-        cache.truncate(3)
-    assert cache.length(0) == cache.length(1) == 6  # nothing changed
-    with pytest.raises(metalkv.GpuError, match=r"cannot truncate layer 0 to 7 tokens: it holds only 6"):
-        cache.truncate(7)
-    cache.truncate(4)
-    assert cache.length(0) == cache.length(1) == 4
-    # the window at position 4 needs positions 2, 3: still in the ring, labelled as such
-    pos1 = list(cache.positions(1))
-    assert 2 in pos1 and 3 in pos1 and max(pos1) == 3
-    row = np.full((1, 1, 4), 40, np.float32)
-    cache.append(1, row, row)  # position 4 goes to slot 4 % 4 = 0 again
-    assert cache.keys(1)[4 % 4, 0, 0] == 40 and list(cache.positions(0)[:4]) == [0, 1, 2, 3]
+    # layer 0 full, layer 1 window 3 with max_chunk 2 (a pool of 2 blocks)
+    cache = metalkv.KVCache(host, 2, 1, 4, 256, windows=[0, 3], max_chunk=2)
+    refs = [Reference(1, 4), Reference(1, 4, 3, 2)]
+    for p in range(37):  # the append at 36 lets block 0 go: 36 - 3 + 1 - 2 = 32
+        append_all(cache, refs, np.full((2, 1, 1, 4), p, np.float32), np.full((2, 1, 1, 4), -p, np.float32))
+    assert cache.block_table(1)[0] == -1 and refs[1].first_held == B
+    with pytest.raises(metalkv.GpuError, match=r"^\[kv_cache\] cannot truncate layer 1 \(window 3\) to 33 tokens: "
+                                               r".*from 37 to 33 tokens: position 31, which the window at 33 needs, "
+                                               r"has left the pool \(it keeps 2 positions more than the window\)"):
+        cache.truncate(33)
+    with pytest.raises(metalkv.GpuError, match=r"cannot truncate layer 0 to 38 tokens: it holds only 37"):
+        cache.truncate(38)
+    for layer, ref in enumerate(refs):  # nothing changed
+        check(cache, layer, ref)
+    cache.truncate(34)  # 3 > max_chunk tokens: position 32 (the window at 34) is still held
+    for ref in refs:
+        ref.truncate(34)
+    append_all(cache, refs, np.full((2, 2, 1, 4), 40, np.float32), np.zeros((2, 2, 1, 4), np.float32))
+    for layer, ref in enumerate(refs):  # positions 34, 35 again, new rows
+        check(cache, layer, ref)
+    full, ref = metalkv.KVCache(host, 1, 1, 4, 256), Reference(1, 4)  # a full layer truncates anywhere
+    for n, to in [(40, 5), (30, 0), (50, 33)]:
+        x = np.random.default_rng(n).uniform(-1, 1, (n, 1, 4)).astype(np.float32)
+        full.append(0, x, x)
+        ref.append(x, x)
+        full.truncate(to)
+        ref.truncate(to)
+        check(full, 0, ref)
 
 
 def test_properties(host):
     cache = metalkv.KVCache(host, 2, 3, 16, 32, windows=[0, 8], max_chunk=4, store="blit")
+    assert B == 32
     assert (cache.n_layers, cache.n_kv_heads, cache.head_dim, cache.capacity) == (2, 3, 16, 32)
     assert (cache.max_chunk, cache.store, cache.windows) == (4, "blit", [0, 8])
     assert (cache.window(0), cache.window(1)) == (0, 8)
+    assert (cache.slots(0), cache.slots(1), cache.wraps(0), cache.wraps(1)) == (B, B, False, False)
 
 
 # ---- errors -----------------------------------------------------------------
@@ -392,12 +462,13 @@ def test_full_layer_overflow_raises_and_keeps_state(host):
                        match=r"^\[kv_cache\] layer 3 holds 4096 tokens; storing 5 more needs 4101 > capacity 4096"):
         cache.append(3, five, five)
     assert cache.length(3) == 4096 and not cache.keys(3).any()
+    assert len(cache.block_table(3)) == 4096 // B
 
 
 def test_chunk_larger_than_max_chunk_on_sliding_layer(host):
-    cache = metalkv.KVCache(host, 2, 1, 4, 64, windows=[0, 8], max_chunk=2)
+    cache = metalkv.KVCache(host, 2, 1, 4, 1000, windows=[0, 8], max_chunk=2)
     three = np.ones((3, 1, 4), np.float32)
-    with pytest.raises(metalkv.GpuError, match=r"layer 1 is sliding \(window 8, 9 slots\); storing 3 tokens "
+    with pytest.raises(metalkv.GpuError, match=r"layer 1 is sliding \(window 8, 64 slots\); storing 3 tokens "
                                               r"in one call exceeds max_chunk 2"):
         cache.append(1, three, three)
     assert cache.length(1) == 0
@@ -422,10 +493,11 @@ def test_bad_shapes_dtypes_and_layers(host):
         cache.append(0, ok, np.zeros((2, 2, 8), np.float32))
     with pytest.raises(metalkv.GpuError, match=r"\[kv_cache\] layer 2 is out of range; the cache has 2 layers \(0..1\)"):
         cache.append(2, ok, ok)
-    for call in (cache.keys, cache.values, cache.positions, cache.length, cache.layer_nbytes):
+    for call in (cache.keys, cache.values, cache.positions, cache.length, cache.layer_nbytes, cache.slots,
+                 cache.window, cache.wraps, cache.block_table):
         with pytest.raises(metalkv.GpuError, match="layer 5 is out of range"):
             call(5)
-    assert cache.length(0) == 0
+    assert cache.length(0) == 0 and cache.block_table(0) == []
 
 
 def test_bad_rope(host):
@@ -444,6 +516,10 @@ def test_bad_rope(host):
         cache.append(0, x, x, rope=dict(style="neox", inv_freq=inv.astype(np.float64)))
     with pytest.raises(ValueError, match=r"unknown rope key 'theta'"):
         cache.append(0, x, x, rope=dict(style="neox", inv_freq=inv, theta=1e4))
+    with pytest.raises(ValueError, match=r"q= is rotated with k's rope; pass rope= too"):
+        cache.append(0, x, x, q=np.zeros((1, 4, 8), np.float32))
+    with pytest.raises(ValueError, match=r"q has shape \(2, 4, 8\); expected \(n=1, n_heads >= 1, head_dim=8\)"):
+        cache.append(0, x, x, rope=dict(style="neox", inv_freq=inv), q=np.zeros((2, 4, 8), np.float32))
     assert cache.length(0) == 0
 
 
@@ -456,3 +532,30 @@ def test_bad_construction(host):
         metalkv.KVCache(host, 2, 1, 8, 0)
     with pytest.raises(metalkv.GpuError, match=r"max_chunk must be at least 1"):
         metalkv.KVCache(host, 2, 1, 8, 16, max_chunk=0)
+
+
+@pytest.mark.parametrize("store", ["compute", "blit"])
+def test_layer_behind_a_sliding_group_that_let_go_raises(host, store):
+    """Two layers share a window's table; storing into the one left behind,
+    whose positions the table let go, is refused before anything is encoded."""
+    cache = metalkv.KVCache(host, 2, 1, 4, 1000, windows=[5, 5], max_chunk=1, store=store)
+    one = np.ones((1, 1, 4), np.float32)
+    for _ in range(100):
+        cache.append(0, one, one)
+    with pytest.raises(metalkv.GpuError, match=r"\[kv_cache\] layer 1 holds 0 tokens, behind the 100 of its "
+                                               r"window group \(window 5\), which has let go of position 0"):
+        cache.append(1, one, one)
+    assert cache.length(1) == 0 and (cache.positions(1) == -1).all()
+
+
+def test_window_of_one_truncated_into_a_let_go_block_holds_only_what_it_stored(host):
+    """Window 1 needs no history, so truncating into a block it let go is
+    allowed; the fresh tail block's earlier rows were never stored."""
+    cache = metalkv.KVCache(host, 1, 1, 4, 1000, windows=[1], max_chunk=2)
+    for i in range(100):
+        cache.append(0, np.full((1, 1, 4), i, np.float32), np.full((1, 1, 4), i, np.float32))
+    cache.truncate(40)
+    cache.append(0, np.full((1, 1, 4), 1000, np.float32), np.full((1, 1, 4), 1000, np.float32))
+    pos = cache.positions(0)
+    assert sorted(pos[pos >= 0]) == [40]
+    assert cache.keys(0)[np.flatnonzero(pos == 40)[0], 0, 0] == 1000
