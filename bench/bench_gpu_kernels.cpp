@@ -118,17 +118,23 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
   d.n_tokens = s.n_tokens;
   d.slots = s.n_tokens;  // the contexts are whole blocks
   d.scale = 1.0f / std::sqrt(float(s.head_dim));
-  const ops::BufferView table{block_table(b.dev, s.n_tokens, s.n_tokens / mkv_params::kKvBlockTokens)};
+  // A contiguous cache (the identity table) and a paged one (its blocks in a
+  // fixed random order over the same pool: the same bytes, scattered).
+  const uint32_t n_blocks = s.n_tokens / mkv_params::kKvBlockTokens;
+  const ops::BufferView identity{block_table(b.dev, s.n_tokens, n_blocks)};
+  const ops::BufferView shuffled{block_table(b.dev, s.n_tokens, n_blocks, true)};
 
   struct Mode {
     std::string name;
     ops::AttentionSplit split;
     uint32_t chunks;
     std::string variant = "";  // AttentionDesc::decode_variant
+    bool paged = false;        // the shuffled table
   };
   std::vector<Mode> modes = {{"single", ops::AttentionSplit::never, 0},
                              {"split", ops::AttentionSplit::always, 0},
-                             {"auto", ops::AttentionSplit::automatic, 0}};
+                             {"auto", ops::AttentionSplit::automatic, 0},
+                             {"auto_paged", ops::AttentionSplit::automatic, 0, "", true}};
   // The swept shapes also time the kernels without prefetch (D = 128 only):
   // the automatic plan, one pass, and the chunk sweep.
   const bool variants = !chunk_sweep.empty() && s.head_dim == 128;
@@ -149,7 +155,7 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
     ops::BufferView scratch{p.scratch_bytes ? b.dev.new_buffer(p.scratch_bytes) : nullptr};
     const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
       const uint32_t i = uint32_t(call % sets);
-      ops::attention_decode(enc, b.dev, d, q[i], kv[i], table, out[i], {}, scratch);
+      ops::attention_decode(enc, b.dev, d, q[i], kv[i], m.paged ? shuffled : identity, out[i], {}, scratch);
     });
     const std::string kernel = p.kernel + (p.split ? "+" + ops::attention_kernel_name("attn_decode_reduce", s.head_dim) : "");
     b.add({"attn_decode_" + attn_shape_name(s) + "_" + m.name,

@@ -269,13 +269,14 @@ def short_notes(notes: list[str]) -> list[str]:
 
 def summary(merged: list[dict]) -> list[dict]:
     """The rows to read first: Llama-3-8B's attention (D128, 32/8) at 4k/32k/128k (single
-    pass, the automatic choice, the best split of the sweep), its prefill, and every
+    pass, the automatic choice, the same through a shuffled block table, the best split
+    of the sweep), its prefill, and every
     weight format at the FFN shape (14336x4096) for 1 and 512 tokens."""
     out = []
     for ctx in (4096, 32768, 131072):
         pre = f"attn_decode_d128_h32_kv8_ctx{ctx}_"
         rows = [m for m in merged if m["name"].startswith(pre)]
-        out += [m for m in rows if m["name"] in (pre + "single", pre + "auto")]
+        out += [m for m in rows if m["name"] in (pre + "single", pre + "auto", pre + "auto_paged")]
         sweep = [m for m in rows if m["name"].startswith(pre + "split")]
         if sweep:
             out.append(min(sweep, key=lambda m: m["us"]))
