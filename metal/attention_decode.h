@@ -82,9 +82,14 @@ inline void attn_decode_load_block(const device uint* table, const device half* 
                                    thread typename AttnPiece<E>::type (&kw)[U],
                                    thread typename AttnPiece<E>::type (&vw)[U]) {
   typedef typename AttnPiece<E>::type Piece;
+  // The U positions span (U - 1) * G + 1 <= 13 < kKvBlockTokens: at most two
+  // table entries, loaded once for the block.
+  const uint first = min(i + group, end - 1);
+  const uint b0 = kv_block(first);
+  const uint e0 = table[b0], e1 = table[kv_block(min(i + (U - 1) * G + group, end - 1))];
   MKV_UNROLL for (uint u = 0; u < U; ++u) {
     const uint pos = min(i + u * G + group, end - 1);
-    const uint at = kv_slot(table, pos) * slot_stride;
+    const uint at = kv_slot_in(kv_block(pos) == b0 ? e0 : e1, pos) * slot_stride;
     kw[u] = *(const device Piece*)(k_base + at);
     vw[u] = *(const device Piece*)(v_base + at);
   }

@@ -7,7 +7,9 @@
 
 // table: one uint per logical block of kKvBlockTokens positions, the physical
 // block holding them. Only entries of positions the caller may see are read.
-inline uint kv_slot(const device uint* table, uint pos) {
-  constexpr uint B = mkv_params::kKvBlockTokens;
-  return table[pos / B] * B + pos % B;
+inline uint kv_block(uint pos) { return pos / mkv_params::kKvBlockTokens; }
+// The slot of pos inside the physical block `entry` (= table[kv_block(pos)]).
+inline uint kv_slot_in(uint entry, uint pos) {
+  return entry * mkv_params::kKvBlockTokens + pos % mkv_params::kKvBlockTokens;
 }
+inline uint kv_slot(const device uint* table, uint pos) { return kv_slot_in(table[kv_block(pos)], pos); }

@@ -25,6 +25,10 @@ constexpr bool head_dims_fit() {
     const uint32_t de = mkv_params::attn_decode_lane_elems(d);  // decode: one SIMD-group spans a row
     if (mkv_params::attn_decode_key_lanes(d) > 32 || d % de != 0 || (de != 4 && de != 8)) return false;
     if (mkv_params::attn_decode_rows(d) * de > 32) return false;  // q + acc in registers
+    // A lane group's keys of one block lie in at most two table blocks (attn_decode_load_block).
+    if ((mkv_params::kAttnDecodeBlockKeys - 1) * (32 / mkv_params::attn_decode_key_lanes(d)) + 1 >
+        mkv_params::kKvBlockTokens)
+      return false;
     if ((mkv_params::kAttnReduceThreads / (d / 4)) * d > mkv_params::kAttnReduceOutFloats) return false;
     if (mkv_params::attn_lanes(d) > 32 || d % e != 0) return false;  // one SIMD-group spans a row
     if (mkv_params::attn_rows_per_simdgroup(d) * e > 32) return false;  // q + acc in registers
