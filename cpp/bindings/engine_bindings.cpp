@@ -139,7 +139,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
   nb::class_<PyEngine>(m, "Engine", "The C++ engine: a model on a device, run over KV caches.")
       .def(
           "__init__",
-          [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk) {
+          [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk,
+             size_t kv_memory, uint32_t kv_context) {
             if (!weights.weights) throw nb::value_error("[engine] these weights were given to an Engine already");
             if (weights.dev.device != dev.device)
               throw nb::value_error("[engine] the weights live on another device");
@@ -147,11 +148,35 @@ void bind_engine(nb::module_& m, nb::module_&) {
             auto mdl = std::make_shared<model::Model>(dev.device, parse_spec(spec), std::move(*weights.weights));
             weights.weights.reset();
             new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl),
-                                                                      engine::EngineOptions{prefill_chunk}),
+                                                                      engine::EngineOptions{prefill_chunk, kv_memory,
+                                                                                            kv_context}),
                                 bytes, {}};
           },
-          "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128,
-          "Takes the weights (the Weights object is empty afterwards).")
+          "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_memory"_a = 0, "kv_context"_a = 0,
+          "Takes the weights (the Weights object is empty afterwards). kv_memory > 0: one KV pool of at most\n"
+          "that many bytes shared by every cache, sized for sequences of kv_context tokens.")
+      .def_prop_ro(
+          "kv_pool",
+          [](const PyEngine& e) -> nb::object {
+            const kv::KvPool* p = e.engine->kv_pool();
+            if (!p) return nb::none();
+            nb::list groups;
+            for (uint32_t g = 0; g < p->n_groups(); ++g) {
+              nb::dict d;
+              d["window"] = p->group_window(g);
+              d["layers"] = p->group_layers(g);
+              d["blocks"] = p->blocks(g).capacity();
+              d["free_blocks"] = p->blocks(g).free_count();
+              d["block_bytes"] = p->block_bytes(g);
+              groups.append(d);
+            }
+            nb::dict r;
+            r["nbytes"] = p->nbytes();
+            r["block_tokens"] = kv::kBlockTokens;
+            r["groups"] = groups;
+            return r;
+          },
+          "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks and free blocks.")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store) {

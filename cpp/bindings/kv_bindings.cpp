@@ -227,7 +227,12 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "slot table[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS of keys()/values().")
       .def("layer_nbytes", [](const PyKVCache& c, uint32_t l) { return c.cache->layer_nbytes(l); }, "layer"_a)
       .def_prop_ro("nbytes", [](const PyKVCache& c) { return c.cache->nbytes(); },
-                   "All device memory the cache holds: layer pools, blit staging and the tables' mirrors.")
+                   "Device memory the cache owns: its pool (unless shared: Engine.load(kv_memory=)), blit staging "
+                   "and the tables' mirrors.")
+      .def_prop_ro("held_nbytes", [](const PyKVCache& c) { return c.cache->held_nbytes(); },
+                   "Bytes of the blocks its tables hold (K and V rows of every layer), shared pool or not.")
+      .def_prop_ro("shares_pool", [](const PyKVCache& c) { return !c.cache->owns_pool(); },
+                   "True when the cache draws its blocks from an engine's shared pool.")
       .def_prop_ro("staging_nbytes", [](const PyKVCache& c) { return c.cache->staging_nbytes(); })
       .def_prop_ro("table_nbytes", [](const PyKVCache& c) { return c.cache->table_nbytes(); })
       .def_prop_ro("bytes_per_token", [](const PyKVCache& c) { return c.cache->bytes_per_token(); },

@@ -43,12 +43,21 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
       options_(options),
       ws_(*device_, model_->spec(), std::max<uint32_t>(options.prefill_chunk, 1)) {
   if (options_.prefill_chunk == 0) fail("prefill_chunk must be at least 1");
+  if (options_.kv_memory) {
+    if (options_.kv_context == 0) fail("kv_memory needs kv_context (the tokens of a sequence it is sized for)");
+    const kv::KVCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute);
+    kv_pool_ = std::make_shared<kv::KvPool>(
+        device_, kv::KvPool::for_budget(c.n_kv_heads, c.head_dim, c.windows, c.capacity, c.max_chunk,
+                                        options_.kv_memory));
+  }
   token_ = device_->new_buffer(sizeof(int32_t));
   sample_work_ = device_->new_buffer(size_t(model_->spec().vocab) * sizeof(float));
 }
 
 std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store) const {
-  return std::make_unique<kv::KVCache>(device_, model_->cache_spec(capacity, options_.prefill_chunk, store));
+  kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store);
+  if (kv_pool_) return std::make_unique<kv::KVCache>(device_, kv_pool_, std::move(spec));
+  return std::make_unique<kv::KVCache>(device_, std::move(spec));
 }
 
 uint32_t Engine::chunk_for(const kv::KVCache& cache) const {

@@ -27,6 +27,11 @@ namespace mkv::engine {
 
 struct EngineOptions {
   uint32_t prefill_chunk = 128;  // most tokens one prefill step feeds
+  // One KV pool shared by every cache of the engine, of at most kv_memory
+  // bytes, sized for sequences of kv_context tokens (kv::KvPool::for_budget);
+  // 0: each cache gets its own pool, sized for its capacity.
+  size_t kv_memory = 0;
+  uint32_t kv_context = 0;
 };
 
 struct GenerateOptions {
@@ -83,8 +88,10 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   gpu::Device& device() const { return *device_; }
 
-  // A cache for this model holding `capacity` tokens in its full layers.
+  // A cache for this model holding `capacity` tokens in its full layers: over
+  // the engine's shared pool if it has one, else with a pool of its own.
   std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute) const;
+  const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Feeds ids[0..n) into the cache after what it holds. logits_out: (n, vocab)
   // floats, row i the logits after ids[i]; nullptr to skip them. A cancelled
@@ -119,6 +126,7 @@ class Engine {
   gpu::CommandQueuePtr queue_;
   std::shared_ptr<const model::Model> model_;
   EngineOptions options_;
+  std::shared_ptr<kv::KvPool> kv_pool_;  // with options.kv_memory
   model::Workspace ws_;
   gpu::BufferPtr token_;        // (1) int32: the sampled id
   gpu::BufferPtr sample_work_;  // (vocab) float scratch of the sampler

@@ -135,6 +135,17 @@ static Tail tail_state(const BlockPool& pool, const std::vector<int64_t>& blocks
   return pool.owners(uint32_t(b)) > 1 ? Tail::shared : Tail::ready;
 }
 
+uint32_t BlockTable::freed_by_drop(uint32_t first) const {
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
+    freed += blocks_[i] >= 0 && pool_.owners(uint32_t(blocks_[i])) == 1;
+  return freed;
+}
+
+bool BlockTable::can_append(uint32_t n) const {
+  return blocks_needed(n) <= pool_.free_count() + freed_by_drop(first_kept(length_));
+}
+
 uint32_t BlockTable::blocks_needed(uint32_t n) const {
   if (n == 0) return 0;
   const uint32_t fresh = std::max<int64_t>(0, int64_t(blocks_for(uint64_t(length_) + n)) - int64_t(blocks_.size()));
@@ -147,10 +158,7 @@ std::vector<BlockCopy> BlockTable::append(uint32_t n) {
   // A sliding table first lets go of what even the chunk's first query cannot see,
   // once it is sure the pool (with what that frees) has the blocks: all or nothing.
   const uint32_t need = blocks_needed(n), first = first_kept(length_);
-  uint32_t freed = 0;
-  for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
-    freed += blocks_[i] >= 0 && pool_.owners(uint32_t(blocks_[i])) == 1;
-  if (need > pool_.free_count() + freed) pool_.allocate(need);  // raises with the pool's message
+  if (!can_append(n)) pool_.allocate(need);  // raises with the pool's message
   drop_blocks_before(first);
   std::vector<uint32_t> ids = pool_.allocate(need);
   std::vector<BlockCopy> copies;

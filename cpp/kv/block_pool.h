@@ -84,6 +84,8 @@ class BlockTable {
   // Blocks a store of n more tokens would take from the pool (after freeing
   // what a sliding window lets go, and counting a tail block to copy or replace).
   uint32_t blocks_needed(uint32_t n) const;
+  // Whether append(n) would find those blocks (counting what it lets go first).
+  bool can_append(uint32_t n) const;
   // Makes room for positions length() .. length() + n - 1 and advances
   // length(); all or nothing (raises when the pool is short). Returns the
   // copies the caller must encode before the store (a shared tail block).
@@ -109,6 +111,7 @@ class BlockTable {
 
  private:
   void drop_blocks_before(uint32_t first);
+  uint32_t freed_by_drop(uint32_t first) const;  // blocks drop_blocks_before(first) would free
   void release_all();
   uint32_t first_needed(uint32_t next) const;  // lowest position the queries from `next` on can see
   uint32_t first_kept(uint32_t next) const;    // first_needed less history: blocks before it leave

@@ -25,36 +25,58 @@ StorePath parse_store_path(const std::string& name) {
 
 const char* store_path_name(StorePath path) { return path == StorePath::blit ? "blit" : "compute"; }
 
+namespace {
+
+// The checks of a spec that do not depend on the pool; fills in windows.
+void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
+  if (!device) fail("device is null");
+  if (spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0 || spec.capacity == 0)
+    fail("n_layers, n_kv_heads, head_dim and capacity must be positive (got " + str(spec.n_layers) +
+         ", " + str(spec.n_kv_heads) + ", " + str(spec.head_dim) + ", " + str(spec.capacity) + ")");
+  if (spec.max_chunk == 0) fail("max_chunk must be at least 1");
+  if (spec.windows.empty()) spec.windows.assign(spec.n_layers, 0);
+  if (spec.windows.size() != spec.n_layers)
+    fail("windows has " + str(spec.windows.size()) + " entries; expected one per layer (" +
+         str(spec.n_layers) + "), 0 for a full layer");
+}
+
+std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
+  check_spec(device, spec);
+  return std::make_shared<KvPool>(
+      device, KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows,
+                         KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk)});
+}
+
+}  // namespace
+
 KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(device)), spec_(std::move(spec)) {
-  if (!device_) fail("device is null");
-  if (spec_.n_layers == 0 || spec_.n_kv_heads == 0 || spec_.head_dim == 0 || spec_.capacity == 0)
-    fail("n_layers, n_kv_heads, head_dim and capacity must be positive (got " + str(spec_.n_layers) +
-         ", " + str(spec_.n_kv_heads) + ", " + str(spec_.head_dim) + ", " + str(spec_.capacity) + ")");
-  if (spec_.max_chunk == 0) fail("max_chunk must be at least 1");
-  if (spec_.windows.empty()) spec_.windows.assign(spec_.n_layers, 0);
-  if (spec_.windows.size() != spec_.n_layers)
-    fail("windows has " + str(spec_.windows.size()) + " entries; expected one per layer (" +
-         str(spec_.n_layers) + "), 0 for a full layer");
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    const uint32_t w = spec_.windows[l];
-    size_t g = 0;
-    while (g < groups_.size() && groups_[g].window != w) ++g;
-    if (g == groups_.size()) {
-      Group group;
-      group.window = w;
-      group.wraps = layer_wraps(w, spec_.capacity, spec_.max_chunk);
-      group.pool = std::make_unique<BlockPool>(group_blocks(w, spec_.capacity, spec_.max_chunk));
-      group.table = std::make_unique<BlockTable>(*group.pool, w, spec_.max_chunk);
-      groups_.push_back(std::move(group));
-    }
-    groups_[g].layers.push_back(l);
-    group_index_.push_back(uint32_t(g));
-    const LayerLayout lay = layout(l);
-    // The store kernel indexes a region with 32-bit element offsets.
-    if (lay.nbytes() / kKVElementBytes >= (uint64_t(1) << 32))
-      fail("layer " + str(l) + " would hold " + str(lay.nbytes()) + " bytes; at most 2^32 half "
-           "elements per layer are supported (lower capacity)");
-    buffers_.push_back(device_->new_buffer(lay.nbytes()));
+  try {
+    pool_ = own_pool(device_, spec_);
+  } catch (const gpu::GpuError& e) {  // "[kv_pool] ...": this cache's own
+    const std::string what = e.what();
+    fail(what.rfind("[kv_pool] ", 0) == 0 ? what.substr(10) : what);
+  }
+  init_groups();
+}
+
+KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpec spec)
+    : device_(std::move(device)), spec_(std::move(spec)), pool_(std::move(pool)), owns_pool_(false) {
+  check_spec(device_, spec_);
+  if (!pool_) fail("pool is null");
+  const KvPoolSpec& p = pool_->spec();
+  if (p.windows != spec_.windows || p.n_kv_heads != spec_.n_kv_heads || p.head_dim != spec_.head_dim)
+    fail("the shared pool is for other layers (its windows, n_kv_heads or head_dim differ from the cache's)");
+  init_groups();
+}
+
+void KVCache::init_groups() {
+  for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
+    Group group;
+    group.window = pool_->group_window(g);
+    group.wraps = layer_wraps(group.window, spec_.capacity, spec_.max_chunk);
+    group.layers = pool_->group_layers(g);
+    group.table = std::make_unique<BlockTable>(pool_->blocks(g), group.window, spec_.max_chunk);
+    groups_.push_back(std::move(group));
   }
   for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
@@ -69,12 +91,12 @@ void KVCache::check_layer(uint32_t layer) const {
 
 BufferView KVCache::region(uint32_t layer) const {
   check_layer(layer);
-  return {buffers_[layer], 0};
+  return pool_->region(layer);
 }
 
 LayerLayout KVCache::layout(uint32_t layer) const {
   check_layer(layer);
-  return {group_of(layer).pool->capacity() * kBlockTokens, spec_.n_kv_heads, spec_.head_dim};
+  return pool_->layout(layer);
 }
 
 uint32_t KVCache::slots(uint32_t layer) const { return layout(layer).slots; }
@@ -141,7 +163,7 @@ void KVCache::encode_copies(EncoderSession& enc, const Group& g, const std::vect
     const size_t bytes = kBlockTokens * lay.row_bytes();
     for (const BlockCopy& c : copies)
       for (uint32_t kv = 0; kv < 2; ++kv)
-        blit.copy(buffers_[l], lay.row_offset(kv, c.src * kBlockTokens), buffers_[l],
+        blit.copy(region(l).buffer, lay.row_offset(kv, c.src * kBlockTokens), region(l).buffer,
                   lay.row_offset(kv, c.dst * kBlockTokens), bytes);
   }
 }
@@ -169,6 +191,17 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
          str(uint64_t(n) + n_new) + " > capacity " + str(spec_.capacity) +
          " (eviction is not implemented yet; create the cache with a larger capacity)");
   if (uint64_t(n) + n_new >= (uint64_t(1) << 32)) fail("layer " + str(layer) + " would pass 2^32 - 1 positions");
+  // Room in the pool (shared by every cache of an engine, or this cache's own).
+  const uint32_t held = group_of(layer).table->length();
+  if (n + n_new > held && !group_of(layer).table->can_append(n + n_new - held)) {
+    const uint32_t g = pool_->group_of(layer);
+    const BlockPool& blocks = pool_->blocks(g);
+    fail("the KV pool is full: layer " + str(layer) + " (window " + str(spec_.windows[layer]) + ") needs " +
+         str(group_of(layer).table->blocks_needed(n + n_new - held)) + " more blocks of " + str(kBlockTokens) +
+         " tokens and " + str(blocks.free_count()) + " of its group's " + str(blocks.capacity()) +
+         " are free (" + str(pool_->nbytes()) + " bytes in all); free other caches or load the engine with a "
+         "larger kv_memory");
+  }
   // A layer behind the others of its window group stores into blocks the
   // group already holds: they, and its window, must not have been let go.
   const BlockTable& t = *group_of(layer).table;
@@ -217,7 +250,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
       const uint32_t pos = n + t, run = std::min(n_new - t, kBlockTokens - pos % kBlockTokens);
       const uint32_t slot = g.table->slot(pos);
       for (uint32_t kv = 0; kv < 2; ++kv)
-        blit.copy(staging.buffer, staging.offset + (size_t(kv) * n_new + t) * row, buffers_[layer],
+        blit.copy(staging.buffer, staging.offset + (size_t(kv) * n_new + t) * row, region(layer).buffer,
                   lay.row_offset(kv, slot), run * row);
       t += run;
     }
@@ -246,7 +279,10 @@ void KVCache::truncate(uint32_t n) {
 }
 
 void KVCache::reset() {
-  for (Group& g : groups_) g.table = std::make_unique<BlockTable>(*g.pool, g.window, spec_.max_chunk);
+  for (uint32_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].table.reset();  // its blocks go back first
+    groups_[g].table = std::make_unique<BlockTable>(pool_->blocks(g), groups_[g].window, spec_.max_chunk);
+  }
   std::fill(lengths_.begin(), lengths_.end(), 0u);
   tokens_.clear();
   messages_.clear();
@@ -262,11 +298,13 @@ size_t KVCache::table_nbytes() const {
   return total;
 }
 
-size_t KVCache::nbytes() const {
-  size_t total = staging_nbytes() + table_nbytes();
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) total += layer_nbytes(l);
+size_t KVCache::held_nbytes() const {
+  size_t total = 0;
+  for (uint32_t g = 0; g < groups_.size(); ++g) total += groups_[g].table->held_blocks() * pool_->block_bytes(g);
   return total;
 }
+
+size_t KVCache::nbytes() const { return staging_nbytes() + table_nbytes() + (owns_pool_ ? pool_->nbytes() : 0); }
 
 size_t KVCache::bytes_per_token() const {
   const size_t kv_row = 2 * LayerLayout{1, spec_.n_kv_heads, spec_.head_dim}.row_bytes();

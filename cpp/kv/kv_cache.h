@@ -1,15 +1,16 @@
-// KVCache: one sequence's K/V on the device — per-layer pools cut into blocks,
-// a block table per window group, per-layer lengths, and the two store paths.
+// KVCache: one sequence's K/V on the device — a block table per window group
+// over a KvPool (kv/kv_pool.h: per-layer pools cut into blocks, a BlockPool of
+// ids per group), per-layer lengths, and the two store paths.
 //
-// Layers of one window (0 = full) form a group: one BlockPool of block ids,
-// one BlockTable for the sequence, and in each layer a device buffer, its pool
-// (2, n_blocks * B, n_kv_heads, head_dim) half (layout: kv/kv_layout.h); the
-// group's table is mirrored in a device buffer of uint32 block ids that the
-// store and attention kernels read. Pools are sized at construction
-// (kv_layout.h, group_blocks): full layers hold capacity tokens and raise on
-// overflow (eviction comes later); a sliding layer's table lets blocks go as
-// its window moves, so its pool stays at about W + 2 * max_chunk slots. Only
-// the blit path's staging buffer and a sliding group's table mirror may grow.
+// Layers of one window (0 = full) form a group: the sequence's BlockTable
+// there, mirrored in a device buffer of uint32 block ids that the store and
+// attention kernels read. The pool is either the cache's own, sized at
+// construction for one sequence (kv_layout.h, group_blocks), or shared by
+// every cache of an engine (sized by a memory budget): then the cache holds
+// only the blocks its tables name. Full layers hold capacity tokens and raise
+// on overflow (eviction comes later); a sliding layer's table lets blocks go
+// as its window moves, so it needs about W + 2 * max_chunk slots. Only the
+// blit path's staging buffer and a sliding group's table mirror may grow.
 //
 // store() encodes one layer's new K/V rows through an EncoderSession:
 //   StorePath::compute  kv_store kernel into the open compute encoder; adds no encoder.
@@ -28,6 +29,7 @@
 #include "gpu/device.h"
 #include "kv/block_pool.h"
 #include "kv/encoder_session.h"
+#include "kv/kv_pool.h"
 #include "kv/kv_layout.h"
 #include "ops/ops.h"
 #include "ops/kv_store.h"
@@ -62,7 +64,9 @@ struct KVCacheSpec {
 
 class KVCache {
  public:
-  KVCache(gpu::DevicePtr device, KVCacheSpec spec);  // raises GpuError "[kv_cache] ..."
+  KVCache(gpu::DevicePtr device, KVCacheSpec spec);  // its own pool; raises GpuError "[kv_cache] ..."
+  // A sequence over a shared pool (same windows, heads and head_dim).
+  KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpec spec);
 
   const KVCacheSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return spec_.n_layers; }
@@ -136,36 +140,40 @@ class KVCache {
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
   void restore(gpu::CommandQueue& queue, const Checkpoint& cp);
 
+  const KvPool& pool() const { return *pool_; }
+  bool owns_pool() const { return owns_pool_; }
+
   // Byte accounting, exact.
-  size_t layer_nbytes(uint32_t layer) const;  // 2 * R * n_kv_heads * head_dim * 2
+  size_t layer_nbytes(uint32_t layer) const;  // the layer's pool: 2 * R * n_kv_heads * head_dim * 2
   size_t staging_nbytes() const;              // blit path staging (0 for compute)
   size_t table_nbytes() const;                // the tables' device mirrors
-  size_t nbytes() const;                      // all resident: pools + staging + tables
+  size_t held_nbytes() const;                 // the blocks its tables hold, in every layer
+  size_t nbytes() const;                      // what it owns: its pool (if its own) + staging + tables
   size_t bytes_per_token() const;             // one more context token: K+V row in each non-wrapping layer
 
  private:
-  // The layers of one window: their block ids, the sequence's table, its mirror.
+  // The sequence in one window group of the pool: its table and the mirror.
   struct Group {
     uint32_t window = 0;
     bool wraps = false;
     std::vector<uint32_t> layers;
-    std::unique_ptr<BlockPool> pool;
     std::unique_ptr<BlockTable> table;
     gpu::BufferPtr mirror;  // uint32 per logical block
   };
+  void init_groups();
   void check_layer(uint32_t layer) const;
   BufferView staging_for(uint32_t n_new);
   // Writes table entries [from_block, end) to the mirror, growing it if needed.
   void sync_table(Group& g, size_t from_block);
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
-  Group& group_of(uint32_t layer) { return groups_[group_index_[layer]]; }
-  const Group& group_of(uint32_t layer) const { return groups_[group_index_[layer]]; }
+  Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
+  const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 
   gpu::DevicePtr device_;
   KVCacheSpec spec_;
-  std::vector<gpu::BufferPtr> buffers_;  // one pool per layer
-  std::vector<Group> groups_;
-  std::vector<uint32_t> group_index_;    // per layer
+  std::shared_ptr<KvPool> pool_;
+  bool owns_pool_ = true;
+  std::vector<Group> groups_;  // per group of the pool
   std::vector<uint32_t> lengths_;
   gpu::BufferPtr staging_;  // (2, staging_rows_, n_kv_heads, head_dim) half; blit path only
   uint32_t staging_rows_ = 0;

@@ -9,9 +9,11 @@
 //                  take them again in position order and write exactly those;
 //   sliding group  every held block, when the call stores or truncates: its
 //                  window lets blocks go and the pool hands them out again.
-// Restoring gives the tables their old block ids back (the pool is the
-// cache's own, so they are free once the live tables let go) and copies the
-// saved blocks in; one blit command buffer each way.
+// Restoring gives the tables their old block ids back and copies the saved
+// blocks in; one blit command buffer each way. The ids are free once the live
+// tables let go: the cache's own pool has no other user, and an engine runs
+// one call at a time over its shared pool (what another cache frees meanwhile
+// only moves the free stack, never takes an id of this one).
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -22,7 +24,7 @@ namespace {
 enum class Direction { save, restore };
 
 // Copies the saved blocks of every layer of every group, one command buffer.
-void copy_blocks(gpu::CommandQueue& queue, const std::vector<gpu::BufferPtr>& pools,
+void copy_blocks(gpu::CommandQueue& queue, const KvPool& pools,
                  const std::vector<LayerLayout>& layouts, const std::vector<std::vector<uint32_t>>& group_layers,
                  const std::vector<KVCache::SavedBlocks>& saved, Direction dir) {
   auto cb = queue.command_buffer();
@@ -38,9 +40,9 @@ void copy_blocks(gpu::CommandQueue& queue, const std::vector<gpu::BufferPtr>& po
           const size_t in_pool = layouts[l].row_offset(kv, s.ids[b] * kBlockTokens);
           const size_t in_copy = (kv * n + b) * block;
           if (dir == Direction::save)
-            blit->copy(pools[l], in_pool, s.copies[i], in_copy, block);
+            blit->copy(pools.region(l).buffer, in_pool, s.copies[i], in_copy, block);
           else
-            blit->copy(s.copies[i], in_copy, pools[l], in_pool, block);
+            blit->copy(s.copies[i], in_copy, pools.region(l).buffer, in_pool, block);
         }
     }
   }
@@ -75,7 +77,7 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
       s.copies.push_back(device_->new_buffer(2 * s.ids.size() * kBlockTokens * layouts[g.layers[i]].row_bytes()));
     cp.blocks.push_back(std::move(s));
   }
-  copy_blocks(queue, buffers_, layouts, group_layers, cp.blocks, Direction::save);
+  copy_blocks(queue, *pool_, layouts, group_layers, cp.blocks, Direction::save);
   return cp;
 }
 
@@ -88,7 +90,7 @@ void KVCache::restore(gpu::CommandQueue& queue, const Checkpoint& cp) {
     sync_table(groups_[i], 0);
     group_layers.push_back(groups_[i].layers);
   }
-  copy_blocks(queue, buffers_, layouts, group_layers, cp.blocks, Direction::restore);
+  copy_blocks(queue, *pool_, layouts, group_layers, cp.blocks, Direction::restore);
   lengths_ = cp.lengths;
   tokens_ = cp.tokens;
   messages_ = cp.messages;

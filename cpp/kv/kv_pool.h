@@ -1,0 +1,74 @@
+// KvPool: the device memory of a paged KV cache — per layer one pool buffer,
+// (2, n_blocks * B, n_kv_heads, head_dim) half, cut into blocks of B =
+// kBlockTokens slots — and per window group (the layers of one window, 0 =
+// full) the BlockPool that hands out its block ids. Sequences (kv::KVCache)
+// hold block tables over it: one KvPool may serve one cache (sized for one
+// sequence) or every cache of an engine (sized by a memory budget).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpu/device.h"
+#include "kv/block_pool.h"
+#include "kv/kv_layout.h"
+#include "ops/ops.h"
+
+namespace mkv::kv {
+
+struct KvPoolSpec {
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  std::vector<uint32_t> windows;       // per layer: 0 = full, W = sliding
+  std::vector<uint32_t> group_blocks;  // per group, in order of first appearance in windows
+};
+
+class KvPool {
+ public:
+  KvPool(gpu::DevicePtr device, KvPoolSpec spec);  // raises GpuError "[kv_pool] ..."
+
+  // The blocks one sequence of `capacity` tokens needs in each group (see
+  // kv_layout.h group_blocks), groups in order of first appearance.
+  static std::vector<uint32_t> sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,
+                                               uint32_t max_chunk);
+  // A pool in `bytes` (or less): the sequence's blocks of each group scaled
+  // by bytes / (one sequence's bytes), full groups rounded down, sliding ones
+  // at least one sequence's (a sliding layer needs its whole window to run).
+  // Raises ArgumentError(kv_memory) when that does not fit, or leaves a group
+  // without a block.
+  static KvPoolSpec for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
+                               uint32_t capacity, uint32_t max_chunk, size_t bytes);
+  // Bytes of a pool with these blocks per group.
+  static size_t pool_bytes(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
+                           const std::vector<uint32_t>& group_blocks);
+
+  const KvPoolSpec& spec() const { return spec_; }
+  uint32_t n_layers() const { return uint32_t(spec_.windows.size()); }
+  uint32_t n_groups() const { return uint32_t(groups_.size()); }
+  uint32_t group_of(uint32_t layer) const;
+  uint32_t group_window(uint32_t group) const { return groups_.at(group).window; }
+  const std::vector<uint32_t>& group_layers(uint32_t group) const { return groups_.at(group).layers; }
+  BlockPool& blocks(uint32_t group) { return *groups_.at(group).pool; }
+  const BlockPool& blocks(uint32_t group) const { return *groups_.at(group).pool; }
+
+  ops::BufferView region(uint32_t layer) const;  // the layer's pool buffer
+  LayerLayout layout(uint32_t layer) const;      // slots = its group's blocks * B
+  size_t block_bytes(uint32_t group) const;      // one block id: its K and V rows in every layer of the group
+  size_t nbytes() const;                         // every layer's pool buffer
+
+ private:
+  struct Group {
+    uint32_t window = 0;
+    std::vector<uint32_t> layers;
+    std::unique_ptr<BlockPool> pool;
+  };
+  void check_layer(uint32_t layer) const;
+  KvPoolSpec spec_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> group_index_;  // per layer
+  std::vector<gpu::BufferPtr> buffers_;
+};
+
+}  // namespace mkv::kv

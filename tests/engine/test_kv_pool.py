@@ -1,0 +1,123 @@
+"""One KV pool for every cache of an engine (Engine.load(kv_memory=...)): sized
+from the budget by the documented rule, caches holding only the blocks they
+use, generation identical to caches with pools of their own, and a full pool a
+clear error that leaves the cache as it was."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv.model_spec import parse_kv_memory
+from devices import TEST_DEVICE  # tests/ is on sys.path
+
+B = 32  # metalkv._core.BLOCK_TOKENS, restated
+
+
+def greedy(engine, ids, cache=None, n=8):
+    return engine.generate_ids(ids, cache=cache, max_tokens=n, temperature=0.0, stop_ids=())
+
+
+def sequence_blocks(window: int, capacity: int, max_chunk: int) -> int:
+    """docs/KV_CACHE.md: a full layer's pool, or a sliding one's (window, chunk, history)."""
+    full = math.ceil(capacity / B)
+    return full if window == 0 else min(full, math.ceil((window + 2 * max_chunk - 1) / B) + 1)
+
+
+@pytest.fixture(scope="module")
+def tiny_paths(tiny_gguf, tiny_sliding_dir):
+    return {"tiny": tiny_gguf, "sliding": tiny_sliding_dir}
+
+
+def load(path, **kw):
+    return metalkv.Engine.load(path, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False, **kw)
+
+
+@pytest.mark.parametrize("model", ["tiny", "sliding"])
+def test_pool_size_follows_the_budget(tiny_paths, model):
+    own = load(tiny_paths[model])
+    windows = own.new_cache().windows
+    layer_block = 2 * B * own.config.n_kv_heads * own.config.head_dim * 2  # K+V rows of one block, one layer
+    groups = list(dict.fromkeys(windows))
+    one = {w: sequence_blocks(w, 64, 4) for w in groups}
+    one_seq = sum(one[w] * layer_block for w in windows)
+    engine = load(tiny_paths[model], kv_memory=10 * one_seq + 100)
+    pool = engine.kv_pool
+    assert [g["window"] for g in pool["groups"]] == groups
+    for g in pool["groups"]:
+        w = g["window"]
+        assert g["layers"] == [l for l, x in enumerate(windows) if x == w]
+        bounded = w != 0 and one[w] < math.ceil(64 / B)
+        assert g["blocks"] == max(one[w], 10 * one[w]) if bounded else g["blocks"] == 10 * one[w]
+        assert g["free_blocks"] == g["blocks"] and g["block_bytes"] == layer_block * len(g["layers"])
+    assert pool["nbytes"] == sum(g["blocks"] * g["block_bytes"] for g in pool["groups"]) <= 10 * one_seq + 100
+    assert own.kv_pool is None
+
+
+@pytest.mark.parametrize("model", ["tiny", "sliding"])
+def test_caches_share_the_pool_and_give_blocks_back(tiny_paths, model):
+    own = load(tiny_paths[model])
+    engine = load(tiny_paths[model], kv_memory="1MB")
+    prompts = [list(range(1, 14)), [7, 3, 9, 2, 2, 5], list(range(20, 50))]
+    caches = [engine.new_cache() for _ in prompts]
+    assert all(c.shares_pool for c in caches) and not own.new_cache().shares_pool
+    for ids, cache in zip(prompts, caches):
+        # the same ids as a cache with a pool of its own (the reference path)
+        assert greedy(engine, ids, cache) == greedy(own, ids)
+    held = sum(c.held_nbytes for c in caches)
+    pool = engine.kv_pool
+    used = sum((g["blocks"] - g["free_blocks"]) * g["block_bytes"] for g in pool["groups"])
+    assert held == used > 0
+    assert all(c.nbytes < c.held_nbytes for c in caches)  # a shared cache owns only its tables' mirrors
+    del caches, cache
+    assert all(g["free_blocks"] == g["blocks"] for g in engine.kv_pool["groups"])
+
+
+def test_a_continued_conversation_in_a_shared_cache_matches_its_own(tiny_paths):
+    own, shared = load(tiny_paths["sliding"]), load(tiny_paths["sliding"], kv_memory="1MB")
+    a, b = own.new_cache(), shared.new_cache()
+    for ids in ([1, 2, 3, 4, 5, 6, 7, 8, 9], [11, 12], [30, 31, 32, 33, 34, 35]):
+        assert greedy(own, ids, a) == greedy(shared, ids, b)
+    assert list(a.tokens) == list(b.tokens)
+
+
+def test_a_full_pool_is_a_clear_error_and_changes_nothing(tiny_paths):
+    probe = load(tiny_paths["tiny"])
+    layer_block = 2 * B * probe.config.n_kv_heads * probe.config.head_dim * 2
+    n_layers = probe.config.n_layers
+    engine = load(tiny_paths["tiny"], kv_memory=3 * layer_block * n_layers)  # 3 blocks: 96 tokens in all
+    assert engine.kv_pool["groups"][0]["blocks"] == 3
+    first = engine.new_cache()
+    greedy(engine, list(range(1, 41)), first, n=1)  # 40 tokens: 2 blocks
+    second = engine.new_cache()
+    before = engine.kv_pool["groups"][0]["free_blocks"]
+    # The first 32 tokens fit in the free block; the chunk at 32 finds none, and the
+    # call puts the cache (and its block) back.
+    with pytest.raises(metalkv.GpuError, match=r"\[kv_cache\] the KV pool is full: layer 0 \(window 0\) needs 1 "
+                                               r"more blocks of 32 tokens and 0 of its group's 3 are free"):
+        greedy(engine, list(range(1, 41)), second, n=1)
+    assert second.length(0) == 0 and list(second.tokens) == []
+    assert engine.kv_pool["groups"][0]["free_blocks"] == before
+    del first
+    assert greedy(engine, list(range(1, 41)), second, n=1) == greedy(probe, list(range(1, 41)), n=1)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, 0), (4096, 4096), ("4GB", 4 * 10**9), ("512 MiB", 512 * 2**20), ("1.5gb", 1_500_000_000),
+    ("64kib", 65536), (" 7 ", 7)])
+def test_kv_memory_sizes(value, expected):
+    assert parse_kv_memory(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -5, True, "4 parsecs", "GB", "", 3.5, "0MB"])
+def test_bad_kv_memory(tiny_paths, value):
+    with pytest.raises(metalkv.ArgumentError, match=r"kv_memory"):
+        load(tiny_paths["tiny"], kv_memory=value)
+
+
+def test_a_budget_below_one_block_says_what_one_takes(tiny_paths):
+    with pytest.raises(metalkv.ArgumentError, match=r"\[kv_pool\] kv_memory 1000 bytes holds no block of the layers of "
+                                               r"window 0 \(one block: \d+ bytes in each of their layers"):
+        load(tiny_paths["tiny"], kv_memory=1000)
