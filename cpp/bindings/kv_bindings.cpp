@@ -275,7 +275,23 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "Forgets every token from position n on (all layers), so the next token goes to position n. "
            "A sliding layer can always go back to max_chunk positions before the start of its last append "
            "(more while its oldest block is held); raises GpuError when the window at n needs positions it let go.")
-      .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0, no tokens, no messages.");
+      .def("reset", [](PyKVCache& c) { c.cache->reset(); }, "Every layer back to length 0, no tokens, no messages.")
+      .def("begin_at", [](PyKVCache& c, const std::vector<uint32_t>& first) { c.cache->begin_at(first); }, "first"_a,
+           "An empty cache whose layer l starts at position first[l] (layers of a window together, full layers at "
+           "0): how a saved cache is read back.")
+      .def("record_tokens",
+           [](PyKVCache& c, const std::vector<int32_t>& ids) { c.cache->record_tokens(ids.data(), uint32_t(ids.size())); },
+           "ids"_a, "Appends to tokens (what an engine fed); for reading a saved cache back.")
+      .def_prop_rw(
+          "model_fingerprint", [](const PyKVCache& c) { return c.cache->model_fingerprint(); },
+          [](PyKVCache& c, const std::string& f) { c.cache->set_model_fingerprint(f); },
+          "The model whose rows the cache holds (set by the Engine that made it; '' otherwise).")
+      .def(
+          "save",
+          [](nb::handle self, nb::object path) { nb::module_::import_("metalkv.cache_file").attr("save_cache")(self, path); },
+          "path"_a,
+          "Writes the cache to one safetensors file, atomically: its rows, token ids, chat, the model's "
+          "fingerprint, the KV format and a format version (metalkv.cache_file; Engine.load_cache reads it).");
 
   ops_m.def(
       "rope",

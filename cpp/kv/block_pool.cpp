@@ -199,6 +199,14 @@ void BlockTable::truncate(uint32_t n) {
   valid_from_ = std::min(valid_from_, n);
 }
 
+void BlockTable::skip_to(uint32_t n) {
+  if (length_ != 0 || !blocks_.empty()) fail("block_table", "skip_to needs an empty table");
+  if (n != 0 && window_ == 0) fail("block_table", "a full table cannot start at position " + str(n));
+  blocks_.assign(blocks_for(n), -1);
+  length_ = n;
+  valid_from_ = n;
+}
+
 void BlockTable::share_prefix(const BlockTable& other, uint32_t n) {
   if (&other.pool_ != &pool_ || other.window_ != window_ || other.history_ != history_)
     fail("block_table", "sharing a prefix needs tables of one pool and one window");

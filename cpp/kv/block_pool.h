@@ -95,6 +95,10 @@ class BlockTable {
   // raises when the window at n needs positions it has already let go.
   void truncate(uint32_t n);
   void check_truncate(uint32_t n) const;  // the checks truncate(n) makes, changing nothing
+  // An empty sliding table starts at position n: positions before n are
+  // outside every window it will serve (a saved cache read back). Raises for
+  // a full table or one that holds anything.
+  void skip_to(uint32_t n);
   // Becomes a table over the first n positions of `other` without copying:
   // shares its blocks (the last one copy-on-write if partly filled).
   void share_prefix(const BlockTable& other, uint32_t n);

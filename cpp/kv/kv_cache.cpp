@@ -206,8 +206,11 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   // group already holds: they, and its window, must not have been let go.
   const BlockTable& t = *group_of(layer).table;
   const uint32_t w = spec_.windows[layer];
-  const uint32_t first = n < w ? 0 : n - w + 1;  // (full tables never let go)
-  for (uint32_t pos = first; w != 0 && pos < std::min(t.length(), n + n_new); pos += kBlockTokens - pos % kBlockTokens)
+  // (full tables never let go; positions before first_valid were never stored: a
+  // table that began there, a saved cache read back, serves no window before it)
+  const uint32_t first = std::max(n < w ? 0 : n - w + 1, t.first_valid());
+  for (uint32_t pos = first; w != 0 && n < t.length() && pos < std::min(t.length(), n + n_new);
+       pos += kBlockTokens - pos % kBlockTokens)
     if (t.blocks()[pos / kBlockTokens] < 0)
       fail("layer " + str(layer) + " holds " + str(n) + " tokens, behind the " + str(t.length()) +
            " of its window group (window " + str(w) + "), which has let go of position " + str(pos) +
@@ -286,6 +289,26 @@ void KVCache::reset() {
   std::fill(lengths_.begin(), lengths_.end(), 0u);
   tokens_.clear();
   messages_.clear();
+}
+
+void KVCache::begin_at(const std::vector<uint32_t>& first) {
+  if (first.size() != spec_.n_layers)
+    fail("begin_at has " + str(first.size()) + " positions; expected one per layer (" + str(spec_.n_layers) + ")");
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (lengths_[l] != 0) fail("begin_at needs an empty cache; layer " + str(l) + " holds " + str(lengths_[l]));
+  for (const Group& g : groups_)
+    for (uint32_t l : g.layers) {
+      if (first[l] != first[g.layers[0]])
+        fail("layers " + str(g.layers[0]) + " and " + str(l) + " share a window (" + str(g.window) +
+             ") and must start together, not at " + str(first[g.layers[0]]) + " and " + str(first[l]));
+      if (g.window == 0 && first[l] != 0)
+        fail("layer " + str(l) + " is a full layer; it starts at 0, not " + str(first[l]));
+    }
+  for (Group& g : groups_) {
+    g.table->skip_to(first[g.layers[0]]);
+    sync_table(g, 0);
+  }
+  lengths_ = first;
 }
 
 size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }

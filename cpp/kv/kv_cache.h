@@ -109,6 +109,16 @@ class KVCache {
 
   void reset();  // every layer back to n = 0, no tokens, no messages
 
+  // An empty cache whose layer l starts at position first[l] (a saved cache
+  // read back: its sliding layers held only their last positions). Layers of
+  // one window group start together; full layers start at 0.
+  void begin_at(const std::vector<uint32_t>& first);
+
+  // The model the cache's rows belong to (set by the engine that made it;
+  // "" for a cache made by hand), written into saved caches.
+  const std::string& model_fingerprint() const { return fingerprint_; }
+  void set_model_fingerprint(std::string f) { fingerprint_ = std::move(f); }
+
   // The token ids an engine fed, in order (what repetition penalty and chat
   // continuation look at). Stores through store() alone (tests, tools) record
   // none; truncate() and reset() keep them in step with the layers.
@@ -179,6 +189,7 @@ class KVCache {
   uint32_t staging_rows_ = 0;
   std::vector<int32_t> tokens_;        // ids fed by an engine
   std::vector<ChatMessage> messages_;  // the chat they render, if any
+  std::string fingerprint_;
 };
 
 }  // namespace mkv::kv

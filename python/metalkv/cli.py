@@ -60,6 +60,11 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    p.add_argument("--load-cache", default=None, metavar="FILE",
+                   help="start from a KV cache saved with --save-cache (the same model): its conversation goes on")
+    p.add_argument("--save-cache", default=None, metavar="FILE",
+                   help="save the KV cache to FILE (safetensors, written atomically) after the reply"
+                        " (chat: after every reply)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -131,10 +136,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not prompt.strip():
         raise CliError("the prompt is empty" + (" (standard input had no text)" if args.prompt == "-" else ""))
     engine = _load(args)
-    cache = engine.new_cache()
+    cache = _first_cache(engine, args)
     _stream_reply(engine, prompt, cache, chat=not args.no_chat, **options)
     print(_closing_line(engine.last_stats, cache), file=sys.stderr)
+    if args.save_cache:
+        cache.save(args.save_cache)
     return 0
+
+
+def _first_cache(engine, args: argparse.Namespace):
+    """The cache of --load-cache, or a new one."""
+    if not args.load_cache:
+        return engine.new_cache()
+    cache = engine.load_cache(args.load_cache)
+    print(f"[loaded {args.load_cache}: {cache.length(0)} tokens, {len(cache.messages)} messages]", file=sys.stderr)
+    return cache
 
 
 CHAT_HELP = "type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops a reply."
@@ -149,7 +165,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
-    cache = engine.new_cache()
+    cache = _first_cache(engine, args)
     print(f"metalkv chat: {CHAT_HELP}", file=sys.stderr)
     while True:
         try:
@@ -187,6 +203,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                   f"{cache.length(0)} are used. /reset starts over; --context sets a larger cache]", file=sys.stderr)
             continue
         print(_closing_line(engine.last_stats, cache), file=sys.stderr)
+        if args.save_cache:
+            cache.save(args.save_cache)
         if engine.last_stats["finish_reason"] == "context_full":
             print(f"[the context is full ({cache.length(0)}/{cache.capacity} tokens): /reset starts over; "
                   f"restart with a larger --context to keep longer conversations]", file=sys.stderr)

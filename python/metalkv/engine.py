@@ -24,7 +24,7 @@ from . import _core
 from ._device import open_device
 from .errors import ArgumentError, argument_error
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
-                         parse_kv_memory)
+                         model_fingerprint, parse_kv_memory)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
@@ -97,8 +97,9 @@ class Engine:
     """A model on a device. Build with Engine.load()."""
 
     def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
-                 weight_tensors: dict[str, DeviceTensor] | None = None):
+                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = ""):
         self._loaded = loaded
+        self._fingerprint = fingerprint
         self._core = core
         self._capacity = capacity
         self._weight_tensors = dict(weight_tensors or {})
@@ -137,8 +138,9 @@ class Engine:
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
+        fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity, tensors)
+        return cls(loaded, core, capacity, tensors, fingerprint)
 
     @property
     def config(self) -> ModelConfig:
@@ -180,7 +182,23 @@ class Engine:
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
-        return self._core.new_cache(cap, store)
+        cache = self._core.new_cache(cap, store)
+        cache.model_fingerprint = self._fingerprint
+        return cache
+
+    @property
+    def fingerprint(self) -> str:
+        """The model's fingerprint (model_spec.model_fingerprint), which saved caches carry."""
+        return self._fingerprint
+
+    def load_cache(self, path: str | os.PathLike) -> "_core.KVCache":
+        """The cache saved at `path` (cache.save), on this engine: its rows, token ids and
+        chat, so generation continues exactly as if it had never been saved. Raises
+        CacheFileError for a missing, truncated or corrupt file, one saved from another
+        model, or a format version this metalkv does not read."""
+        from .cache_file import load_cache
+
+        return load_cache(self, path)
 
     @property
     def context(self) -> int:

@@ -5,13 +5,20 @@
                     and .expected say what was given and what is allowed. The C++
                     core raises the same class (its checks are the ones that count).
     ModelLoadError  a model file that cannot be found, read or understood.
+    CacheFileError  a saved KV cache that cannot be read, or belongs to another
+                    model or format version (metalkv.cache_file).
 """
 from __future__ import annotations
 
 from ._core import ArgumentError
 from .models import ModelLoadError
 
-__all__ = ["ArgumentError", "ModelLoadError", "argument_error"]
+__all__ = ["ArgumentError", "CacheFileError", "ModelLoadError", "argument_error"]
+
+
+class CacheFileError(ValueError):
+    """A saved cache file that cannot be used: missing, truncated, corrupt, from
+    another model, or of a format version this metalkv does not read."""
 
 
 def argument_error(op: str, name: str, value, expected: str) -> ArgumentError:

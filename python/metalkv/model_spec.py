@@ -197,6 +197,34 @@ def check_context(context: int | None) -> None:
         raise argument_error("engine", "context", context, "a positive int (tokens a cache holds)")
 
 
+_FINGERPRINT_SAMPLE = 1 << 16  # bytes hashed at the start, middle and end of a large tensor
+
+
+def model_fingerprint(loaded: LoadedModel, quantize: str | None) -> str:
+    """What a saved cache is checked against (metalkv.cache_file): SHA-256 over the
+    config, the quantize option, and every tensor's name, type and shape plus its
+    bytes (all of them up to 3 x 64 KiB, else 64 KiB at its start, middle and end).
+    Another model, quantization or checkpoint changes it; two files with the same
+    tensors and config give the same one. Not a guard against deliberate edits:
+    hashing every byte of an 8B model would add seconds to each load."""
+    import hashlib
+
+    h = hashlib.sha256(repr(loaded.config).encode())
+    h.update(repr(quantize).encode())
+    for name in sorted(loaded.tensors):
+        t = loaded.tensors[name]
+        h.update(f"{name}|{t.dtype}|{t.shape}|".encode())
+        raw = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)
+        n = _FINGERPRINT_SAMPLE
+        if raw.size <= 3 * n:
+            h.update(raw.tobytes())
+        else:
+            mid = raw.size // 2
+            for part in (raw[:n], raw[mid:mid + n], raw[-n:]):
+                h.update(part.tobytes())
+    return h.hexdigest()[:32]
+
+
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 

@@ -129,3 +129,30 @@ def test_quantize_flag(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["generate", "abc", "--quantize", "q5_0"] + flags)
     assert e.value.code == 2 and "invalid choice: 'q5_0'" in capsys.readouterr().err
+
+
+def test_save_and_load_cache_continue_the_conversation(engine, monkeypatch, capsys, tmp_path):
+    """generate --save-cache, then chat --load-cache: the second turn is what one
+    uninterrupted conversation gives (greedy), and feeds only the new message."""
+    f = tmp_path / "conv.safetensors"
+    base = ["--max-tokens", "10", "--device", "host", "--context", "256", "--temperature", "0"]
+    assert cli.main(["generate", "My name is Ana.", "--save-cache", str(f)] + base) == 0
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is my name?\n/exit\n"))
+    assert cli.main(["chat", "--load-cache", str(f), "--save-cache", str(f)] + base) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"\[loaded .*conv\.safetensors: \d+ tokens, 2 messages\]", err)
+    straight = engine.new_cache()
+    engine.generate("My name is Ana.", cache=straight, max_tokens=10, temperature=0.0)
+    reply = engine.generate("What is my name?", cache=straight, max_tokens=10, temperature=0.0)
+    assert out == f"> {reply}\n> "  # input()'s prompts around the reply
+    fed = [int(n) for n in re.findall(r"\[(\d+) prompt tokens", err)]
+    assert fed == [engine.last_stats["prompt_tokens"]]
+    assert engine.load_cache(f).messages == straight.messages  # chat saved it again after the turn
+
+
+def test_load_cache_errors_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 16)
+    assert cli.main(["generate", "hi", "--device", "host", "--load-cache", str(bad)]) == 2
+    assert re.search(r"metalkv: error: \[cache_file\] .*bad\.safetensors", capsys.readouterr().err)

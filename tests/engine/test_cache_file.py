@@ -1,0 +1,155 @@
+"""Saved caches (cache.save / Engine.load_cache): a loaded cache continues exactly
+as the uninterrupted one (the same logits, bit for bit, and the same ids), on
+full and sliding models, own and shared pools; the file is a safetensors file
+the safetensors package reads; another model, another version, a truncated or
+corrupt file are clear errors."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv import cache_file
+from devices import TEST_DEVICE  # tests/ is on sys.path
+
+
+def load(path, **kw):
+    return metalkv.Engine.load(path, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_gguf, tiny_sliding_dir):
+    return {"tiny": load(tiny_gguf), "sliding": load(tiny_sliding_dir),
+            "shared": load(tiny_sliding_dir, kv_memory="1MB")}
+
+
+def greedy(engine, ids, cache, n=6):
+    return engine.generate_ids(ids, cache=cache, max_tokens=n, temperature=0.0, stop_ids=())
+
+
+@pytest.mark.parametrize("model", ["tiny", "sliding", "shared"])
+def test_a_loaded_cache_continues_as_if_never_saved(engines, model, tmp_path):
+    engine = engines[model]
+    first, second = list(range(1, 46)), [5, 9, 2]  # 45 + 5 stored: the sliding layers have let a block go
+    straight = engine.new_cache()
+    greedy(engine, first, straight)
+    saved = engine.new_cache()
+    greedy(engine, first, saved)
+    saved.messages = [{"role": "user", "content": "hi"}]
+    straight.messages = [{"role": "user", "content": "hi"}]
+    f = tmp_path / "c.safetensors"
+    saved.save(f)
+    loaded = engine.load_cache(f)
+    assert [loaded.length(l) for l in range(loaded.n_layers)] == [straight.length(l) for l in range(straight.n_layers)]
+    assert list(loaded.tokens) == list(straight.tokens) and loaded.messages == straight.messages
+    for l in range(loaded.n_layers):  # the same rows at the same positions
+        for c in (loaded, straight):
+            assert (np.asarray(c.positions(l)) >= 0).sum() == (np.asarray(straight.positions(l)) >= 0).sum()
+    np.testing.assert_array_equal(engine.logits(second, cache=loaded), engine.logits(second, cache=straight))
+    assert greedy(engine, [7, 7], loaded) == greedy(engine, [7, 7], straight)
+
+
+def test_the_file_is_safetensors_with_its_metadata(engines, tmp_path):
+    from safetensors import safe_open
+
+    engine = engines["sliding"]
+    cache = engine.new_cache()
+    greedy(engine, list(range(1, 46)), cache)
+    f = tmp_path / "c.safetensors"
+    cache.save(f)
+    with safe_open(str(f), framework="numpy") as st:
+        meta = st.metadata()
+        assert meta["format"] == "metalkv-kv-cache" and meta["format_version"] == "1"
+        assert meta["model_fingerprint"] == engine.fingerprint and meta["kv_format"] == "f16"
+        assert json.loads(meta["tokens"]) == list(cache.tokens) and int(meta["length"]) == cache.length(0)
+        firsts = json.loads(meta["first_positions"])
+        for l in range(cache.n_layers):
+            k = st.get_tensor(f"layer.{l}.k")
+            assert k.dtype == np.float16 and k.shape == (cache.length(l) - firsts[l], cache.n_kv_heads, cache.head_dim)
+            pos = np.asarray(cache.positions(l))
+            slot = int(np.flatnonzero(pos == cache.length(l) - 1)[0])  # the last position's row
+            np.testing.assert_array_equal(k[-1], np.asarray(cache.keys(l))[slot])
+        windows = json.loads(meta["windows"])
+        assert any(w and f > 0 for w, f in zip(windows, firsts))  # sliding layers saved only what they hold
+        assert all(f == 0 for w, f in zip(windows, firsts) if w == 0)
+    assert not list(tmp_path.glob(".c.safetensors.*"))  # no temporary file left
+
+
+def saved(engines, tmp_path, model="tiny") -> pathlib.Path:
+    engine = engines[model]
+    cache = engine.new_cache()
+    greedy(engine, list(range(1, 20)), cache)
+    f = tmp_path / "c.safetensors"
+    cache.save(f)
+    return f
+
+
+def rewrite_metadata(f: pathlib.Path, **changes) -> None:
+    raw = f.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"].update(changes)
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    f.write_bytes(len(blob).to_bytes(8, "little") + blob + raw[8 + n:])
+
+
+def test_another_model_is_refused(engines, tmp_path):
+    f = saved(engines, tmp_path, "tiny")
+    with pytest.raises(metalkv.CacheFileError, match=r"was saved from another model \(fingerprint"):
+        engines["sliding"].load_cache(f)
+
+
+def test_an_unknown_version_is_refused(engines, tmp_path):
+    f = saved(engines, tmp_path)
+    rewrite_metadata(f, format_version="2")
+    with pytest.raises(metalkv.CacheFileError, match=r"has format version 2; this metalkv reads versions 1 "
+                                                     r"\(a newer metalkv wrote it\)"):
+        engines["tiny"].load_cache(f)
+
+
+def test_truncated_and_corrupt_files_are_refused(engines, tmp_path):
+    f = saved(engines, tmp_path)
+    good = f.read_bytes()
+    f.write_bytes(good[:-100])
+    with pytest.raises(metalkv.CacheFileError, match=r"\[cache_file\] .*truncated"):
+        engines["tiny"].load_cache(f)
+    flipped = bytearray(good)
+    flipped[-7] ^= 0x40  # one bit of the last V row
+    f.write_bytes(bytes(flipped))
+    with pytest.raises(metalkv.CacheFileError, match=r"does not match its SHA-256: the file is corrupt"):
+        engines["tiny"].load_cache(f)
+    f.write_bytes(b"not a cache at all")
+    with pytest.raises(metalkv.CacheFileError, match=r"\[cache_file\]"):
+        engines["tiny"].load_cache(f)
+    f.write_bytes(good)
+    rewrite_metadata(f, format="something-else")
+    with pytest.raises(metalkv.CacheFileError, match=r"is not a metalkv cache file"):
+        engines["tiny"].load_cache(f)
+    with pytest.raises(metalkv.CacheFileError, match=r"No such file"):
+        engines["tiny"].load_cache(tmp_path / "missing.safetensors")
+
+
+def test_saving_replaces_the_file_whole(engines, tmp_path):
+    engine = engines["tiny"]
+    f = saved(engines, tmp_path)
+    small = engine.new_cache()
+    greedy(engine, [1, 2, 3], small)
+    small.save(f)
+    assert engine.load_cache(f).length(0) == small.length(0)
+
+
+def test_a_cache_without_an_engine_cannot_be_saved(tmp_path):
+    cache = metalkv.KVCache(metalkv.device("host"), 1, 1, 32, 64)
+    with pytest.raises(metalkv.CacheFileError, match=r"was not made by an Engine"):
+        cache.save(tmp_path / "c.safetensors")
+
+
+def test_reading_stays_for_every_version_written():
+    """Older versions of our own format stay readable: every version ever written
+    keeps its reader (a new version adds one)."""
+    assert cache_file.VERSION in cache_file.READABLE_VERSIONS
+    assert list(cache_file.READABLE_VERSIONS) == list(range(1, cache_file.VERSION + 1))
