@@ -211,7 +211,8 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "command buffer through one encoder session, as the model will (see last_append_counters).")
       .def("keys", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 0); }, "layer"_a,
            "The layer's K block as float16 (slots, n_kv_heads, head_dim): a writable zero-copy view where the CPU "
-           "sees the memory (host, metal), a copy on a discrete GPU (cuda).")
+           "sees the memory (host, metal), a copy on a discrete GPU (cuda). Over a shared pool it is the whole "
+           "pool (other caches' rows included); positions() marks the slots this cache holds.")
       .def("values", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 1); }, "layer"_a,
            "The layer's V block, as keys().")
       .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
