@@ -2,8 +2,10 @@
 // (cpp/kv/block_pool.h), bound for tests and tools; no device memory.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <tuple>
 #include <utility>
 
 #include "bindings.h"
@@ -32,10 +34,25 @@ void bind_blocks(nb::module_& m, nb::module_&) {
   nb::class_<kv::BlockTable>(m, "BlockTable",
                              "One sequence's blocks in one window group: position p is slot "
                              "blocks[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS.")
-      .def(nb::init<kv::BlockPool&, uint32_t>(), "pool"_a, "window"_a = 0, nb::keep_alive<1, 2>(),
-           "window 0: a full layer; W: a sliding layer, whose blocks leave as positions advance.")
+      .def(nb::init<kv::BlockPool&, uint32_t, uint32_t>(), "pool"_a, "window"_a = 0, "history"_a = 0,
+           nb::keep_alive<1, 2>(),
+           "window 0: a full layer; W: a sliding layer, whose blocks leave as positions advance, keeping "
+           "`history` positions more than the window.")
       .def_prop_ro("length", &kv::BlockTable::length)
       .def_prop_ro("window", &kv::BlockTable::window)
+      .def_prop_ro("history", &kv::BlockTable::history)
+      .def_prop_ro("first_valid", &kv::BlockTable::first_valid,
+                   "Lowest position whose row was stored (after skip_to, or a window of 1 truncated into a let-go block).")
+      .def("can_append", &kv::BlockTable::can_append, "n"_a, "Whether append(n) would find its blocks.")
+      .def("skip_to", &kv::BlockTable::skip_to, "n"_a, "An empty sliding table starts at position n.")
+      .def("state", [](const kv::BlockTable& t) {
+             const kv::BlockTable::State st = t.state();
+             return std::make_tuple(st.length, st.valid_from, st.blocks);
+           }, "(length, first_valid, blocks): the table as data.")
+      .def("restore", [](kv::BlockTable& t, uint32_t length, uint32_t valid_from, const std::vector<int64_t>& blocks) {
+             t.restore({length, valid_from, blocks});
+           }, "length"_a, "first_valid"_a, "blocks"_a,
+           "Lets go of what it holds, then takes exactly those block ids again (raises if one is not free).")
       .def_prop_ro("blocks", &kv::BlockTable::blocks, "Physical block per logical block; -1 where it left.")
       .def_prop_ro("held_blocks", &kv::BlockTable::held_blocks)
       .def("slot", &kv::BlockTable::slot, "pos"_a)

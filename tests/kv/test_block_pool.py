@@ -59,10 +59,10 @@ def check(pool, tables, expected, mem):
         assert pool.owners(b) == n
 
 
-@pytest.mark.parametrize("window", [0, 1, 45, 64, 100])
+@pytest.mark.parametrize("window,history", [(0, 0), (1, 0), (45, 0), (64, 0), (100, 0), (45, 7), (1, 33)])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_operations_keep_every_table_whole(window, seed):
-    rng = np.random.default_rng(seed * 7 + window)
+def test_random_operations_keep_every_table_whole(window, history, seed):
+    rng = np.random.default_rng(seed * 7 + window + history)
     pool = BlockPool(64)
     mem = Memory()
     tables, expected = [], {}
@@ -72,28 +72,29 @@ def test_random_operations_keep_every_table_whole(window, seed):
         op = rng.choice(["append", "append", "append", "share", "truncate", "drop"])
         if op == "append" or not tables:
             if not tables or rng.random() < 0.1:
-                tables.append(BlockTable(pool, window))
+                tables.append(BlockTable(pool, window, history))
                 expected[id(tables[-1])] = []
             t = tables[rng.integers(len(tables))]
             n = int(rng.choice([1, 1, 3, B - 1, B, B + 5, 70]))
             values = [next(counter) for _ in range(n)]
             need, free, before = t.blocks_needed(n), pool.free_count, (t.length, list(t.blocks))
+            fits = t.can_append(n)
             try:
                 mem.store(t, values)
             except metalkv.GpuError as e:
-                assert "are free" in str(e)
+                assert "are free" in str(e) and not fits
                 assert (t.length, list(t.blocks)) == before and pool.free_count == free  # all or nothing
                 continue
-            assert pool.free_count >= free - need
+            assert fits and pool.free_count >= free - need
             expected[id(t)] += values
         elif op == "share":
             src = tables[rng.integers(len(tables))]
             n = int(rng.integers(0, src.length + 1))
             if lost_at(src, n):
                 with pytest.raises(metalkv.GpuError, match="has left the window"):
-                    BlockTable(pool, window).share_prefix(src, n)
+                    BlockTable(pool, window, history).share_prefix(src, n)
                 continue
-            t = BlockTable(pool, window)
+            t = BlockTable(pool, window, history)
             t.share_prefix(src, n)
             tables.append(t)
             expected[id(t)] = list(expected[id(src)][:n])
@@ -185,3 +186,53 @@ def test_errors_say_what_and_how_much():
         pool.release(1)
     with pytest.raises(metalkv.GpuError, match="at least one block"):
         BlockPool(0)
+
+
+def test_history_keeps_positions_for_truncate():
+    """A sliding table lets a block go only once it lies wholly before the window
+    of the append's first query less `history` positions. Window 40, 300 one-token
+    appends: the last started at 299, whose window starts at 260 (block 8); going
+    back 9 tokens to 291 needs 252 (block 7), which history 8 kept and 0 let go."""
+    kept, plain = BlockTable(BlockPool(16), 40, history=8), BlockTable(BlockPool(16), 40)
+    for t in (kept, plain):
+        for _ in range(300):
+            t.append(1)
+    assert kept.blocks[7] >= 0 and all(b < 0 for b in kept.blocks[:7])
+    assert plain.blocks[7] < 0 and plain.blocks[8] >= 0
+    kept.truncate(291)
+    assert kept.length == 291
+    with pytest.raises(metalkv.GpuError, match="position 252, which the window at 291 needs, has left the pool"):
+        plain.truncate(291)
+
+
+def test_skip_to_starts_a_sliding_table_later():
+    pool = BlockPool(4)
+    t = BlockTable(pool, 10)
+    t.skip_to(70)
+    assert (t.length, t.first_valid, t.held_blocks, len(t.blocks)) == (70, 70, 0, 3)
+    t.append(3)
+    assert t.held_blocks == 1 and t.slot(72) == t.blocks[2] * B + 72 % B
+    with pytest.raises(metalkv.GpuError, match="not stored|left the sliding window"):
+        t.slot(50)
+    with pytest.raises(metalkv.GpuError, match="a full table cannot start at position 5"):
+        BlockTable(pool).skip_to(5)
+    with pytest.raises(metalkv.GpuError, match="skip_to needs an empty table"):
+        t.skip_to(100)
+
+
+def test_state_and_restore_take_the_same_blocks_back():
+    pool = BlockPool(8)
+    t = BlockTable(pool, 0)
+    t.append(70)
+    state = t.state()
+    t.truncate(10)
+    t.append(100)  # takes other blocks too
+    t.restore(*state)
+    assert t.state() == state and pool.used_count == 3
+    other = BlockTable(pool)
+    other.append(B)  # takes a free block
+    t.truncate(0)
+    taken = other.blocks[0]
+    if taken in state[2]:
+        with pytest.raises(metalkv.GpuError, match=f"acquiring block {taken}, which is not free"):
+            t.restore(*state)
