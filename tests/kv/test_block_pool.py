@@ -229,10 +229,11 @@ def test_state_and_restore_take_the_same_blocks_back():
     t.append(100)  # takes other blocks too
     t.restore(*state)
     assert t.state() == state and pool.used_count == 3
-    other = BlockTable(pool)
-    other.append(B)  # takes a free block
     t.truncate(0)
+    other = BlockTable(pool)
+    other.append(B)  # takes a block t gave back
     taken = other.blocks[0]
-    if taken in state[2]:
-        with pytest.raises(metalkv.GpuError, match=f"acquiring block {taken}, which is not free"):
-            t.restore(*state)
+    assert taken in state[2]  # the free stack hands out what t gave back last: its first block
+    with pytest.raises(metalkv.GpuError, match=f"acquiring block {taken}, which is not free"):
+        t.restore(*state)
+    assert t.length == 0 and pool.owners(taken) == 1  # refused whole: nothing taken
