@@ -298,7 +298,7 @@ void linear(Bench& b, WeightType t, uint32_t n_out, uint32_t n_in, uint32_t n_to
   const std::string kernel =
       std::string(v.glu ? "gemv_swiglu_" : gemv ? "gemv_" : "gemm_") + ops::weight_type_name(t);
   const double flops = 2.0 * n_tokens * w_rows * n_in;
-  const uint64_t read = gemv ? n_tokens * w_bytes : ops::matmul_weight_bytes_read(args[0]);
+  const uint64_t read = gemv ? n_tokens * w_bytes : ops::matmul_weight_bytes_read(b.dev, args[0]);
   b.add({kernel + "_" + shape + (gemv ? "" : "_t" + num(n_tokens)) + variant_suffix(v),
          {{"n_out", double(n_out)},
           {"n_in", double(n_in)},

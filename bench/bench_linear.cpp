@@ -82,7 +82,7 @@ Result time_matmul(gpu::Device& dev, gpu::CommandQueue& queue, const Context& ct
     cb->wait();
   });
   const double cpu_ms = (process_cpu_ms() - cpu0) / (ctx.repeat + 1);  // + the warm-up run
-  const double bytes = double(ops::matmul_weight_bytes_read(a));
+  const double bytes = double(ops::matmul_weight_bytes_read(dev, a));
   const std::string shape = std::to_string(n_out) + "x" + std::to_string(n_in);
   const bool gemv = kernel == ops::MatmulKernel::gemv;
   std::string name = std::string(gemv ? "gemv_" : "gemm_") + ops::weight_type_name(t) + "_" + shape;

@@ -61,23 +61,29 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
     }
   }
 
-  // Positions any row of the threadgroup may see.
+  // Positions any row of the threadgroup may see, [k_lo, k_hi]. The tiles
+  // start at k_lo rounded down to a multiple of 4, so every row visits the
+  // 4-key blocks of absolute positions 4i .. 4i + 3: a query's result does not
+  // depend on which chunk or tile it came in with (chunk invariance: a prompt
+  // fed in other chunks, or partly from a prefix cache, gives the same bits).
   const int first_q = int(p.q_pos0 + qi0);
   const int k_hi = first_q + int(n_tile_queries) - 1;
   const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
+  const int k_start = k_lo & ~3;
   const uint slot_stride = p.n_kv_heads * D;
   const device half* k_base = kv + kv_head * D;
   const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
 
-  for (int k0 = k_lo; k0 <= k_hi; k0 += int(BK)) {
-    // Stage positions k0 .. k0+BK-1 (slots from the block table) as half4s:
+  for (int k0 = k_start; k0 <= k_hi; k0 += int(BK)) {
+    // Stage positions k0 .. k0+BK-1 (slots from the block table) as half4s, zero
+    // outside [k_lo, k_hi] (a sliding table may have let those blocks go):
     // D % 4 == 0, so every row and column c is 8-byte aligned.
     for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
       const uint t = idx / (D / 4);
       const uint c = idx % (D / 4) * 4;
       half4 kh = half4(0.0h);
       half4 vh = half4(0.0h);
-      if (k0 + int(t) <= k_hi) {
+      if (k0 + int(t) >= k_lo && k0 + int(t) <= k_hi) {
         const uint slot = kv_slot(table, uint(k0) + t);
         kh = *(const device half4*)(k_base + slot * slot_stride + c);
         vh = *(const device half4*)(v_base + slot * slot_stride + c);

@@ -25,11 +25,32 @@ void bind_blocks(nb::module_& m, nb::module_&) {
       .def_prop_ro("capacity", &kv::BlockPool::capacity)
       .def_prop_ro("free_count", &kv::BlockPool::free_count)
       .def_prop_ro("used_count", &kv::BlockPool::used_count)
-      .def("allocate", &kv::BlockPool::allocate, "n"_a,
-           "n free block ids (one owner each), the most recently freed first; raises (taking none) if short.")
+      .def_prop_ro("reserved_count", &kv::BlockPool::reserved_count)
+      .def_prop_ro("available", &kv::BlockPool::available, "Free or evictable blocks less the reserved ones.")
+      .def_prop_ro("cached_count", &kv::BlockPool::cached_count)
+      .def_prop_ro("evictable_count", &kv::BlockPool::evictable_count)
+      .def("allocate", &kv::BlockPool::allocate, "n"_a, "reserved"_a = 0,
+           "n block ids (one owner each), `reserved` of them from reservations: free ones first (the most\n"
+           "recently freed first), then the least recently used evictable ones; raises (taking none) if short.")
       .def("retain", &kv::BlockPool::retain, "id"_a)
       .def("release", &kv::BlockPool::release, "id"_a)
-      .def("owners", &kv::BlockPool::owners, "id"_a);
+      .def("owners", &kv::BlockPool::owners, "id"_a)
+      .def("try_reserve", &kv::BlockPool::try_reserve, "n"_a)
+      .def("unreserve", &kv::BlockPool::unreserve, "n"_a)
+      .def(
+          "register_block",
+          [](kv::BlockPool& p, uint32_t id, uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens) {
+            return p.register_block(id, {hash, parent, tokens});
+          },
+          "id"_a, "hash"_a, "parent"_a, "tokens"_a,
+          "Marks a held block as holding the rows of this key (False: the key or the block has one already).")
+      .def(
+          "find",
+          [](const kv::BlockPool& p, uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens) {
+            return p.find({hash, parent, tokens});
+          },
+          "hash"_a, "parent"_a, "tokens"_a, "The block holding this key's rows (tokens and parent verified), or -1.")
+      .def("cached", &kv::BlockPool::cached, "id"_a);
 
   nb::class_<kv::BlockTable>(m, "BlockTable",
                              "One sequence's blocks in one window group: position p is slot "
@@ -67,7 +88,13 @@ void bind_blocks(nb::module_& m, nb::module_&) {
           "n"_a, "Room for n more positions; returns the (src, dst) block copies to make first (copy-on-write).")
       .def("truncate", &kv::BlockTable::truncate, "n"_a)
       .def("share_prefix", &kv::BlockTable::share_prefix, "other"_a, "n"_a,
-           "This (empty) table takes the first n positions of other, sharing its blocks.");
+           "This (empty) table takes the first n positions of other, sharing its blocks.")
+      .def("adopt", &kv::BlockTable::adopt, "ids"_a, "n"_a,
+           "This (empty) table takes n positions held in these blocks (one per logical block, -1 where a sliding\n"
+           "window needs none), an owner on each.")
+      .def("reserve", &kv::BlockTable::reserve, "n"_a)
+      .def("unreserve", &kv::BlockTable::unreserve)
+      .def_prop_ro("reserved", &kv::BlockTable::reserved);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -30,9 +31,8 @@ struct PyWeights {
 
 struct PyEngine {
   PyDevice dev;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Engine> engine;  // its scheduler thread runs every step
   size_t weight_bytes = 0;
-  std::mutex busy;  // one call at a time: the workspace is shared
 };
 
 // dict(name=value) -> ModelSpec; every key must be known, so a typo is an error.
@@ -77,15 +77,24 @@ model::ModelSpec parse_spec(const nb::dict& d) {
   return s;
 }
 
-// Before every step: run Python's signal handlers (Ctrl-C raises
-// KeyboardInterrupt here on the main thread), then the caller's poll.
-engine::StepPoll step_poll(const std::optional<nb::callable>& poll) {
-  return [poll] {
-    nb::gil_scoped_acquire acquire;
-    if (PyErr_CheckSignals() != 0) throw nb::python_error();
-    return poll ? nb::cast<bool>((*poll)()) : true;
-  };
-}
+// A call in flight as Python sees it: the request, and the cache and engine
+// it needs alive until the scheduler is done with them. Dropped before it is
+// done (an exception in the caller's loop), it aborts the call and waits.
+struct PyRequest {
+  std::shared_ptr<engine::Request> request;
+  nb::object cache;
+  nb::object engine;
+  PyRequest(std::shared_ptr<engine::Request> r, nb::object c, nb::object e)
+      : request(std::move(r)), cache(std::move(c)), engine(std::move(e)) {}
+  PyRequest(PyRequest&&) = default;
+  PyRequest(const PyRequest&) = delete;
+  ~PyRequest() {
+    if (!request || request->done()) return;
+    request->abort();
+    nb::gil_scoped_release release;
+    while (!request->done()) request->channel()->wait(0.05);
+  }
+};
 
 nb::object to_numpy(std::vector<float>&& rows, size_t n, size_t width) {
   auto* data = new std::vector<float>(std::move(rows));
@@ -96,13 +105,27 @@ nb::object to_numpy(std::vector<float>&& rows, size_t n, size_t width) {
 
 std::map<std::string, double> stats_dict(const engine::Stats& s) {
   std::map<std::string, double> out{
-      {"prompt_tokens", s.prompt_tokens},      {"generated_tokens", s.generated_tokens},
-      {"prefill_steps", s.prefill_steps},      {"decode_steps", s.decode_steps},
-      {"prefill_seconds", s.prefill_seconds},  {"decode_seconds", s.decode_seconds}};
+      {"prompt_tokens", s.prompt_tokens},         {"prompt_tokens_cached", s.prompt_tokens_cached},
+      {"generated_tokens", s.generated_tokens},   {"prefill_steps", s.prefill_steps},
+      {"decode_steps", s.decode_steps},           {"queue_seconds", s.queue_seconds},
+      {"prefill_seconds", s.prefill_seconds},     {"decode_seconds", s.decode_seconds},
+      {"max_batch", s.max_batch},
+      {"batch_size", s.decode_steps ? double(s.batch_sequences) / s.decode_steps : double(s.max_batch)}};
   for (auto [prefix, c] : {std::pair<const char*, const gpu::Counters*>{"prefill_", &s.prefill_counters},
                            {"decode_", &s.decode_counters}})
     for (const auto& [k, v] : c->as_map()) out[prefix + k] = double(v);
   return out;
+}
+
+// metalkv._core.Channel: holds a Channel made and owned in C++, so the
+// scheduler thread can drop the last reference without Python's GIL (a
+// shared_ptr from a Python-owned object would call back into Python).
+struct PyChannel {
+  std::shared_ptr<engine::Channel> channel = std::make_shared<engine::Channel>();
+};
+
+std::shared_ptr<engine::Channel> channel_arg(PyChannel* c) {
+  return c ? c->channel : std::make_shared<engine::Channel>();
 }
 
 void bind_engine(nb::module_& m, nb::module_&) {
@@ -136,37 +159,99 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def_prop_ro("nbytes", [](const PyWeights& w) { return w.weights ? w.weights->nbytes() : 0; })
       .def("__len__", [](const PyWeights& w) { return w.weights ? w.weights->size() : 0; });
 
+  nb::class_<PyChannel>(m, "Channel", "Wakes whoever waits on a group of requests.")
+      .def(nb::init<>())
+      .def(
+          "wait",
+          [](PyChannel& c, double timeout) {
+            nb::gil_scoped_release release;
+            return c.channel->wait(timeout);
+          },
+          "timeout"_a,
+          "Waits (GIL released) until a request of the channel made progress since the last wait, or timeout\n"
+          "seconds pass; returns whether it did. Keep timeouts short on the main thread: Ctrl-C is seen between\n"
+          "waits.");
+
+  nb::class_<PyRequest>(m, "Request", "A call in flight (Engine.submit).")
+      .def(
+          "take",
+          [](PyRequest& r) {
+            std::vector<int32_t> ids;
+            const bool done = r.request->take(ids);
+            return std::make_pair(ids, done);
+          },
+          "(ids generated since the last take, whether the call is over and every id taken).")
+      .def("stop_after", [](PyRequest& r, uint64_t k) { r.request->stop_after(k); }, "k"_a,
+           "Keep ids 0..k and stop: the cache as if id k were the last sampled (what a stop string in id k's text "
+           "needs).")
+      .def("cancel", [](PyRequest& r) { r.request->cancel(); },
+           "Stop before the next step, keeping what was generated (nothing yet: the cache as before).")
+      .def("abort", [](PyRequest& r) { r.request->abort(); }, "Stop and put the cache back as before the call.")
+      .def_prop_ro("done", [](const PyRequest& r) { return r.request->done(); })
+      .def_prop_ro("held", [](const PyRequest& r) { return r.request->held(); },
+                   "Waiting before the step hold_at_step named (tests).")
+      .def("resume", [](PyRequest& r) { r.request->resume(); }, "Lets a held call go on.")
+      .def_prop_ro("ids", [](const PyRequest& r) { return r.request->ids(); })
+      .def_prop_ro("stats", [](const PyRequest& r) { return stats_dict(r.request->stats()); })
+      .def_prop_ro("finish_reason", [](const PyRequest& r) { return r.request->stats().finish_reason; })
+      .def("result",
+           [](PyRequest& r) {
+             {
+               nb::gil_scoped_release release;
+               while (!r.request->done()) r.request->channel()->wait(0.05);
+             }
+             r.request->rethrow();
+             return r.request->ids();
+           },
+           "Waits for the call (GIL released), raises its error if it failed, and returns its ids.")
+      .def("logits",
+           [](PyRequest& r) -> nb::object {
+             r.request->rethrow();
+             std::vector<float> rows = r.request->take_logits();
+             if (rows.empty()) return nb::none();
+             PyEngine& e = nb::cast<PyEngine&>(r.engine);
+             const size_t vocab = e.engine->model().spec().vocab, n = rows.size() / vocab;
+             return to_numpy(std::move(rows), n, vocab);
+           },
+           "A finished logits call's (n, vocab) float32 rows (once), or None if it was cancelled.");
+
   nb::class_<PyEngine>(m, "Engine", "The C++ engine: a model on a device, run over KV caches.")
       .def(
           "__init__",
           [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk,
-             size_t kv_memory, uint32_t kv_context) {
+             std::optional<size_t> kv_memory, uint32_t kv_context, uint32_t max_seqs, uint32_t step_tokens) {
             if (!weights.weights) throw nb::value_error("[engine] these weights were given to an Engine already");
             if (weights.dev.device != dev.device)
               throw nb::value_error("[engine] the weights live on another device");
             const size_t bytes = weights.weights->nbytes();
             auto mdl = std::make_shared<model::Model>(dev.device, parse_spec(spec), std::move(*weights.weights));
             weights.weights.reset();
-            new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl),
-                                                                      engine::EngineOptions{prefill_chunk, kv_memory,
-                                                                                            kv_context}),
-                                bytes, {}};
+            const engine::EngineOptions o{prefill_chunk, kv_memory.value_or(engine::kKvMemoryAuto), kv_context,
+                                          max_seqs, step_tokens};
+            new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl), o), bytes};
           },
           "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_memory"_a = 0, "kv_context"_a = 0,
+          "max_seqs"_a = 64, "step_tokens"_a = 0,
           "Takes the weights (the Weights object is empty afterwards). kv_memory > 0: one KV pool of at most\n"
-          "that many bytes shared by every cache, sized for sequences of kv_context tokens.")
+          "that many bytes shared by every cache, sized for sequences of kv_context tokens; None: the default\n"
+          "share of the device's memory (engine.h auto_kv_memory); 0: each cache its own pool. max_seqs: calls\n"
+          "running at once (more wait); step_tokens: rows one step feeds (0: prefill_chunk + max_seqs).")
       .def_prop_ro(
           "kv_pool",
           [](const PyEngine& e) -> nb::object {
             const kv::KvPool* p = e.engine->kv_pool();
             if (!p) return nb::none();
             nb::list groups;
+            std::lock_guard<std::recursive_mutex> lock(p->mutex());
             for (uint32_t g = 0; g < p->n_groups(); ++g) {
               nb::dict d;
               d["window"] = p->group_window(g);
               d["layers"] = p->group_layers(g);
               d["blocks"] = p->blocks(g).capacity();
               d["free_blocks"] = p->blocks(g).free_count();
+              d["cached_blocks"] = p->blocks(g).cached_count();
+              d["evictable_blocks"] = p->blocks(g).evictable_count();
+              d["reserved_blocks"] = p->blocks(g).reserved_count();
               d["block_bytes"] = p->block_bytes(g);
               groups.append(d);
             }
@@ -176,7 +261,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
             r["groups"] = groups;
             return r;
           },
-          "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks and free blocks.")
+          "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks, free blocks\n"
+          "(evictable ones included), blocks in the prefix cache, evictable ones (cached, no owner) and reserved ones.")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store) {
@@ -184,54 +270,55 @@ void bind_engine(nb::module_& m, nb::module_&) {
           },
           "capacity"_a, "store"_a = "compute", nb::rv_policy::take_ownership)
       .def(
-          "prefill",
-          [](PyEngine& e, PyKVCache& c, nb::handle ids, bool want_logits, std::optional<nb::callable> poll) -> nb::object {
-            const uint32_t vocab = e.engine->model().spec().vocab;
-            const std::vector<int32_t> fed = token_ids_arg(ids, vocab);
-            const uint32_t n = uint32_t(fed.size());
-            std::vector<float> logits(want_logits ? size_t(n) * vocab : 0);
-            {
-              nb::gil_scoped_release release;
-              std::lock_guard<std::mutex> lock(e.busy);
-              e.engine->prefill(*c.cache, fed.data(), n, want_logits ? logits.data() : nullptr, step_poll(poll));
-            }
-            if (!want_logits || e.engine->last_stats().finish_reason == "cancelled") return nb::none();
-            return to_numpy(std::move(logits), n, vocab);
+          "submit_logits",
+          [](nb::handle self, PyKVCache& c, nb::handle ids, PyChannel* channel, uint32_t hold_at_step,
+             bool ephemeral) {
+            PyEngine& e = nb::cast<PyEngine&>(self);
+            std::vector<int32_t> fed = token_ids_arg(ids, e.engine->model().spec().vocab);
+            engine::GenerateOptions o;
+            o.hold_at_step = hold_at_step;
+            o.ephemeral = ephemeral;
+            auto r = e.engine->submit_logits(*c.cache, std::move(fed), o, channel_arg(channel));
+            return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
           },
-          "cache"_a, "ids"_a, "want_logits"_a = true, "poll"_a = nb::none(),
-          "Feeds ids (int64, 1-D) after what the cache holds; returns their logits (n, vocab) float32 or None. "
-          "poll() -> bool runs before every step (False cancels: the cache is restored, None is returned).")
+          "cache"_a, "ids"_a, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false,
+          "Queues a logits call: ids (int64, 1-D) fed after what the cache holds; the request's logits() are then\n"
+          "(n, vocab) float32.")
       .def(
-          "generate",
-          [](PyEngine& e, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
+          "submit",
+          [](nb::handle self, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
              nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty, nb::handle seed,
-             const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep,
-             std::optional<std::function<bool(int32_t)>> on_token, std::optional<nb::callable> poll) {
+             const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
+             PyChannel* channel, uint32_t hold_at_step, bool ephemeral) {
+            PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o =
                 generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
             o.stop_ids = stop_ids;
             o.keep = keep;
-            const std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab);
-            engine::TokenCallback cb;
-            if (on_token)
-              cb = [&](int32_t id) {
-                nb::gil_scoped_acquire acquire;
-                return (*on_token)(id);
-              };
-            nb::gil_scoped_release release;
-            std::lock_guard<std::mutex> lock(e.busy);
-            return e.engine->generate(*c.cache, ids.data(), uint32_t(ids.size()), o, cb, step_poll(poll));
+            o.paced = paced;
+            o.prefix_cache = prefix_cache;
+            o.hold_at_step = hold_at_step;
+            o.ephemeral = ephemeral;
+            std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab);
+            auto r = e.engine->submit(*c.cache, std::move(ids), o, channel_arg(channel));
+            return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
           },
           "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0, "top_k"_a = 0,
           "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0, "seed"_a = 0,
-          "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(), "on_token"_a = nb::none(),
-          "poll"_a = nb::none(),
-          "Rolls the cache back to `keep` tokens (None: keeps all), feeds the prompt (int64 ids), samples up to "
-          "max_tokens ids (a stop id ends it, not returned). on_token(id) -> bool is called for each with the GIL "
-          "held, False stops; poll() -> bool before every step, False cancels. Ctrl-C (on the main thread) or an "
-          "exception from a callback restores the cache to what it held before the call.")
-      .def_prop_ro("last_stats", [](const PyEngine& e) { return stats_dict(e.engine->last_stats()); })
-      .def_prop_ro("finish_reason", [](const PyEngine& e) { return e.engine->last_stats().finish_reason; })
+          "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(), "paced"_a = false, "prefix_cache"_a = true,
+          "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false,
+          "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
+          "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
+          "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
+          "few ids ahead of it so stop_after can always roll back. prefix_cache: an empty cache may start from\n"
+          "cached prefix blocks of the shared pool. channel: a Channel several requests share (a new one if\n"
+          "None), which wakes the caller's wait. hold_at_step (tests): the call waits before its k-th step\n"
+          "until resume(), cancel() or abort() (Request.held says it is there). ephemeral: the cache is the\n"
+          "call's alone and is emptied when it ends, its blocks back in the pool at once.")
+      .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
+                   "Calls waiting for admission (max_seqs running, or the KV pool without room).")
+      .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })
+      .def_prop_ro("max_seqs", [](const PyEngine& e) { return e.engine->options().max_seqs; })
       .def_prop_ro("weights_nbytes", [](const PyEngine& e) { return e.weight_bytes; })
       .def_prop_ro("prefill_chunk", [](const PyEngine& e) { return e.engine->options().prefill_chunk; })
       .def_prop_ro("device", [](const PyEngine& e) { return e.dev; });

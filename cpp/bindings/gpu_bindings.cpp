@@ -145,10 +145,11 @@ void bind_gpu(nb::module_& m, nb::module_&) {
             out["compute_units"] = p.compute_units;
             out["max_threads_per_unit"] = p.max_threads_per_unit;
             out["threadgroup_memory_per_unit"] = p.threadgroup_memory_per_unit;
+            out["memory_bytes"] = p.memory_bytes;
             return out;
           },
-          "What launch sizes are computed from: {'compute_units', 'max_threads_per_unit', "
-          "'threadgroup_memory_per_unit'} (cpp/gpu/device.h DeviceProperties).")
+          "What launch sizes and default budgets are computed from: {'compute_units', 'max_threads_per_unit', "
+          "'threadgroup_memory_per_unit', 'memory_bytes'} (cpp/gpu/device.h DeviceProperties).")
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(
           "buffer",

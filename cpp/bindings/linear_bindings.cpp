@@ -76,7 +76,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
-         const std::string& kernel, bool accumulate, uint32_t gemv_rows) {
+         const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -89,10 +89,12 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.kernel = parse_kernel(kernel);
         a.accumulate = accumulate;
         a.gemv_rows = gemv_rows;
+        a.gemv_tokens = gemv_tokens;
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
+      "gemv_tokens"_a = 0,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
@@ -101,13 +103,16 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
       "'gemv' or 'gemm'. gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
       "(GPUs: 2, or 1 for f32/f16/bf16 when 2 would not fill the device; the host executor: 32,\n"
-      "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant.");
+      "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant. gemv_tokens: tokens a\n"
+      "threadgroup computes with one weight pass, 0 for the device's choice (1 for one token; else 8 on\n"
+      "the host executor with rows 8 or 32, 4 on GPUs with rows 1 or 2); every token's outputs are\n"
+      "bit-identical whatever it is.");
 
   m.def(
       "matmul_glu",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const std::string& act,
-         uint32_t gemv_rows) {
+         uint32_t gemv_rows, uint32_t gemv_tokens) {
         ops::GluArgs a;
         a.x = {x};
         a.w = {w};
@@ -120,13 +125,14 @@ void bind_linear(nb::module_&, nb::module_& m) {
           ops::fail("matmul_glu", "unknown activation '" + act + "'; expected 'silu' or 'gelu_tanh'");
         a.act = act == "silu" ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
         a.gemv_rows = gemv_rows;
+        a.gemv_tokens = gemv_tokens;
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul_glu(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
-      "act"_a = "silu", "gemv_rows"_a = 0,
+      "act"_a = "silu", "gemv_rows"_a = 0, "gemv_tokens"_a = 0,
       "y (n_tokens, n_out) = act(x · w[:n_out]ᵀ) * (x · w[n_out:]ᵀ): w is the (2 n_out, n_in)\n"
       "stack of the gate and up matrices in wtype; act 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU).\n"
-      "gemv_rows as in matmul.");
+      "gemv_rows and gemv_tokens as in matmul.");
 
   m.def(
       "embedding",

@@ -52,6 +52,10 @@ struct DeviceProperties {
   uint32_t compute_units = 1;          // CUDA: SMs; Metal: GPU cores; host: executor threads
   uint32_t max_threads_per_unit = 1;   // threads one unit keeps resident at once
   size_t threadgroup_memory_per_unit = 0;  // bytes of threadgroup memory one unit holds
+  // Memory the device's buffers may take, what default budgets (the engine's KV
+  // pool) are a share of: CUDA: the GPU's global memory; Metal: the working set
+  // the system recommends; host: physical RAM.
+  size_t memory_bytes = 0;
 };
 
 class Pipeline {

@@ -28,14 +28,29 @@ void BlockPool::check_id(const char* what, uint32_t id) const {
   if (refs_[id] == 0) fail("block_pool", std::string(what) + " block " + str(id) + ", which is free");
 }
 
-std::vector<uint32_t> BlockPool::allocate(uint32_t n) {
-  if (n > free_.size())
-    fail("block_pool", "asked for " + str(n) + " blocks, " + str(free_.size()) + " of " + str(capacity()) +
-                           " are free (each holds " + str(kBlockTokens) + " tokens of every layer)");
+void BlockPool::evict_one() {
+  const uint32_t id = lru_.front();
+  lru_.pop_front();
+  lru_pos_.erase(id);
+  by_hash_.erase(key_of_.at(id).hash);
+  key_of_.erase(id);
+  free_.push_back(id);
+}
+
+std::vector<uint32_t> BlockPool::allocate(uint32_t n, uint32_t reserved) {
+  if (reserved > reserved_ || reserved > n)
+    fail("block_pool", "allocating " + str(n) + " blocks, " + str(reserved) + " of them reserved, but " +
+                           str(reserved_) + " are reserved");
+  if (n - reserved > available())
+    fail("block_pool", "asked for " + str(n) + " blocks, " + str(available()) + " of " + str(capacity()) +
+                           " are available (" + str(reserved_) + " reserved; each holds " + str(kBlockTokens) +
+                           " tokens of every layer)");
+  while (free_.size() < n) evict_one();
   std::vector<uint32_t> ids(free_.end() - n, free_.end());
   std::reverse(ids.begin(), ids.end());  // top of the stack first
   free_.resize(free_.size() - n);
   for (uint32_t id : ids) refs_[id] = 1;
+  reserved_ -= reserved;
   return ids;
 }
 
@@ -46,19 +61,33 @@ void BlockPool::acquire(const std::vector<uint32_t>& ids) {
       fail("block_pool", "acquiring block " + str(ids[i]) + ", which is not free");
   }
   for (uint32_t id : ids) {
+    if (lru_pos_.count(id)) {
+      retain(id);
+      continue;
+    }
     refs_[id] = 1;
     free_.erase(std::find(free_.begin(), free_.end(), id));
   }
 }
 
 void BlockPool::retain(uint32_t id) {
-  check_id("retaining", id);
+  if (id < capacity() && refs_[id] == 0 && lru_pos_.count(id)) {  // evictable: back in use
+    lru_.erase(lru_pos_.at(id));
+    lru_pos_.erase(id);
+  } else {
+    check_id("retaining", id);
+  }
   ++refs_[id];
 }
 
 void BlockPool::release(uint32_t id) {
   check_id("releasing", id);
-  if (--refs_[id] == 0) free_.push_back(id);
+  if (--refs_[id] != 0) return;
+  if (key_of_.count(id)) {
+    lru_pos_[id] = lru_.insert(lru_.end(), id);
+  } else {
+    free_.push_back(id);
+  }
 }
 
 uint32_t BlockPool::owners(uint32_t id) const {
@@ -66,11 +95,57 @@ uint32_t BlockPool::owners(uint32_t id) const {
   return refs_[id];
 }
 
+bool BlockPool::try_reserve(uint32_t n) {
+  if (n > available()) return false;
+  reserved_ += n;
+  return true;
+}
+
+void BlockPool::unreserve(uint32_t n) {
+  if (n > reserved_) fail("block_pool", "unreserving " + str(n) + " blocks, " + str(reserved_) + " are reserved");
+  reserved_ -= n;
+}
+
+bool BlockPool::register_block(uint32_t id, const BlockKey& key) {
+  check_id("caching", id);
+  if (key.tokens.size() != kBlockTokens)
+    fail("block_pool", "a cached block's key holds " + str(kBlockTokens) + " tokens, got " + str(key.tokens.size()));
+  if (key_of_.count(id) || by_hash_.count(key.hash)) return false;
+  by_hash_[key.hash] = id;
+  key_of_[id] = key;
+  return true;
+}
+
+int64_t BlockPool::find(const BlockKey& key) const {
+  const auto it = by_hash_.find(key.hash);
+  if (it == by_hash_.end()) return -1;
+  const BlockKey& k = key_of_.at(it->second);
+  return k.parent == key.parent && k.tokens == key.tokens ? int64_t(it->second) : -1;
+}
+
+bool BlockPool::cached(uint32_t id) const { return key_of_.count(id) != 0; }
+
 // ---- BlockTable -----------------------------------------------------------------
 BlockTable::BlockTable(BlockPool& pool, uint32_t window, uint32_t history)
     : pool_(pool), window_(window), history_(window ? history : 0) {}
 
-BlockTable::~BlockTable() { release_all(); }
+BlockTable::~BlockTable() {
+  release_all();
+  unreserve();
+}
+
+bool BlockTable::reserve(uint32_t n) {
+  if (!pool_.try_reserve(n)) return false;
+  reserved_ += n;
+  reserve_budget_ = reserved_;
+  return true;
+}
+
+void BlockTable::unreserve() {
+  pool_.unreserve(reserved_);
+  reserved_ = 0;
+  reserve_budget_ = 0;
+}
 
 void BlockTable::release_all() {
   for (size_t i = blocks_.size(); i-- > 0;)  // the last first: see truncate
@@ -86,6 +161,13 @@ void BlockTable::restore(const State& s) {
     if (b >= 0) ids.push_back(uint32_t(b));
   release_all();
   pool_.acquire(ids);
+  blocks_ = s.blocks;
+  length_ = s.length;
+  valid_from_ = s.valid_from;
+}
+
+void BlockTable::restore_owned(const State& s) {
+  release_all();
   blocks_ = s.blocks;
   length_ = s.length;
   valid_from_ = s.valid_from;
@@ -120,19 +202,24 @@ uint32_t BlockTable::first_kept(uint32_t next) const {
 void BlockTable::drop_blocks_before(uint32_t first) {
   for (uint32_t i = 0; i < blocks_.size() && uint64_t(i + 1) * kBlockTokens <= first; ++i)
     if (blocks_[i] >= 0) {
-      pool_.release(uint32_t(blocks_[i]));
+      const uint32_t id = uint32_t(blocks_[i]);
+      pool_.release(id);
       blocks_[i] = -1;
+      // A sliding table that reserved keeps its reservation as its window moves:
+      // what it sets free it may take again, whatever others allocate meanwhile.
+      if (pool_.owners(id) == 0 && reserved_ < reserve_budget_ && pool_.try_reserve(1)) ++reserved_;
     }
 }
 
 // What the tail block needs before a store writes into it (length() inside it):
-// a fresh block where a window of 1 let it go, a copy where another table shares it.
+// a fresh block where a window of 1 let it go, a copy where another table (or
+// a checkpoint) shares it or the prefix cache holds its rows.
 enum class Tail { ready, missing, shared };
 static Tail tail_state(const BlockPool& pool, const std::vector<int64_t>& blocks, uint32_t length) {
   if (length % kBlockTokens == 0) return Tail::ready;
   const int64_t b = blocks[length / kBlockTokens];
   if (b < 0) return Tail::missing;
-  return pool.owners(uint32_t(b)) > 1 ? Tail::shared : Tail::ready;
+  return pool.owners(uint32_t(b)) > 1 || pool.cached(uint32_t(b)) ? Tail::shared : Tail::ready;
 }
 
 uint32_t BlockTable::freed_by_drop(uint32_t first) const {
@@ -143,7 +230,7 @@ uint32_t BlockTable::freed_by_drop(uint32_t first) const {
 }
 
 bool BlockTable::can_append(uint32_t n) const {
-  return blocks_needed(n) <= pool_.free_count() + freed_by_drop(first_kept(length_));
+  return blocks_needed(n) <= pool_.available() + reserved_ + freed_by_drop(first_kept(length_));
 }
 
 uint32_t BlockTable::blocks_needed(uint32_t n) const {
@@ -160,7 +247,9 @@ std::vector<BlockCopy> BlockTable::append(uint32_t n) {
   const uint32_t need = blocks_needed(n), first = first_kept(length_);
   if (!can_append(n)) pool_.allocate(need);  // raises with the pool's message
   drop_blocks_before(first);
-  std::vector<uint32_t> ids = pool_.allocate(need);
+  const uint32_t from_reserved = std::min(need, reserved_);
+  std::vector<uint32_t> ids = pool_.allocate(need, from_reserved);
+  reserved_ -= from_reserved;
   std::vector<BlockCopy> copies;
   size_t next = 0;
   const Tail tail_needs = tail_state(pool_, blocks_, length_);
@@ -224,6 +313,21 @@ void BlockTable::share_prefix(const BlockTable& other, uint32_t n) {
   }
   length_ = n;
   valid_from_ = std::min(other.valid_from_, n);
+}
+
+void BlockTable::adopt(const std::vector<int64_t>& ids, uint32_t n) {
+  if (length_ != 0 || !blocks_.empty()) fail("block_table", "adopt needs an empty table");
+  if (ids.size() != blocks_for(n))
+    fail("block_table", "adopting " + str(n) + " positions needs " + str(blocks_for(n)) + " block entries, got " +
+                            str(ids.size()));
+  const uint32_t first = first_needed(n);
+  for (uint32_t i = std::min(first, n) / kBlockTokens; i < ids.size(); ++i)
+    if (ids[i] < 0) fail("block_table", "adopting " + str(n) + " positions: block " + str(i) + " is missing");
+  for (int64_t b : ids)
+    if (b >= 0) pool_.retain(uint32_t(b));
+  blocks_ = ids;
+  length_ = n;
+  valid_from_ = 0;
 }
 
 }  // namespace mkv::kv

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
+#include <unordered_map>
 #include <vector>
 
 #include "metal/kv_params.h"
@@ -24,28 +26,72 @@ namespace mkv::kv {
 
 constexpr uint32_t kBlockTokens = mkv_params::kKvBlockTokens;  // one definition, kernels and C++
 
+// A full block's content in the prefix cache: the chain hash of every token
+// up to its end (kv/prefix_cache.h) and what verifies it, so a hash collision
+// can never hand out another prefix's rows.
+struct BlockKey {
+  uint64_t hash = 0;
+  uint64_t parent = 0;          // the previous block's hash (0 for the first block)
+  std::vector<int32_t> tokens;  // its kBlockTokens token ids
+};
+
+// Block ids with owner counts, a free stack, reservations, and the prefix
+// cache's blocks. Not thread-safe: a KvPool's users serialize on its mutex.
+//
+// Cached blocks (register_block): a full block whose rows are those of a known
+// token prefix. It is never written again (a table copies it before writing:
+// copy-on-write), and when its last owner lets go it is not freed but kept,
+// evictable, in least-recently-used order: find() hands it out again, and
+// allocate() evicts the oldest when the free stack runs out. So available() =
+// free + evictable.
+//
+// Reservations: a sequence of a shared pool reserves, before its call starts,
+// the blocks the call may take (try_reserve); others' allocations leave
+// reserved blocks alone, so an admitted call never finds the pool full.
 class BlockPool {
  public:
   explicit BlockPool(uint32_t n_blocks);  // raises GpuError "[block_pool] ..." for 0
 
   uint32_t capacity() const { return uint32_t(refs_.size()); }
-  uint32_t free_count() const { return uint32_t(free_.size()); }
+  uint32_t free_count() const { return uint32_t(free_.size() + lru_.size()); }  // free or evictable
   uint32_t used_count() const { return capacity() - free_count(); }
+  uint32_t reserved_count() const { return reserved_; }
+  uint32_t available() const { return free_count() - reserved_; }  // what an unreserved allocate may take
 
-  // n free blocks, each with one owner; all or nothing: raises (taking none)
-  // when fewer than n are free. The most recently freed come first.
-  std::vector<uint32_t> allocate(uint32_t n);
-  // Takes these free ids, one owner each (a table put back as it was); all or
-  // nothing: raises when one is not free.
+  // n blocks, each with one owner, `reserved` of them from reservations;
+  // all or nothing: raises (taking none) when fewer are available. Free
+  // blocks come first, the most recently freed first; then the least recently
+  // used evictable ones, which leave the prefix cache.
+  std::vector<uint32_t> allocate(uint32_t n, uint32_t reserved = 0);
+  // Takes these free (or evictable) ids, one owner each (a table put back as
+  // it was); all or nothing: raises when one has an owner.
   void acquire(const std::vector<uint32_t>& ids);
-  void retain(uint32_t id);   // one more owner (a shared prefix)
-  void release(uint32_t id);  // one owner fewer; free again at none
+  void retain(uint32_t id);   // one more owner (a shared prefix; an evictable block leaves the LRU)
+  void release(uint32_t id);  // one owner fewer; at none, free (or evictable when cached)
   uint32_t owners(uint32_t id) const;
+
+  bool try_reserve(uint32_t n);  // reserves n if available() allows; false (reserving none) otherwise
+  void unreserve(uint32_t n);
+
+  // The prefix cache. register_block marks a held block as holding key's rows
+  // (false when that key already has a block, or the block has a key);
+  // find gives the block holding key's rows, or -1.
+  bool register_block(uint32_t id, const BlockKey& key);
+  int64_t find(const BlockKey& key) const;
+  bool cached(uint32_t id) const;
+  uint32_t cached_count() const { return uint32_t(key_of_.size()); }
+  uint32_t evictable_count() const { return uint32_t(lru_.size()); }
 
  private:
   void check_id(const char* what, uint32_t id) const;
+  void evict_one();  // the least recently used evictable block leaves the cache, free
   std::vector<uint32_t> refs_;  // owners per block id
   std::vector<uint32_t> free_;  // a stack of free ids
+  uint32_t reserved_ = 0;
+  std::unordered_map<uint64_t, uint32_t> by_hash_;  // cached: hash -> block
+  std::unordered_map<uint32_t, BlockKey> key_of_;   // cached: block -> key
+  std::list<uint32_t> lru_;                         // evictable (cached, no owner), oldest first
+  std::unordered_map<uint32_t, std::list<uint32_t>::iterator> lru_pos_;
 };
 
 // A block to copy before a store writes into it: the first write after a fork
@@ -82,7 +128,8 @@ class BlockTable {
   bool holds(uint32_t pos) const;     // stored, not let go, and valid
 
   // Blocks a store of n more tokens would take from the pool (after freeing
-  // what a sliding window lets go, and counting a tail block to copy or replace).
+  // what a sliding window lets go, and counting a tail block to copy or replace:
+  // shared with another owner or in the prefix cache).
   uint32_t blocks_needed(uint32_t n) const;
   // Whether append(n) would find those blocks (counting what it lets go first).
   bool can_append(uint32_t n) const;
@@ -102,6 +149,18 @@ class BlockTable {
   // Becomes a table over the first n positions of `other` without copying:
   // shares its blocks (the last one copy-on-write if partly filled).
   void share_prefix(const BlockTable& other, uint32_t n);
+  // Becomes a table over n positions held in `ids` (per logical block; -1 for
+  // none, as a sliding table needs only its window), taking an owner on each:
+  // a prefix found in the prefix cache. Needs an empty table.
+  void adopt(const std::vector<int64_t>& ids, uint32_t n);
+
+  // Blocks this table may take beyond what the pool has available to others
+  // (BlockPool::try_reserve); appends use them first, and a sliding table
+  // reserves again what its window sets free (up to n). unreserve gives back
+  // what is left (the destructor too).
+  bool reserve(uint32_t n);
+  void unreserve();
+  uint32_t reserved() const { return reserved_; }
 
   // The table as plain data, and the table put back from it: releases what it
   // holds, then acquires exactly those ids (raises if one is taken).
@@ -112,6 +171,9 @@ class BlockTable {
   };
   State state() const { return {length_, valid_from_, blocks_}; }
   void restore(const State& s);
+  // restore() for a state whose blocks already carry an owner for this table
+  // (a checkpoint that retained them): lets go of what it holds, takes those.
+  void restore_owned(const State& s);
 
  private:
   void drop_blocks_before(uint32_t first);
@@ -124,6 +186,8 @@ class BlockTable {
   uint32_t history_;
   uint32_t length_ = 0;
   uint32_t valid_from_ = 0;
+  uint32_t reserved_ = 0;
+  uint32_t reserve_budget_ = 0;  // what reserve() asked for; a sliding table refills up to it
   std::vector<int64_t> blocks_;
 };
 

@@ -14,6 +14,8 @@ namespace {
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
+using Lock = std::lock_guard<std::recursive_mutex>;
+
 }  // namespace
 
 StorePath parse_store_path(const std::string& name) {
@@ -69,7 +71,13 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
   init_groups();
 }
 
+KVCache::~KVCache() {
+  Lock lock(pool_->mutex());
+  groups_.clear();  // the tables give their blocks and reservations back
+}
+
 void KVCache::init_groups() {
+  Lock lock(pool_->mutex());
   for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
     Group group;
     group.window = pool_->group_window(g);
@@ -179,6 +187,7 @@ BufferView KVCache::staging_for(uint32_t n_new) {
 }
 
 void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k) const {
+  Lock lock(pool_->mutex());
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
   const uint32_t n = lengths_[layer];
@@ -230,7 +239,11 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   Group& g = group_of(layer);
   const uint32_t held = g.table->length();
   if (n + n_new > held) {
-    const std::vector<BlockCopy> copies = g.table->append(n + n_new - held);
+    std::vector<BlockCopy> copies;
+    {
+      Lock lock(pool_->mutex());
+      copies = g.table->append(n + n_new - held);
+    }
     sync_table(g, held / kBlockTokens);
     encode_copies(enc, g, copies);
   }
@@ -262,6 +275,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 }
 
 void KVCache::truncate(uint32_t n) {
+  Lock lock(pool_->mutex());
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
     if (n > lengths_[l])
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(lengths_[l]));
@@ -275,6 +289,8 @@ void KVCache::truncate(uint32_t n) {
   }
   for (Group& g : groups_) g.table->truncate(n);  // entries past n are never read: no sync
   std::fill(lengths_.begin(), lengths_.end(), n);
+  canonical_ = std::min(canonical_, n);
+  if (block_hashes_.size() > n / kBlockTokens) block_hashes_.resize(n / kBlockTokens);
   if (tokens_.size() > n) {
     tokens_.resize(n);
     messages_.clear();
@@ -282,6 +298,7 @@ void KVCache::truncate(uint32_t n) {
 }
 
 void KVCache::reset() {
+  Lock lock(pool_->mutex());
   for (uint32_t g = 0; g < groups_.size(); ++g) {
     groups_[g].table.reset();  // its blocks go back first
     groups_[g].table = std::make_unique<BlockTable>(pool_->blocks(g), groups_[g].window, spec_.max_chunk);
@@ -289,9 +306,12 @@ void KVCache::reset() {
   std::fill(lengths_.begin(), lengths_.end(), 0u);
   tokens_.clear();
   messages_.clear();
+  canonical_ = 0;
+  block_hashes_.clear();
 }
 
 void KVCache::begin_at(const std::vector<uint32_t>& first) {
+  Lock lock(pool_->mutex());
   if (first.size() != spec_.n_layers)
     fail("begin_at has " + str(first.size()) + " positions; expected one per layer (" + str(spec_.n_layers) + ")");
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
@@ -321,7 +341,57 @@ size_t KVCache::table_nbytes() const {
   return total;
 }
 
+void KVCache::note_stored(uint32_t first, uint32_t n) {
+  if (n >= 2 && first == canonical_) canonical_ = first + n;
+}
+
+void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
+                           const std::vector<uint64_t>& hashes) {
+  Lock lock(pool_->mutex());
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (lengths_[l] != 0) fail("adopting a prefix needs an empty cache; layer " + str(l) + " holds " + str(lengths_[l]));
+  if (blocks.size() != groups_.size()) fail("adopt_prefix: one block list per window group is needed");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].table->adopt(blocks[g], n);
+    sync_table(groups_[g], 0);
+  }
+  std::fill(lengths_.begin(), lengths_.end(), n);
+  tokens_.assign(ids, ids + n);
+  messages_.clear();
+  canonical_ = n;
+  block_hashes_ = hashes;
+}
+
+std::vector<uint32_t> KVCache::blocks_to_store(uint32_t keep, uint64_t n_store) const {
+  std::vector<uint32_t> out;
+  for (const Group& g : groups_) {
+    const uint64_t stored = n_store > (uint64_t(1) << 40) ? (uint64_t(1) << 40) : n_store;  // no overflow below
+    const uint64_t end = std::min<uint64_t>(keep + stored, g.wraps ? ~uint64_t(0) : spec_.capacity);
+    const uint64_t from = keep / kBlockTokens, to = (end + kBlockTokens - 1) / kBlockTokens;  // from: the tail
+    uint64_t need = to > from ? to - from : 0;                                               // (copied when shared)
+    if (g.window != 0) need = std::min<uint64_t>(need, group_blocks(g.window, spec_.capacity, spec_.max_chunk) + 1);
+    out.push_back(uint32_t(need));
+  }
+  return out;
+}
+
+bool KVCache::reserve(const std::vector<uint32_t>& per_group) {
+  Lock lock(pool_->mutex());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (!groups_[g].table->reserve(per_group.at(g))) {
+      for (size_t h = 0; h < g; ++h) groups_[h].table->unreserve();
+      return false;
+    }
+  return true;
+}
+
+void KVCache::unreserve() {
+  Lock lock(pool_->mutex());
+  for (Group& g : groups_) g.table->unreserve();
+}
+
 size_t KVCache::held_nbytes() const {
+  Lock lock(pool_->mutex());
   size_t total = 0;
   for (uint32_t g = 0; g < groups_.size(); ++g) total += groups_[g].table->held_blocks() * pool_->block_bytes(g);
   return total;

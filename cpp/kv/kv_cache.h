@@ -67,6 +67,9 @@ class KVCache {
   KVCache(gpu::DevicePtr device, KVCacheSpec spec);  // its own pool; raises GpuError "[kv_cache] ..."
   // A sequence over a shared pool (same windows, heads and head_dim).
   KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpec spec);
+  ~KVCache();  // its blocks go back to the pool (under the pool's mutex)
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
 
   const KVCacheSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return spec_.n_layers; }
@@ -131,26 +134,73 @@ class KVCache {
   void set_messages(std::vector<ChatMessage> messages) { messages_ = std::move(messages); }
 
   // Everything a call may change, so that a call that fails part-way can put
-  // the cache back exactly (kv_checkpoint.cpp): host state, each table as
-  // data, and copies of the blocks the call may overwrite: those of a full
-  // group's truncated positions it stores again, every held block of a
-  // sliding group (its moving window frees and reuses them).
+  // the cache back exactly (kv_checkpoint.cpp): host state and each table as
+  // data, and the blocks the call may overwrite or free. A pool of the cache's
+  // own has no other user: those blocks are copied aside (full group: its
+  // truncated positions it stores again; sliding group: every held block) and
+  // come back under the same ids. A shared pool's other sequences may take
+  // any id set free, so there the checkpoint keeps an owner on every held
+  // block instead (no copies; a write into a block it holds copies it first,
+  // as for any shared block), given back when the checkpoint goes away.
   struct SavedBlocks {
     std::vector<uint32_t> ids;  // block ids of the group, saved in every layer of it
     std::vector<gpu::BufferPtr> copies;  // per layer of the group: (2, ids * B, n_kv_heads, head_dim) half
+  };
+  // Owners held on blocks of a shared pool, released on destruction.
+  struct RetainedBlocks {
+    RetainedBlocks() = default;
+    RetainedBlocks(RetainedBlocks&& o) noexcept : pool(std::move(o.pool)), ids(std::move(o.ids)) { o.ids.clear(); }
+    RetainedBlocks& operator=(RetainedBlocks&& o) noexcept;
+    RetainedBlocks(const RetainedBlocks&) = delete;
+    RetainedBlocks& operator=(const RetainedBlocks&) = delete;
+    ~RetainedBlocks() { release(); }
+    void release();
+    std::shared_ptr<KvPool> pool;
+    std::vector<std::vector<uint32_t>> ids;  // per group
   };
   struct Checkpoint {
     std::vector<uint32_t> lengths;
     std::vector<int32_t> tokens;
     std::vector<ChatMessage> messages;
+    uint32_t canonical = 0;
+    std::vector<uint64_t> block_hashes;
     std::vector<BlockTable::State> tables;  // per group
-    std::vector<SavedBlocks> blocks;        // per group
+    std::vector<SavedBlocks> blocks;        // per group (own pool)
+    RetainedBlocks retained;                // shared pool
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
-  void restore(gpu::CommandQueue& queue, const Checkpoint& cp);
+  // Puts the cache back; a shared pool's retained blocks go to the tables.
+  void restore(gpu::CommandQueue& queue, Checkpoint& cp);
+
+  // Blocks a call that keeps `keep` tokens and stores n_store more may take
+  // from the pool, per group (what a shared pool's scheduler reserves first):
+  // a full group's blocks from keep's block on (its tail is copied first when
+  // a checkpoint holds it), a sliding group's window (as much of it as n_store
+  // fills) and one more for its tail.
+  std::vector<uint32_t> blocks_to_store(uint32_t keep, uint64_t n_store) const;
+  // Reserves them in the pool (all groups or none); false when the pool cannot.
+  bool reserve(const std::vector<uint32_t>& per_group);
+  void unreserve();  // gives back what the tables did not use
+
+  // The prefix cache (kv/prefix_cache.h). Positions [0, canonical()) were
+  // stored by steps of two or more tokens (or adopted from the prefix cache):
+  // their rows are what a prefill of those tokens gives, whatever its chunks
+  // (decode steps compute rows with other kernels, bits apart). Full blocks of
+  // them are published in the pool under the chain hash of their tokens.
+  uint32_t canonical() const { return canonical_; }
+  // After a step stored [first, first + n): n >= 2 extends the canonical prefix.
+  void note_stored(uint32_t first, uint32_t n);
+  const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }  // per published block
+  void add_block_hash(uint64_t h) { block_hashes_.push_back(h); }
+  // Becomes a cache of n tokens (`ids`) whose rows are the pool's blocks
+  // `blocks` (per group, per logical block; -1 where a sliding group needs
+  // none). Needs an empty cache; the blocks stay cached for others.
+  void adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
+                    const std::vector<uint64_t>& hashes);
 
   const KvPool& pool() const { return *pool_; }
+  KvPool& pool() { return *pool_; }
   bool owns_pool() const { return owns_pool_; }
 
   // Byte accounting, exact.
@@ -190,6 +240,8 @@ class KVCache {
   std::vector<int32_t> tokens_;        // ids fed by an engine
   std::vector<ChatMessage> messages_;  // the chat they render, if any
   std::string fingerprint_;
+  uint32_t canonical_ = 0;              // see canonical()
+  std::vector<uint64_t> block_hashes_;  // chain hashes of the published full blocks
 };
 
 }  // namespace mkv::kv

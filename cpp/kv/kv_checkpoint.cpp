@@ -1,19 +1,26 @@
 // KVCache::checkpoint / restore: a call that fails part-way (a device error,
 // an exception from a callback, Ctrl-C) puts the cache back as it was.
 //
-// Lengths, token ids, messages and each group's table (as data) are host
-// state and are simply copied. Blocks need care where the call may overwrite
-// one the old state holds:
+// Lengths, token ids, messages, the prefix-cache state and each group's table
+// (as data) are host state and are simply copied. Blocks need care where the
+// call may overwrite or free one the old state holds.
+//
+// A pool of the cache's own (no other user) copies those blocks aside:
 //   full group     the blocks of positions [keep, min(length, keep + n_store)):
 //                  truncate() gives them back last first, so the call's appends
 //                  take them again in position order and write exactly those;
 //   sliding group  every held block, when the call stores or truncates: its
 //                  window lets blocks go and the pool hands them out again.
-// Restoring gives the tables their old block ids back and copies the saved
-// blocks in; one blit command buffer each way. The ids are free once the live
-// tables let go: the cache's own pool has no other user, and an engine runs
-// one call at a time over its shared pool (what another cache frees meanwhile
-// only moves the free stack, never takes an id of this one).
+// Restoring gives the tables their old block ids back (free again: nobody else
+// takes them) and copies the saved blocks in; one blit command buffer each way.
+//
+// A shared pool's other sequences may take any block set free, so there the
+// checkpoint holds an owner on every block the tables hold (RetainedBlocks):
+// nothing is copied, freed blocks stay the checkpoint's, and the call's first
+// write into a held tail block copies it (copy-on-write, as for any shared
+// block). Restoring hands those owners back to the tables; a checkpoint that
+// goes away unused gives them back to the pool. The engine reserves the blocks
+// the call may take (KVCache::blocks_to_store), so the copies always fit.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -54,8 +61,46 @@ void copy_blocks(gpu::CommandQueue& queue, const KvPool& pools,
 
 }  // namespace
 
+KVCache::RetainedBlocks& KVCache::RetainedBlocks::operator=(RetainedBlocks&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool = std::move(o.pool);
+    ids = std::move(o.ids);
+    o.ids.clear();
+  }
+  return *this;
+}
+
+void KVCache::RetainedBlocks::release() {
+  if (!pool) return;
+  std::lock_guard<std::recursive_mutex> lock(pool->mutex());
+  for (size_t g = 0; g < ids.size(); ++g)
+    for (uint32_t id : ids[g]) pool->blocks(uint32_t(g)).release(id);
+  ids.clear();
+}
+
 KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const {
-  Checkpoint cp{lengths_, tokens_, messages_, {}, {}};
+  std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
+  Checkpoint cp;
+  cp.lengths = lengths_;
+  cp.tokens = tokens_;
+  cp.messages = messages_;
+  cp.canonical = canonical_;
+  cp.block_hashes = block_hashes_;
+  if (!owns_pool_) {
+    cp.retained.pool = pool_;
+    for (uint32_t g = 0; g < groups_.size(); ++g) {
+      cp.tables.push_back(groups_[g].table->state());
+      std::vector<uint32_t> held;
+      for (int64_t b : groups_[g].table->blocks())
+        if (b >= 0) {
+          pool_->blocks(g).retain(uint32_t(b));
+          held.push_back(uint32_t(b));
+        }
+      cp.retained.ids.push_back(std::move(held));
+    }
+    return cp;
+  }
   std::vector<LayerLayout> layouts;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
   std::vector<std::vector<uint32_t>> group_layers;
@@ -81,7 +126,21 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   return cp;
 }
 
-void KVCache::restore(gpu::CommandQueue& queue, const Checkpoint& cp) {
+void KVCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
+  std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
+  lengths_ = cp.lengths;
+  tokens_ = cp.tokens;
+  messages_ = cp.messages;
+  canonical_ = cp.canonical;
+  block_hashes_ = cp.block_hashes;
+  if (cp.retained.pool) {
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      groups_[i].table->restore_owned(cp.tables[i]);
+      sync_table(groups_[i], 0);
+    }
+    cp.retained.ids.clear();  // the tables own them now
+    return;
+  }
   std::vector<LayerLayout> layouts;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
   std::vector<std::vector<uint32_t>> group_layers;
@@ -91,9 +150,6 @@ void KVCache::restore(gpu::CommandQueue& queue, const Checkpoint& cp) {
     group_layers.push_back(groups_[i].layers);
   }
   copy_blocks(queue, *pool_, layouts, group_layers, cp.blocks, Direction::restore);
-  lengths_ = cp.lengths;
-  tokens_ = cp.tokens;
-  messages_ = cp.messages;
 }
 
 }  // namespace mkv::kv

@@ -51,9 +51,11 @@ KvPoolSpec KvPool::for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std:
   const double scale = double(bytes) / double(one_bytes);
   KvPoolSpec s{n_kv_heads, head_dim, windows, {}};
   for (size_t g = 0; g < gw.size(); ++g) {
+    // A call's checkpoint keeps the blocks it started with (kv_checkpoint.cpp):
+    // a sliding group needs its window twice (and a tail copy) for one call to run.
     const bool bounded = layer_wraps(gw[g], capacity, max_chunk);
     const double scaled = std::floor(scale * one[g]);
-    s.group_blocks.push_back(bounded ? std::max<uint32_t>(one[g], uint32_t(std::min(scaled, 4e9)))
+    s.group_blocks.push_back(bounded ? std::max<uint32_t>(2 * one[g] + 1, uint32_t(std::min(scaled, 4e9)))
                                      : uint32_t(std::min(scaled, 4e9)));
     if (s.group_blocks.back() == 0)
       bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) + " (one block: " +
@@ -62,8 +64,8 @@ KvPoolSpec KvPool::for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std:
   }
   const size_t got = pool_bytes(n_kv_heads, head_dim, windows, s.group_blocks);
   if (got > bytes)
-    bad_budget("kv_memory " + str(bytes) + " bytes is less than the " + str(got) + " the sliding layers need for one " +
-         "sequence (their whole window) plus one block of the others");
+    bad_budget("kv_memory " + str(bytes) + " bytes is less than the " + str(got) + " the sliding layers need to run one " +
+         "sequence (their window twice: a call keeps the one it started with) plus one block of the others");
   return s;
 }
 

@@ -4,11 +4,16 @@
 // full) the BlockPool that hands out its block ids. Sequences (kv::KVCache)
 // hold block tables over it: one KvPool may serve one cache (sized for one
 // sequence) or every cache of an engine (sized by a memory budget).
+//
+// Threads: caches of one pool may be used and freed from different threads
+// (the engine's scheduler, Python's garbage collector); every change to the
+// block bookkeeping happens under mutex(), which KVCache takes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "gpu/device.h"
@@ -35,7 +40,8 @@ class KvPool {
                                                uint32_t max_chunk);
   // A pool in `bytes` (or less): the sequence's blocks of each group scaled
   // by bytes / (one sequence's bytes), full groups rounded down, sliding ones
-  // at least one sequence's (a sliding layer needs its whole window to run).
+  // at least twice one sequence's and a block (a sliding layer needs its whole
+  // window to run, and a call's checkpoint keeps the window it started with).
   // Raises ArgumentError(kv_memory) when that does not fit, or leaves a group
   // without a block.
   static KvPoolSpec for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
@@ -57,6 +63,7 @@ class KvPool {
   LayerLayout layout(uint32_t layer) const;      // slots = its group's blocks * B
   size_t block_bytes(uint32_t group) const;      // one block id: its K and V rows in every layer of the group
   size_t nbytes() const;                         // every layer's pool buffer
+  std::recursive_mutex& mutex() const { return mutex_; }
 
  private:
   struct Group {
@@ -69,6 +76,7 @@ class KvPool {
   std::vector<Group> groups_;
   std::vector<uint32_t> group_index_;  // per layer
   std::vector<gpu::BufferPtr> buffers_;
+  mutable std::recursive_mutex mutex_;
 };
 
 }  // namespace mkv::kv

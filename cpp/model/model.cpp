@@ -1,6 +1,5 @@
 #include "model/model.h"
 
-#include "ops/attention.h"
 #include "ops/elementwise.h"
 
 namespace mkv::model {
@@ -14,8 +13,6 @@ std::string shape_str(const std::vector<uint64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + str(s[i]);
   return out + (s.size() == 1 ? ",)" : ")");
 }
-
-ops::BufferView at(const ops::BufferView& v, size_t byte_offset) { return {v.buffer, v.offset + byte_offset}; }
 
 }  // namespace
 
@@ -106,135 +103,6 @@ void Model::check_cache(const kv::KVCache& cache) const {
     if (cache.length(l) != cache.length(0))
       fail("the cache's layers hold different lengths (layer 0: " + str(cache.length(0)) + ", layer " + str(l) +
            ": " + str(cache.length(l)) + "); a model step needs them equal");
-}
-
-void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
-                   const ops::BufferView& y, uint32_t n, bool accumulate) const {
-  ops::MatmulArgs a;
-  a.x = x;
-  a.w = w.view;
-  a.y = y;
-  if (bias) a.bias = bias->view;
-  a.n_tokens = n;
-  a.n_in = uint32_t(w.cols());
-  a.n_out = uint32_t(w.rows());
-  a.wtype = w.type;
-  a.accumulate = accumulate;
-  ops::matmul(*device_, enc, a);
-}
-
-void Model::norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const ops::BufferView& out,
-                 uint32_t rows, uint32_t dim) const {
-  ops::rms_norm(*device_, enc, x, w.view, w.type, out, rows, dim, spec_.rms_eps, spec_.norm_offset);
-}
-
-void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t l, uint32_t n) const {
-  const Layer& L = layers_[l];
-  const ModelSpec& m = spec_;
-  const uint32_t H = m.hidden;
-  gpu::Device& dev = *device_;
-  // A decode step's q/k/v come from one stacked matmul; a chunk's from three
-  // gemms, each its own tile grid over the token-major outputs.
-  const bool stacked_qkv = n == 1 && L.qkv.view.buffer;
-  const size_t Q = size_t(m.n_heads) * m.head_dim, KV = size_t(m.n_kv_heads) * m.head_dim;
-  const ops::BufferView q = stacked_qkv ? ws.qkv() : ws.q();
-  const ops::BufferView k = stacked_qkv ? at(ws.qkv(), Q * sizeof(float)) : ws.k();
-  const ops::BufferView v = stacked_qkv ? at(ws.qkv(), (Q + KV) * sizeof(float)) : ws.v();
-  {
-    gpu::ComputeEncoder& enc = s.compute();
-    norm(enc, ws.x(), *L.attn_norm, ws.h(), n, H);
-    if (stacked_qkv) {
-      linear(enc, ws.h(), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr, ws.qkv(), n);
-    } else {
-      linear(enc, ws.h(), *L.q, L.q_bias, q, n);
-      linear(enc, ws.h(), *L.k, L.k_bias, k, n);
-      linear(enc, ws.h(), *L.v, L.v_bias, v, n);
-    }
-    if (m.qk_norm) {
-      norm(enc, q, *L.q_norm, q, n * m.n_heads, m.head_dim);
-      norm(enc, k, *L.k_norm, k, n * m.n_kv_heads, m.head_dim);
-    }
-  }
-  // The store rotates K on its way into the cache and Q in place, in one dispatch.
-  cache.store(s, l, k, v, n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads});
-
-  gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
-  ops::AttentionDesc d;
-  d.n_q_heads = m.n_heads;
-  d.n_kv_heads = m.n_kv_heads;
-  d.head_dim = m.head_dim;
-  d.n_tokens = cache.length(l);
-  d.n_queries = n;
-  d.slots = cache.slots(l);
-  d.window = cache.window(l);
-  d.scale = m.scale();
-  d.softcap = m.attn_softcap;
-  if (n == 1)
-    ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), ws.attn(), {},
-                          ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
-  else
-    ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), ws.attn(), {});
-
-  // x += o (+ post-norm): without a sandwich norm the add is Wo's epilogue.
-  if (L.post_attn_norm) {
-    linear(enc, ws.attn(), *L.out, nullptr, ws.h(), n);
-    norm(enc, ws.h(), *L.post_attn_norm, ws.h(), n, H);
-    ops::add(dev, enc, ws.x(), ws.h(), n * H);
-  } else {
-    linear(enc, ws.attn(), *L.out, nullptr, ws.x(), n, /*accumulate=*/true);
-  }
-
-  norm(enc, ws.x(), *L.ffn_norm, ws.h(), n, H);
-  if (n == 1 && L.gate_up.view.buffer) {
-    ops::GluArgs g;
-    g.x = ws.h();
-    g.w = L.gate_up.view;
-    g.y = ws.gate();
-    g.n_in = H;
-    g.n_out = m.ffn_hidden;
-    g.wtype = L.gate_up.type;
-    g.act = m.activation == Activation::silu ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
-    ops::matmul_glu(dev, enc, g);
-  } else {
-    linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), n);
-    linear(enc, ws.h(), *L.up, nullptr, ws.up(), n);
-    if (m.activation == Activation::silu)
-      ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
-    else
-      ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
-  }
-  if (L.post_ffw_norm) {
-    linear(enc, ws.gate(), *L.down, nullptr, ws.h(), n);
-    norm(enc, ws.h(), *L.post_ffw_norm, ws.h(), n, H);
-    ops::add(dev, enc, ws.x(), ws.h(), n * H);
-  } else {
-    linear(enc, ws.gate(), *L.down, nullptr, ws.x(), n, /*accumulate=*/true);
-  }
-}
-
-void Model::encode_step(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t n,
-                        uint32_t n_logits) const {
-  if (n == 0 || n > ws.max_tokens())
-    fail("a step takes 1.." + str(ws.max_tokens()) + " tokens, got " + str(n));
-  if (n_logits == 0 || n_logits > n) fail("n_logits must be in 1..n (" + str(n) + "), got " + str(n_logits));
-  check_cache(cache);
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) cache.check_store(l, n);  // fail before any layer moves
-  // Token i goes to position length + i: the K store takes them from the cache.
-
-  const uint32_t H = spec_.hidden;
-  ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n, H, spec_.vocab,
-                 spec_.embedding_scale);
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    encode_layer(s, ws, cache, l, n);
-    if ((l + 1) % kLayersPerCommandBuffer == 0 && l + 1 < spec_.n_layers) s.flush();
-  }
-
-  gpu::ComputeEncoder& enc = s.compute();
-  const ops::BufferView last = at(ws.x(), size_t(n - n_logits) * H * sizeof(float));
-  norm(enc, last, *out_norm_, ws.h(), n_logits, H);
-  linear(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n_logits);
-  if (spec_.final_softcap > 0)
-    ops::softcap(*device_, enc, ws.logits(), n_logits * spec_.vocab, spec_.final_softcap);
 }
 
 }  // namespace mkv::model

@@ -17,6 +17,15 @@
 //
 // then logits = rms_norm(x, output_norm) Wout (token_embd when tied) for the
 // rows asked for, soft-capped if the model says so.
+//
+// A step feeds several sequences at once (segments, model_step.cpp): their
+// rows are concatenated, every per-row op (norms, projections, the FFN) runs
+// once over all of them, so weights are read once per step, and the store
+// and attention run per segment over its own cache. Every op's result for a
+// row is independent of the other rows of the step (docs/BATCHING.md): a
+// segment of n >= 2 tokens runs the prefill kernels (gemm, attention_prefill),
+// a one-token segment the decode kernels (gemv, attention_decode) whatever the
+// batch, so each sequence gets bit for bit what it would get alone.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +39,20 @@
 #include "model/workspace.h"
 
 namespace mkv::model {
+
+// Which rows of a segment get logits: none (a prompt chunk that samples
+// nothing), the last (it samples the next token: the lm_head runs as a gemv,
+// as for one token), or all of them (Engine::prefill's logits: a gemm over the
+// rows, alone in its step).
+enum class Logits { none, last, all };
+
+// One sequence's part of a step: n tokens fed into *cache at positions
+// cache->length(0) .. + n - 1.
+struct Segment {
+  kv::KVCache* cache = nullptr;
+  uint32_t n = 0;
+  Logits logits = Logits::last;
+};
 
 class Model {
  public:
@@ -47,16 +70,20 @@ class Model {
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
   void check_cache(const kv::KVCache& cache) const;
 
-  // Encodes one step of n tokens: ws.ids()[0..n) at positions cache.length()..,
-  // which the host has written (ws.positions() is filled here). Stores their
-  // K/V in the cache and writes logits of the last n_logits tokens to
-  // ws.logits() rows 0..n_logits-1. n <= ws.max_tokens(); n_logits in 1..n.
-  // Every kLayersPerCommandBuffer layers it flushes the session (a queue session
-  // commits there and goes on in a new command buffer), so the GPU starts on the
-  // first layers while the rest are encoded: on an H200, encoding and launching
-  // an 8B step's 324 dispatches took about as long as running them.
-  void encode_step(kv::EncoderSession& session, Workspace& ws, kv::KVCache& cache, uint32_t n,
-                   uint32_t n_logits) const;
+  // Encodes one step: the segments' tokens (ws ids rows, in segment order, which
+  // the host has written) at their caches' next positions. Segments of n >= 2
+  // tokens come first, then the one-token ones; a cache appears once; with
+  // Logits::all the segment is the step's only one. Stores their K/V in the
+  // caches and writes the logits asked for to ws.logits() rows, in segment
+  // order. Raises GpuError "[model] ..." before encoding anything when a
+  // segment cannot be stored. Every kLayersPerCommandBuffer layers it flushes
+  // the session (a queue session commits there and goes on in a new command
+  // buffer), so the GPU starts on the first layers while the rest are encoded:
+  // on an H200, encoding and launching an 8B step's 324 dispatches took about
+  // as long as running them.
+  void encode_step(kv::EncoderSession& session, Workspace& ws, const std::vector<Segment>& segments) const;
+  // Rows of logits a step writes (what ws.logits() then holds).
+  static uint32_t logit_rows(const std::vector<Segment>& segments);
   static constexpr uint32_t kLayersPerCommandBuffer = 4;
 
  private:
@@ -70,11 +97,23 @@ class Model {
   };
   void stack_layer(const std::string& prefix, Layer& L);
   const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
-  void encode_layer(kv::EncoderSession& s, Workspace& ws, kv::KVCache& cache, uint32_t l,
-                    uint32_t n) const;
-  void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
-              const Weight* bias, const ops::BufferView& y, uint32_t n,
-              bool accumulate = false) const;
+  // The rows of a step: multi-token segments' rows [0, prefill), one-token ones after.
+  struct StepRows {
+    uint32_t prefill = 0;
+    uint32_t decode = 0;
+    std::vector<uint32_t> first;  // per segment: its first row
+  };
+  StepRows check_step(const Workspace& ws, const std::vector<Segment>& segments) const;
+  void encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs, const StepRows& rows,
+                    uint32_t l) const;
+  void encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,
+                     const StepRows& rows) const;
+  // y = x W (+ bias) over a step's rows: a gemm over the prefill rows, a gemv
+  // over the one-token rows (rows of x and y at the same indices).
+  void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
+              const ops::BufferView& y, const StepRows& rows, bool accumulate = false) const;
+  void linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
+                   const ops::BufferView& y, uint32_t n, ops::MatmulKernel kernel, bool accumulate) const;
   void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
             const ops::BufferView& out, uint32_t rows, uint32_t dim) const;
 

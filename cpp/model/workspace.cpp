@@ -2,28 +2,32 @@
 
 namespace mkv::model {
 
-Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens)
-    : device_(device), max_tokens_(max_tokens), vocab_(spec.vocab) {
-  if (max_tokens == 0) ops::fail("workspace", "max_tokens must be at least 1");
+Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens, uint32_t logit_rows)
+    : device_(device), max_tokens_(max_tokens), logit_rows_(logit_rows), vocab_(spec.vocab) {
+  if (max_tokens == 0 || logit_rows == 0) ops::fail("workspace", "max_tokens and logit_rows must be at least 1");
   const size_t t = max_tokens, f = sizeof(float);
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
   ids_ = alloc(t);
+  rows_ = alloc(logit_rows);
   x_ = alloc(t * spec.hidden);
   h_ = alloc(t * spec.hidden);
   q_ = alloc(t * spec.n_heads * spec.head_dim);
   k_ = alloc(t * spec.n_kv_heads * spec.head_dim);
   v_ = alloc(t * spec.n_kv_heads * spec.head_dim);
-  qkv_ = alloc((spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim);
+  qkv_ = alloc(t * (spec.n_heads + 2 * spec.n_kv_heads) * spec.head_dim);
   attn_ = alloc(t * spec.n_heads * spec.head_dim);
   gate_ = alloc(t * spec.ffn_hidden);
   up_ = alloc(t * spec.ffn_hidden);
-  logits_ = alloc(t * spec.vocab);
+  logits_ = alloc(size_t(logit_rows) * spec.vocab);
+  gathered_ = alloc(size_t(logit_rows) * spec.hidden);
 }
 
 void Workspace::write_ids(const int32_t* ids, uint32_t n) { ids_->write(0, ids, size_t(n) * sizeof(int32_t)); }
 
-void Workspace::read_logits(float* dst, uint32_t rows) const {
-  logits_->read(0, dst, size_t(rows) * vocab_ * sizeof(float));
+void Workspace::write_rows(const int32_t* rows, uint32_t n) { rows_->write(0, rows, size_t(n) * sizeof(int32_t)); }
+
+void Workspace::read_logits(float* dst, uint32_t rows, uint32_t first) const {
+  logits_->read(size_t(first) * vocab_ * sizeof(float), dst, size_t(rows) * vocab_ * sizeof(float));
 }
 
 ops::BufferView Workspace::attention_scratch(size_t bytes) {

@@ -27,10 +27,12 @@ bool needs_c4_fallback(WeightType wtype, uint32_t rows, uint32_t n_in, const Buf
   return half_type && rows <= mkv_params::kGemvRowsMaxGpu && (n_in % 8 != 0 || w.offset % 16 != 0);
 }
 
-// "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4".
-std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool c4) {
+// "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4",
+// "gemv_q4_1_r32_t8" (8 tokens a threadgroup), "gemv_f16_r2_t4".
+std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool c4, uint32_t tokens) {
   std::string name = std::string(prefix) + weight_type_name(wtype) + (c4 ? "_c4" : "");
-  return rows == mkv_params::kGemvRows ? name : name + "_r" + std::to_string(rows);
+  if (rows != mkv_params::kGemvRows) name += "_r" + std::to_string(rows);
+  return tokens == 1 ? name : name + "_t" + std::to_string(tokens);
 }
 
 }  // namespace
@@ -40,7 +42,7 @@ uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32
     return wtype == WeightType::f16 ? mkv_params::kGemvRows : mkv_params::kGemvRowsWide;
   // SIMD-groups the device holds at once (the R = 1 shape; R = 2, 4 use a few more registers).
   const uint32_t simds = gemv_simds(1);
-  const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false));
+  const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false, 1));
   const uint64_t wave = uint64_t(device_wave(device, *pipeline, 32 * simds)) * simds;
   // Quantized rows cost 4 bytes of activations (cache hits) per weight against
   // 0.5-1 byte from DRAM: at least 2 rows share each activation load.
@@ -50,6 +52,11 @@ uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32
   uint32_t rows = mkv_params::kGemvRowsDefaultGpu;
   while (rows > min_rows && uint64_t(ceil_div(n_out, rows)) * n_tokens < wave) rows /= 2;
   return rows;
+}
+
+uint32_t gemv_tokens(gpu::Device& device, uint32_t n_tokens) {
+  if (n_tokens <= 1) return 1;
+  return device.kind() == "host" ? mkv_params::kGemvTokensHost : mkv_params::kGemvTokensGpu;
 }
 
 void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
@@ -65,11 +72,12 @@ void check_view(const char* op, const char* what, const BufferView& view, size_t
                  " must be a multiple of " + std::to_string(align) + " bytes");
 }
 
-uint64_t matmul_weight_bytes_read(const MatmulArgs& a) {
+uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a) {
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  const uint64_t passes = gemv ? a.n_tokens : ceil_div(a.n_tokens, mkv_params::kGemmTokens);
-  return passes * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
+  const uint32_t per_pass = gemv ? (a.gemv_tokens ? a.gemv_tokens : gemv_tokens(device, a.n_tokens))
+                                 : mkv_params::kGemmTokens;
+  return ceil_div(a.n_tokens, per_pass) * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
 }
 
 namespace {
@@ -87,19 +95,47 @@ void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const
     fail(op, "y overlaps x; the output needs its own memory");
 }
 
-// The gemv width to run: 0 picks the device's; else one of the instantiated shapes.
-uint32_t pick_gemv_rows(const char* op, gpu::Device& device, WeightType wtype, uint32_t asked, uint32_t n_out,
-                        uint32_t n_tokens) {
-  if (asked == 0) return gemv_rows(device, wtype, n_out, n_tokens);
-  if (asked != 1 && asked != 2 && asked != 4 && asked != mkv_params::kGemvRows && asked != mkv_params::kGemvRowsWide)
-    fail(op, "gemv_rows must be 0 (the device's choice), 1, 2, 4, " + std::to_string(mkv_params::kGemvRows) +
-                 " or " + std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
+// The gemv tokens per threadgroup to run: 0 picks the device's, or, for a
+// forced width (rows), the several-token shape built for it; else 1 or a
+// several-token count (pick_gemv_rows checks it is built for the width).
+uint32_t pick_gemv_tokens(const char* op, gpu::Device& device, uint32_t asked, uint32_t rows, uint32_t n_tokens) {
+  if (asked == 0) {
+    if (rows == 0 || n_tokens <= 1) return gemv_tokens(device, n_tokens);
+    if (rows == mkv_params::kGemvRows || rows == mkv_params::kGemvRowsWide) return mkv_params::kGemvTokensHost;
+    return rows <= 2 ? mkv_params::kGemvTokensGpu : 1;
+  }
+  if (asked != 1 && asked != mkv_params::kGemvTokensHost && asked != mkv_params::kGemvTokensGpu)
+    fail(op, "gemv_tokens must be 0 (the device's choice), 1, " + std::to_string(mkv_params::kGemvTokensGpu) +
+                 " or " + std::to_string(mkv_params::kGemvTokensHost) + ", got " + std::to_string(asked));
   return asked;
 }
 
-void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t n_out, uint32_t n_tokens) {
+// The gemv width to run: 0 picks the device's; else one of the instantiated shapes.
+uint32_t pick_gemv_rows(const char* op, gpu::Device& device, WeightType wtype, uint32_t asked, uint32_t n_out,
+                        uint32_t n_tokens, uint32_t tokens) {
+  // The several-token shapes exist for rows 8 and 32 (kGemvTokensHost) or 1 and 2 (kGemvTokensGpu).
+  const bool host_tokens = tokens == mkv_params::kGemvTokensHost, gpu_tokens = tokens == mkv_params::kGemvTokensGpu;
+  uint32_t rows = asked;
+  if (rows == 0) {
+    rows = gemv_rows(device, wtype, n_out, ceil_div(n_tokens, tokens));
+    if (gpu_tokens && rows > 2) rows = 2;
+    if (host_tokens && rows <= mkv_params::kGemvRowsMaxGpu) rows = mkv_params::kGemvRows;
+  }
+  if (rows != 1 && rows != 2 && rows != 4 && rows != mkv_params::kGemvRows && rows != mkv_params::kGemvRowsWide)
+    fail(op, "gemv_rows must be 0 (the device's choice), 1, 2, 4, " + std::to_string(mkv_params::kGemvRows) +
+                 " or " + std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
+  if ((host_tokens && rows <= mkv_params::kGemvRowsMaxGpu) || (gpu_tokens && rows > 2))
+    fail(op, "gemv_tokens " + std::to_string(tokens) + " is built for " +
+                 (host_tokens ? std::to_string(mkv_params::kGemvRows) + " or " +
+                                    std::to_string(mkv_params::kGemvRowsWide)
+                              : std::string("1 or 2")) +
+                 " gemv_rows, got " + std::to_string(rows));
+  return rows;
+}
+
+void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t tokens, uint32_t n_out, uint32_t n_tokens) {
   const uint32_t simds = gemv_simds(rows);
-  enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), n_tokens, 1}, {32 * simds, 1, 1});
+  enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), ceil_div(n_tokens, tokens), 1}, {32 * simds, 1, 1});
 }
 
 }  // namespace
@@ -120,9 +156,11 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens) : 0;
-  auto pipeline = device.pipeline(gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))
-                                       : std::string("gemm_") + weight_type_name(a.wtype));
+  const uint32_t tokens = gemv ? pick_gemv_tokens(kOp, device, a.gemv_tokens, a.gemv_rows, a.n_tokens) : 0;
+  const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens, tokens) : 0;
+  auto pipeline = device.pipeline(
+      gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)
+           : std::string("gemm_") + weight_type_name(a.wtype));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
@@ -135,7 +173,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
   if (gemv) {
-    dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
+    dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
@@ -157,19 +195,21 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
   // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
   // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).
+  const uint32_t tokens = pick_gemv_tokens(op, device, a.gemv_tokens, a.gemv_rows, a.n_tokens);
   uint32_t rows = a.gemv_rows;
   if (rows == 0) {
-    rows = gemv_rows(device, a.wtype, 2 * a.n_out, a.n_tokens);
+    rows = gemv_rows(device, a.wtype, 2 * a.n_out, ceil_div(a.n_tokens, tokens));
     if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
   }
-  rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens);
+  rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens, tokens);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
-  enc.set_pipeline(device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w))));
+  enc.set_pipeline(
+      device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)));
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
-  dispatch_gemv(enc, rows, a.n_out, a.n_tokens);
+  dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
 }
 
 }  // namespace mkv::ops

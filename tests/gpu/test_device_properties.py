@@ -4,6 +4,7 @@ executor's own thread count (its device name states it), torch's view of the
 CUDA GPU, and Apple's published core counts for the names Metal gives."""
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -31,8 +32,9 @@ def test_apple_gpu_cores_unknown_is_the_fewest(name):
 
 def test_properties_are_positive():
     p = test_device().properties
-    assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit"}
+    assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit", "memory_bytes"}
     assert p["compute_units"] >= 1 and p["max_threads_per_unit"] >= 32
+    assert p["memory_bytes"] >= 2**30  # every device we run on has a GiB
     assert p["threadgroup_memory_per_unit"] >= 32768  # Metal's per-threadgroup limit fits
 
 
@@ -41,6 +43,7 @@ def test_host_units_are_its_threads():
     dev = metalkv.device("host")
     threads = int(re.search(r"\((\d+) threads", dev.name).group(1))
     assert dev.properties["compute_units"] == threads
+    assert dev.properties["memory_bytes"] == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     pipe = dev.pipeline("test_reduce_tree")
     assert pipe.resident_threadgroups_per_unit(256) == 1  # a worker runs one threadgroup at a time
 
@@ -52,6 +55,7 @@ def test_cuda_properties_match_torch():
     p = metalkv.device("cuda").properties
     assert p["compute_units"] == want.multi_processor_count
     assert p["max_threads_per_unit"] == want.max_threads_per_multi_processor
+    assert p["memory_bytes"] == want.total_memory
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cuda", reason="occupancy of a compiled CUDA kernel")

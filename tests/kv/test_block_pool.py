@@ -170,7 +170,7 @@ def test_shared_prefix_copies_its_tail_on_write():
 def test_errors_say_what_and_how_much():
     pool = BlockPool(2)
     t = BlockTable(pool)
-    with pytest.raises(metalkv.GpuError, match=r"\[block_pool\] asked for 3 blocks, 2 of 2 are free"):
+    with pytest.raises(metalkv.GpuError, match=r"\[block_pool\] asked for 3 blocks, 2 of 2 are available"):
         t.append(2 * B + 1)
     assert t.length == 0 and pool.free_count == 2
     t.append(3)

@@ -75,7 +75,7 @@ class CudaDevice final : public Device {
       : ordinal_(ordinal),
         name_(prop.name),
         props_{uint32_t(prop.multiProcessorCount), uint32_t(prop.maxThreadsPerMultiProcessor),
-               size_t(prop.sharedMemPerMultiprocessor)},
+               size_t(prop.sharedMemPerMultiprocessor), size_t(prop.totalGlobalMem)},
         sink_(std::make_shared<CounterSink>()) {}
   std::string kind() const override { return "cuda"; }
   std::string name() const override { return name_; }

@@ -8,6 +8,9 @@
 #include <mutex>
 #include <variant>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "executor.h"
 #include "registry.h"
 
@@ -20,18 +23,31 @@ class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t length) : length_(length) {
     const size_t rounded = (length + 63) / 64 * 64;
-    // posix_memalign, not std::aligned_alloc: macOS has the latter only from 10.15
-    if (posix_memalign(&data_, 64, rounded ? rounded : 64) != 0) data_ = nullptr;
+    if (rounded >= kMapped) {
+      // Large buffers (a KV pool) from the kernel's zero pages: memory is taken as it is first written.
+      void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      data_ = p == MAP_FAILED ? nullptr : p;
+      mapped_ = data_ != nullptr;
+    } else if (posix_memalign(&data_, 64, rounded ? rounded : 64) != 0) {  // not aligned_alloc: macOS < 10.15
+      data_ = nullptr;
+    }
     if (!data_) throw GpuError("[host] out of memory allocating " + std::to_string(length) + " bytes");
-    std::memset(data_, 0, rounded);
+    if (!mapped_) std::memset(data_, 0, rounded);
   }
-  ~HostBuffer() override { std::free(data_); }
+  ~HostBuffer() override {
+    if (mapped_)
+      munmap(data_, (length_ + 63) / 64 * 64);
+    else
+      std::free(data_);
+  }
   void* contents() override { return data_; }
   size_t length() const override { return length_; }
 
  private:
+  static constexpr size_t kMapped = size_t(1) << 20;
   void* data_ = nullptr;
   size_t length_;
+  bool mapped_ = false;
 };
 
 class HostPipeline final : public Pipeline {
@@ -341,7 +357,8 @@ class HostDevice final : public Device {
   // One unit per executor thread, each running one threadgroup (up to the
   // 1024 threads a threadgroup may have) with Metal's 32 KiB of threadgroup memory.
   DeviceProperties properties() const override {
-    return {uint32_t(host::executor_threads()), 1024, 32768};
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return {uint32_t(host::executor_threads()), 1024, 32768, pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0};
   }
   BufferPtr new_buffer(size_t length) override {
     if (length == 0) throw GpuError("[host] buffer length must be at least 1 byte");

@@ -67,7 +67,8 @@ MetalDevice::MetalDevice(NS::SharedPtr<MTL::Device> device)
 }
 
 DeviceProperties MetalDevice::properties() const {
-  return {apple_gpu_cores(name_), kAppleThreadsPerCore, max_threadgroup_memory_};
+  return {apple_gpu_cores(name_), kAppleThreadsPerCore, max_threadgroup_memory_,
+          size_t(device_->recommendedMaxWorkingSetSize())};
 }
 
 BufferPtr MetalDevice::new_buffer(size_t length) {

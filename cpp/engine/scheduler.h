@@ -1,0 +1,100 @@
+// Scheduler: continuous batching. One thread runs every model step of an
+// engine; calls from any number of threads are jobs it admits, steps and
+// retires (docs/BATCHING.md).
+//
+// Each iteration:
+//   1. admit queued jobs, first come first served, while fewer than max_seqs
+//      run and (over a shared pool) the pool can reserve every block the job
+//      may take: an admitted job never finds the pool full, so nothing is
+//      ever preempted, and a job waits in the queue until running ones finish
+//      (one that could never fit fails at once). Admission takes the cache's
+//      checkpoint, rolls it back to `keep`, and for an empty cache adopts the
+//      longest cached prefix of the prompt (kv/prefix_cache.h);
+//   2. apply what callers asked between steps (abort, cancel, stop_after);
+//   3. build a step under the token budget (max_tokens rows): one row for
+//      every decoding job, then prompt chunks of prefilling jobs in admission
+//      order, each chunk >= 2 tokens unless the whole prompt is one (so a
+//      prompt always runs the prefill kernels, whatever the budget left);
+//   4. run it (StepRunner: one command buffer, one wait), hand each sampled
+//      id to its job, retire finished jobs (stop id, max_tokens, full cache).
+// A job's result does not depend on what else runs in its steps: each row's
+// arithmetic is batch-invariant (model.h), so the same call alone and in a
+// batch gives the same ids, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/step.h"
+#include "kv/kv_cache.h"
+
+namespace mkv::engine {
+
+struct SchedulerOptions {
+  uint32_t prefill_chunk = 128;  // most prompt tokens of one job in one step
+  uint32_t max_seqs = 64;        // jobs running at once (decoding or prefilling)
+  uint32_t step_tokens = 192;    // rows one step may feed (the token budget)
+};
+
+// One call: what it feeds and how it samples. The cache must stay alive, and
+// be used by no other call, until the request is done.
+struct Job {
+  std::shared_ptr<Request> request;
+  kv::KVCache* cache = nullptr;
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  bool logits = false;  // a logits call: every row's logits, no sampling
+};
+
+class Scheduler {
+ public:
+  Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options);
+  ~Scheduler();  // aborts what is still queued or running, then joins the thread
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const SchedulerOptions& options() const { return options_; }
+  // Queues a checked job (Engine::submit checks it); raises ArgumentError when
+  // its cache is already in a call.
+  void submit(Job job);
+  // What a Request wakes the scheduler with (Engine::submit gives it to each).
+  const std::shared_ptr<Channel>& wakeup() const { return wakeup_; }
+  // Jobs waiting for admission and running now.
+  uint32_t queued() const;
+  uint32_t running() const;
+
+ private:
+  struct Running;
+  enum class Admission { admitted, wait, failed };
+  void loop();
+  void admit();
+  Admission try_admit(Running& r);
+  void control();
+  bool step();
+  bool logits_step(Running& r);
+  void finish(Running& r, const std::string& reason, std::exception_ptr error = nullptr);
+  void restore(Running& r);
+  void retire();
+  void abort_all(std::exception_ptr error);
+
+  gpu::DevicePtr device_;
+  std::shared_ptr<const model::Model> model_;
+  SchedulerOptions options_;
+  StepRunner runner_;
+  std::shared_ptr<Channel> wakeup_ = std::make_shared<Channel>();
+  mutable std::mutex mutex_;  // guards queue_, in_flight_, stop_, n_running_
+  bool stop_ = false;
+  uint32_t n_running_ = 0;
+  std::deque<std::unique_ptr<Running>> queue_;
+  std::vector<std::unique_ptr<Running>> running_;  // the scheduler thread's alone
+  std::vector<const kv::KVCache*> in_flight_;      // caches of queued and running jobs
+  std::thread thread_;
+};
+
+}  // namespace mkv::engine

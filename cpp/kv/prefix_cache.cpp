@@ -1,0 +1,95 @@
+#include "kv/prefix_cache.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace mkv::kv::prefix {
+namespace {
+
+// splitmix64's finalizer: a good 64-bit mixer.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+BlockKey key_of(uint64_t parent, const int32_t* ids) {
+  return {chain_hash(parent, ids), parent, std::vector<int32_t>(ids, ids + kBlockTokens)};
+}
+
+// The lowest position a sliding window W needs at n tokens (the next query's window).
+uint32_t first_needed(uint32_t window, uint32_t n) { return window == 0 || n < window ? 0 : n - window + 1; }
+
+}  // namespace
+
+uint64_t chain_hash(uint64_t parent, const int32_t* ids) {
+  uint64_t h = mix(parent ^ 0x6d6b7666u);  // "mkvf": block 0's parent 0 still mixes
+  for (uint32_t i = 0; i < kBlockTokens; ++i) h = mix(h ^ uint32_t(ids[i]));
+  return h;
+}
+
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens) {
+  Match m;
+  m.evictable.assign(pool.n_groups(), 0);
+  const uint32_t n_blocks = std::min(n, max_tokens) / kBlockTokens;
+  if (n_blocks == 0) return m;
+  // Per group, block i's id (or -1), as far as the chain goes.
+  std::vector<BlockKey> keys;
+  uint64_t parent = 0;
+  for (uint32_t i = 0; i < n_blocks; ++i) {
+    keys.push_back(key_of(parent, ids + size_t(i) * kBlockTokens));
+    parent = keys.back().hash;
+  }
+  const uint32_t groups = pool.n_groups();
+  std::vector<std::vector<int64_t>> found(groups, std::vector<int64_t>(n_blocks, -1));
+  uint32_t full_run = n_blocks;  // blocks every full group holds from block 0
+  for (uint32_t g = 0; g < groups; ++g)
+    for (uint32_t i = 0; i < n_blocks; ++i) {
+      found[g][i] = pool.blocks(g).find(keys[i]);
+      if (pool.group_window(g) == 0 && found[g][i] < 0) full_run = std::min(full_run, i);
+    }
+  // The longest prefix of k blocks every sliding group can serve at k·B tokens.
+  for (uint32_t k = full_run; k > 0; --k) {
+    bool ok = true;
+    for (uint32_t g = 0; g < groups && ok; ++g) {
+      const uint32_t w = pool.group_window(g);
+      if (w == 0) continue;
+      for (uint32_t i = first_needed(w, k * kBlockTokens) / kBlockTokens; i < k && ok; ++i) ok = found[g][i] >= 0;
+    }
+    if (!ok) continue;
+    m.tokens = k * kBlockTokens;
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t w = pool.group_window(g), first = first_needed(w, m.tokens) / kBlockTokens;
+      std::vector<int64_t> blocks(k, -1);
+      uint32_t evictable = 0;
+      for (uint32_t i = first; i < k; ++i) {
+        blocks[i] = found[g][i];
+        if (pool.blocks(g).owners(uint32_t(blocks[i])) == 0) ++evictable;
+      }
+      m.blocks.push_back(std::move(blocks));
+      m.evictable[g] = evictable;
+    }
+    for (uint32_t i = 0; i < k; ++i) m.hashes.push_back(keys[i].hash);
+    return m;
+  }
+  return m;
+}
+
+void publish(KVCache& cache) {
+  std::lock_guard<std::recursive_mutex> lock(cache.pool().mutex());
+  const uint32_t done = uint32_t(cache.block_hashes().size());
+  const uint32_t ready = std::min<uint32_t>(cache.canonical(), uint32_t(cache.tokens().size())) / kBlockTokens;
+  for (uint32_t i = done; i < ready; ++i) {
+    const uint64_t parent = i ? cache.block_hashes()[i - 1] : 0;
+    const BlockKey key = key_of(parent, cache.tokens().data() + size_t(i) * kBlockTokens);
+    KvPool& pool = cache.pool();
+    for (uint32_t g = 0; g < pool.n_groups(); ++g) {
+      const std::vector<int64_t>& blocks = cache.block_table(pool.group_layers(g)[0]).blocks();
+      if (i < blocks.size() && blocks[i] >= 0) pool.blocks(g).register_block(uint32_t(blocks[i]), key);
+    }
+    cache.add_block_hash(key.hash);
+  }
+}
+
+}  // namespace mkv::kv::prefix

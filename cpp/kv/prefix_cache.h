@@ -1,0 +1,43 @@
+// The prefix cache: full KV blocks found again by their tokens, so a new
+// sequence whose prompt starts like an earlier one takes that prefix's blocks
+// without computing or copying them (docs/KV_CACHE.md, "Prefix cache").
+//
+// Keys are a chain of hashes: block i's hash covers its B token ids and
+// block i-1's hash, so it names the whole prefix up to its end; each shared
+// pool's BlockPool maps hashes to blocks (per window group) and verifies the
+// tokens and parent hash of a hit. A block is published once its B positions
+// are canonical (KVCache::canonical: stored by steps of >= 2 tokens), so a
+// prefix taken from the cache holds exactly the bits a prefill of the same
+// tokens gives: a sequence gets the same output with and without the cache.
+// Cached blocks nobody holds stay in the pool, evictable in LRU order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/kv_cache.h"
+
+namespace mkv::kv::prefix {
+
+// Block i's chain hash: of `parent` (block i-1's, 0 for the first) and its
+// kBlockTokens ids.
+uint64_t chain_hash(uint64_t parent, const int32_t* ids);
+
+// The longest prefix of ids[0..n) a new cache can take from `pool`: at most
+// max_tokens tokens, a whole number of blocks, each full group holding every
+// block, each sliding group the blocks its window at the prefix's end needs.
+struct Match {
+  uint32_t tokens = 0;
+  std::vector<std::vector<int64_t>> blocks;  // per group, per logical block (-1: not needed)
+  std::vector<uint64_t> hashes;              // per block of the prefix
+  std::vector<uint32_t> evictable;           // per group: of those blocks, how many nobody holds now
+};
+// Call with the pool's mutex held, and keep it until the blocks are adopted.
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens);
+
+// Publishes the cache's canonical full blocks not yet published (their hashes
+// go to cache.block_hashes()); a block whose tokens already have a block stays
+// the cache's alone. Needs the cache's token ids (an engine's cache).
+void publish(KVCache& cache);
+
+}  // namespace mkv::kv::prefix

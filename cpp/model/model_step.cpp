@@ -1,0 +1,251 @@
+// Model::encode_step: one forward step over the segments of several
+// sequences (model.h has the ops of a layer, docs/BATCHING.md the design).
+//
+// Rows: the multi-token segments' rows first ([0, P): "prefill rows"), then
+// one row per one-token segment ([P, P + D): "decode rows"). Per-row ops run
+// once over all rows; projections run as a gemm over the prefill rows and a
+// several-token gemv over the decode rows (each weight read once per step, or
+// once per kGemvTokens decode rows); the store and attention run per segment.
+// What a row computes never depends on the other rows, so a sequence decoded
+// in a batch is bit-identical to the same sequence decoded alone.
+#include "model/model.h"
+
+#include <algorithm>
+
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+
+namespace mkv::model {
+namespace {
+
+[[noreturn]] void fail(const std::string& m) { ops::fail("model", m); }
+std::string str(uint64_t v) { return std::to_string(v); }
+
+ops::BufferView at(const ops::BufferView& v, size_t byte_offset) { return {v.buffer, v.offset + byte_offset}; }
+// Row r of a (rows, width) float buffer.
+ops::BufferView row(const ops::BufferView& v, uint32_t r, size_t width) { return at(v, r * width * sizeof(float)); }
+
+}  // namespace
+
+uint32_t Model::logit_rows(const std::vector<Segment>& segments) {
+  uint32_t n = 0;
+  for (const Segment& s : segments) n += s.logits == Logits::all ? s.n : s.logits == Logits::last ? 1 : 0;
+  return n;
+}
+
+Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment>& segs) const {
+  if (segs.empty()) fail("a step needs at least one segment");
+  StepRows rows;
+  uint64_t total = 0;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment& s = segs[i];
+    if (!s.cache) fail("segment " + str(i) + " has no cache");
+    if (s.n == 0) fail("segment " + str(i) + " feeds no token");
+    if (s.n > 1 && rows.decode > 0)
+      fail("segment " + str(i) + " feeds " + str(s.n) + " tokens after a one-token segment; multi-token segments "
+           "come first");
+    if (s.logits == Logits::all && segs.size() > 1) fail("a segment that wants every row's logits is a step of its own");
+    for (size_t j = 0; j < i; ++j)
+      if (segs[j].cache == s.cache) fail("segments " + str(j) + " and " + str(i) + " feed the same cache");
+    rows.first.push_back(uint32_t(total));
+    (s.n > 1 ? rows.prefill : rows.decode) += s.n;
+    total += s.n;
+  }
+  if (total > ws.max_tokens()) fail("a step takes 1.." + str(ws.max_tokens()) + " tokens, got " + str(total));
+  if (logit_rows(segs) > ws.logit_rows())
+    fail("a step writes at most " + str(ws.logit_rows()) + " rows of logits, got " + str(logit_rows(segs)));
+  for (const Segment& s : segs) {
+    check_cache(*s.cache);
+    for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n);  // fail before any layer moves
+  }
+  return rows;
+}
+
+void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
+                        const ops::BufferView& y, uint32_t n, ops::MatmulKernel kernel, bool accumulate) const {
+  ops::MatmulArgs a;
+  a.x = x;
+  a.w = w.view;
+  a.y = y;
+  if (bias) a.bias = bias->view;
+  a.n_tokens = n;
+  a.n_in = uint32_t(w.cols());
+  a.n_out = uint32_t(w.rows());
+  a.wtype = w.type;
+  a.kernel = kernel;
+  a.accumulate = accumulate;
+  ops::matmul(*device_, enc, a);
+}
+
+void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
+                   const ops::BufferView& y, const StepRows& rows, bool accumulate) const {
+  const size_t in = w.cols(), out = w.rows();
+  if (rows.prefill) linear_rows(enc, x, w, bias, y, rows.prefill, ops::MatmulKernel::gemm, accumulate);
+  if (rows.decode)
+    linear_rows(enc, row(x, rows.prefill, in), w, bias, row(y, rows.prefill, out), rows.decode,
+                ops::MatmulKernel::gemv, accumulate);
+}
+
+void Model::norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const ops::BufferView& out,
+                 uint32_t rows, uint32_t dim) const {
+  ops::rms_norm(*device_, enc, x, w.view, w.type, out, rows, dim, spec_.rms_eps, spec_.norm_offset);
+}
+
+void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs, const StepRows& rows,
+                         uint32_t l) const {
+  const Layer& L = layers_[l];
+  const ModelSpec& m = spec_;
+  const uint32_t H = m.hidden, n_rows = rows.prefill + rows.decode;
+  gpu::Device& dev = *device_;
+  const size_t Q = size_t(m.n_heads) * m.head_dim, KV = size_t(m.n_kv_heads) * m.head_dim;
+  // Decode rows take q/k/v from one stacked gemv, (D, Q + 2 KV) in ws.qkv();
+  // prefill rows from three gemms into ws.q/k/v (token-major).
+  const bool stacked = rows.decode && L.qkv.view.buffer;
+  {
+    gpu::ComputeEncoder& enc = s.compute();
+    norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
+    StepRows separate = rows;
+    if (stacked) {
+      linear_rows(enc, row(ws.h(), rows.prefill, H), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr, ws.qkv(),
+                  rows.decode, ops::MatmulKernel::gemv, false);
+      separate.decode = 0;
+    }
+    if (separate.prefill + separate.decode) {
+      linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), separate);
+      linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), separate);
+      linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), separate);
+    }
+    if (m.qk_norm) {
+      const uint32_t n = separate.prefill + separate.decode;
+      if (n) {
+        norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
+        norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
+      }
+      for (uint32_t t = 0; stacked && t < rows.decode; ++t) {  // a decode row's q and k lie apart in ws.qkv()
+        const ops::BufferView qt = row(ws.qkv(), t, Q + 2 * KV), kt = at(qt, Q * sizeof(float));
+        norm(enc, qt, *L.q_norm, qt, m.n_heads, m.head_dim);
+        norm(enc, kt, *L.k_norm, kt, m.n_kv_heads, m.head_dim);
+      }
+    }
+  }
+
+  // Per segment: the store rotates K on its way into the cache and Q in place
+  // (one dispatch), then attention over the segment's own cache.
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Segment& seg = segs[i];
+    kv::KVCache& cache = *seg.cache;
+    const uint32_t r0 = rows.first[i];
+    ops::BufferView q = row(ws.q(), r0, Q), k = row(ws.k(), r0, KV), v = row(ws.v(), r0, KV);
+    if (stacked && seg.n == 1) {
+      q = row(ws.qkv(), r0 - rows.prefill, Q + 2 * KV);
+      k = at(q, Q * sizeof(float));
+      v = at(q, (Q + KV) * sizeof(float));
+    }
+    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads});
+
+    gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
+    ops::AttentionDesc d;
+    d.n_q_heads = m.n_heads;
+    d.n_kv_heads = m.n_kv_heads;
+    d.head_dim = m.head_dim;
+    d.n_tokens = cache.length(l);
+    d.n_queries = seg.n;
+    d.slots = cache.slots(l);
+    d.window = cache.window(l);
+    d.scale = m.scale();
+    d.softcap = m.attn_softcap;
+    const ops::BufferView out = row(ws.attn(), r0, Q);
+    if (seg.n == 1)
+      ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), out, {},
+                            ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
+    else
+      ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), out, {});
+  }
+
+  gpu::ComputeEncoder& enc = s.compute();
+  // x += o (+ post-norm): without a sandwich norm the add is Wo's epilogue.
+  if (L.post_attn_norm) {
+    linear(enc, ws.attn(), *L.out, nullptr, ws.h(), rows);
+    norm(enc, ws.h(), *L.post_attn_norm, ws.h(), n_rows, H);
+    ops::add(dev, enc, ws.x(), ws.h(), n_rows * H);
+  } else {
+    linear(enc, ws.attn(), *L.out, nullptr, ws.x(), rows, /*accumulate=*/true);
+  }
+
+  norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
+  // Decode rows: gate and up in one stacked gemv that applies the activation.
+  StepRows separate = rows;
+  if (rows.decode && L.gate_up.view.buffer) {
+    ops::GluArgs g;
+    g.x = row(ws.h(), rows.prefill, H);
+    g.w = L.gate_up.view;
+    g.y = row(ws.gate(), rows.prefill, m.ffn_hidden);
+    g.n_tokens = rows.decode;
+    g.n_in = H;
+    g.n_out = m.ffn_hidden;
+    g.wtype = L.gate_up.type;
+    g.act = m.activation == Activation::silu ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
+    ops::matmul_glu(dev, enc, g);
+    separate.decode = 0;
+  }
+  if (const uint32_t n = separate.prefill + separate.decode) {
+    linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), separate);
+    linear(enc, ws.h(), *L.up, nullptr, ws.up(), separate);
+    if (m.activation == Activation::silu)
+      ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
+    else
+      ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
+  }
+  if (L.post_ffw_norm) {
+    linear(enc, ws.gate(), *L.down, nullptr, ws.h(), rows);
+    norm(enc, ws.h(), *L.post_ffw_norm, ws.h(), n_rows, H);
+    ops::add(dev, enc, ws.x(), ws.h(), n_rows * H);
+  } else {
+    linear(enc, ws.gate(), *L.down, nullptr, ws.x(), rows, /*accumulate=*/true);
+  }
+}
+
+void Model::encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,
+                          const StepRows& rows) const {
+  const uint32_t H = spec_.hidden, n = logit_rows(segs);
+  if (n == 0) return;
+  // The rows asked for: a view when they are the step's last rows, else
+  // gathered into ws.gathered() by the embedding kernel (an f32 table lookup).
+  std::vector<int32_t> picked;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const uint32_t last = rows.first[i] + segs[i].n - 1;
+    if (segs[i].logits == Logits::all)
+      for (uint32_t r = rows.first[i]; r <= last; ++r) picked.push_back(int32_t(r));
+    else if (segs[i].logits == Logits::last)
+      picked.push_back(int32_t(last));
+  }
+  const uint32_t n_rows = rows.prefill + rows.decode;
+  ops::BufferView x = row(ws.x(), n_rows - n, H);
+  bool tail = true;
+  for (uint32_t i = 0; i < n; ++i) tail = tail && picked[i] == int32_t(n_rows - n + i);
+  if (!tail) {
+    ws.write_rows(picked.data(), n);
+    ops::embedding(*device_, enc, ws.x(), ops::WeightType::f32, ws.rows_view(), ws.gathered(), n, H, n_rows, 1.0f);
+    x = ws.gathered();
+  }
+  norm(enc, x, *out_norm_, ws.h(), n, H);
+  // A sampled row's logits come from a gemv, as when its sequence runs alone.
+  const bool all = segs.size() == 1 && segs[0].logits == Logits::all;
+  linear_rows(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n, all ? ops::MatmulKernel::automatic : ops::MatmulKernel::gemv,
+              false);
+  if (spec_.final_softcap > 0) ops::softcap(*device_, enc, ws.logits(), n * spec_.vocab, spec_.final_softcap);
+}
+
+void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs) const {
+  const StepRows rows = check_step(ws, segs);
+  const uint32_t H = spec_.hidden, n_rows = rows.prefill + rows.decode;
+  ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n_rows, H, spec_.vocab,
+                 spec_.embedding_scale);
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
+    encode_layer(s, ws, segs, rows, l);
+    if ((l + 1) % kLayersPerCommandBuffer == 0 && l + 1 < spec_.n_layers) s.flush();
+  }
+  encode_logits(s.compute(), ws, segs, rows);
+}
+
+}  // namespace mkv::model

@@ -1,0 +1,26 @@
+// Several-token gemv shapes (metal/gemv.h with kTokens > 1): a batched decode
+// step's projections, each weight byte read once per kTokens tokens, each
+// (token, row) bit-identical to the one-token shapes of matmul.metal.
+// gemv_<fmt>_t<T> (8 rows, the host's f16 shape) and gemv_<fmt>_r32_t<T>
+// (32 rows, its other formats) with T = kGemvTokensHost; the GPU shapes
+// gemv_<fmt>_r1_t<T>, _r2_t<T> with T = kGemvTokensGpu (cpp/ops/linear.cpp
+// picks them: gemv_rows, gemv_tokens).
+#include "mkv_kernel.h"
+#include "gemv.h"
+
+#define MKV_GEMV_TOKENS_HOST(fmt, F, T)                             \
+  MKV_GEMV_SHAPE(fmt##_t##T, F, mkv_params::kGemvRows, T)            \
+  MKV_GEMV_SHAPE(fmt##_r32_t##T, F, mkv_params::kGemvRowsWide, T)
+#define MKV_GEMV_TOKENS_GPU(fmt, F, T)     \
+  MKV_GEMV_SHAPE(fmt##_r1_t##T, F, 1, T)  \
+  MKV_GEMV_SHAPE(fmt##_r2_t##T, F, 2, T)
+// T as a literal: it is pasted into the name (static_asserted against
+// kGemvTokensHost / kGemvTokensGpu below).
+#define MKV_GEMV_TOKENS_FORMAT(fmt, F) \
+  MKV_GEMV_TOKENS_HOST(fmt, F, 8)      \
+  MKV_GEMV_TOKENS_GPU(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F), 4)
+MKV_FOR_EACH_FORMAT(MKV_GEMV_TOKENS_FORMAT)
+MKV_GEMV_TOKENS_GPU(f16_c4, FmtF16, 4)
+MKV_GEMV_TOKENS_GPU(bf16_c4, FmtBF16, 4)
+static_assert(mkv_params::kGemvTokensHost == 8 && mkv_params::kGemvTokensGpu == 4,
+              "the instantiations above paste these counts into the kernel names");
