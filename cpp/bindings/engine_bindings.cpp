@@ -213,7 +213,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
              const size_t vocab = e.engine->model().spec().vocab, n = rows.size() / vocab;
              return to_numpy(std::move(rows), n, vocab);
            },
-           "A finished logits call's (n, vocab) float32 rows (once), or None if it was cancelled.");
+           "A finished logits call's (n, vocab) float32 rows (once), or None if it was cancelled; a generate call\n"
+           "made with keep_logits: the rows its ids were sampled from.");
 
   nb::class_<PyEngine>(m, "Engine", "The C++ engine: a model on a device, run over KV caches.")
       .def(
@@ -289,7 +290,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           [](nb::handle self, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
              nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
-             PyChannel* channel, uint32_t hold_at_step, bool ephemeral) {
+             PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits) {
             PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o =
                 generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
@@ -299,6 +300,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
             o.prefix_cache = prefix_cache;
             o.hold_at_step = hold_at_step;
             o.ephemeral = ephemeral;
+            o.keep_logits = keep_logits;
             std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab);
             auto r = e.engine->submit(*c.cache, std::move(ids), o, channel_arg(channel));
             return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
@@ -306,7 +308,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0, "top_k"_a = 0,
           "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0, "seed"_a = 0,
           "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(), "paced"_a = false, "prefix_cache"_a = true,
-          "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false,
+          "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false, "keep_logits"_a = false,
           "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
           "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
           "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
@@ -314,7 +316,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "cached prefix blocks of the shared pool. channel: a Channel several requests share (a new one if\n"
           "None), which wakes the caller's wait. hold_at_step (tests): the call waits before its k-th step\n"
           "until resume(), cancel() or abort() (Request.held says it is there). ephemeral: the cache is the\n"
-          "call's alone and is emptied when it ends, its blocks back in the pool at once.")
+          "call's alone and is emptied when it ends, its blocks back in the pool at once. keep_logits: logits()\n"
+          "gives the (steps, vocab) logits each id was sampled from (decode-time logits, as a ppl needs).")
       .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
                    "Calls waiting for admission (max_seqs running, or the KV pool without room).")
       .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })

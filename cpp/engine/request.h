@@ -53,6 +53,7 @@ struct GenerateOptions {
   std::optional<uint32_t> keep;      // first roll the cache back to this many tokens (a chat turn)
   bool paced = false;                // the caller reads ids as they come (see Request)
   bool prefix_cache = true;          // a new sequence may start from cached prefix blocks
+  bool keep_logits = false;          // the request keeps each sampled row's logits (logits())
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its
                                      // blocks go back at once, for the calls waiting for them)
   // Tests: the scheduler holds the call before its k-th step (1 = the first)
@@ -96,7 +97,9 @@ class Request {
   void rethrow() const;
   Stats stats() const;
   std::vector<int32_t> ids() const;
-  std::vector<float> take_logits();  // a logits call's rows (n, vocab)
+  // A logits call's rows (n, vocab), or with keep_logits the logits each
+  // token was sampled from (one row per sampling step, a stop id's included).
+  std::vector<float> take_logits();
   const std::shared_ptr<Channel>& channel() const { return channel_; }
 
   // channel: what the caller waits on; scheduler: what wakes the scheduler
@@ -117,7 +120,10 @@ class Request {
   void push(int32_t id);
   void drop_after(uint64_t n_keep);                   // ids past n_keep go (stop_after's rollback)
   void finish(Stats stats, std::exception_ptr error = nullptr);
-  void set_logits(std::vector<float> rows) { logits_ = std::move(rows); }
+  void set_logits(std::vector<float> rows) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    logits_ = std::move(rows);
+  }
 
  private:
   std::shared_ptr<Channel> channel_;

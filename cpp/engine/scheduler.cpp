@@ -258,6 +258,7 @@ void Scheduler::control() {
       }
       r.out.resize(k + 1);
       q.drop_after(k + 1);
+      if (r.job.options.keep_logits) r.logits.resize((k + 1) * size_t(model_->spec().vocab));
       finish(r, "cancelled");
     } else if (q.cancelled()) {
       if (r.out.empty()) restore(r);  // nothing generated (or a logits call): the call did not happen
@@ -400,7 +401,13 @@ bool Scheduler::step() {
       if (r.fed == r.n() && !decoding) finish(r, "length");  // max_tokens 0: the prompt only
       continue;
     }
+    const uint32_t logit_row = uint32_t(next_sample);
     const int32_t id = sampled[next_sample++];
+    if (r.job.options.keep_logits) {
+      const size_t vocab = model_->spec().vocab, at = r.logits.size();
+      r.logits.resize(at + vocab);
+      runner_.read_logits(r.logits.data() + at, 1, logit_row);
+    }
     if (!decoding) {
       r.first_token = now;
       r.prompt_end = c.length(0);
@@ -451,7 +458,8 @@ void Scheduler::finish(Running& r, const std::string& reason, std::exception_ptr
     }
   }
   r.cp.reset();  // a shared pool's retained blocks go back
-  if (r.job.logits && !error && reason == "length") r.job.request->set_logits(std::move(r.logits));
+  if ((r.job.logits && !error && reason == "length") || r.job.options.keep_logits)
+    r.job.request->set_logits(std::move(r.logits));
   r.phase = Running::Phase::done;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -342,23 +342,35 @@ class Engine:
         finally:
             self.last_stats = _call_stats(calls, many)
 
-    def generate_ids(self, prompt_ids: Sequence[int], *, stop_ids: Sequence[int] | None = None, cache=None,
-                     **sampling) -> list[int]:
+    def generate_ids(self, prompt_ids: Sequence[int] | Sequence[Sequence[int]], *,
+                     stop_ids: Sequence[int] | None = None, cache=None, **sampling) -> list[int] | list[list[int]]:
         """Token ids in, token ids out: no template, no detokenizing. stop_ids
-        default to the model's end-of-generation ids; pass () to never stop early."""
+        default to the model's end-of-generation ids; pass () to never stop early.
+        A list of id sequences runs them together (as generate does with a list)."""
         s = Sampling.of(sampling, "generate_ids")
-        ids = self._ids(prompt_ids)
-        ephemeral = cache is None
-        cache = self.new_cache() if ephemeral else cache
+        many = _is_prompt_list(prompt_ids) and len(prompt_ids) > 0 and not isinstance(prompt_ids[0], str)
+        items = [self._ids(p) for p in prompt_ids] if many else [self._ids(prompt_ids)]
+        caches = list(cache) if many and cache is not None else [cache] * len(items)
+        if len(caches) != len(items):
+            raise argument_error("generate_ids", "cache", cache, f"None or a list of {len(items)} caches")
         stops = list(self.config.eos_ids) if stop_ids is None else [int(i) for i in stop_ids]
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         channel = _core.Channel()
-        call = Call(self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=stops, channel=channel,
-                                      ephemeral=ephemeral), None, [])
-        for _ in drive([call], channel, on_interrupt="abort"):
+        calls: list[Call] = []
+        try:
+            for ids, c in zip(items, caches):
+                ephemeral = c is None
+                c = self.new_cache() if ephemeral else c
+                calls.append(Call(self._core.submit(c, ids, **s._core_kwargs(seed), stop_ids=stops, channel=channel,
+                                                    ephemeral=ephemeral), None, []))
+        except BaseException:
+            for c in calls:
+                c.request.abort()
+            raise
+        for _ in drive(calls, channel, on_interrupt="abort"):
             pass
-        self.last_stats = _call_stats([call], False)
-        return call.ids
+        self.last_stats = _call_stats(calls, many)
+        return [c.ids for c in calls] if many else calls[0].ids
 
 
 _SAMPLING_FIELDS = {f.name for f in fields(Sampling)}
