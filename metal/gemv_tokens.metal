@@ -23,4 +23,4 @@ MKV_FOR_EACH_FORMAT(MKV_GEMV_TOKENS_FORMAT)
 MKV_GEMV_TOKENS_GPU(f16_c4, FmtF16, 4)
 MKV_GEMV_TOKENS_GPU(bf16_c4, FmtBF16, 4)
 static_assert(mkv_params::kGemvTokensHost == 8 && mkv_params::kGemvTokensGpu == 4,
-              "the instantiations above paste these counts into the kernel names");
+              "the instantiations above paste these counts into their names");

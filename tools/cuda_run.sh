@@ -5,7 +5,7 @@
 # short summary is printed last.
 #
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
-#                                                  engine-context engine-kernels ncu
+#                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -129,6 +129,30 @@ stage_ncu() {
     > "$OUT/ncu.txt" 2>&1
   note "bench/gpu/ncu.py: rc=$?; $(grep -m1 '^ncu: ' "$OUT/ncu.txt")"
   tail -20 "$OUT/ncu.txt"
+}
+
+# The batching suites on the cuda device: several-token gemv bit-identity,
+# chunk-invariant prefill attention, batched calls = lone calls, the prefix cache.
+stage_test_batching() {
+  step "batching suites on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-300} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/ops/test_matmul_tokens.py tests/kv/test_attention_invariance.py tests/kv/test_block_cache.py \
+    tests/engine/test_batching.py tests/engine/test_prefix_cache.py tests/engine/test_cache_state.py \
+    tests/engine/test_kv_pool.py > "$OUT/pytest_batching.log" 2>&1
+  local rc=$?
+  tail -15 "$OUT/pytest_batching.log"
+  note "pytest batching suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_batching.log")"
+}
+
+# Aggregate decode tok/s at 1..64 sequences, weight bytes per token, cached-prefix TTFT.
+stage_bench_batching() {
+  step "bench/batching.py: random Llama shapes (${BATCH_SHAPES:-8b})"
+  for shape in ${BATCH_SHAPES:-8b}; do
+    timeout ${BENCH_S:-400} python3 bench/batching.py --random-llama "$shape" --device cuda ${BATCH_ARGS:---prompt 128 --new-tokens 64} \
+      --json "$OUT/batching_$shape.json" > "$OUT/batching_$shape.txt" 2>&1
+    note "bench/batching.py --random-llama $shape: rc=$?"
+    tail -8 "$OUT/batching_$shape.txt"
+  done
 }
 
 stages=("$@")

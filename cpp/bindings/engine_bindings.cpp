@@ -198,6 +198,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
            [](PyRequest& r) {
              {
                nb::gil_scoped_release release;
+               r.request->unpace();  // waiting for the end: a paced call need not wait for reads
                while (!r.request->done()) r.request->channel()->wait(0.05);
              }
              r.request->rethrow();

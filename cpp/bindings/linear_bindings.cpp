@@ -64,6 +64,11 @@ nb::object pack_weights(const std::string& wtype, FileRows file, uint32_t cols) 
 }
 
 void bind_linear(nb::module_&, nb::module_& m) {
+  m.def(
+      "gemv_tokens", [](PyDevice& d, uint32_t n_tokens) { return ops::gemv_tokens(*d.device, n_tokens); },
+      "device"_a, "n_tokens"_a,
+      "Tokens one threadgroup of the device's gemv computes per weight pass for n_tokens tokens (1 for one):\n"
+      "a batched decode step reads each weight ceil(n / gemv_tokens) times.");
   m.def("weight_types", &ops::weight_type_names,
         "The weight types the kernels read (matmul's wtype; gguf's lower-cased names).");
   m.def("pack_weights", &pack_weights, "wtype"_a, "file_rows"_a, nb::kw_only(), "cols"_a,

@@ -45,6 +45,11 @@ void Request::cancel() {
   scheduler_->notify();
 }
 
+void Request::unpace() {
+  unpaced_ = true;
+  scheduler_->notify();
+}
+
 void Request::resume() {
   resumed_ = true;
   scheduler_->notify();

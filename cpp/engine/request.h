@@ -93,6 +93,9 @@ class Request {
   void abort();
   bool held() const { return held_; }  // waiting at GenerateOptions::hold_at_step
   void resume();
+  // The caller stops reading ids as they come (it waits for the end): a paced
+  // call runs on without waiting for it.
+  void unpace();
   // After done(): rethrows the call's error, if any.
   void rethrow() const;
   Stats stats() const;
@@ -110,6 +113,7 @@ class Request {
   // ---- the scheduler's side ----
   bool cancelled() const { return cancel_; }
   bool resumed() const { return resumed_; }
+  bool unpaced() const { return unpaced_; }
   void set_held() {
     held_ = true;
     channel_->notify();
@@ -135,7 +139,7 @@ class Request {
   Stats stats_;
   std::exception_ptr error_;
   std::vector<float> logits_;
-  std::atomic<bool> cancel_{false}, abort_{false}, held_{false}, resumed_{false};
+  std::atomic<bool> cancel_{false}, abort_{false}, held_{false}, resumed_{false}, unpaced_{false};
   std::atomic<int64_t> stop_after_{-1};
 };
 

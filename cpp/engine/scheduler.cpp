@@ -34,6 +34,7 @@ uint32_t chunk_cap(const kv::KVCache& cache, uint32_t prefill_chunk) {
 // cannot always avoid it (3 tokens in chunks of 2): then chunks are as cut.
 uint32_t prompt_chunk(uint32_t rem, uint32_t cap, uint32_t budget) {
   const uint32_t limit = std::min(cap, budget);
+  if (limit == 0) return 0;
   if (cap < 3) return std::min(rem, limit);
   if (rem <= limit) return rem;
   uint32_t take = limit;
@@ -237,6 +238,19 @@ void Scheduler::restore(Running& r) {
 }
 
 void Scheduler::control() {
+  // Queued calls their callers gave up on leave the queue now (their caches untouched).
+  std::vector<std::unique_ptr<Running>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();)
+      if ((*it)->job.request->aborted() || (*it)->job.request->cancelled()) {
+        dropped.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto& r : dropped) finish(*r, r->job.request->aborted() ? "aborted" : "cancelled");
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase == Running::Phase::done) continue;
@@ -313,7 +327,8 @@ bool Scheduler::step() {
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::decode || r.holding()) continue;
-    if (r.out.size() - std::min<uint64_t>(r.job.request->taken(), r.out.size()) >= r.ahead) continue;  // paced
+    const uint64_t unread = r.out.size() - std::min<uint64_t>(r.job.request->taken(), r.out.size());
+    if (unread >= r.ahead && !r.job.request->unpaced()) continue;  // paced: wait for the caller to read
     if (budget == 0 || logit_rows == 0) break;
     single.push_back({&r, 1, true});
     --budget;

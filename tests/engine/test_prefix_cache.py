@@ -124,3 +124,22 @@ def test_the_prefix_cache_can_be_turned_off_per_call(tiny_gguf):
     run(engine, ids)
     assert run(engine, ids, prefix_cache=False)[2]["prompt_tokens_cached"] == 0
     assert run(engine, ids)[2]["prompt_tokens_cached"] == 64
+
+
+def test_chat_turns_sent_again_take_the_system_prompt_and_earlier_turns_from_the_cache(engine):
+    """A stateless client (a server request) sends the whole conversation every turn:
+    the system prompt and the earlier user turn come from the cache, and the reply is
+    what the same turn gets in a cache of its own (kv_memory=None)."""
+    system = "You are a careful assistant. " * 12
+    first = engine.generate("Say one word.", system=system, max_tokens=4)
+    first_prompt = engine.last_stats["prompt_tokens"]  # its whole blocks were computed by prefill: published
+    assert first_prompt >= 64
+    conversation = engine.new_cache()
+    conversation.messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say one word."},
+                             {"role": "assistant", "content": first}]
+    second = engine.generate("And another.", cache=conversation, max_tokens=4)
+    assert engine.last_stats["prompt_tokens_cached"] == first_prompt // B * B
+    plain = metalkv.Engine.load(engine._loaded.path, device=TEST_DEVICE, context=512, kv_memory=None, progress=False)
+    alone = plain.new_cache()
+    alone.messages = list(conversation.messages[:3])
+    assert plain.generate("And another.", cache=alone, max_tokens=4) == second

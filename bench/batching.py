@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Many sequences at once: aggregate decode throughput, weight bytes read per
+generated token, and time to first token with a cached system prompt.
+
+    python bench/batching.py                                  # default model, host executor
+    python bench/batching.py --batches 1,4,16,64 --new-tokens 16 --json out.json
+    python bench/batching.py --model DIR --device cuda        # any model directory or GGUF on a GPU
+    python bench/batching.py --random-llama 8b --device cuda  # a random Llama-3-8B shape (needs torch)
+
+1. Throughput: for each N in --batches, N different prompts of --prompt random ids
+   go in as one generate_ids list (greedy, --new-tokens each, no stop ids) after a
+   warm-up of the same N. Aggregate decode tok/s = the decode steps of all N calls /
+   the wall time from the last call's first token to the end (every call decoding);
+   end-to-end tok/s = generated tokens / the whole call. Speedup: vs N = 1.
+2. Weight bytes loaded per generated token, from the kernels' access pattern: a decode
+   step of N sequences runs each projection as a gemv that loads its matrix once per
+   gemv_tokens(N) sequences (ops.gemv_tokens: 1 for one, 8 on the host executor, 4 on
+   GPUs), the embedding one row per sequence: (matrix bytes * ceil(N / T) + N rows) / N.
+   On GPUs a threadgroup walks all token groups of its rows (metal/gemv.h), so its loads
+   after the first come from the cache: memory reads about one pass a step, i.e.
+   matrix bytes / N (the "memory MB/token" column, an estimate of the design, not a
+   counter reading; the host executor is compute-bound and reloads).
+3. Time to first token of a request whose --system-tokens system prompt is in the
+   prefix cache vs not: the same request (system prompt + its own 24 ids) after one
+   other request with that system prompt, with prefix_cache on and off (median of
+   --repeat, each in a fresh cache).
+Prints a table; --json writes every number with the machine, the device and the date.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("METALKV_NO_PROGRESS", "1")
+import metalkv  # noqa: E402
+from metalkv._core import ops  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="GGUF file or HF directory (default: the default model)")
+    ap.add_argument("--random-llama", choices=("8b", "1b"), default=None,
+                    help="build a random-weight Llama shape with transformers (bench/gpu/engine.py) and use it")
+    ap.add_argument("--device", default="host")
+    ap.add_argument("--batches", default="1,4,16,64")
+    ap.add_argument("--prompt", type=int, default=32, help="prompt ids per sequence")
+    ap.add_argument("--new-tokens", type=int, default=16, help="greedy tokens per sequence")
+    ap.add_argument("--system-tokens", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--json", help="write the results here")
+    return ap.parse_args(argv)
+
+
+def random_llama(shape: str, device: str) -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+    import engine as gpu_engine  # bench/gpu/engine.py
+
+    args = ["--layers", "32"] if shape == "8b" else ["--layers", "16", "--hidden", "2048", "--heads", "32",
+                                                     "--kv-heads", "8", "--ffn", "8192"]
+    a = gpu_engine.parse_args(args + ["--device", device])
+    tdev = "cuda" if device == "cuda" else "cpu"
+    path = Path(a.dir or f"/tmp/metalkv-batching-llama-{shape}")
+    if not (path / "config.json").exists():
+        model = gpu_engine.build_model(a, tdev)
+        gpu_engine.save_model(model, path, gpu_engine.weight_fingerprint(model))
+        del model
+    return path
+
+
+def matrix_bytes(eng) -> tuple[int, int]:
+    """(bytes of every matrix a decode step reads whole, bytes of one embedding row)."""
+    tensors = eng.weight_tensors
+    embd = tensors["token_embd.weight"]
+    tied = "output.weight" not in tensors
+    whole = sum(t.nbytes for name, t in tensors.items()
+                if len(t.shape) == 2 and (name != "token_embd.weight" or tied))
+    return whole, embd.nbytes // embd.shape[0]
+
+
+def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, vocab - 1, length).tolist() for _ in range(n)]
+
+
+def throughput(eng, n: int, a) -> dict:
+    vocab = eng.config.vocab
+    eng.generate_ids(prompts(n, a.prompt, vocab, 100 + n), max_tokens=a.new_tokens, stop_ids=())  # warm-up
+    t0 = time.perf_counter()
+    eng.generate_ids(prompts(n, a.prompt, vocab, n), max_tokens=a.new_tokens, stop_ids=())
+    wall = time.perf_counter() - t0
+    st = eng.last_stats
+    reqs = st["requests"] if "requests" in st else [st]
+    # every call decoding: from the last first token (the longest prefill) to the end
+    first = max(r["queue_seconds"] + r["prefill_seconds"] for r in reqs)
+    steps = sum(r["decode_steps"] for r in reqs)
+    decode_wall = max(wall - first, 1e-9)
+    whole, row = matrix_bytes(eng)
+    per_pass = ops.gemv_tokens(eng.device, n)
+    return {"sequences": n, "generated": st["generated_tokens"], "wall_s": wall,
+            "decode_tok_s": steps / decode_wall, "end_to_end_tok_s": st["generated_tokens"] / wall,
+            "max_batch": st["max_batch"], "gemv_tokens": per_pass,
+            "weight_bytes_per_token": (whole * math.ceil(n / per_pass) + n * row) / n,
+            "memory_bytes_per_token": (whole * (1 if eng.device.kind != "host" else math.ceil(n / per_pass))
+                                       + n * row) / n}
+
+
+def ttft(eng, a) -> dict:
+    vocab = eng.config.vocab
+    rng = np.random.default_rng(7)
+    system = rng.integers(3, vocab - 1, a.system_tokens).tolist()
+    out = {}
+    for cached in (True, False):
+        times = []
+        for i in range(a.repeat):
+            warm = system + rng.integers(3, vocab - 1, 24).tolist()
+            ask = system + rng.integers(3, vocab - 1, 24).tolist()
+            for ids, prefix in ((warm, True), (ask, cached)):
+                r = eng._core.submit(eng.new_cache(), np.asarray(ids, np.int64), max_tokens=1, stop_ids=[],
+                                     prefix_cache=prefix, ephemeral=True)
+                r.result()
+            st = r.stats
+            times.append(st["prefill_seconds"])
+            out["cached_tokens" if cached else "uncached_tokens"] = int(st["prompt_tokens_cached"])
+        out["ttft_cached_s" if cached else "ttft_uncached_s"] = statistics.median(times)
+    return out
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    model = str(random_llama(a.random_llama, a.device)) if a.random_llama else a.model
+    t0 = time.perf_counter()
+    batches = [int(x) for x in a.batches.split(",")]
+    eng = metalkv.Engine.load(model, device=a.device, context=max(a.context, a.system_tokens + 64),
+                              max_seqs=max(batches))
+    load_s = time.perf_counter() - t0
+    rows = [throughput(eng, n, a) for n in batches]
+    cache = ttft(eng, a) if a.system_tokens else {}
+    base = rows[0]["decode_tok_s"]
+    print(f"{eng.device.name}; {model or 'default model'}; prompt {a.prompt}, {a.new_tokens} new tokens each; "
+          f"load {load_s:.1f} s")
+    print(f"{'sequences':>10}{'decode tok/s':>14}{'speedup':>9}{'end-to-end tok/s':>18}{'loads MB/token':>16}"
+          f"{'memory MB/token':>17}")
+    for r in rows:
+        print(f"{r['sequences']:>10}{r['decode_tok_s']:>14.2f}{r['decode_tok_s'] / base:>9.2f}"
+              f"{r['end_to_end_tok_s']:>18.2f}{r['weight_bytes_per_token'] / 1e6:>16.2f}"
+              f"{r['memory_bytes_per_token'] / 1e6:>17.2f}")
+    if cache:
+        print(f"time to first token, {a.system_tokens}-token system prompt + 24: "
+              f"cached {cache['ttft_cached_s'] * 1e3:.1f} ms ({cache['cached_tokens']} tokens from the cache), "
+              f"not cached {cache['ttft_uncached_s'] * 1e3:.1f} ms")
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "date": datetime.date.today().isoformat(), "machine": platform.node(), "device": eng.device.name,
+            "model": model or "default", "args": vars(a), "load_s": load_s, "rows": rows, "ttft": cache}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
