@@ -7,19 +7,19 @@ generated token, and time to first token with a cached system prompt.
     python bench/batching.py --model DIR --device cuda        # any model directory or GGUF on a GPU
     python bench/batching.py --random-llama 8b --device cuda  # a random Llama-3-8B shape (needs torch)
 
-1. Throughput: for each N in --batches, N different prompts of --prompt random ids
-   go in as one generate_ids list (greedy, --new-tokens each, no stop ids) after a
-   warm-up of the same N. Aggregate decode tok/s = the decode steps of all N calls /
-   the wall time from the last call's first token to the end (every call decoding);
-   end-to-end tok/s = generated tokens / the whole call. Speedup: vs N = 1.
+1. Throughput: for each N in --batches, N different prompts of --prompt random ids go
+   in as one generate_ids list (greedy, 1 token each: the prefill), each into a cache of
+   its own; then one list continues every cache with its id for --new-tokens more, so all
+   N decode in every step from the first: aggregate decode tok/s = N * new tokens / that
+   call's wall time (after a warm-up of the same N). End-to-end tok/s: one list call of
+   prompts and --new-tokens from scratch, generated tokens / its wall time (prefill and
+   decode interleaved as a server would run them). Speedup: decode vs N = 1.
 2. Weight bytes loaded per generated token, from the kernels' access pattern: a decode
    step of N sequences runs each projection as a gemv that loads its matrix once per
    gemv_tokens(N) sequences (ops.gemv_tokens: 1 for one, 8 on the host executor, 4 on
    GPUs), the embedding one row per sequence: (matrix bytes * ceil(N / T) + N rows) / N.
-   On GPUs a threadgroup walks all token groups of its rows (metal/gemv.h), so its loads
-   after the first come from the cache: memory reads about one pass a step, i.e.
-   matrix bytes / N (the "memory MB/token" column, an estimate of the design, not a
-   counter reading; the host executor is compute-bound and reloads).
+   Loads, not DRAM reads: on a GPU the threadgroups of one row block run close together
+   and some of their loads hit L2.
 3. Time to first token of a request whose --system-tokens system prompt is in the
    prefix cache vs not: the same request (system prompt + its own 24 ids) after one
    other request with that system prompt, with prefix_cache on and off (median of
@@ -95,24 +95,27 @@ def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
 
 def throughput(eng, n: int, a) -> dict:
     vocab = eng.config.vocab
-    eng.generate_ids(prompts(n, a.prompt, vocab, 100 + n), max_tokens=a.new_tokens, stop_ids=())  # warm-up
-    t0 = time.perf_counter()
-    eng.generate_ids(prompts(n, a.prompt, vocab, n), max_tokens=a.new_tokens, stop_ids=())
-    wall = time.perf_counter() - t0
+    kw = dict(stop_ids=())
+
+    def decode(seed: int) -> float:
+        caches = [eng.new_cache() for _ in range(n)]
+        first = eng.generate_ids(prompts(n, a.prompt, vocab, seed), max_tokens=1, cache=caches, **kw)
+        t0 = time.perf_counter()
+        eng.generate_ids([[ids[0]] for ids in first], max_tokens=a.new_tokens, cache=caches, **kw)
+        return time.perf_counter() - t0
+
+    decode(100 + n)  # warm-up
+    decode_wall = decode(n)
     st = eng.last_stats
-    reqs = st["requests"] if "requests" in st else [st]
-    # every call decoding: from the last first token (the longest prefill) to the end
-    first = max(r["queue_seconds"] + r["prefill_seconds"] for r in reqs)
-    steps = sum(r["decode_steps"] for r in reqs)
-    decode_wall = max(wall - first, 1e-9)
+    t0 = time.perf_counter()
+    eng.generate_ids(prompts(n, a.prompt, vocab, 200 + n), max_tokens=a.new_tokens, **kw)
+    wall = time.perf_counter() - t0
     whole, row = matrix_bytes(eng)
     per_pass = ops.gemv_tokens(eng.device, n)
-    return {"sequences": n, "generated": st["generated_tokens"], "wall_s": wall,
-            "decode_tok_s": steps / decode_wall, "end_to_end_tok_s": st["generated_tokens"] / wall,
-            "max_batch": st["max_batch"], "gemv_tokens": per_pass,
-            "weight_bytes_per_token": (whole * math.ceil(n / per_pass) + n * row) / n,
-            "memory_bytes_per_token": (whole * (1 if eng.device.kind != "host" else math.ceil(n / per_pass))
-                                       + n * row) / n}
+    return {"sequences": n, "decode_wall_s": decode_wall, "decode_tok_s": n * a.new_tokens / decode_wall,
+            "decode_max_batch": st["max_batch"], "end_to_end_wall_s": wall,
+            "end_to_end_tok_s": eng.last_stats["generated_tokens"] / wall, "gemv_tokens": per_pass,
+            "weight_bytes_per_token": (whole * math.ceil(n / per_pass) + n * row) / n}
 
 
 def ttft(eng, a) -> dict:
@@ -149,12 +152,10 @@ def main(argv=None) -> int:
     base = rows[0]["decode_tok_s"]
     print(f"{eng.device.name}; {model or 'default model'}; prompt {a.prompt}, {a.new_tokens} new tokens each; "
           f"load {load_s:.1f} s")
-    print(f"{'sequences':>10}{'decode tok/s':>14}{'speedup':>9}{'end-to-end tok/s':>18}{'loads MB/token':>16}"
-          f"{'memory MB/token':>17}")
+    print(f"{'sequences':>10}{'decode tok/s':>14}{'speedup':>9}{'end-to-end tok/s':>18}{'weight MB/token':>17}")
     for r in rows:
         print(f"{r['sequences']:>10}{r['decode_tok_s']:>14.2f}{r['decode_tok_s'] / base:>9.2f}"
-              f"{r['end_to_end_tok_s']:>18.2f}{r['weight_bytes_per_token'] / 1e6:>16.2f}"
-              f"{r['memory_bytes_per_token'] / 1e6:>17.2f}")
+              f"{r['end_to_end_tok_s']:>18.2f}{r['weight_bytes_per_token'] / 1e6:>17.2f}")
     if cache:
         print(f"time to first token, {a.system_tokens}-token system prompt + 24: "
               f"cached {cache['ttft_cached_s'] * 1e3:.1f} ms ({cache['cached_tokens']} tokens from the cache), "

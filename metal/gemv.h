@@ -2,11 +2,7 @@
 // per kTokens tokens. A SIMD-group owns kRows rows; its lanes stride over the
 // row's chunks (quant.h), load the matching activations of each of its tokens
 // once and apply them to all its rows, then reduce (four rows per simd_sum
-// when kRows allows). Grid: (ceil(n_out / (kRows * simds)), G): threadgroup
-// row y takes the token groups y, y + G, y + 2G, ... of kTokens tokens each,
-// so with G below the number of groups a threadgroup reads its rows' weights
-// from memory once and again from the cache for each further group (the op
-// picks G: cpp/ops/linear.cpp gemv_groups).
+// when kRows allows). Grid: (ceil(n_out / (kRows * simds)), ceil(n_tokens / kTokens)).
 //
 // Batch invariance. For every (token, row) the arithmetic is the same whatever
 // kRows, kTokens and the unrolling are: lane l sums F::dot over chunks l,
@@ -131,7 +127,6 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
                  const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
                  uint2 tg [[threadgroup_position_in_grid]],
-                 uint2 groups [[threadgroups_per_grid]],
                  uint simd [[simdgroup_index_in_threadgroup]],
                  uint simds [[simdgroups_per_threadgroup]],
                  uint lane [[thread_index_in_simdgroup]]) {
@@ -140,23 +135,22 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
   // Rows past the end re-read the last row (no branch); never written.
   ulong rows[kRows];
   for (uint r = 0; r < kRows; ++r) rows[r] = min(row0 + r, p.n_out - 1);
-  for (uint g = tg.y; g * kTokens < p.n_tokens; g += groups.y) {  // uniform across the threadgroup
-    ulong xoff[kTokens];
-    uint n_tok;
-    const uint t0 = gemv_tokens<kTokens>(g, p.n_tokens, p.n_in, xoff, n_tok);
-    float acc[kTokens * kRows];
-    gemv_lane_dots<F, kRows, kTokens, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x, xoff,
-                                                                             n_tok, p.n_in, lane, acc);
-    for (uint t = 0; t < n_tok; ++t) {
-      device float* yt = y + ulong(t0 + t) * p.n_out;
-      for (uint r = 0; r < kRows; r += row_group<kRows>()) {
-        const float4 total = simd_sum_rows<kRows>(acc + t * kRows, r);
-        for (uint i = 0; i < row_group<kRows>(); ++i) {
-          const uint row = row0 + r + i;
-          if (lane != 0 || row >= p.n_out) continue;
-          const float out = total[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
-          yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;  // the residual add, fused
-        }
+  ulong xoff[kTokens];
+  uint n_tok;
+  const uint t0 = gemv_tokens<kTokens>(tg.y, p.n_tokens, p.n_in, xoff, n_tok);
+  float acc[kTokens * kRows];
+  gemv_lane_dots<F, kRows, kTokens, (kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x, xoff,
+                                                                           n_tok, p.n_in, lane, acc);
+
+  for (uint t = 0; t < n_tok; ++t) {  // uniform across the SIMD-group
+    device float* yt = y + ulong(t0 + t) * p.n_out;
+    for (uint r = 0; r < kRows; r += row_group<kRows>()) {
+      const float4 total = simd_sum_rows<kRows>(acc + t * kRows, r);
+      for (uint i = 0; i < row_group<kRows>(); ++i) {
+        const uint row = row0 + r + i;
+        if (lane != 0 || row >= p.n_out) continue;
+        const float out = total[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
+        yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;  // the residual add, fused
       }
     }
   }
@@ -171,7 +165,6 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
                      const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                      device float* y [[buffer(3)]],            // (n_tokens, n_out)
                      uint2 tg [[threadgroup_position_in_grid]],
-                     uint2 groups [[threadgroups_per_grid]],
                      uint simd [[simdgroup_index_in_threadgroup]],
                      uint simds [[simdgroups_per_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]]) {
@@ -182,22 +175,21 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
     rows[r] = min(row0 + r, p.n_out - 1);
     rows[kRows + r] = p.n_out + rows[r];
   }
-  for (uint g = tg.y; g * kTokens < p.n_tokens; g += groups.y) {  // uniform across the threadgroup
-    ulong xoff[kTokens];
-    uint n_tok;
-    const uint t0 = gemv_tokens<kTokens>(g, p.n_tokens, p.n_in, xoff, n_tok);
-    float acc[kTokens * 2 * kRows];
-    gemv_lane_dots<F, 2 * kRows, kTokens, (2 * kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows,
-                                                                                     x, xoff, n_tok, p.n_in, lane, acc);
-    for (uint t = 0; t < n_tok; ++t) {
-      device float* yt = y + ulong(t0 + t) * p.n_out;
-      for (uint r = 0; r < kRows; r += row_group<kRows>()) {
-        const float4 gate = simd_sum_rows<kRows>(acc + t * 2 * kRows, r);
-        const float4 up = simd_sum_rows<kRows>(acc + t * 2 * kRows, kRows + r);
-        for (uint i = 0; i < row_group<kRows>(); ++i) {
-          const uint row = row0 + r + i;
-          if (lane == 0 && row < p.n_out) yt[row] = Act::apply(gate[i]) * up[i];
-        }
+  ulong xoff[kTokens];
+  uint n_tok;
+  const uint t0 = gemv_tokens<kTokens>(tg.y, p.n_tokens, p.n_in, xoff, n_tok);
+  float acc[kTokens * 2 * kRows];
+  gemv_lane_dots<F, 2 * kRows, kTokens, (2 * kRows <= mkv_params::kGemvRowsMaxGpu)>(w, F::row_bytes(p.n_in), rows, x,
+                                                                                   xoff, n_tok, p.n_in, lane, acc);
+
+  for (uint t = 0; t < n_tok; ++t) {  // uniform across the SIMD-group
+    device float* yt = y + ulong(t0 + t) * p.n_out;
+    for (uint r = 0; r < kRows; r += row_group<kRows>()) {
+      const float4 gate = simd_sum_rows<kRows>(acc + t * 2 * kRows, r);
+      const float4 up = simd_sum_rows<kRows>(acc + t * 2 * kRows, kRows + r);
+      for (uint i = 0; i < row_group<kRows>(); ++i) {
+        const uint row = row0 + r + i;
+        if (lane == 0 && row < p.n_out) yt[row] = Act::apply(gate[i]) * up[i];
       }
     }
   }

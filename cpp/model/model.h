@@ -116,6 +116,9 @@ class Model {
                    const ops::BufferView& y, uint32_t n, ops::MatmulKernel kernel, bool accumulate) const;
   void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,
             const ops::BufferView& out, uint32_t rows, uint32_t dim) const;
+  // x += in W, or x += post_norm(in W) for sandwich norms (Gemma).
+  void add_residual(gpu::ComputeEncoder& enc, Workspace& ws, const ops::BufferView& in, const Weight& w,
+                    const Weight* post_norm, const StepRows& rows) const;
 
   gpu::DevicePtr device_;
   ModelSpec spec_;

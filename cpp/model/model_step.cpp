@@ -163,14 +163,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   }
 
   gpu::ComputeEncoder& enc = s.compute();
-  // x += o (+ post-norm): without a sandwich norm the add is Wo's epilogue.
-  if (L.post_attn_norm) {
-    linear(enc, ws.attn(), *L.out, nullptr, ws.h(), rows);
-    norm(enc, ws.h(), *L.post_attn_norm, ws.h(), n_rows, H);
-    ops::add(dev, enc, ws.x(), ws.h(), n_rows * H);
-  } else {
-    linear(enc, ws.attn(), *L.out, nullptr, ws.x(), rows, /*accumulate=*/true);
-  }
+  add_residual(enc, ws, ws.attn(), *L.out, L.post_attn_norm, rows);
 
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
   // Decode rows: gate and up in one stacked gemv that applies the activation.
@@ -196,13 +189,17 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     else
       ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
   }
-  if (L.post_ffw_norm) {
-    linear(enc, ws.gate(), *L.down, nullptr, ws.h(), rows);
-    norm(enc, ws.h(), *L.post_ffw_norm, ws.h(), n_rows, H);
-    ops::add(dev, enc, ws.x(), ws.h(), n_rows * H);
-  } else {
-    linear(enc, ws.gate(), *L.down, nullptr, ws.x(), rows, /*accumulate=*/true);
-  }
+  add_residual(enc, ws, ws.gate(), *L.down, L.post_ffw_norm, rows);
+}
+
+void Model::add_residual(gpu::ComputeEncoder& enc, Workspace& ws, const ops::BufferView& in, const Weight& w,
+                         const Weight* post_norm, const StepRows& rows) const {
+  // x += in W (+ post-norm): without a sandwich norm the add is W's epilogue.
+  const uint32_t n_rows = rows.prefill + rows.decode, H = spec_.hidden;
+  if (!post_norm) return linear(enc, in, w, nullptr, ws.x(), rows, /*accumulate=*/true);
+  linear(enc, in, w, nullptr, ws.h(), rows);
+  norm(enc, ws.h(), *post_norm, ws.h(), n_rows, H);
+  ops::add(*device_, enc, ws.x(), ws.h(), n_rows * H);
 }
 
 void Model::encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,

@@ -133,27 +133,9 @@ uint32_t pick_gemv_rows(const char* op, gpu::Device& device, WeightType wtype, u
   return rows;
 }
 
-// Threadgroup rows of a gemv grid, each taking every G-th group of `tokens`
-// tokens (metal/gemv.h). GPUs: as few as still fill the device's wave, so a
-// threadgroup reads its rows' weights from memory once and from the cache for
-// each further group (a batched decode step reads each weight about once,
-// however many sequences it has). The host executor, compute-bound with every
-// lane a fiber: one group per row.
-uint32_t gemv_groups(gpu::Device& device, const gpu::Pipeline& pipeline, uint32_t rows, uint32_t tokens,
-                     uint32_t n_out, uint32_t n_tokens) {
-  const uint32_t groups = ceil_div(n_tokens, tokens);
-  if (groups <= 1 || device.kind() == "host") return groups;
+void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t tokens, uint32_t n_out, uint32_t n_tokens) {
   const uint32_t simds = gemv_simds(rows);
-  const uint64_t x = ceil_div(n_out, rows * simds), wave = device_wave(device, pipeline, 32 * simds);
-  return uint32_t(std::clamp<uint64_t>(ceil_div(wave, x), 1, groups));
-}
-
-void dispatch_gemv(gpu::Device& device, gpu::ComputeEncoder& enc, const gpu::Pipeline& pipeline, uint32_t rows,
-                   uint32_t tokens, uint32_t n_out, uint32_t n_tokens) {
-  const uint32_t simds = gemv_simds(rows);
-  enc.dispatch_threadgroups(
-      {ceil_div(n_out, rows * simds), gemv_groups(device, pipeline, rows, tokens, n_out, n_tokens), 1},
-      {32 * simds, 1, 1});
+  enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), ceil_div(n_tokens, tokens), 1}, {32 * simds, 1, 1});
 }
 
 }  // namespace
@@ -191,7 +173,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
   if (gemv) {
-    dispatch_gemv(device, enc, *pipeline, rows, tokens, a.n_out, a.n_tokens);
+    dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
@@ -221,14 +203,13 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   }
   rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens, tokens);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
-  const gpu::PipelinePtr pipeline =
-      device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens));
-  enc.set_pipeline(pipeline);
+  enc.set_pipeline(
+      device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)));
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
-  dispatch_gemv(device, enc, *pipeline, rows, tokens, a.n_out, a.n_tokens);
+  dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
 }
 
 }  // namespace mkv::ops
