@@ -2,9 +2,9 @@
 // step's projections, each weight byte read once per kTokens tokens, each
 // (token, row) bit-identical to the one-token shapes of matmul.metal.
 // gemv_<fmt>_t<T> (8 rows, the host's f16 shape) and gemv_<fmt>_r32_t<T>
-// (32 rows, its other formats) with T = kGemvTokensHost; the GPU shapes
-// gemv_<fmt>_r1_t<T>, _r2_t<T> with T = kGemvTokensGpu (cpp/ops/linear.cpp
-// picks them: gemv_rows, gemv_tokens).
+// (32 rows, its other formats) with T = kGemvTokensHost, built for the host
+// executor only; the GPU shapes gemv_<fmt>_r1_t<T>, _r2_t<T> with
+// T = kGemvTokensGpu (cpp/ops/linear.cpp picks them: gemv_rows, gemv_tokens).
 #include "mkv_kernel.h"
 #include "gemv.h"
 
@@ -16,9 +16,17 @@
   MKV_GEMV_SHAPE(fmt##_r2_t##T, F, 2, T)
 // T as a literal: it is pasted into the name (static_asserted against
 // kGemvTokensHost / kGemvTokensGpu below).
+// The host executor builds both families (so the GPU shapes are tested on any
+// machine); GPU compilers only theirs: a host shape holds 8 tokens x 32 rows (x2
+// for GLU) of accumulators, would never be picked there, and cost nvcc over 20
+// minutes per architecture.
+#if defined(__METALKV_HOST__)
 #define MKV_GEMV_TOKENS_FORMAT(fmt, F) \
   MKV_GEMV_TOKENS_HOST(fmt, F, 8)      \
   MKV_GEMV_TOKENS_GPU(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F), 4)
+#else
+#define MKV_GEMV_TOKENS_FORMAT(fmt, F) MKV_GEMV_TOKENS_GPU(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F), 4)
+#endif
 MKV_FOR_EACH_FORMAT(MKV_GEMV_TOKENS_FORMAT)
 MKV_GEMV_TOKENS_GPU(f16_c4, FmtF16, 4)
 MKV_GEMV_TOKENS_GPU(bf16_c4, FmtBF16, 4)

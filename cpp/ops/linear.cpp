@@ -101,12 +101,16 @@ void check_no_overlap(const char* op, const BufferView& x, size_t x_bytes, const
 uint32_t pick_gemv_tokens(const char* op, gpu::Device& device, uint32_t asked, uint32_t rows, uint32_t n_tokens) {
   if (asked == 0) {
     if (rows == 0 || n_tokens <= 1) return gemv_tokens(device, n_tokens);
-    if (rows == mkv_params::kGemvRows || rows == mkv_params::kGemvRowsWide) return mkv_params::kGemvTokensHost;
+    if (rows == mkv_params::kGemvRows || rows == mkv_params::kGemvRowsWide)
+      return device.kind() == "host" ? mkv_params::kGemvTokensHost : 1;
     return rows <= 2 ? mkv_params::kGemvTokensGpu : 1;
   }
   if (asked != 1 && asked != mkv_params::kGemvTokensHost && asked != mkv_params::kGemvTokensGpu)
     fail(op, "gemv_tokens must be 0 (the device's choice), 1, " + std::to_string(mkv_params::kGemvTokensGpu) +
                  " or " + std::to_string(mkv_params::kGemvTokensHost) + ", got " + std::to_string(asked));
+  if (asked == mkv_params::kGemvTokensHost && device.kind() != "host")  // metal/gemv_tokens.metal
+    fail(op, "gemv_tokens " + std::to_string(asked) + " is a host executor shape, not built for " + device.kind() +
+                 " (GPUs: 1 or " + std::to_string(mkv_params::kGemvTokensGpu) + ")");
   return asked;
 }
 
