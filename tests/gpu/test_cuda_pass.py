@@ -1,5 +1,6 @@
 """cuda_pass.py (metal/*.metal -> CUDA) against the host pass: on every kernel
-file it must register exactly the kernels the host executor registers, with
+file it must register exactly the kernels the host executor registers (less
+the host-only shapes: the several-token gemv of 8 tokens), with
 the same parameter bindings, as `extern "C" __global__` thunks and KernelDesc
 tables (cpp/gpu/cuda/kernel_abi.h). With nvcc on PATH (no GPU needed), one
 kernel file is also compiled.
@@ -33,10 +34,24 @@ DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "(
                   r"reinterpret_cast<const void\*>\(&(\w+)\), (\w+), (\d+), (.*)\};")
 
 
+# metal/gemv_tokens.metal builds its 8-token shapes for the host executor only.
+HOST_ONLY = re.compile(r"^gemv_\w+_t8$")
+
+
 def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:
-    """What metal_pass.py registers: its parsing, run directly."""
+    """What metal_pass.py registers, less the host-only kernels: its parsing, run directly."""
     src = kernel_source.Source(kernel_source.preprocess(CXX, str(path), [str(METAL)]), str(ROOT))
-    return kernel_source.find_kernels(src)[0]
+    return [k for k in kernel_source.find_kernels(src)[0] if not HOST_ONLY.match(k.host_name)]
+
+
+def test_only_the_8_token_gemv_shapes_are_host_only():
+    src = kernel_source.Source(kernel_source.preprocess(CXX, str(METAL / "gemv_tokens.metal"), [str(METAL)]),
+                               str(ROOT))
+    names = [k.host_name for k in kernel_source.find_kernels(src)[0]]
+    host_only = [n for n in names if HOST_ONLY.match(n)]
+    # 11 formats x 2 widths (8 and 32 rows) x 3 (gemv, swiglu, geglu)
+    assert len(host_only) == 66 and sum("_r32_t8" in n for n in host_only) == 33
+    assert len(names) - len(host_only) == 78  # the GPU shapes: (11 formats + f16/bf16 c4) x 2 widths x 3
 
 
 def expected_specs(k: kernel_source.Kernel) -> list[tuple[str, int, str]]:
