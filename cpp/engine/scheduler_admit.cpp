@@ -1,0 +1,168 @@
+#include <algorithm>
+
+#include "engine/scheduler_running.h"
+#include "kv/prefix_cache.h"
+
+namespace mkv::engine {
+
+// ---- admission ------------------------------------------------------------------
+Scheduler::Admission Scheduler::try_admit(Running& r) {
+  kv::KVCache& c = r.cache();
+  const GenerateOptions& o = r.job.options;
+  r.keep = o.keep.value_or(c.length(0));
+  const uint64_t extra = !r.job.logits && o.max_tokens > 0 ? uint64_t(o.max_tokens - 1) : 0;
+  r.n_store = r.n() + extra;  // (max_tokens < 2^63: no overflow)
+  std::lock_guard<std::recursive_mutex> pool_lock(c.pool().mutex());
+
+  // 1. room: a shared pool reserves every block the call may take, or the job waits
+  kv::prefix::Match match;
+  const std::vector<uint32_t> need = c.blocks_to_store(r.keep, r.n_store);
+  if (!c.owns_pool()) {
+    const bool fresh = r.keep == 0 || c.length(0) == 0;
+    if (fresh && !r.job.logits && o.prefix_cache && r.n() >= 2 + kv::kBlockTokens)
+      match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2);
+    for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {
+      const kv::BlockPool& blocks = c.pool().blocks(g);
+      const uint32_t want = need[g] + (match.tokens ? match.evictable[g] : 0);
+      if (want <= blocks.available()) continue;
+      if (n_running_ > 0) return Admission::wait;  // running calls will give blocks back
+      finish(r, "aborted",
+             std::make_exception_ptr(gpu::GpuError(
+                 "[engine] the KV pool is full: this call may store " + str(r.n_store) + " tokens after " +
+                 str(r.keep) + " and needs " + str(want) + " blocks of " + str(kv::kBlockTokens) +
+                 " tokens in the layers of window " + str(c.pool().group_window(g)) + "; " + str(blocks.available()) +
+                 " of " + str(blocks.capacity()) + " are free, the rest held by other caches. Free those caches "
+                 "(del cache, cache.reset()), ask for fewer tokens (max_tokens), or load the engine with a larger "
+                 "kv_memory")));
+      return Admission::failed;
+    }
+  }
+
+  // 2. the checkpoint, the roll back to keep, the cached prefix, the reservation
+  r.cp.emplace(c.checkpoint(runner_.queue(), r.keep, r.n_store));
+  if (r.keep < c.length(0)) {
+    try {
+      c.truncate(r.keep);
+    } catch (const gpu::GpuError& e) {
+      restore(r);
+      finish(r, "aborted",
+             std::make_exception_ptr(gpu::ArgumentError(
+                 "generate", "cache",
+                 std::string("the cache holds a conversation this prompt does not continue and cannot roll it back (") +
+                     e.what() + "); pass a new cache")));
+      return Admission::failed;
+    }
+  }
+  if (match.tokens) {
+    c.adopt_prefix(match.blocks, r.job.prompt.data(), match.tokens, match.hashes);
+    r.fed = match.tokens;
+    r.stats.prompt_tokens_cached = match.tokens;
+  }
+  if (!c.owns_pool() && !c.reserve(need)) {  // cannot happen: checked above under the same lock
+    restore(r);
+    return Admission::wait;
+  }
+
+  // 3. sampling state: the draws, the ids repetition penalty looks at, pacing
+  r.rng.seed(o.seed);
+  if (r.penalty_on()) {
+    std::vector<uint32_t> pen(c.tokens().begin(), c.tokens().end());
+    pen.insert(pen.end(), r.job.prompt.begin() + r.fed, r.job.prompt.end());
+    r.n_penalty = uint32_t(pen.size());
+    r.penalty = device_->new_buffer(std::max<size_t>(pen.size() + 64, 1) * sizeof(uint32_t));
+    r.penalty->write(0, pen.data(), pen.size() * sizeof(uint32_t));
+  }
+  if (o.paced) {
+    r.ahead = 8;  // a sliding layer rolls back at most max_chunk + 1 one-token steps
+    for (uint32_t w : c.spec().windows)
+      if (w) r.ahead = std::min(r.ahead, c.spec().max_chunk + 1);
+  }
+  r.admitted = Clock::now();
+  r.stats.queue_seconds = seconds_between(r.submitted, r.admitted);
+  r.stats.prompt_tokens = r.n();
+  r.phase = Running::Phase::prefill;
+  return Admission::admitted;
+}
+
+void Scheduler::admit() {
+  for (;;) {
+    std::unique_ptr<Running> r;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty() || n_running_ >= options_.max_seqs) return;
+      r = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Admission a = Admission::failed;
+    if (r->job.request->aborted() || r->job.request->cancelled()) {
+      finish(*r, r->job.request->aborted() ? "aborted" : "cancelled");  // never started: the cache is untouched
+    } else {
+      try {
+        a = try_admit(*r);
+      } catch (...) {
+        if (r->cp) restore(*r);
+        finish(*r, "aborted", std::current_exception());
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (a == Admission::admitted) {
+      ++n_running_;
+      running_.push_back(std::move(r));
+    } else if (a == Admission::wait) {
+      queue_.push_front(std::move(r));  // first come, first served: nothing overtakes it
+      return;
+    }
+  }
+}
+
+// ---- the caller's controls, between steps ------------------------------------
+void Scheduler::restore(Running& r) {
+  if (r.cp) r.cache().restore(runner_.queue(), *r.cp);
+  r.cp.reset();
+}
+
+void Scheduler::control() {
+  // Queued calls their callers gave up on leave the queue now (their caches untouched).
+  std::vector<std::unique_ptr<Running>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();)
+      if ((*it)->job.request->aborted() || (*it)->job.request->cancelled()) {
+        dropped.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto& r : dropped) finish(*r, r->job.request->aborted() ? "aborted" : "cancelled");
+  for (auto& rp : running_) {
+    Running& r = *rp;
+    if (r.phase == Running::Phase::done) continue;
+    Request& q = *r.job.request;
+    if (q.aborted()) {
+      restore(r);
+      finish(r, "aborted");
+    } else if (q.stop_index() >= 0 && uint64_t(q.stop_index()) < r.out.size()) {
+      // Keep ids 0..k: the cache as right after id k was sampled (k not fed).
+      const uint64_t k = uint64_t(q.stop_index());
+      const uint32_t length = r.prompt_end + uint32_t(k);
+      if (r.cache().length(0) > length) {
+        try {
+          r.cache().truncate(length);
+        } catch (const gpu::GpuError&) {
+          // cannot happen while pacing holds the scheduler within the history:
+          // the cache then keeps the ids fed after k
+        }
+      }
+      r.out.resize(k + 1);
+      q.drop_after(k + 1);
+      if (r.job.options.keep_logits) r.logits.resize((k + 1) * size_t(model_->spec().vocab));
+      finish(r, "cancelled");
+    } else if (q.cancelled()) {
+      if (r.out.empty()) restore(r);  // nothing generated (or a logits call): the call did not happen
+      finish(r, "cancelled");
+    }
+  }
+}
+
+}  // namespace mkv::engine
