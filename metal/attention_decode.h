@@ -1,5 +1,6 @@
 // Decode attention body: one query per query head (position n_tokens - 1)
-// against one layer's KV cache, f16 K/V, f32 accumulation. Bound by reading
+// against one layer's KV cache, f16 or quantized K/V (dequantized in
+// registers: AttnKvQuant), f32 accumulation. Bound by reading
 // K and V, so the layout is chosen for bytes in flight and few instructions
 // per byte (docs/ATTENTION.md, "Decode").
 //
@@ -33,6 +34,7 @@
 #pragma once
 
 #include "attention.h"
+#include "kv_codec.h"
 #include "kv_table.h"
 
 // One lane's piece of a K/V row: 8 bytes (E = 4) or 16 bytes (E = 8).
@@ -73,15 +75,67 @@ inline float attn_merge_weight(float m, float m_all) {
   return m_all == -INFINITY ? 0.0f : exp2(m - m_all);
 }
 
+// Where a lane's K and V pieces come from, and how they become floats: one
+// of two readers, a template argument of the body.
+//   AttnKvF16    f16 K and V: a piece is E raw halfs (the f16 kernels)
+//   AttnKvQuant  each of K and V in its format (kv_format.h), known at run
+//                time (uniform branches): a piece is E f16/q8/q4 values and
+//                their group's (scale, lo), dequantized in registers
+// Both read lane piece `elem` of KV head `head` of the slot they are given.
+template <uint D, uint E>
+struct AttnKvF16 {
+  typedef typename AttnPiece<E>::type Piece;
+  const device half* k_base;
+  const device half* v_base;
+  uint slot_stride;  // halfs from one slot to the next
+
+  static AttnKvF16 make(constant mkv_params::AttnDecode& p, const device uchar* kv, uint head, uint elem) {
+    AttnKvF16 r;
+    r.slot_stride = p.n_kv_heads * D;
+    r.k_base = (const device half*)kv + head * D + elem;
+    r.v_base = r.k_base + p.slots * r.slot_stride;
+    return r;
+  }
+  void load(uint slot, thread Piece& k, thread Piece& v) const {
+    k = *(const device Piece*)(k_base + slot * slot_stride);
+    v = *(const device Piece*)(v_base + slot * slot_stride);
+  }
+  void unpack_k(Piece w, thread float (&out)[E]) const { attn_unpack(w, out); }
+  void unpack_v(Piece w, thread float (&out)[E]) const { attn_unpack(w, out); }
+};
+
+template <uint D, uint E>
+struct AttnKvQuant {
+  typedef mkv_kv::KvPiece Piece;
+  const device uchar* k_section;
+  const device uchar* v_section;
+  uint k_format, v_format, heads, head, elem;
+
+  static AttnKvQuant make(constant mkv_params::AttnDecode& p, const device uchar* kv, uint head, uint elem) {
+    AttnKvQuant r;
+    r.k_format = p.k_format;
+    r.v_format = p.v_format;
+    r.heads = p.n_kv_heads;
+    r.head = head;
+    r.elem = elem;
+    r.k_section = kv;
+    r.v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+    return r;
+  }
+  void load(uint slot, thread Piece& k, thread Piece& v) const {
+    constexpr uint B = mkv_params::kKvBlockTokens;
+    k = mkv_kv::kv_load_piece<E>(k_section, k_format, B, heads, D, slot, head, elem);
+    v = mkv_kv::kv_load_piece<E>(v_section, v_format, B, heads, D, slot, head, elem);
+  }
+  void unpack_k(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(k_format, w, out); }
+  void unpack_v(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(v_format, w, out); }
+};
+
 // The K and V pieces of lane group `group` for the block of positions at i:
 // positions i + u*G + group (u < U), clamped to the chunk's last one.
-template <uint D, uint E, uint U, uint G>
-inline void attn_decode_load_block(const device uint* table, const device half* k_base,
-                                   const device half* v_base, uint i, uint group, uint end,
-                                   uint slot_stride,
-                                   thread typename AttnPiece<E>::type (&kw)[U],
-                                   thread typename AttnPiece<E>::type (&vw)[U]) {
-  typedef typename AttnPiece<E>::type Piece;
+template <typename L, uint U, uint G>
+inline void attn_decode_load_block(thread const L& ld, const device uint* table, uint i, uint group, uint end,
+                                   thread typename L::Piece (&kw)[U], thread typename L::Piece (&vw)[U]) {
   // The U positions span (U - 1) * G + 1 <= 13 < kKvBlockTokens: at most two
   // table entries, loaded once for the block.
   const uint first = min(i + group, end - 1);
@@ -89,9 +143,7 @@ inline void attn_decode_load_block(const device uint* table, const device half* 
   const uint e0 = table[b0], e1 = table[kv_block(min(i + (U - 1) * G + group, end - 1))];
   MKV_UNROLL for (uint u = 0; u < U; ++u) {
     const uint pos = min(i + u * G + group, end - 1);
-    const uint at = kv_slot_in(kv_block(pos) == b0 ? e0 : e1, pos) * slot_stride;
-    kw[u] = *(const device Piece*)(k_base + at);
-    vw[u] = *(const device Piece*)(v_base + at);
+    ld.load(kv_slot_in(kv_block(pos) == b0 ? e0 : e1, pos), kw[u], vw[u]);
   }
 }
 
@@ -100,10 +152,10 @@ inline void attn_decode_load_block(const device uint* table, const device half* 
 // rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
 // out before this block's math (a constant of each kernel, like split);
 // S: SIMD-groups per threadgroup.
-template <uint D, uint R, uint S = mkv_params::kAttnSimdgroups>
+template <typename L, uint D, uint R, uint S>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
-                             const device half* kv,      // (2, slots, n_kv_heads, D)
+                             const device uchar* kv,     // the layer's pool: K section, V section
                              const device uint* table,   // block table: ceil(n_tokens / B) entries
                              const device float* sinks,  // (n_q_heads) if has_sinks
                              device float* out,          // (n_q_heads, D)            single pass
@@ -120,7 +172,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
   constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
   constexpr float LOG2E = 1.4426950408889634f;
-  typedef typename AttnPiece<E>::type Piece;
+  typedef typename L::Piece Piece;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
   const uint group = lane / KL, piece = lane % KL;
@@ -131,12 +183,10 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const uint lo = (p.window > 0 && n > p.window) ? n - p.window : 0;
   const uint begin = lo + tg.y * p.chunk_keys;
   const uint end = min(begin + p.chunk_keys, n);
-  const uint slot_stride = p.n_kv_heads * D;  // halfs from one slot to the next
   // Idle lanes load their group's last piece again (same row, no extra
   // traffic) so every load is unconditional; their q is 0, and they never store.
   const uint piece_read = owns ? piece : D / E - 1;
-  const device half* k_base = kv + kv_head * D + piece_read * E;
-  const device half* v_base = k_base + p.slots * slot_stride;
+  const L ld = L::make(p, kv, kv_head, piece_read * E);
 
   // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
   // natural one for tanh, scaled by log2(e) after it.
@@ -166,20 +216,20 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   Piece kn[U];
   Piece vn[U];
   const uint first = begin + simd * BLOCK;
-  if (prefetch && first < end) attn_decode_load_block<D, E, U, G>(table, k_base, v_base, first, group, end, slot_stride, kw, vw);
+  if (prefetch && first < end) attn_decode_load_block<L, U, G>(ld, table, first, group, end, kw, vw);
   for (uint i = first; i < end; i += S * BLOCK) {
     if (prefetch) {
       if (i + S * BLOCK < end)
-        attn_decode_load_block<D, E, U, G>(table, k_base, v_base, i + S * BLOCK, group, end, slot_stride, kn, vn);
+        attn_decode_load_block<L, U, G>(ld, table, i + S * BLOCK, group, end, kn, vn);
     } else {
-      attn_decode_load_block<D, E, U, G>(table, k_base, v_base, i, group, end, slot_stride, kw, vw);
+      attn_decode_load_block<L, U, G>(ld, table, i, group, end, kw, vw);
     }
     // Partial dots, then the sum over the lane group (the xor masks stay inside it).
     float4 s[R];
     MKV_UNROLL for (uint r = 0; r < R; ++r) s[r] = float4(0.0f);
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
       float k[E];
-      attn_unpack(kw[u], k);
+      ld.unpack_k(kw[u], k);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
         float d = 0.0f;
         MKV_UNROLL for (uint e = 0; e < E; ++e) d += qr[r][e] * k[e];
@@ -207,7 +257,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
     }
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
       float v[E];
-      attn_unpack(vw[u], v);
+      ld.unpack_v(vw[u], v);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
         MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] += pr[r][u] * v[e];
       }

@@ -2,8 +2,8 @@
 // metal/attention_*.metal and cpp/ops/attention.cpp. Sizes are static_asserted
 // on the C++ side.
 //
-// KV cache of one layer: a pool, half (2, slots, n_kv_heads, head_dim), K block
-// then V block, cut into blocks of kKvBlockTokens slots; a sequence's block
+// KV cache of one layer: a pool of `slots` slots, its K section then its V
+// section (f16, or quantized: kv_format.h), cut into blocks of kKvBlockTokens slots; a sequence's block
 // table (buffer 5 of every attention kernel) names the block holding each
 // kKvBlockTokens positions (metal/kv_table.h). The kernels only read the
 // entries of positions their queries see.
@@ -102,6 +102,8 @@ struct AttnDecode {
   float scale;               // applied to q.k
   float softcap;             // s = softcap * tanh(s / softcap); 0 = off
   uint32_t has_sinks;        // sinks[n_q_heads] bound and used
+  uint32_t k_format;         // kv_format.h: kKvF16, kKvQ8, kKvQ4 (read by the _kvq kernels)
+  uint32_t v_format;
 };
 
 // attn_decode_reduce_*: merges the n_chunks (<= kAttnDecodeMaxChunks) partials
@@ -130,12 +132,14 @@ struct AttnPrefill {
   float scale;
   float softcap;
   uint32_t has_sinks;
+  uint32_t k_format;  // as AttnDecode
+  uint32_t v_format;
 };
 
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::AttnDecode) == 52, "AttnDecode params layout");
+static_assert(sizeof(mkv_params::AttnDecode) == 60, "AttnDecode params layout");
 static_assert(sizeof(mkv_params::AttnDecodeReduce) == 12, "AttnDecodeReduce params layout");
-static_assert(sizeof(mkv_params::AttnPrefill) == 52, "AttnPrefill params layout");
+static_assert(sizeof(mkv_params::AttnPrefill) == 60, "AttnPrefill params layout");
 #endif

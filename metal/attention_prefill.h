@@ -1,6 +1,7 @@
 // Prefill attention body: n_queries queries at consecutive positions against
-// one layer's KV cache (which already holds their own keys), f16 K/V, f32
-// accumulation, causal and sliding-window masks by position.
+// one layer's KV cache (which already holds their own keys), f16 K/V or
+// quantized (Quant: each of K and V in its format, dequantized while the tile
+// is staged), f32 accumulation, causal and sliding-window masks by position.
 //
 // Geometry. A threadgroup serves one query tile (queries_per_tile positions)
 // for one KV head and a block of heads_per_block query heads sharing it
@@ -22,12 +23,13 @@
 #pragma once
 
 #include "attention.h"
+#include "kv_codec.h"
 #include "kv_table.h"
 
-template <uint D, uint BK, uint R>
+template <bool Quant, uint D, uint BK, uint R>
 inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device float* q,      // (n_queries, n_q_heads, D)
-                              const device half* kv,      // (2, slots, n_kv_heads, D)
+                              const device uchar* kv,     // the layer's pool: K section, V section
                               const device uint* table,   // block table: ceil(n_tokens / B) entries
                               const device float* sinks,  // (n_q_heads) if has_sinks
                               device float* out,          // (n_queries, n_q_heads, D)
@@ -71,8 +73,9 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
   const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
   const int k_start = k_lo & ~3;
   const uint slot_stride = p.n_kv_heads * D;
-  const device half* k_base = kv + kv_head * D;
-  const device half* v_base = kv + p.slots * slot_stride + kv_head * D;
+  const device half* k_base = (const device half*)kv + kv_head * D;
+  const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
+  const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
 
   for (int k0 = k_start; k0 <= k_hi; k0 += int(BK)) {
     // Stage positions k0 .. k0+BK-1 (slots from the block table) as half4s, zero
@@ -85,8 +88,14 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
       half4 vh = half4(0.0h);
       if (k0 + int(t) >= k_lo && k0 + int(t) <= k_hi) {
         const uint slot = kv_slot(table, uint(k0) + t);
-        kh = *(const device half4*)(k_base + slot * slot_stride + c);
-        vh = *(const device half4*)(v_base + slot * slot_stride + c);
+        if (Quant) {
+          constexpr uint B = mkv_params::kKvBlockTokens;
+          kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
+          vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
+        } else {
+          kh = *(const device half4*)(k_base + slot * slot_stride + c);
+          vh = *(const device half4*)(v_base + slot * slot_stride + c);
+        }
       }
       *(threadgroup half4*)(k_tile + t * D + c) = kh;
       *(threadgroup half4*)(v_tile + t * D + c) = vh;

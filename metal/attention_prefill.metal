@@ -1,13 +1,14 @@
 // Prefill attention kernels (see attention_prefill.h for the design and the
-// read count). Variants by head_dim D: attn_prefill_f16_dD.
+// read count). Variants by head_dim D: attn_prefill_f16_dD, and
+// attn_prefill_kvq_dD over quantized K and/or V (the head_dims kv_format_fits accepts).
 #include "mkv_kernel.h"
 #include "attention_prefill.h"
 
 // BK = attn_prefill_key_tile(D), R = attn_rows_per_simdgroup(D).
-template <uint D, uint BK, uint R>
+template <bool Quant, uint D, uint BK, uint R>
 MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(constant mkv_params::AttnPrefill& p [[buffer(0)]],
                          const device float* q [[buffer(1)]],      // (n_queries, n_q_heads, D)
-                         const device half* kv [[buffer(2)]],      // (2, slots, n_kv_heads, D)
+                         const device uchar* kv [[buffer(2)]],     // the layer's pool
                          const device float* sinks [[buffer(3)]],  // (n_q_heads); q when unused
                          device float* out [[buffer(4)]],          // (n_queries, n_q_heads, D)
                          const device uint* table [[buffer(5)]],   // block table
@@ -18,16 +19,17 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
   // half4 so the tiles are 8-byte aligned for the half4 stores.
   threadgroup half4 k_tile[BK * D / 4];
   threadgroup half4 v_tile[BK * D / 4];
-  attn_prefill_body<D, BK, R>(p, q, kv, table, sinks, out, (threadgroup half*)k_tile,
+  attn_prefill_body<Quant, D, BK, R>(p, q, kv, table, sinks, out, (threadgroup half*)k_tile,
                               (threadgroup half*)v_tile, tg, tid, simd, lane);
 }
 
 // One kernel per head_dim D; the name literal is built whole (stringized
 // after pasting) so the host build pass can read it. The op accepts exactly
 // these D (kAttnHeadDims, cpp/ops/attention.h).
-#define MKV_ATTN_PREFILL(D)                                                       \
-  MKV_KERNEL(MKV_STR(attn_prefill_f16_d##D),                                      \
-             attn_prefill<D, mkv_params::attn_prefill_key_tile(D), mkv_params::attn_rows_per_simdgroup(D)>)
+#define MKV_ATTN_PREFILL_KIND(D, kind, quant)                                     \
+  MKV_KERNEL(MKV_STR(attn_prefill_##kind##_d##D),                                 \
+             attn_prefill<quant, D, mkv_params::attn_prefill_key_tile(D), mkv_params::attn_rows_per_simdgroup(D)>)
+#define MKV_ATTN_PREFILL(D) MKV_ATTN_PREFILL_KIND(D, f16, false)
 
 MKV_ATTN_PREFILL(32)
 MKV_ATTN_PREFILL(64)
@@ -38,3 +40,8 @@ MKV_ATTN_PREFILL(128)
 MKV_ATTN_PREFILL(160)
 MKV_ATTN_PREFILL(192)
 MKV_ATTN_PREFILL(256)
+MKV_ATTN_PREFILL_KIND(32, kvq, true)
+MKV_ATTN_PREFILL_KIND(64, kvq, true)
+MKV_ATTN_PREFILL_KIND(128, kvq, true)
+MKV_ATTN_PREFILL_KIND(192, kvq, true)
+MKV_ATTN_PREFILL_KIND(256, kvq, true)

@@ -14,11 +14,13 @@ namespace mkv_params {
 MKV_CONSTANT uint32_t kKvBlockTokens = 32;
 
 // kv_store_f32[_rope_*]: converts n_new new K and V rows (float, the model's
-// projection outputs) to half, RoPE-rotating K, and writes them to rows of a
-// (2, dst_rows, n_kv_heads, head_dim) half destination: K block, then V block.
+// projection outputs) to the cache's formats (metal/kv_format.h: f16, or
+// quantized per group), RoPE-rotating K first, and writes them to slots of a
+// destination of dst_rows slots: its K section, then its V section.
 // Token t (position first_pos + t) goes to the slot the block table gives its
-// position (paged = 1: the compute store, into a layer's pool), or to row
-// dst_first_row + t (paged = 0: the blit store's staging buffer).
+// position (paged = 1: the compute store, into a layer's pool, units of one
+// block), or to slot dst_first_row + t (paged = 0: the blit store's staging
+// buffer, one unit of dst_rows slots).
 // With n_q_heads > 0 (rope kernels only) the same dispatch also rotates the
 // step's queries q (n_new, n_q_heads, head_dim) float in place, at the same
 // positions: the decode step's Q rope costs no dispatch of its own.
@@ -32,6 +34,8 @@ struct KvStore {
   uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
   uint32_t n_q_heads;      // rotate this many query heads in place too (0: none)
   uint32_t paged;          // 1: rows through the block table; 0: consecutive rows
+  uint32_t k_format;       // kKvF16, kKvQ8 or kKvQ4 (kv_format.h)
+  uint32_t v_format;
 };
 
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
@@ -46,6 +50,6 @@ struct Rope {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::KvStore) == 36, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvStore) == 44, "KvStore params layout");
 static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
 #endif

@@ -1,7 +1,9 @@
-// KV store kernels: the model's new K and V rows (float) become half rows of a
-// cache region (2, dst_rows, n_kv_heads, head_dim): K block, then V block.
+// KV store kernels: the model's new K and V rows (float) become rows of a
+// cache region in its formats (metal/kv_format.h): K section, then V section.
 // K is optionally RoPE-rotated on the way (positions first_pos + t), and the
 // rope kernels can rotate the step's queries in place in the same dispatch.
+// Quantized sections get their codes from the rotated values: quantization
+// happens after RoPE, in this dispatch, and no f16 copy is written.
 //
 // The compute store writes straight into a layer's pool, each token to the slot
 // its position's block-table entry gives; the blit store runs the very same
@@ -12,48 +14,96 @@
 #include "mkv_kernel.h"
 #include "kv_params.h"
 #include "kv_table.h"
+#include "kv_codec.h"
 #include "rope.h"
 
+// Element d of a head after RoPE (rotary dims rd; d >= rd is copied): the
+// same rotate() of its pair as the f16 path computes, so both give equal floats.
+template <mkv_rope::Style S>
+inline float kv_store_value(const device float* x, uint d, uint rd, uint pos, const device float* inv_freq) {
+  if (d >= rd) return x[d];
+  const bool second = S == mkv_rope::kStyleNeox ? d >= rd / 2 : (d & 1u) != 0;
+  const uint i = S == mkv_rope::kStyleNeox ? (second ? d - rd / 2 : d) : d / 2;
+  const uint2 e = mkv_rope::pair_elements<S>(i, rd);
+  const float2 r = mkv_rope::rotate(x[e.x], x[e.y], pos, inv_freq[i]);
+  return second ? r.y : r.x;
+}
+
 // One threadgroup per (token, K|V) = (tg.x, tg.y). Its threads stride over the
-// work items of the token's n_kv_heads rows: a roped K head has rotary_dim/2
-// pair items (each reads and writes both elements of its pair, so no two
-// threads touch one element) followed by one item per dim past rotary_dim; a
-// V head, or K without rope, has one item per dim. A third row of
+// work items of the token's n_kv_heads rows. f16: a roped K head has
+// rotary_dim/2 pair items (each reads and writes both elements of its pair,
+// so no two threads touch one element) followed by one item per dim past
+// rotary_dim; a V head, or K without rope, has one item per dim. Quantized:
+// one item per (head, group), which finds the group's range over the
+// (rotated) values, writes its parameters, then its codes. A third row of
 // threadgroups (tg.y == 2, only when p.n_q_heads > 0) rotates Q in place: one
 // item per pair, as rope.metal does.
 template <mkv_rope::Style S>
 inline void kv_store_rows(constant mkv_params::KvStore& p,
                           const device float* k_new,  // (n_new, n_kv_heads, head_dim)
                           const device float* v_new,  // (n_new, n_kv_heads, head_dim)
-                          device half* dst,           // (2, dst_rows, n_kv_heads, head_dim)
+                          device uchar* dst,          // K section, then V section, of dst_rows slots
                           const device float* inv_freq,  // (rotary_dim / 2); unused without rope
                           const device uint* table,      // block table (paged); unused otherwise
                           uint2 tg, uint tid, uint nt) {
   const uint t = tg.x;
   const bool is_k = tg.y == 0;
-  const uint D = p.head_dim;
-  const uint row_elems = p.n_kv_heads * D;
+  const uint D = p.head_dim, H = p.n_kv_heads;
   const uint pos = p.first_pos + t;
-  const uint row = p.paged ? kv_slot(table, pos) : p.dst_first_row + t;
-  const device float* src = (is_k ? k_new : v_new) + t * row_elems;
-  device half* out = dst + (is_k ? 0u : p.dst_rows * row_elems) + row * row_elems;
-
+  const uint slot = p.paged ? kv_slot(table, pos) : p.dst_first_row + t;
+  const uint unit = p.paged ? mkv_params::kKvBlockTokens : p.dst_rows;
+  const uint fmt = is_k ? p.k_format : p.v_format;
+  const device float* src = (is_k ? k_new : v_new) + t * H * D;
+  device uchar* section = dst + (is_k ? 0u : p.dst_rows * mkv_params::kv_slot_bytes(p.k_format, H, D));
   const uint rd = (S != mkv_rope::kStyleNone && is_k) ? p.rotary_dim : 0u;
-  const uint pairs = rd / 2;
-  const uint items = pairs + (D - rd);  // per head
-  for (uint j = tid; j < p.n_kv_heads * items; j += nt) {
-    const uint h = j / items;
-    const uint item = j - h * items;
+
+  if (fmt == mkv_params::kKvF16) {
+    const uint pairs = rd / 2;
+    const uint items = pairs + (D - rd);  // per head
+    for (uint j = tid; j < H * items; j += nt) {
+      const uint h = j / items;
+      const uint item = j - h * items;
+      const device float* x = src + h * D;
+      device half* y = (device half*)(section + mkv_params::kv_data_offset(fmt, unit, H, D, slot, h, 0));
+      if (item < pairs) {
+        const uint2 e = mkv_rope::pair_elements<S>(item, rd);
+        const float2 r = mkv_rope::rotate(x[e.x], x[e.y], pos, inv_freq[item]);
+        y[e.x] = half(r.x);
+        y[e.y] = half(r.y);
+      } else {
+        const uint d = rd + (item - pairs);
+        y[d] = half(x[d]);
+      }
+    }
+    return;
+  }
+  const uint G = mkv_params::kv_group(D);
+  const uint groups = D / G;
+  for (uint j = tid; j < H * groups; j += nt) {
+    const uint h = j / groups;
+    const uint d0 = (j - h * groups) * G;
     const device float* x = src + h * D;
-    device half* y = out + h * D;
-    if (item < pairs) {
-      const uint2 e = mkv_rope::pair_elements<S>(item, rd);
-      const float2 r = mkv_rope::rotate(x[e.x], x[e.y], pos, inv_freq[item]);
-      y[e.x] = half(r.x);
-      y[e.y] = half(r.y);
+    float amax = 0.0f, vmin = INFINITY, vmax = -INFINITY;
+    for (uint d = d0; d < d0 + G; ++d) {
+      const float v = kv_store_value<S>(x, d, rd, pos, inv_freq);
+      amax = max(amax, fabs(v));
+      vmin = min(vmin, v);
+      vmax = max(vmax, v);
+    }
+    const half2 prm = mkv_kv::kv_group_params(fmt, amax, vmin, vmax);
+    device uchar* pp = section + mkv_params::kv_param_offset(fmt, unit, H, D, slot, h, d0);
+    if (fmt == mkv_params::kKvQ8) *(device half*)pp = prm.x;
+    else *(device half2*)pp = prm;
+    device uchar* data = section + mkv_params::kv_data_offset(fmt, unit, H, D, slot, h, d0);
+    if (fmt == mkv_params::kKvQ8) {
+      for (uint d = 0; d < G; ++d)
+        data[d] = uchar(mkv_kv::kv_code(fmt, kv_store_value<S>(x, d0 + d, rd, pos, inv_freq), prm) & 0xff);
     } else {
-      const uint d = rd + (item - pairs);
-      y[d] = half(x[d]);
+      for (uint d = 0; d < G; d += 2) {
+        const int lo = mkv_kv::kv_code(fmt, kv_store_value<S>(x, d0 + d, rd, pos, inv_freq), prm);
+        const int hi = mkv_kv::kv_code(fmt, kv_store_value<S>(x, d0 + d + 1, rd, pos, inv_freq), prm);
+        data[d / 2] = uchar(lo | (hi << 4));
+      }
     }
   }
 }
@@ -61,7 +111,7 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
 MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
                          const device float* k_new [[buffer(1)]],
                          const device float* v_new [[buffer(2)]],
-                         device half* dst [[buffer(3)]],
+                         device uchar* dst [[buffer(3)]],
                          const device uint* table [[buffer(6)]],  // block table; dst when not paged
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
@@ -73,7 +123,7 @@ template <mkv_rope::Style S>
 MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvStore& p [[buffer(0)]],
                               const device float* k_new [[buffer(1)]],
                               const device float* v_new [[buffer(2)]],
-                              device half* dst [[buffer(3)]],
+                              device uchar* dst [[buffer(3)]],
                               const device float* inv_freq [[buffer(4)]],
                               device float* q [[buffer(5)]],  // (n_new, n_q_heads, head_dim) if p.n_q_heads
                               const device uint* table [[buffer(6)]],  // block table; dst when not paged

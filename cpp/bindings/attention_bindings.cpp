@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "metal/kv_params.h"
+#include "kv/kv_layout.h"
 #include "ops/attention.h"
 
 namespace nb = nanobind;
@@ -31,8 +32,11 @@ ops::AttentionSplit parse_split(const std::string& s) {
 
 ops::AttentionDesc make_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
                              uint32_t n_tokens, uint32_t slots, uint32_t window,
-                             std::optional<float> scale, float softcap, bool has_sinks) {
+                             std::optional<float> scale, float softcap, bool has_sinks,
+                             const std::string& kv_k = "f16", const std::string& kv_v = "f16") {
   ops::AttentionDesc d;
+  d.k_format = kv::parse_kv_format(kv_k, "kv_k");
+  d.v_format = kv::parse_kv_format(kv_v, "kv_v");
   d.n_q_heads = n_q_heads;
   d.n_kv_heads = n_kv_heads;
   d.head_dim = head_dim;
@@ -48,9 +52,10 @@ ops::AttentionDesc make_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t h
 ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
                                uint32_t n_tokens, uint32_t slots, uint32_t window,
                                std::optional<float> scale, float softcap, bool has_sinks,
-                               const std::string& split, uint32_t chunks, const std::string& variant) {
+                               const std::string& split, uint32_t chunks, const std::string& variant,
+                               const std::string& kv_k, const std::string& kv_v) {
   ops::AttentionDesc d =
-      make_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap, has_sinks);
+      make_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap, has_sinks, kv_k, kv_v);
   d.split = parse_split(split);
   d.split_chunks = chunks;
   d.decode_variant = variant;
@@ -90,10 +95,11 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
          uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
-         size_t kv_offset, const std::optional<BufferPtr>& scratch, const std::string& variant) {
+         size_t kv_offset, const std::optional<BufferPtr>& scratch, const std::string& variant,
+         const std::string& kv_k, const std::string& kv_v) {
         const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
                                                  window, scale, softcap, sinks.has_value(), split, chunks,
-                                                 variant);
+                                                 variant, kv_k, kv_v);
         ops::attention_decode_plan(d, 1);  // the desc's own checks first
         check_table("attention_decode", d, table);
         const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
@@ -107,7 +113,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
-      "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "",
+      "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "", "kv_k"_a = "f16", "kv_v"_a = "f16",
       "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the half\n"
       "pool kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32; table: uint32\n"
       "buffer, the pool block of each BLOCK_TOKENS positions (ceil(n_tokens / BLOCK_TOKENS)).\n"
@@ -115,15 +121,17 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
       "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
       "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'nopf'\n"
-      "(a compile-time variant of the kernels, head_dim 128).");
+      "(a compile-time variant of the kernels, head_dim 128). kv_k, kv_v: the pool's K and V\n"
+      "formats ('f16', 'q8', 'q4'; docs/KV_QUANT.md), read and dequantized in the kernels.");
 
   ops_m.def(
       "attention_decode_plan",
       [](uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_tokens,
          uint32_t slots, uint32_t window, bool has_sinks, const std::string& split, uint32_t chunks,
-         PyDevice* device, uint32_t wave, const std::string& variant) {
+         PyDevice* device, uint32_t wave, const std::string& variant, const std::string& kv_k,
+         const std::string& kv_v) {
         const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
-                                                 window, 1.0f, 0.0f, has_sinks, split, chunks, variant);
+                                                 window, 1.0f, 0.0f, has_sinks, split, chunks, variant, kv_k, kv_v);
         if ((device != nullptr) == (wave != 0))
           throw nb::value_error("[attention_decode_plan] give exactly one of device (its wave) or wave "
                                 "(threadgroups the device runs at once)");
@@ -147,7 +155,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       },
       nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a, "head_dim"_a, "n_tokens"_a, "slots"_a,
       "window"_a = 0, "has_sinks"_a = false, "split"_a = "auto", "chunks"_a = 0,
-      "device"_a = nb::none(), "wave"_a = 0, "variant"_a = "",
+      "device"_a = nb::none(), "wave"_a = 0, "variant"_a = "", "kv_k"_a = "f16", "kv_v"_a = "f16",
       "How attention_decode would run on device (or a device running `wave` split threadgroups\n"
       "at once): kernel, split-K chunks, threadgroups, scratch bytes (and scratch_bound, what\n"
       "attention_decode_scratch_bytes reserves for any device) and the K/V bytes it reads per\n"
@@ -158,9 +166,10 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       [](PyDevice& dev, const BufferPtr& q, const BufferPtr& kv, const BufferPtr& table, const BufferPtr& out,
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_queries,
          uint32_t q_pos0, uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
-         const std::optional<BufferPtr>& sinks, size_t kv_offset) {
+         const std::optional<BufferPtr>& sinks, size_t kv_offset, const std::string& kv_k,
+         const std::string& kv_v) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
-                                         slots, window, scale, softcap, sinks.has_value());
+                                         slots, window, scale, softcap, sinks.has_value(), kv_k, kv_v);
         d.n_queries = n_queries;
         if (n_queries > 0 && slots % mkv_params::kKvBlockTokens == 0) check_table("attention_prefill", d, table);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
@@ -170,12 +179,12 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       },
       "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
-      "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0,
+      "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
       "q_pos0+n_queries-1 over the half pool kv (2, slots, n_kv_heads, head_dim) through table (as\n"
       "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
-      "head_dim) f32. Causal; window > 0 adds the sliding-window mask.");
+      "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v: as for decode.");
 }
 
 }  // namespace

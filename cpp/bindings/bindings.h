@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gpu/device.h"
@@ -35,6 +36,10 @@ struct PyKVCache {
 nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffer& buffer, size_t offset,
                                               std::vector<size_t> shape,
                                               nanobind::dlpack::dtype dtype = nanobind::dtype<uint8_t>());
+
+// Per-layer KV format names ('f16', 'q8', 'q4') as kv_format.h numbers; an
+// empty list for None. Raises ArgumentError(what) naming the formats.
+std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string>>& names, const char* what);
 
 // Encodes work into one compute encoder of a new command buffer, commits and
 // waits with the GIL released. For op-level entry points used by tests.

@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -155,16 +156,31 @@ void append_all_layers(PyKVCache& c, const Array& k, const Array& v, nb::handle 
   run_stores(c, layers, k, v, n, rope);
 }
 
-// A float16 (slots, n_kv_heads, head_dim) view of block kv (0 = K, 1 = V).
+// A float16 (slots, n_kv_heads, head_dim) view of section kv (0 = K, 1 = V),
+// which must be f16.
 nb::ndarray<nb::numpy> block_view(nb::handle self, uint32_t layer, uint32_t kv) {
   auto& c = nb::cast<PyKVCache&>(self);
   const kv::LayerLayout lay = c.cache->layout(layer);
+  if (lay.format(kv) != mkv_params::kKvF16)
+    throw nb::value_error(("[kv_cache] layer " + std::to_string(layer) + " stores " + (kv ? "V" : "K") + " as " +
+                           kv::kv_format_name(lay.format(kv)) + "; keys()/values() view f16 sections (section_bytes() "
+                           "gives the raw bytes, laid out as docs/KV_QUANT.md says)").c_str());
   const kv::BufferView r = c.cache->region(layer);
   const nb::dlpack::dtype f16{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
   // No copy where the CPU sees the memory: the array aliases the layer's buffer
   // and keeps the cache object alive. A copy on a discrete GPU.
-  return host_array(self, *r.buffer, r.offset + lay.row_offset(kv, 0), {lay.slots, lay.n_kv_heads, lay.head_dim},
+  return host_array(self, *r.buffer, r.offset + lay.section_offset(kv), {lay.slots, lay.n_kv_heads, lay.head_dim},
                     f16);
+}
+
+// The raw bytes of section kv: (blocks, block_bytes) uint8, each row one
+// block in its format's layout (metal/kv_format.h).
+nb::ndarray<nb::numpy> section_view(nb::handle self, uint32_t layer, uint32_t kv) {
+  auto& c = nb::cast<PyKVCache&>(self);
+  const kv::LayerLayout lay = c.cache->layout(layer);
+  const kv::BufferView r = c.cache->region(layer);
+  return host_array(self, *r.buffer, r.offset + lay.section_offset(kv),
+                    {lay.slots / kv::kBlockTokens, lay.block_bytes(kv)});
 }
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint32_t layer) {
@@ -186,9 +202,11 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "__init__",
           [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
              uint32_t capacity, std::optional<std::vector<uint32_t>> windows, uint32_t max_chunk,
-             const std::string& store) {
+             const std::string& store, const std::optional<std::vector<std::string>>& kv_k,
+             const std::optional<std::vector<std::string>>& kv_v) {
             kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
-                                 max_chunk, kv::StorePath::compute};
+                                 max_chunk, kv::StorePath::compute, kv_formats_arg(kv_k, "kv_k"),
+                                 kv_formats_arg(kv_v, "kv_v")};
             try {
               spec.store = kv::parse_store_path(store);
             } catch (const gpu::GpuError& e) {
@@ -197,10 +215,12 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
             new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}};
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
-          "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute",
+          "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute", "kv_k"_a = nb::none(),
+          "kv_v"_a = nb::none(),
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
           "one append puts in a sliding layer, and how far before its last append it can truncate (its pool holds about "
-          "W + 2 * max_chunk slots). store: 'compute' or 'blit'.")
+          "W + 2 * max_chunk slots). store: 'compute' or 'blit'. kv_k, kv_v: per layer 'f16', 'q8' or 'q4' "
+          "(docs/KV_QUANT.md); None: all f16.")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -215,6 +235,15 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "pool (other caches' rows included); positions() marks the slots this cache holds.")
       .def("values", [](nb::handle self, uint32_t layer) { return block_view(self, layer, 1); }, "layer"_a,
            "The layer's V block, as keys().")
+      .def("section_bytes", [](nb::handle self, uint32_t layer, uint32_t kv) { return section_view(self, layer, kv); },
+           "layer"_a, "kv"_a,
+           "The raw bytes of the layer's K (kv=0) or V (kv=1) section as uint8 (blocks, block_bytes): each row one "
+           "block of BLOCK_TOKENS slots in its format's layout (docs/KV_QUANT.md); a view or a copy as keys().")
+      .def("formats", [](const PyKVCache& c, uint32_t layer) {
+             const kv::LayerLayout lay = c.cache->layout(layer);
+             return std::make_pair(std::string(kv::kv_format_name(lay.k_format)),
+                                   std::string(kv::kv_format_name(lay.v_format)));
+           }, "layer"_a, "The layer's (K format, V format): 'f16', 'q8' or 'q4'.")
       .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
       .def("length", [](const PyKVCache& c, uint32_t l) { return c.cache->length(l); }, "layer"_a,
            "Tokens ever stored in the layer = position of its next token.")

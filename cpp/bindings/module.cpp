@@ -39,6 +39,13 @@ nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffe
   return {copy->data(), shape.size(), shape.data(), keep, nullptr, dtype};
 }
 
+std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string>>& names, const char* what) {
+  std::vector<uint32_t> out;
+  if (names)
+    for (const std::string& n : *names) out.push_back(kv::parse_kv_format(n, what));
+  return out;
+}
+
 void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode) {
   nanobind::gil_scoped_release release;
   auto cb = dev.queue->command_buffer();

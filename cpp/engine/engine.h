@@ -35,6 +35,10 @@ struct EngineOptions {
   uint32_t kv_context = 0;
   uint32_t max_seqs = 64;     // sequences running at once; more wait in a queue
   uint32_t step_tokens = 0;   // rows one step may feed; 0: prefill_chunk + max_seqs
+  // The KV formats of the engine's caches (and its shared pool), per layer
+  // (mkv_params::kKvF16, kKvQ8, kKvQ4); empty: f16.
+  std::vector<uint32_t> kv_k;
+  std::vector<uint32_t> kv_v;
 };
 
 inline constexpr size_t kKvMemoryAuto = ~size_t(0);
@@ -44,7 +48,8 @@ inline constexpr size_t kKvMemoryAuto = ~size_t(0);
 // kv_context tokens need: a pool that batches and caches prefixes without
 // taking a machine's memory for a small model.
 inline constexpr uint32_t kAutoKvSequences = 16;
-size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t kv_context, uint32_t max_chunk);
+size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t kv_context, uint32_t max_chunk,
+                      const std::vector<uint32_t>& kv_k = {}, const std::vector<uint32_t>& kv_v = {});
 
 // The one check of a generate call's options (sampling included): raises
 // ArgumentError naming the argument.
@@ -72,7 +77,11 @@ class Engine {
 
   // A cache for this model holding `capacity` tokens in its full layers: over
   // the engine's shared pool if it has one, else with a pool of its own.
-  std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute) const;
+  // kv_k, kv_v: per-layer formats other than the engine's (nullptr: the
+  // engine's); a shared pool holds only its own formats (ArgumentError).
+  std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
+                                         const std::vector<uint32_t>* kv_k = nullptr,
+                                         const std::vector<uint32_t>* kv_v = nullptr) const;
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Checks a generate call (options, ids, room in the cache) and queues it;

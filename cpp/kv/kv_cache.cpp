@@ -40,18 +40,22 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
   if (spec.windows.size() != spec.n_layers)
     fail("windows has " + str(spec.windows.size()) + " entries; expected one per layer (" +
          str(spec.n_layers) + "), 0 for a full layer");
+  // ArgumentError(kv_k / kv_v) for formats the heads cannot take
+  KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows, {}, spec.k_formats, spec.v_formats}.check_formats();
 }
 
 std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
   check_spec(device, spec);
   return std::make_shared<KvPool>(
       device, KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows,
-                         KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk)});
+                         KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
+                         spec.v_formats});
 }
 
 }  // namespace
 
 KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(device)), spec_(std::move(spec)) {
+  check_spec(device_, spec_);  // its argument errors as they are
   try {
     pool_ = own_pool(device_, spec_);
   } catch (const gpu::GpuError& e) {  // "[kv_pool] ...": this cache's own
@@ -68,6 +72,11 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
   const KvPoolSpec& p = pool_->spec();
   if (p.windows != spec_.windows || p.n_kv_heads != spec_.n_kv_heads || p.head_dim != spec_.head_dim)
     fail("the shared pool is for other layers (its windows, n_kv_heads or head_dim differ from the cache's)");
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (p.k_format(l) != (spec_.k_formats.empty() ? 0u : spec_.k_formats[l]) ||
+        p.v_format(l) != (spec_.v_formats.empty() ? 0u : spec_.v_formats[l]))
+      fail("the shared pool stores layer " + str(l) + " as K " + kv_format_name(p.k_format(l)) + ", V " +
+           kv_format_name(p.v_format(l)) + "; the cache asks for other formats");
   init_groups();
 }
 
@@ -168,11 +177,10 @@ void KVCache::encode_copies(EncoderSession& enc, const Group& g, const std::vect
   gpu::BlitEncoder& blit = enc.blit();
   for (uint32_t l : g.layers) {
     const LayerLayout lay = layout(l);
-    const size_t bytes = kBlockTokens * lay.row_bytes();
     for (const BlockCopy& c : copies)
       for (uint32_t kv = 0; kv < 2; ++kv)
-        blit.copy(region(l).buffer, lay.row_offset(kv, c.src * kBlockTokens), region(l).buffer,
-                  lay.row_offset(kv, c.dst * kBlockTokens), bytes);
+        blit.copy(region(l).buffer, lay.block_offset(kv, c.src), region(l).buffer, lay.block_offset(kv, c.dst),
+                  lay.block_bytes(kv));
   }
 }
 
@@ -180,7 +188,9 @@ BufferView KVCache::staging_for(uint32_t n_new) {
   // A full layer may take a chunk larger than max_chunk: grow. Commands already
   // encoded keep the old buffer alive through their command buffer.
   if (n_new > staging_rows_) {
-    staging_ = device_->new_buffer(2 * size_t(n_new) * LayerLayout{1, spec_.n_kv_heads, spec_.head_dim}.row_bytes());
+    size_t most = 0;  // the layer whose formats take the most bytes a token
+    for (uint32_t l = 0; l < spec_.n_layers; ++l) most = std::max(most, layout(l).nbytes() / layout(l).slots);
+    staging_ = device_->new_buffer(size_t(n_new) * most);
     staging_rows_ = n_new;
   }
   return {staging_, 0};
@@ -250,24 +260,29 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 
   // 3. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
-  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer)};
+  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer),
+                     lay.k_format, lay.v_format};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {
-    // ... the blit path stages rows (2, n_new, n_kv_heads, head_dim) and copies
-    // them, one run of consecutive slots per block the chunk touches.
+    // ... the blit path stages n_new slots (K and V sections of one unit each)
+    // and copies them, per block the chunk touches one run of consecutive
+    // slots: its data plane's bytes, and a quantized format's parameters.
     const BufferView staging = staging_for(n_new);
     d.dst_rows = n_new;
     d.table = {};
     ops::kv_store(enc.compute(), *device_, k_new, v_new, staging, d);
     gpu::BlitEncoder& blit = enc.blit();
-    const size_t row = lay.row_bytes();
     for (uint32_t t = 0; t < n_new;) {
       const uint32_t pos = n + t, run = std::min(n_new - t, kBlockTokens - pos % kBlockTokens);
       const uint32_t slot = g.table->slot(pos);
-      for (uint32_t kv = 0; kv < 2; ++kv)
-        blit.copy(staging.buffer, staging.offset + (size_t(kv) * n_new + t) * row, region(layer).buffer,
-                  lay.row_offset(kv, slot), run * row);
+      for (uint32_t kv = 0; kv < 2; ++kv) {
+        const std::vector<LayerLayout::Range> from = LayerLayout::unit_ranges(
+            lay.format(kv), spec_.n_kv_heads, spec_.head_dim, n_new, kv ? size_t(n_new) * lay.slot_bytes(0) : 0, t, run);
+        const std::vector<LayerLayout::Range> to = lay.slot_ranges(kv, slot, run);
+        for (size_t r = 0; r < to.size(); ++r)
+          blit.copy(staging.buffer, staging.offset + from[r].offset, region(layer).buffer, to[r].offset, to[r].bytes);
+      }
       t += run;
     }
   }
@@ -400,10 +415,9 @@ size_t KVCache::held_nbytes() const {
 size_t KVCache::nbytes() const { return staging_nbytes() + table_nbytes() + (owns_pool_ ? pool_->nbytes() : 0); }
 
 size_t KVCache::bytes_per_token() const {
-  const size_t kv_row = 2 * LayerLayout{1, spec_.n_kv_heads, spec_.head_dim}.row_bytes();
   size_t total = 0;
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (!wraps(l)) total += kv_row;
+    if (!wraps(l)) total += layout(l).slot_bytes(0) + layout(l).slot_bytes(1);
   return total;
 }
 

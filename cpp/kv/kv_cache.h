@@ -60,6 +60,8 @@ struct KVCacheSpec {
   uint32_t max_chunk = 1;         // most tokens one store() may put in a sliding layer, and
                                   // how far before its last store a sliding layer can truncate()
   StorePath store = StorePath::compute;
+  std::vector<uint32_t> k_formats;  // per layer: mkv_params::kKvF16, kKvQ8, kKvQ4; empty = all f16
+  std::vector<uint32_t> v_formats;
 };
 
 class KVCache {
@@ -74,7 +76,8 @@ class KVCache {
   const KVCacheSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return spec_.n_layers; }
 
-  // Layer l's pool (2, slots, n_kv_heads, head_dim) half: K block, then V block.
+  // Layer l's pool: its K section, then its V section, each in the layer's
+  // format (kv_layout.h; f16: (slots, n_kv_heads, head_dim) half).
   BufferView region(uint32_t layer) const;
   LayerLayout layout(uint32_t layer) const;
   uint32_t slots(uint32_t layer) const;   // R = blocks of its pool * kBlockTokens
@@ -144,7 +147,7 @@ class KVCache {
   // as for any shared block), given back when the checkpoint goes away.
   struct SavedBlocks {
     std::vector<uint32_t> ids;  // block ids of the group, saved in every layer of it
-    std::vector<gpu::BufferPtr> copies;  // per layer of the group: (2, ids * B, n_kv_heads, head_dim) half
+    std::vector<gpu::BufferPtr> copies;  // per layer of the group: its K blocks, then its V blocks
   };
   // Owners held on blocks of a shared pool, released on destruction.
   struct RetainedBlocks {
@@ -204,12 +207,12 @@ class KVCache {
   bool owns_pool() const { return owns_pool_; }
 
   // Byte accounting, exact.
-  size_t layer_nbytes(uint32_t layer) const;  // the layer's pool: 2 * R * n_kv_heads * head_dim * 2
+  size_t layer_nbytes(uint32_t layer) const;  // the layer's pool: R slots of its K and V formats
   size_t staging_nbytes() const;              // blit path staging (0 for compute)
   size_t table_nbytes() const;                // the tables' device mirrors
   size_t held_nbytes() const;                 // the blocks its tables hold, in every layer
   size_t nbytes() const;                      // what it owns: its pool (if its own) + staging + tables
-  size_t bytes_per_token() const;             // one more context token: K+V row in each non-wrapping layer
+  size_t bytes_per_token() const;             // one more context token: K+V row (its formats) in each non-wrapping layer
 
  private:
   // The sequence in one window group of the pool: its table and the mirror.
@@ -235,7 +238,7 @@ class KVCache {
   bool owns_pool_ = true;
   std::vector<Group> groups_;  // per group of the pool
   std::vector<uint32_t> lengths_;
-  gpu::BufferPtr staging_;  // (2, staging_rows_, n_kv_heads, head_dim) half; blit path only
+  gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;
   std::vector<int32_t> tokens_;        // ids fed by an engine
   std::vector<ChatMessage> messages_;  // the chat they render, if any

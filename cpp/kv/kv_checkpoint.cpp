@@ -41,11 +41,12 @@ void copy_blocks(gpu::CommandQueue& queue, const KvPool& pools,
     for (size_t i = 0; i < group_layers[g].size() && !s.ids.empty(); ++i) {
       const uint32_t l = group_layers[g][i];
       if (!blit) blit = &cb->blit_encoder();
-      const size_t block = kBlockTokens * layouts[l].row_bytes(), n = s.ids.size();
+      const size_t n = s.ids.size();
       for (size_t b = 0; b < n; ++b)
-        for (uint32_t kv = 0; kv < 2; ++kv) {
-          const size_t in_pool = layouts[l].row_offset(kv, s.ids[b] * kBlockTokens);
-          const size_t in_copy = (kv * n + b) * block;
+        for (uint32_t kv = 0; kv < 2; ++kv) {  // the copy: n K blocks, then n V blocks
+          const size_t block = layouts[l].block_bytes(kv);
+          const size_t in_pool = layouts[l].block_offset(kv, s.ids[b]);
+          const size_t in_copy = kv * n * layouts[l].block_bytes(0) + b * block;
           if (dir == Direction::save)
             blit->copy(pools.region(l).buffer, in_pool, s.copies[i], in_copy, block);
           else
@@ -119,7 +120,8 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
       for (uint64_t i = keep / kBlockTokens; i * kBlockTokens < end; ++i) s.ids.push_back(uint32_t(blocks[i]));
     }
     for (size_t i = 0; i < g.layers.size() && !s.ids.empty(); ++i)
-      s.copies.push_back(device_->new_buffer(2 * s.ids.size() * kBlockTokens * layouts[g.layers[i]].row_bytes()));
+      s.copies.push_back(device_->new_buffer(s.ids.size() * (layouts[g.layers[i]].block_bytes(0) +
+                                                             layouts[g.layers[i]].block_bytes(1))));
     cp.blocks.push_back(std::move(s));
   }
   copy_blocks(queue, *pool_, layouts, group_layers, cp.blocks, Direction::save);

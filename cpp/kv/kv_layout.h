@@ -1,43 +1,65 @@
 // The one definition of how a layer's KV cache is laid out in device memory.
 // Attention kernels, the stores and the Python views all derive offsets from
-// here; docs/KV_CACHE.md describes the same layout in prose.
+// here and from metal/kv_format.h (the formats' bytes, shared with the
+// kernels); docs/KV_CACHE.md and docs/KV_QUANT.md describe the same layout.
 //
-// A layer's region (its pool) is half precision, shaped (2, R, n_kv_heads,
-// head_dim): the K block (R, n_kv_heads, head_dim), then the V block of the
-// same shape. R = slots = n_blocks * kBlockTokens; the slots of block b are
-// [b * B, (b + 1) * B). Which position a slot holds is the block table's
-// business (kv/block_pool.h): position p lives in slot
+// A layer's region (its pool) has R = slots = n_blocks * kBlockTokens slots:
+// its K section, then its V section, each in its own format (f16, q8, q4).
+// A section is cut into blocks of B slots, each one contiguous range (its
+// data plane, then its parameter plane: kv_format.h); in f16 a section is the
+// plain (R, n_kv_heads, head_dim) half array. Which position a slot holds is
+// the block table's business (kv/block_pool.h): position p lives in slot
 // table[p / B] * B + p % B.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "metal/kv_format.h"
 #include "metal/kv_params.h"
 
 namespace mkv::kv {
 
-constexpr size_t kKVElementBytes = 2;  // the cache holds half
+// The KV formats by name: "f16", "q8", "q4" (mkv_params::kKvF16 ...).
+const char* kv_format_name(uint32_t format);
+// The format called `name`; raises ArgumentError(what) naming the formats for another.
+uint32_t parse_kv_format(const std::string& name, const char* what);
+// Raises ArgumentError(what) when `format` cannot store heads of head_dim
+// (the quantized formats need a multiple of 32 that their group divides).
+void check_kv_format(uint32_t format, uint32_t head_dim, const char* what);
 
 struct LayerLayout {
   uint32_t slots = 0;  // R
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
+  uint32_t k_format = mkv_params::kKvF16;
+  uint32_t v_format = mkv_params::kKvF16;
 
-  // One token's K (or V) row: (n_kv_heads, head_dim).
-  size_t row_elems() const { return size_t(n_kv_heads) * head_dim; }
-  size_t row_bytes() const { return row_elems() * kKVElementBytes; }
-  // The K block, or the V block: (slots, n_kv_heads, head_dim).
-  size_t block_bytes() const { return size_t(slots) * row_bytes(); }
-  // The whole region: (2, slots, n_kv_heads, head_dim).
-  size_t nbytes() const { return 2 * block_bytes(); }
-  // Byte offset, from the region start, of slot s of block kv (0 = K, 1 = V).
-  size_t row_offset(uint32_t kv, uint32_t slot) const { return kv * block_bytes() + slot * row_bytes(); }
-  size_t k_offset(uint32_t slot) const { return row_offset(0, slot); }
-  size_t v_offset(uint32_t slot) const { return row_offset(1, slot); }
-  // Element index of (kv, slot, head, d).
+  uint32_t format(uint32_t kv) const { return kv ? v_format : k_format; }
+  // One token's K (kv = 0) or V (1) row in its format: data and parameters of every head.
+  size_t slot_bytes(uint32_t kv) const { return mkv_params::kv_slot_bytes(format(kv), n_kv_heads, head_dim); }
+  size_t section_bytes(uint32_t kv) const { return size_t(slots) * slot_bytes(kv); }
+  size_t section_offset(uint32_t kv) const { return kv ? section_bytes(0) : 0; }
+  // The whole region: K section, then V section.
+  size_t nbytes() const { return section_bytes(0) + section_bytes(1); }
+  // Block b of section kv: one contiguous range of block_bytes(kv).
+  size_t block_bytes(uint32_t kv) const { return size_t(mkv_params::kKvBlockTokens) * slot_bytes(kv); }
+  size_t block_offset(uint32_t kv, uint32_t block) const { return section_offset(kv) + block * block_bytes(kv); }
+  // Slots [slot, slot + n) of one block of section kv, as (offset, bytes)
+  // ranges: the data plane's, then (quantized) the parameter plane's.
+  struct Range {
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+  std::vector<Range> slot_ranges(uint32_t kv, uint32_t slot, uint32_t n) const;
+  // The same for a section of `rows` slots laid out as one unit (a blit store's staging buffer).
+  static std::vector<Range> unit_ranges(uint32_t format, uint32_t n_kv_heads, uint32_t head_dim, uint32_t rows,
+                                        size_t section_offset, uint32_t slot, uint32_t n);
+  // f16 sections only: element index (in halfs) of (kv, slot, head, d).
   size_t element(uint32_t kv, uint32_t slot, uint32_t head, uint32_t d) const {
-    return ((size_t(kv) * slots + slot) * n_kv_heads + head) * head_dim + d;
+    return section_offset(kv) / 2 + (size_t(slot) * n_kv_heads + head) * head_dim + d;
   }
 };
 

@@ -21,8 +21,6 @@ std::vector<uint32_t> group_windows(const std::vector<uint32_t>& windows) {
   return out;
 }
 
-size_t row_bytes(uint32_t n_kv_heads, uint32_t head_dim) { return LayerLayout{1, n_kv_heads, head_dim}.row_bytes(); }
-
 }  // namespace
 
 std::vector<uint32_t> KvPool::sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,
@@ -32,24 +30,35 @@ std::vector<uint32_t> KvPool::sequence_blocks(const std::vector<uint32_t>& windo
   return out;
 }
 
-size_t KvPool::pool_bytes(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
-                          const std::vector<uint32_t>& group_blocks) {
-  const std::vector<uint32_t> gw = group_windows(windows);
+void KvPoolSpec::check_formats() const {
+  for (const std::vector<uint32_t>* f : {&k_formats, &v_formats})
+    if (!f->empty() && f->size() != windows.size())
+      throw gpu::ArgumentError("kv_cache", f == &k_formats ? "kv_k" : "kv_v",
+                               "one KV format per layer is needed: got " + str(f->size()) + " for " +
+                                   str(windows.size()) + " layers");
+  for (uint32_t l = 0; l < windows.size(); ++l) {
+    check_kv_format(k_format(l), head_dim, "kv_k");
+    check_kv_format(v_format(l), head_dim, "kv_v");
+  }
+}
+
+size_t KvPool::pool_bytes(const KvPoolSpec& spec) {
+  const std::vector<uint32_t> gw = group_windows(spec.windows);
   size_t total = 0;
-  for (uint32_t w : windows) {
-    const size_t g = std::find(gw.begin(), gw.end(), w) - gw.begin();
-    total += 2 * size_t(group_blocks.at(g)) * kBlockTokens * row_bytes(n_kv_heads, head_dim);
+  for (uint32_t l = 0; l < spec.windows.size(); ++l) {
+    const size_t g = std::find(gw.begin(), gw.end(), spec.windows[l]) - gw.begin();
+    total += spec.layout(l, spec.group_blocks.at(g) * kBlockTokens).nbytes();
   }
   return total;
 }
 
-KvPoolSpec KvPool::for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
-                              uint32_t capacity, uint32_t max_chunk, size_t bytes) {
-  const std::vector<uint32_t> gw = group_windows(windows);
-  const std::vector<uint32_t> one = sequence_blocks(windows, capacity, max_chunk);
-  const size_t one_bytes = pool_bytes(n_kv_heads, head_dim, windows, one);
+KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chunk, size_t bytes) {
+  const std::vector<uint32_t> gw = group_windows(s.windows);
+  s.group_blocks = sequence_blocks(s.windows, capacity, max_chunk);
+  const std::vector<uint32_t> one = s.group_blocks;
+  const size_t one_bytes = pool_bytes(s);
   const double scale = double(bytes) / double(one_bytes);
-  KvPoolSpec s{n_kv_heads, head_dim, windows, {}};
+  s.group_blocks.clear();
   for (size_t g = 0; g < gw.size(); ++g) {
     // A call's checkpoint keeps the blocks it started with (kv_checkpoint.cpp):
     // a sliding group needs its window twice (and a tail copy) for one call to run.
@@ -57,12 +66,16 @@ KvPoolSpec KvPool::for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std:
     const double scaled = std::floor(scale * one[g]);
     s.group_blocks.push_back(bounded ? std::max<uint32_t>(2 * one[g] + 1, uint32_t(std::min(scaled, 4e9)))
                                      : uint32_t(std::min(scaled, 4e9)));
-    if (s.group_blocks.back() == 0)
-      bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) + " (one block: " +
-           str(2 * size_t(kBlockTokens) * row_bytes(n_kv_heads, head_dim)) + " bytes in each of their layers; one " +
-           "sequence of " + str(capacity) + " tokens needs " + str(one_bytes) + " bytes)");
+    if (s.group_blocks.back() == 0) {
+      size_t block = 0;  // one block id: its K and V blocks in every layer of the group
+      for (uint32_t l = 0; l < s.windows.size(); ++l)
+        if (s.windows[l] == gw[g]) block += s.layout(l, kBlockTokens).nbytes();
+      bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) +
+                 " (one block: " + str(block) + " bytes over their layers; one sequence of " + str(capacity) +
+                 " tokens needs " + str(one_bytes) + " bytes)");
+    }
   }
-  const size_t got = pool_bytes(n_kv_heads, head_dim, windows, s.group_blocks);
+  const size_t got = pool_bytes(s);
   if (got > bytes)
     bad_budget("kv_memory " + str(bytes) + " bytes is less than the " + str(got) + " the sliding layers need to run one " +
          "sequence (their window twice: a call keeps the one it started with) plus one block of the others");
@@ -73,6 +86,7 @@ KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) 
   if (!device) fail("device is null");
   if (spec_.windows.empty() || spec_.n_kv_heads == 0 || spec_.head_dim == 0)
     fail("n_layers, n_kv_heads and head_dim must be positive");
+  spec_.check_formats();
   const std::vector<uint32_t> gw = group_windows(spec_.windows);
   if (spec_.group_blocks.size() != gw.size())
     fail("group_blocks has " + str(spec_.group_blocks.size()) + " entries; the windows make " + str(gw.size()) +
@@ -84,10 +98,10 @@ KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) 
     groups_[g].layers.push_back(l);
     group_index_.push_back(g);
     const LayerLayout lay = layout(l);
-    // The kernels index a layer's pool with 32-bit element offsets.
-    if (lay.nbytes() / kKVElementBytes >= (uint64_t(1) << 32))
-      fail("layer " + str(l) + " would hold " + str(lay.nbytes()) + " bytes; at most 2^32 half "
-           "elements per layer are supported (lower capacity or kv_memory)");
+    // The kernels address a layer's pool with 32-bit byte offsets.
+    if (lay.nbytes() >= (uint64_t(1) << 32))
+      fail("layer " + str(l) + " would hold " + str(lay.nbytes()) + " bytes; at most 2^32 - 1 bytes "
+           "per layer are supported (lower capacity or kv_memory, or quantize the cache: kv_k, kv_v)");
     buffers_.push_back(device->new_buffer(lay.nbytes()));
   }
 }
@@ -109,11 +123,13 @@ ops::BufferView KvPool::region(uint32_t layer) const {
 
 LayerLayout KvPool::layout(uint32_t layer) const {
   check_layer(layer);
-  return {groups_[group_index_[layer]].pool->capacity() * kBlockTokens, spec_.n_kv_heads, spec_.head_dim};
+  return spec_.layout(layer, groups_[group_index_[layer]].pool->capacity() * kBlockTokens);
 }
 
 size_t KvPool::block_bytes(uint32_t group) const {
-  return 2 * size_t(kBlockTokens) * row_bytes(spec_.n_kv_heads, spec_.head_dim) * groups_.at(group).layers.size();
+  size_t total = 0;
+  for (uint32_t l : groups_.at(group).layers) total += spec_.layout(l, kBlockTokens).nbytes();
+  return total;
 }
 
 size_t KvPool::nbytes() const {

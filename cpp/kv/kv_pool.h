@@ -28,6 +28,17 @@ struct KvPoolSpec {
   uint32_t head_dim = 0;
   std::vector<uint32_t> windows;       // per layer: 0 = full, W = sliding
   std::vector<uint32_t> group_blocks;  // per group, in order of first appearance in windows
+  std::vector<uint32_t> k_formats;     // per layer (metal/kv_format.h); empty: all f16
+  std::vector<uint32_t> v_formats;
+
+  uint32_t k_format(uint32_t layer) const { return k_formats.empty() ? 0u : k_formats.at(layer); }
+  uint32_t v_format(uint32_t layer) const { return v_formats.empty() ? 0u : v_formats.at(layer); }
+  // Layer l's layout with `slots` slots.
+  LayerLayout layout(uint32_t layer, uint32_t slots) const {
+    return {slots, n_kv_heads, head_dim, k_format(layer), v_format(layer)};
+  }
+  // Raises ArgumentError for formats that do not fit (or per-layer lists of the wrong length).
+  void check_formats() const;
 };
 
 class KvPool {
@@ -38,17 +49,16 @@ class KvPool {
   // kv_layout.h group_blocks), groups in order of first appearance.
   static std::vector<uint32_t> sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,
                                                uint32_t max_chunk);
-  // A pool in `bytes` (or less): the sequence's blocks of each group scaled
+  // A pool in `bytes` (or less) for layers shaped as `shape` (its
+  // group_blocks are ignored): the sequence's blocks of each group scaled
   // by bytes / (one sequence's bytes), full groups rounded down, sliding ones
   // at least twice one sequence's and a block (a sliding layer needs its whole
   // window to run, and a call's checkpoint keeps the window it started with).
   // Raises ArgumentError(kv_memory) when that does not fit, or leaves a group
   // without a block.
-  static KvPoolSpec for_budget(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
-                               uint32_t capacity, uint32_t max_chunk, size_t bytes);
-  // Bytes of a pool with these blocks per group.
-  static size_t pool_bytes(uint32_t n_kv_heads, uint32_t head_dim, const std::vector<uint32_t>& windows,
-                           const std::vector<uint32_t>& group_blocks);
+  static KvPoolSpec for_budget(KvPoolSpec shape, uint32_t capacity, uint32_t max_chunk, size_t bytes);
+  // Bytes of a pool with spec's blocks per group, in its formats.
+  static size_t pool_bytes(const KvPoolSpec& spec);
 
   const KvPoolSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return uint32_t(spec_.windows.size()); }

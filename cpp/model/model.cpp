@@ -88,8 +88,10 @@ void Model::stack_layer(const std::string& p, Layer& L) {
   if (L.gate->type == L.up->type) L.gate_up = weights_.stack_rows({p + "ffn_gate.weight", p + "ffn_up.weight"});
 }
 
-kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store) const {
-  return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store};
+kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
+                                  std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats) const {
+  return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store,
+          std::move(k_formats), std::move(v_formats)};
 }
 
 void Model::check_cache(const kv::KVCache& cache) const {

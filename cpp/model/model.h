@@ -66,7 +66,9 @@ class Model {
 
   // A cache shaped for this model: one layer per decoder layer, sliding
   // layers rings of their window (+ max_chunk - 1).
-  kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store) const;
+  // k_formats, v_formats: per layer (kv_format.h), or empty for f16.
+  kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
+                             std::vector<uint32_t> k_formats = {}, std::vector<uint32_t> v_formats = {}) const;
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
   void check_cache(const kv::KVCache& cache) const;
 

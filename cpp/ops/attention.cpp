@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "metal/attention_params.h"
+#include "metal/kv_format.h"
 #include "ops/launch.h"
 
 namespace mkv::ops {
@@ -42,6 +43,19 @@ static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption
 
 std::string num(uint64_t v) { return std::to_string(v); }
 
+// The kernel family's format part: f16, or kvq when K or V is quantized.
+const char* kv_kind(const AttentionDesc& d) {
+  return d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 ? "f16" : "kvq";
+}
+
+std::string family(const char* stem, const AttentionDesc& d) { return std::string(stem) + "_" + kv_kind(d); }
+
+// Bytes of one key's K and V rows of one KV head: codes and group parameters.
+uint64_t kv_head_bytes(const AttentionDesc& d) {
+  return mkv_params::kv_slot_bytes(d.k_format, 1, d.head_dim) + mkv_params::kv_slot_bytes(d.v_format, 1, d.head_dim);
+}
+
+
 // Checks shared by decode and prefill; returns the visible key positions of
 // the whole call (all queries together).
 uint32_t validate_desc(const char* op, const AttentionDesc& d) {
@@ -64,6 +78,11 @@ uint32_t validate_desc(const char* op, const AttentionDesc& d) {
     fail(op, "scale " + std::to_string(d.scale) + " must be finite and > 0 (usually 1/sqrt(head_dim))");
   if (!std::isfinite(d.softcap) || d.softcap < 0.0f)
     fail(op, "softcap " + std::to_string(d.softcap) + " must be finite and >= 0 (0 = off)");
+  for (uint32_t f : {d.k_format, d.v_format})
+    if (!mkv_params::kv_format_fits(f, d.head_dim))
+      fail(op, "KV format " + num(f) + " cannot be read at head_dim " + num(d.head_dim) +
+                   " (0 = f16 fits every head_dim; the quantized formats need a multiple of 32 that their group, " +
+                   num(mkv_params::kv_group(d.head_dim)) + ", divides)");
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
   if (d.slots % B != 0)
     fail(op, "slots " + num(d.slots) + " is not a multiple of the block size " + num(B) +
@@ -88,7 +107,10 @@ void check_view(const char* op, const char* what, const BufferView& v, uint64_t 
 
 void check_common_views(const char* op, const AttentionDesc& d, const BufferView& kv,
                         const BufferView& table, const BufferView& sinks) {
-  check_view(op, "kv", kv, uint64_t(2) * d.slots * d.n_kv_heads * d.head_dim * 2, 8);
+  const uint64_t kv_bytes = uint64_t(d.slots) * (mkv_params::kv_slot_bytes(d.k_format, d.n_kv_heads, d.head_dim) +
+                                                  mkv_params::kv_slot_bytes(d.v_format, d.n_kv_heads, d.head_dim));
+  if (kv_bytes >= (uint64_t(1) << 32)) fail(op, "the pool has 2^32 bytes or more; the kernels address it with 32 bits");
+  check_view(op, "kv", kv, kv_bytes, 8);
   check_view(op, "table (uint32 per block of positions)", table,
              uint64_t(ceil_div(d.n_tokens, mkv_params::kKvBlockTokens)) * 4, 4);
   if (d.has_sinks) check_view(op, "sinks", sinks, uint64_t(d.n_q_heads) * 4, 4);
@@ -157,6 +179,7 @@ std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
   if (d.decode_variant == "nopf") {
     if (d.head_dim != 128)
       fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(d.head_dim));
+    if (std::string(kv_kind(d)) != "f16") fail(kDecodeOp, "decode_variant 'nopf' exists for f16 K and V only");
     return "_nopf";
   }
   if (!d.decode_variant.empty())
@@ -188,10 +211,10 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
   plan.chunk_keys = ceil_div(plan.n_keys, chunks);
   plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
   plan.threadgroups = base * plan.n_chunks;
-  plan.kernel = attention_kernel_name(plan.split ? "attn_decode_split_f16" : "attn_decode_f16",
+  plan.kernel = attention_kernel_name(family(plan.split ? "attn_decode_split" : "attn_decode", d).c_str(),
                                       d.head_dim) + decode_suffix(d, plan.heads_per_block);
   if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
-  plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * d.head_dim * 2 * 2;
+  plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   return plan;
 }
@@ -200,7 +223,7 @@ AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc&
   uint32_t per_block = 0, blocks = 0;
   decode_shape(d, per_block, blocks);
   const gpu::PipelinePtr split = dev.pipeline(
-      attention_kernel_name("attn_decode_split_f16", d.head_dim) + decode_suffix(d, per_block));
+      attention_kernel_name(family("attn_decode_split", d).c_str(), d.head_dim) + decode_suffix(d, per_block));
   // device_wave is cheap per call: the CUDA pipeline keeps its occupancy answers.
   return attention_decode_plan(d, device_wave(dev, *split, kSplitThreads));
 }
@@ -242,6 +265,8 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   p.scale = d.scale;
   p.softcap = d.softcap;
   p.has_sinks = d.has_sinks ? 1 : 0;
+  p.k_format = d.k_format;
+  p.v_format = d.v_format;
   const BufferView& sinks_or_q = d.has_sinks ? sinks : q;  // every argument must be bound
   const gpu::Size3 grid{d.n_kv_heads * plan.head_blocks, plan.n_chunks, 1};
 
@@ -304,8 +329,10 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   p.scale = d.scale;
   p.softcap = d.softcap;
   p.has_sinks = d.has_sinks ? 1 : 0;
+  p.k_format = d.k_format;
+  p.v_format = d.v_format;
 
-  enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_prefill_f16", d.head_dim)));
+  enc.set_pipeline(dev.pipeline(attention_kernel_name(family("attn_prefill", d).c_str(), d.head_dim)));
   bind_params(enc, p, 0);
   bind(enc, q, 1);
   bind(enc, kv, 2);

@@ -1,8 +1,9 @@
 // Attention ops over one layer's KV cache: decode (one query per head, single
 // pass or flash-decoding split-K) and prefill (many queries, tiled).
 //
-// Cache layout (cpp/kv builds it): a layer's pool, half (2, slots, n_kv_heads,
-// head_dim), K block then V block, cut into blocks of kKvBlockTokens (B) slots;
+// Cache layout (cpp/kv builds it): a layer's pool of `slots` slots, its K
+// section then its V section, each f16 (slots, n_kv_heads, head_dim) or
+// quantized (metal/kv_format.h), cut into blocks of kKvBlockTokens (B) slots;
 // the sequence's block table (uint32) names the block of each B positions:
 // position p sits in slot table[p / B] * B + p % B. Only the entries of
 // positions the queries see are read, and the caller guarantees they name
@@ -50,6 +51,11 @@ struct AttentionDesc {
   // default) or "nopf" (no prefetch: a block's loads wait for the previous
   // block's math; D = 128).
   std::string decode_variant;
+  // The formats of the pool's K and V sections (metal/kv_format.h:
+  // mkv_params::kKvF16, kKvQ8, kKvQ4). Any quantized one runs the _kvq
+  // kernels, which exist for the head_dims kv_format_fits accepts.
+  uint32_t k_format = 0;
+  uint32_t v_format = 0;
 };
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,
@@ -83,8 +89,9 @@ struct AttentionDecodePlan {
   size_t scratch_bytes = 0;    // 0 unless split
   // K/V bytes loaded per step, from the kernel's access pattern: each
   // (KV head, head block, chunk) threadgroup loads the K and V rows of its
-  // chunk once and chunks partition the visible range, so
-  // read = head_blocks * n_kv_heads * n_keys * head_dim * 2 (K, V) * 2 bytes.
+  // chunk once and chunks partition the visible range, so read =
+  // head_blocks * n_kv_heads * n_keys * (bytes of one head's K row + V row,
+  // codes and group parameters: 4 * head_dim in f16).
   uint64_t kv_bytes_read = 0;
   uint64_t kv_bytes_visible = 0;  // the same with head_blocks = 1: each byte once
 };

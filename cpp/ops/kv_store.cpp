@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "metal/kv_format.h"
 #include "metal/kv_params.h"
 
 namespace mkv::ops {
@@ -44,9 +45,16 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
     fail(kOp, std::to_string(d.n_new) + " new tokens from row " + std::to_string(d.dst_first_row) +
                   " do not fit in " + std::to_string(d.dst_rows) + " destination rows");
   }
+  for (uint32_t f : {d.k_format, d.v_format})
+    if (!mkv_params::kv_format_fits(f, d.head_dim))
+      fail(kOp, "KV format " + std::to_string(f) + " does not fit head_dim " + std::to_string(d.head_dim) +
+                    " (the quantized formats need a multiple of 32 that their group, " +
+                    std::to_string(mkv_params::kv_group(d.head_dim)) + ", divides)");
   const uint64_t row = uint64_t(d.n_kv_heads) * d.head_dim;  // elements per token row
-  if (2 * d.dst_rows * row >= (uint64_t(1) << 32))
-    fail(kOp, "the destination has more than 2^32 elements; the kernel indexes with 32 bits");
+  const uint64_t dst_bytes = uint64_t(d.dst_rows) * (mkv_params::kv_slot_bytes(d.k_format, d.n_kv_heads, d.head_dim) +
+                                                     mkv_params::kv_slot_bytes(d.v_format, d.n_kv_heads, d.head_dim));
+  if (dst_bytes >= (uint64_t(1) << 32))
+    fail(kOp, "the destination has 2^32 bytes or more; the kernel addresses it with 32 bits");
   if (d.rope) check_rope(kOp, *d.rope, d.head_dim);
   if (d.queries.n_heads && !d.rope) fail(kOp, "rotating the queries needs a rope");
   if (d.queries.n_heads) {
@@ -54,18 +62,18 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
     const uint64_t q_bytes = uint64_t(d.n_new) * d.queries.n_heads * d.head_dim * 4;
     check_bytes("q (n_new, n_q_heads, head_dim) float", d.queries.q, q_bytes);
     if (overlaps(d.queries.q, q_bytes, k_new, d.n_new * row * 4) || overlaps(d.queries.q, q_bytes, v_new, d.n_new * row * 4) ||
-        overlaps(d.queries.q, q_bytes, dst, 2 * d.dst_rows * row * 2))
+        overlaps(d.queries.q, q_bytes, dst, dst_bytes))
       fail(kOp, "q overlaps k_new, v_new or dst; the queries rotated in place need their own memory");
   }
   check_bytes("k_new (n_new, n_kv_heads, head_dim) float", k_new, d.n_new * row * 4);
   check_bytes("v_new (n_new, n_kv_heads, head_dim) float", v_new, d.n_new * row * 4);
-  check_bytes("dst (2, dst_rows, n_kv_heads, head_dim) half", dst, 2 * d.dst_rows * row * 2);
+  check_bytes("dst (K then V section of dst_rows slots)", dst, dst_bytes);
 
   // 2. get the kernel and bind its arguments
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
                               d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, d.queries.n_heads,
-                              paged ? 1u : 0u};
+                              paged ? 1u : 0u, d.k_format, d.v_format};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);
   bind(enc, v_new, 2);

@@ -1,6 +1,7 @@
 // KV store op: writes n_new new K and V rows (float, the model's projection
-// outputs) as half into rows of a (2, dst_rows, n_kv_heads, head_dim)
-// destination, RoPE-rotating K when asked. Kernels kv_store_f32 and
+// outputs) into slots of a destination of dst_rows slots, K section then V
+// section, each in its format (metal/kv_format.h: f16, q8, q4; quantized
+// after RoPE), RoPE-rotating K when asked. Kernels kv_store_f32 and
 // kv_store_f32_rope_<style> (metal/kv_store.metal).
 //
 // The destination is either a layer's pool (the compute store: token t goes to
@@ -39,10 +40,12 @@ struct KvStoreDesc {
   // positions, up to the last stored); null: consecutive rows. The caller
   // guarantees the entries name distinct blocks of dst (kv::BlockTable does).
   BufferView table;
+  uint32_t k_format = 0;  // mkv_params::kKvF16, kKvQ8 or kKvQ4
+  uint32_t v_format = 0;
 };
 
-// k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: (2, dst_rows,
-// n_kv_heads, head_dim) half. Raises GpuError "[kv_store] ..." on bad input.
+// k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: kv_region_bytes
+// (kv/kv_layout.h) of dst_rows slots. Raises GpuError "[kv_store] ..." on bad input.
 void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
               const BufferView& v_new, const BufferView& dst, const KvStoreDesc& desc);
 

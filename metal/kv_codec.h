@@ -1,0 +1,106 @@
+// Quantizing and reading the KV formats of kv_format.h inside the kernels:
+// the store writes a group's codes and parameters, attention reads pieces of
+// a row and dequantizes them in registers (never a dequantized copy).
+#pragma once
+
+#include "mkv_kernel.h"  // metal_stdlib, using namespace metal
+#include "kv_format.h"
+
+namespace mkv_kv {
+
+// Group parameters (scale, lo) of n values x[0], x[stride], ... as the
+// format stores them (halfs; lo is 0 for q8).
+inline half2 kv_group_params(uint fmt, float amax, float vmin, float vmax) {
+  if (fmt == mkv_params::kKvQ8) return half2(half(amax / 127.0f), half(0.0f));
+  return half2(half((vmax - vmin) / 15.0f), half(vmin));
+}
+
+// The code of value x under params (scale, lo): rint((x - lo) * (1 / scale)),
+// clamped to the format's range; a zero scale gives 0.
+inline int kv_code(uint fmt, float x, half2 params) {
+  const float scale = float(params.x);
+  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+  const float c = rint((x - float(params.y)) * inv);
+  return fmt == mkv_params::kKvQ8 ? int(clamp(c, -127.0f, 127.0f)) : int(clamp(c, 0.0f, 15.0f));
+}
+
+// One lane's piece of a row: up to 16 bytes of f16, q8 or q4 data, and its
+// group's (scale, lo) as floats.
+struct KvPiece {
+  uint4 raw;
+  float2 sm;
+};
+
+// Loads the piece of E elements at element `elem` of (slot, head) from a
+// section of format fmt (cut into units of `unit_rows` slots).
+template <uint E>
+inline KvPiece kv_load_piece(const device uchar* section, uint fmt, uint unit_rows, uint heads, uint D,
+                             uint slot, uint head, uint elem) {
+  KvPiece p;
+  p.raw = uint4(0u);
+  p.sm = float2(1.0f, 0.0f);
+  const device uchar* data = section + mkv_params::kv_data_offset(fmt, unit_rows, heads, D, slot, head, elem);
+  if (fmt == mkv_params::kKvF16) {
+    if (E == 8) p.raw = *(const device uint4*)data;
+    else p.raw.xy = *(const device uint2*)data;
+    return p;
+  }
+  if (fmt == mkv_params::kKvQ8) {
+    if (E == 8) p.raw.xy = *(const device uint2*)data;
+    else p.raw.x = *(const device uint*)data;
+  } else {
+    if (E == 8) p.raw.x = *(const device uint*)data;
+    else p.raw.x = uint(*(const device ushort*)data);
+  }
+  const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, elem);
+  if (fmt == mkv_params::kKvQ8) p.sm = float2(float(*(const device half*)prm), 0.0f);
+  else p.sm = float2(*(const device half2*)prm);
+  return p;
+}
+
+// The piece's E values as floats.
+template <uint E>
+inline void kv_unpack_piece(uint fmt, KvPiece p, thread float (&out)[E]) {
+  if (fmt == mkv_params::kKvF16) {
+    const float4 a = float4(as_type<half4>(p.raw.xy));
+    out[0] = a.x;
+    out[1] = a.y;
+    out[2] = a.z;
+    out[3] = a.w;
+    if (E == 8) {
+      const float4 b = float4(as_type<half4>(p.raw.zw));
+      out[4 % E] = b.x;
+      out[5 % E] = b.y;
+      out[6 % E] = b.z;
+      out[7 % E] = b.w;
+    }
+  } else if (fmt == mkv_params::kKvQ8) {
+    MKV_UNROLL for (uint e = 0; e < E; ++e) {
+      const uint word = e < 4 ? p.raw.x : p.raw.y;
+      out[e] = float(int(char((word >> (8 * (e % 4))) & 0xffu))) * p.sm.x;
+    }
+  } else {
+    MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = float((p.raw.x >> (4 * e)) & 0xfu) * p.sm.x + p.sm.y;
+  }
+}
+
+// Four consecutive elements c .. c + 3 (c % 4 == 0) of (slot, head),
+// dequantized to half: what prefill stages in threadgroup memory.
+inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uint heads, uint D, uint slot,
+                      uint head, uint c) {
+  const device uchar* data = section + mkv_params::kv_data_offset(fmt, unit_rows, heads, D, slot, head, c);
+  if (fmt == mkv_params::kKvF16) return *(const device half4*)data;
+  const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, c);
+  float4 v;
+  if (fmt == mkv_params::kKvQ8) {
+    const char4 q = *(const device char4*)data;
+    v = float4(q) * float(*(const device half*)prm);
+  } else {
+    const uint q = uint(*(const device ushort*)data);
+    const float2 sm = float2(*(const device half2*)prm);
+    v = float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) * sm.x + sm.y;
+  }
+  return half4(v);
+}
+
+}  // namespace mkv_kv

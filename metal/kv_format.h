@@ -1,0 +1,86 @@
+// KV cache formats: the one definition of how K or V rows are stored, shared
+// by the kernels (store, attention) and the C++ layout (cpp/kv/kv_layout.h).
+// docs/KV_QUANT.md describes the same layout in prose.
+//
+// K and V each have a format, chosen per layer and apart:
+//   f16  half, as the model computed it (after RoPE for K)
+//   q8   int8 codes in groups of G = kv_group(head_dim) elements of one
+//        (token, KV head) row: scale = half(max|x| / 127),
+//        code = clamp(rint(x / scale), -127, 127), x' = code * scale
+//   q4   4-bit codes in the same groups, asymmetric: scale =
+//        half((max x - min x) / 15), lo = half(min x),
+//        code = clamp(rint((x - lo) / scale), 0, 15), x' = code * scale + lo;
+//        element 2j in the low nibble of byte j, 2j + 1 in the high one
+// (the division is x * (1 / scale) in float; a zero scale gives code 0).
+//
+// Layout. A section (K or V) of `rows` slots is cut into units of U slots
+// (the pool: U = kKvBlockTokens, one unit per block; a blit store's staging
+// buffer: one unit of all its rows). A unit holds first its data plane
+//   (U, n_kv_heads, data_bytes)  codes (or halfs) of slot i, head h at
+//                                (i * n_kv_heads + h) * data_bytes
+// then its parameter plane, one row of param_row_bytes per slot (the heads'
+// parameters, padded to a multiple of 4 bytes so a run of slots is a range a
+// blit may copy):
+//   head h's parameters at h * param_bytes: per group g, q8 a half scale at
+//   g * 2; q4 a half2 (scale, lo) at g * 4
+// so a block is one contiguous range (copied whole by copy-on-write and
+// checkpoints) and every plane row stays aligned for the widest load
+// (data_bytes is a multiple of 16). For f16 the parameter plane is empty and
+// the layout is the plain (slots, n_kv_heads, head_dim) half array. A layer's
+// region is its K section, then its V section.
+#pragma once
+
+#include "shared_params.h"
+#include "kv_params.h"
+
+namespace mkv_params {
+
+MKV_CONSTANT uint32_t kKvF16 = 0;
+MKV_CONSTANT uint32_t kKvQ8 = 1;
+MKV_CONSTANT uint32_t kKvQ4 = 2;
+MKV_CONSTANT uint32_t kKvFormats = 3;
+
+// Elements per quantization group: the whole head up to 64, else 64 (the
+// scale costs 2 bytes per group: 64 elements keep q8 at 1.94x and q4 at
+// 3.56x smaller than f16). The formats need head_dim % kv_group == 0 and a
+// multiple of 32 (kv_format_fits).
+constexpr uint32_t kv_group(uint32_t head_dim) { return head_dim < 64 ? head_dim : 64; }
+
+constexpr bool kv_format_fits(uint32_t fmt, uint32_t head_dim) {
+  return fmt == kKvF16 || (fmt < kKvFormats && head_dim % 32 == 0 && head_dim % kv_group(head_dim) == 0);
+}
+
+// Bytes of one (slot, head) row in the data and parameter planes.
+constexpr uint32_t kv_data_bytes(uint32_t fmt, uint32_t head_dim) {
+  return fmt == kKvQ8 ? head_dim : fmt == kKvQ4 ? head_dim / 2 : 2 * head_dim;
+}
+constexpr uint32_t kv_param_bytes(uint32_t fmt, uint32_t head_dim) {
+  return fmt == kKvF16 ? 0 : (head_dim / kv_group(head_dim)) * (fmt == kKvQ8 ? 2 : 4);
+}
+// One slot's row of the parameter plane: every head's, padded to 4 bytes.
+constexpr uint32_t kv_param_row_bytes(uint32_t fmt, uint32_t n_kv_heads, uint32_t head_dim) {
+  return (n_kv_heads * kv_param_bytes(fmt, head_dim) + 3) / 4 * 4;
+}
+// Bytes one token costs in one section: every head's data and parameters.
+constexpr uint32_t kv_slot_bytes(uint32_t fmt, uint32_t n_kv_heads, uint32_t head_dim) {
+  return n_kv_heads * kv_data_bytes(fmt, head_dim) + kv_param_row_bytes(fmt, n_kv_heads, head_dim);
+}
+
+// Byte offsets inside a section cut into units of `unit_rows` slots: the data
+// of element `elem` (even, so a q4 element starts a byte) of (slot, head),
+// and the parameters of elem's group.
+constexpr uint32_t kv_data_offset(uint32_t fmt, uint32_t unit_rows, uint32_t n_kv_heads, uint32_t head_dim,
+                                  uint32_t slot, uint32_t head, uint32_t elem) {
+  return (slot / unit_rows) * unit_rows * kv_slot_bytes(fmt, n_kv_heads, head_dim) +
+         ((slot % unit_rows) * n_kv_heads + head) * kv_data_bytes(fmt, head_dim) +
+         (fmt == kKvQ8 ? elem : fmt == kKvQ4 ? elem / 2 : 2 * elem);
+}
+constexpr uint32_t kv_param_offset(uint32_t fmt, uint32_t unit_rows, uint32_t n_kv_heads, uint32_t head_dim,
+                                   uint32_t slot, uint32_t head, uint32_t elem) {
+  return (slot / unit_rows) * unit_rows * kv_slot_bytes(fmt, n_kv_heads, head_dim) +
+         unit_rows * n_kv_heads * kv_data_bytes(fmt, head_dim) +
+         (slot % unit_rows) * kv_param_row_bytes(fmt, n_kv_heads, head_dim) + head * kv_param_bytes(fmt, head_dim) +
+         (elem / kv_group(head_dim)) * (fmt == kKvQ8 ? 2 : 4);
+}
+
+}  // namespace mkv_params

@@ -1,0 +1,135 @@
+"""A numpy reference of the quantized KV formats (metal/kv_format.h,
+docs/KV_QUANT.md), written from the documented rules, for clarity:
+
+  q8: per group of G = group(D) elements of one (token, head) row,
+      scale = f16(max|x| / 127), code = clip(rint(x * (1 / scale)), -127, 127)
+  q4: scale = f16((max - min) / 15), lo = f16(min),
+      code = clip(rint((x - lo) * (1 / scale)), 0, 15), element 2j in the low
+      nibble of byte j
+  (float32 arithmetic; a zero scale gives code 0)
+
+and of the block layout: a section (K or V) is cut into blocks of B slots,
+each its data plane (B, H, data_bytes) then its parameter plane, one row per
+slot of the H heads' parameters (q8 one f16 scale per group, q4 (scale, lo)
+f16 pairs) padded to a multiple of 4 bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+B = 32  # slots per block: metalkv._core.BLOCK_TOKENS, restated
+FORMATS = ("f16", "q8", "q4")
+
+
+def group(d: int) -> int:
+    return d if d < 64 else 64
+
+
+def data_bytes(fmt: str, d: int) -> int:
+    return {"f16": 2 * d, "q8": d, "q4": d // 2}[fmt]
+
+
+def param_bytes(fmt: str, d: int) -> int:
+    return 0 if fmt == "f16" else (d // group(d)) * (2 if fmt == "q8" else 4)
+
+
+def param_row_bytes(fmt: str, n_kv: int, d: int) -> int:
+    return -(-n_kv * param_bytes(fmt, d) // 4) * 4
+
+
+def slot_bytes(fmt: str, n_kv: int, d: int) -> int:
+    return n_kv * data_bytes(fmt, d) + param_row_bytes(fmt, n_kv, d)
+
+
+def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """x (..., D) float32 -> (data (..., data_bytes) uint8, params (..., param_bytes) uint8)."""
+    x = np.asarray(x, np.float32)
+    d = x.shape[-1]
+    if fmt == "f16":
+        return x.astype(np.float16).view(np.uint8), np.zeros(x.shape[:-1] + (0,), np.uint8)
+    g = x.reshape(x.shape[:-1] + (d // group(d), group(d)))
+    if fmt == "q8":
+        scale = (np.abs(g).max(-1) / np.float32(127)).astype(np.float16)
+        lo = np.zeros_like(scale)
+    else:
+        mn, mx = g.min(-1), g.max(-1)
+        scale = ((mx - mn) / np.float32(15)).astype(np.float16)
+        lo = mn.astype(np.float16)
+    s = scale.astype(np.float32)[..., None]
+    inv = np.where(s > 0, np.float32(1) / np.where(s > 0, s, np.float32(1)), np.float32(0)).astype(np.float32)
+    c = np.rint((g - lo.astype(np.float32)[..., None]) * inv)
+    if fmt == "q8":
+        data = np.clip(c, -127, 127).astype(np.int8).reshape(x.shape).view(np.uint8)
+        params = scale[..., None].view(np.uint8).reshape(x.shape[:-1] + (-1,))
+    else:
+        c = np.clip(c, 0, 15).astype(np.uint8).reshape(x.shape)
+        data = (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
+        params = np.stack([scale, lo], -1).view(np.uint8).reshape(x.shape[:-1] + (-1,))
+    return np.ascontiguousarray(data), np.ascontiguousarray(params)
+
+
+def dequantize(data: np.ndarray, params: np.ndarray, fmt: str, d: int) -> np.ndarray:
+    """The float32 values a kernel reads back (code * scale + lo)."""
+    if fmt == "f16":
+        return np.ascontiguousarray(data).view(np.float16).astype(np.float32)
+    lead = data.shape[:-1]
+    if fmt == "q8":
+        codes = np.ascontiguousarray(data).view(np.int8).astype(np.float32)
+        scale = np.ascontiguousarray(params).view(np.float16).astype(np.float32)
+        lo = np.zeros_like(scale)
+    else:
+        codes = np.stack([data & 0xF, data >> 4], -1).reshape(lead + (d,)).astype(np.float32)
+        sl = np.ascontiguousarray(params).view(np.float16).astype(np.float32).reshape(lead + (-1, 2))
+        scale, lo = sl[..., 0], sl[..., 1]
+    g = codes.reshape(lead + (d // group(d), group(d)))
+    return (g * scale[..., None] + lo[..., None]).astype(np.float32).reshape(lead + (d,))
+
+
+def roundtrip(x: np.ndarray, fmt: str) -> np.ndarray:
+    """x as the cache holds it, read back in float32."""
+    return dequantize(*quantize(x, fmt), fmt, np.asarray(x).shape[-1])
+
+
+def section_rows(section: np.ndarray, fmt: str, n_kv: int, d: int, slots) -> tuple[np.ndarray, np.ndarray]:
+    """(data, params) of the given slots, read from a section's raw bytes
+    (blocks, block_bytes) (KVCache.section_bytes)."""
+    flat = np.asarray(section).reshape(-1)
+    db, pb = data_bytes(fmt, d), param_bytes(fmt, d)
+    block, prow = B * slot_bytes(fmt, n_kv, d), param_row_bytes(fmt, n_kv, d)
+    data = np.empty((len(slots), n_kv, db), np.uint8)
+    params = np.empty((len(slots), n_kv, pb), np.uint8)
+    for j, s in enumerate(slots):
+        base, i = (s // B) * block, s % B
+        for h in range(n_kv):
+            at = base + (i * n_kv + h) * db
+            data[j, h] = flat[at:at + db]
+            at = base + B * n_kv * db + i * prow + h * pb
+            params[j, h] = flat[at:at + pb]
+    return data, params
+
+
+def build_section(x: np.ndarray, fmt: str, table: np.ndarray, n_blocks: int, first: int = 0) -> np.ndarray:
+    """A section of n_blocks blocks holding positions first.. of x (n, H, D)
+    float32 in the slots `table` gives; every other slot is poison (NaN f16
+    values, or NaN scales, so a kernel that reads it spoils its output)."""
+    n, n_kv, d = x.shape
+    db, pb = data_bytes(fmt, d), param_bytes(fmt, d)
+    block, prow = B * slot_bytes(fmt, n_kv, d), param_row_bytes(fmt, n_kv, d)
+    out = np.zeros(n_blocks * block, np.uint8)
+    nan = np.full(1, np.nan, np.float16).view(np.uint8)
+    if fmt == "f16":
+        out.view(np.uint16)[:] = nan.view(np.uint16)[0]
+    else:
+        for b in range(n_blocks):  # NaN scales everywhere, then the held slots' real ones
+            params = out[b * block + B * n_kv * db:(b + 1) * block]
+            params.view(np.uint16)[:] = nan.view(np.uint16)[0]
+    data, params = quantize(x, fmt)
+    for p in range(first, n):
+        s = int(table[p // B]) * B + p % B
+        base, i = (s // B) * block, s % B
+        for h in range(n_kv):
+            at = base + (i * n_kv + h) * db
+            out[at:at + db] = data[p, h]
+            at = base + B * n_kv * db + i * prow + h * pb
+            out[at:at + pb] = params[p, h]
+    return out
