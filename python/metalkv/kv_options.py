@@ -1,0 +1,68 @@
+"""The KV cache's formats as users give them (Engine.load, Engine.new_cache,
+the CLI), resolved to one format per layer for K and for V.
+
+    kv_k="q8", kv_v="q4"           every layer
+    kv_k=["q8", "q4", ...]         one per layer
+    kv_f16_layers=(0, -1)          these layers (negative: from the last) keep K and V at f16,
+                                   whatever kv_k and kv_v say
+
+The formats themselves (bytes, groups, layout) are docs/KV_QUANT.md's; which
+head_dims they take is checked by the C++ cache (ArgumentError naming kv_k or kv_v).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import argument_error
+
+KV_FORMATS = ("f16", "q8", "q4")
+
+
+@dataclass(frozen=True)
+class KvFormats:
+    """What a user asked for; per_layer() resolves it for a model."""
+    kv_k: str | Sequence[str] = "f16"
+    kv_v: str | Sequence[str] = "f16"
+    kv_f16_layers: Sequence[int] = ()
+
+    def check(self, op: str = "engine") -> "KvFormats":
+        for name in ("kv_k", "kv_v"):
+            value = getattr(self, name)
+            names = [value] if isinstance(value, str) else value
+            if not isinstance(names, (list, tuple)) or not names or not all(n in KV_FORMATS for n in names):
+                raise argument_error(op, name, value, "'f16', 'q8' or 'q4', or a list of them (one per layer)")
+        layers = self.kv_f16_layers
+        if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                            for i in layers):
+            raise argument_error(op, "kv_f16_layers", layers, "a list of layer indices (negative: from the last)")
+        return self
+
+    @property
+    def quantized(self) -> bool:
+        return any(f != "f16" for f in self._names(self.kv_k, 1) + self._names(self.kv_v, 1))
+
+    def per_layer(self, n_layers: int, op: str = "engine") -> tuple[list[str], list[str]]:
+        """(K formats, V formats), one per layer."""
+        self.check(op)
+        k, v = self._names(self.kv_k, n_layers), self._names(self.kv_v, n_layers)
+        for name, got in (("kv_k", k), ("kv_v", v)):
+            if len(got) != n_layers:
+                raise argument_error(op, name, getattr(self, name), f"one format per layer: {n_layers} of them")
+        for i in self.kv_f16_layers:
+            if not -n_layers <= i < n_layers:
+                raise argument_error(op, "kv_f16_layers", list(self.kv_f16_layers),
+                                     f"layer indices in {-n_layers}..{n_layers - 1}")
+            k[i] = v[i] = "f16"
+        return k, v
+
+    @staticmethod
+    def _names(value, n_layers: int) -> list[str]:
+        return [value] * n_layers if isinstance(value, str) else list(value)
+
+    def describe(self, n_layers: int) -> str:
+        """'K q8, V q4' or per layer where they differ, for logs and the CLI."""
+        k, v = self.per_layer(n_layers)
+        if len(set(k)) == 1 and len(set(v)) == 1:
+            return f"K {k[0]}, V {v[0]}"
+        return "K " + ",".join(k) + "; V " + ",".join(v)
