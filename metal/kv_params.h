@@ -36,6 +36,8 @@ struct KvStore {
   uint32_t paged;          // 1: rows through the block table; 0: consecutive rows
   uint32_t k_format;       // kKvF16, kKvQ8 or kKvQ4 (kv_format.h)
   uint32_t v_format;
+  uint32_t rotate;         // 1: K (after rope), V and the queries are Hadamard-rotated
+                           // in place in k_new, v_new and q before they are stored (hadamard.h)
 };
 
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
@@ -47,9 +49,18 @@ struct Rope {
   uint32_t rotary_dim;     // even, 2..head_dim; dims past it are untouched
 };
 
+// hadamard_f32: rotates x (n_rows, n_heads, head_dim) float in place, every
+// head by the orthonormal Hadamard transform (hadamard.h; head_dim a power of two).
+struct Hadamard {
+  uint32_t n_rows;
+  uint32_t n_heads;
+  uint32_t head_dim;
+};
+
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::KvStore) == 44, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvStore) == 48, "KvStore params layout");
 static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
+static_assert(sizeof(mkv_params::Hadamard) == 12, "Hadamard params layout");
 #endif

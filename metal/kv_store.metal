@@ -3,7 +3,10 @@
 // K is optionally RoPE-rotated on the way (positions first_pos + t), and the
 // rope kernels can rotate the step's queries in place in the same dispatch.
 // Quantized sections get their codes from the rotated values: quantization
-// happens after RoPE, in this dispatch, and no f16 copy is written.
+// happens after RoPE, in this dispatch, and no f16 copy is written. With
+// p.rotate (kv_rotate), K is roped and then Hadamard-rotated in place in
+// k_new, V is rotated in place in v_new, and the queries get the same
+// rotation as K, before anything is stored (hadamard.h).
 //
 // The compute store writes straight into a layer's pool, each token to the slot
 // its position's block-table entry gives; the blit store runs the very same
@@ -15,6 +18,7 @@
 #include "kv_params.h"
 #include "kv_table.h"
 #include "kv_codec.h"
+#include "hadamard.h"
 #include "rope.h"
 
 // Element d of a head after RoPE (rotary dims rd; d >= rd is copied): the
@@ -40,8 +44,8 @@ inline float kv_store_value(const device float* x, uint d, uint rd, uint pos, co
 // item per pair, as rope.metal does.
 template <mkv_rope::Style S>
 inline void kv_store_rows(constant mkv_params::KvStore& p,
-                          const device float* k_new,  // (n_new, n_kv_heads, head_dim)
-                          const device float* v_new,  // (n_new, n_kv_heads, head_dim)
+                          device float* k_new,        // (n_new, n_kv_heads, head_dim); rotated in place
+                          device float* v_new,        // (n_new, n_kv_heads, head_dim)    with p.rotate
                           device uchar* dst,          // K section, then V section, of dst_rows slots
                           const device float* inv_freq,  // (rotary_dim / 2); unused without rope
                           const device uint* table,      // block table (paged); unused otherwise
@@ -53,9 +57,13 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
   const uint slot = p.paged ? kv_slot(table, pos) : p.dst_first_row + t;
   const uint unit = p.paged ? mkv_params::kKvBlockTokens : p.dst_rows;
   const uint fmt = is_k ? p.k_format : p.v_format;
-  const device float* src = (is_k ? k_new : v_new) + t * H * D;
+  device float* src = (is_k ? k_new : v_new) + t * H * D;
   device uchar* section = dst + (is_k ? 0u : p.dst_rows * mkv_params::kv_slot_bytes(p.k_format, H, D));
-  const uint rd = (S != mkv_rope::kStyleNone && is_k) ? p.rotary_dim : 0u;
+  if (p.rotate) {  // uniform: every thread of the threadgroup meets the barriers
+    if (S != mkv_rope::kStyleNone && is_k) mkv_rope::rotate_heads<S>(src, H, D, p.rotary_dim, pos, inv_freq, tid, nt);
+    mkv_hadamard::rotate_heads(src, H, D, tid, nt);
+  }
+  const uint rd = (S != mkv_rope::kStyleNone && is_k && !p.rotate) ? p.rotary_dim : 0u;  // rotated: roped already
 
   if (fmt == mkv_params::kKvF16) {
     const uint pairs = rd / 2;
@@ -109,8 +117,8 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
 }
 
 MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[buffer(0)]],
-                         const device float* k_new [[buffer(1)]],
-                         const device float* v_new [[buffer(2)]],
+                         device float* k_new [[buffer(1)]],
+                         device float* v_new [[buffer(2)]],
                          device uchar* dst [[buffer(3)]],
                          const device uint* table [[buffer(6)]],  // block table; dst when not paged
                          uint2 tg [[threadgroup_position_in_grid]],
@@ -121,8 +129,8 @@ MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[
 
 template <mkv_rope::Style S>
 MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvStore& p [[buffer(0)]],
-                              const device float* k_new [[buffer(1)]],
-                              const device float* v_new [[buffer(2)]],
+                              device float* k_new [[buffer(1)]],
+                              device float* v_new [[buffer(2)]],
                               device uchar* dst [[buffer(3)]],
                               const device float* inv_freq [[buffer(4)]],
                               device float* q [[buffer(5)]],  // (n_new, n_q_heads, head_dim) if p.n_q_heads
@@ -131,8 +139,9 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
                               uint tid [[thread_index_in_threadgroup]],
                               uint nt [[threads_per_threadgroup]]) {
   if (tg.y == 2) {  // the queries, rotated in place
-    mkv_rope::rotate_heads<S>(q + tg.x * p.n_q_heads * p.head_dim, p.n_q_heads, p.head_dim, p.rotary_dim,
-                              p.first_pos + tg.x, inv_freq, tid, nt);
+    device float* row = q + tg.x * p.n_q_heads * p.head_dim;
+    mkv_rope::rotate_heads<S>(row, p.n_q_heads, p.head_dim, p.rotary_dim, p.first_pos + tg.x, inv_freq, tid, nt);
+    if (p.rotate) mkv_hadamard::rotate_heads(row, p.n_q_heads, p.head_dim, tid, nt);
     return;
   }
   kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, table, tg, tid, nt);

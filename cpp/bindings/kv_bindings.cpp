@@ -203,10 +203,10 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
              uint32_t capacity, std::optional<std::vector<uint32_t>> windows, uint32_t max_chunk,
              const std::string& store, const std::optional<std::vector<std::string>>& kv_k,
-             const std::optional<std::vector<std::string>>& kv_v) {
+             const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate) {
             kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
                                  max_chunk, kv::StorePath::compute, kv_formats_arg(kv_k, "kv_k"),
-                                 kv_formats_arg(kv_v, "kv_v")};
+                                 kv_formats_arg(kv_v, "kv_v"), kv_rotate};
             try {
               spec.store = kv::parse_store_path(store);
             } catch (const gpu::GpuError& e) {
@@ -216,11 +216,12 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute", "kv_k"_a = nb::none(),
-          "kv_v"_a = nb::none(),
+          "kv_v"_a = nb::none(), "kv_rotate"_a = false,
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
           "one append puts in a sliding layer, and how far before its last append it can truncate (its pool holds about "
           "W + 2 * max_chunk slots). store: 'compute' or 'blit'. kv_k, kv_v: per layer 'f16', 'q8' or 'q4' "
-          "(docs/KV_QUANT.md); None: all f16.")
+          "(docs/KV_QUANT.md); None: all f16. kv_rotate: Hadamard-rotate the quantized layers' K (after rope), V "
+          "and queries before storing (append's k and v are scratch then; attention's output needs ops.hadamard).")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -244,6 +245,30 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              return std::make_pair(std::string(kv::kv_format_name(lay.k_format)),
                                    std::string(kv::kv_format_name(lay.v_format)));
            }, "layer"_a, "The layer's (K format, V format): 'f16', 'q8' or 'q4'.")
+      .def("row_bytes", [](const PyKVCache& c, uint32_t layer, uint32_t kv) {
+             const kv::LayerLayout lay = c.cache->layout(layer);
+             return std::make_pair(lay.data_row_bytes(kv), lay.param_row_bytes(kv));
+           }, "layer"_a, "kv"_a,
+           "(data row bytes, parameter row bytes) of one slot in the layer's K (kv=0) or V (kv=1) section: each "
+           "block of section_bytes() is BLOCK_TOKENS data rows, then BLOCK_TOKENS parameter rows.")
+      .def("write_rows",
+           [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first,
+              const nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>& data,
+              const nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>& params) {
+             const kv::LayerLayout lay = c.cache->layout(layer < c.cache->n_layers() ? layer : 0);
+             const size_t n = data.shape(0);
+             if (kv > 1 || data.shape(1) != lay.data_row_bytes(kv) || params.shape(0) != n ||
+                 params.shape(1) != lay.param_row_bytes(kv))
+               throw nb::value_error(("[kv_cache] write_rows wants data (n, " + std::to_string(lay.data_row_bytes(kv & 1)) +
+                                      ") and params (n, " + std::to_string(lay.param_row_bytes(kv & 1)) +
+                                      ") uint8 for section kv=0 (K) or 1 (V)").c_str());
+             c.cache->write_rows(layer, kv, first, uint32_t(n), data.data(), params.data());
+           },
+           "layer"_a, "kv"_a, "first"_a, "data"_a, "params"_a,
+           "Writes the stored bytes of positions first.. (which the layer holds) of its K (kv=0) or V (kv=1) "
+           "section: data (n, data row bytes) and params (n, parameter row bytes) uint8 (row_bytes()).")
+      .def("rotated", [](const PyKVCache& c, uint32_t layer) { return c.cache->layout(layer).rotate; }, "layer"_a,
+           "Whether the layer stores K, V and the queries Hadamard-rotated (kv_rotate and a quantized format).")
       .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
       .def("length", [](const PyKVCache& c, uint32_t l) { return c.cache->length(l); }, "layer"_a,
            "Tokens ever stored in the layer = position of its next token.")
@@ -336,6 +361,14 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       "rotary_dim"_a = 0, "style"_a = "neox",
       "Rotates x (n_tokens, n_heads, head_dim) float32 in place; positions (n_tokens) uint32; "
       "inv_freq (rotary_dim/2) float32; rotary_dim 0 = head_dim.");
+  ops_m.def(
+      "hadamard",
+      [](PyDevice& dev, const gpu::BufferPtr& x, uint32_t n_rows, uint32_t n_heads, uint32_t head_dim) {
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) { ops::hadamard(enc, *dev.device, {x, 0}, n_rows, n_heads, head_dim); });
+      },
+      "device"_a, "x"_a, nb::kw_only(), "n_rows"_a, "n_heads"_a, "head_dim"_a,
+      "Rotates every head of x (n_rows, n_heads, head_dim) float32 in place by the orthonormal Hadamard transform "
+      "(its own inverse): what a rotated KV cache applies to K, V, the queries and attention's output.");
   ops_m.def("rope_inv_freq_default", &ops::rope_inv_freq_default, "rotary_dim"_a, "base"_a,
             "inv_freq[i] = base^(-2i/rotary_dim) in float32, as HF transformers computes it.");
   ops_m.def(

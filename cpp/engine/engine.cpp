@@ -43,9 +43,9 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
       options_.kv_memory = auto_kv_memory(*device_, *model_, options_.kv_context, options_.prefill_chunk,
                                          options_.kv_k, options_.kv_v);
     const kv::KVCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute,
-                                                 options_.kv_k, options_.kv_v);
+                                                 options_.kv_k, options_.kv_v, options_.kv_rotate);
     kv_pool_ = std::make_shared<kv::KvPool>(
-        device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats},
+        device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
                                         c.capacity, c.max_chunk, options_.kv_memory));
   }
   scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_));
@@ -53,18 +53,19 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
 
 std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store,
                                               const std::vector<uint32_t>* kv_k,
-                                              const std::vector<uint32_t>* kv_v) const {
+                                              const std::vector<uint32_t>* kv_v, const bool* kv_rotate) const {
   kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store, kv_k ? *kv_k : options_.kv_k,
-                                            kv_v ? *kv_v : options_.kv_v);
+                                            kv_v ? *kv_v : options_.kv_v, kv_rotate ? *kv_rotate : options_.kv_rotate);
   if (kv_pool_) {
     const kv::KvPoolSpec& p = kv_pool_->spec();
     for (uint32_t l = 0; l < spec.n_layers; ++l)
       if ((spec.k_formats.empty() ? 0u : spec.k_formats[l]) != p.k_format(l) ||
-          (spec.v_formats.empty() ? 0u : spec.v_formats[l]) != p.v_format(l))
+          (spec.v_formats.empty() ? 0u : spec.v_formats[l]) != p.v_format(l) || spec.rotate != p.rotate)
         throw gpu::ArgumentError("engine", "kv_k", "the engine's shared KV pool (kv_memory) stores layer " + str(l) +
                                  " as K " + kv::kv_format_name(p.k_format(l)) + ", V " +
-                                 kv::kv_format_name(p.v_format(l)) + "; its caches take those formats (load the "
-                                 "engine with other kv_k/kv_v, or without kv_memory)");
+                                 kv::kv_format_name(p.v_format(l)) + (p.rotate ? ", rotated" : "") +
+                                 "; its caches take those formats (load the engine with other kv_k/kv_v/kv_rotate, "
+                                 "or without kv_memory)");
     return std::make_unique<kv::KVCache>(device_, kv_pool_, std::move(spec));
   }
   return std::make_unique<kv::KVCache>(device_, std::move(spec));

@@ -39,6 +39,7 @@ struct EngineOptions {
   // (mkv_params::kKvF16, kKvQ8, kKvQ4); empty: f16.
   std::vector<uint32_t> kv_k;
   std::vector<uint32_t> kv_v;
+  bool kv_rotate = false;  // Hadamard-rotate the quantized layers (kv::LayerLayout::rotate)
 };
 
 inline constexpr size_t kKvMemoryAuto = ~size_t(0);
@@ -81,7 +82,8 @@ class Engine {
   // engine's); a shared pool holds only its own formats (ArgumentError).
   std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
                                          const std::vector<uint32_t>* kv_k = nullptr,
-                                         const std::vector<uint32_t>* kv_v = nullptr) const;
+                                         const std::vector<uint32_t>* kv_v = nullptr,
+                                         const bool* kv_rotate = nullptr) const;
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Checks a generate call (options, ids, room in the cache) and queues it;

@@ -41,7 +41,8 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
     fail("windows has " + str(spec.windows.size()) + " entries; expected one per layer (" +
          str(spec.n_layers) + "), 0 for a full layer");
   // ArgumentError(kv_k / kv_v) for formats the heads cannot take
-  KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows, {}, spec.k_formats, spec.v_formats}.check_formats();
+  KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows, {}, spec.k_formats, spec.v_formats, spec.rotate}
+      .check_formats();
 }
 
 std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
@@ -49,7 +50,7 @@ std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec
   return std::make_shared<KvPool>(
       device, KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows,
                          KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
-                         spec.v_formats});
+                         spec.v_formats, spec.rotate});
 }
 
 }  // namespace
@@ -77,6 +78,8 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
         p.v_format(l) != (spec_.v_formats.empty() ? 0u : spec_.v_formats[l]))
       fail("the shared pool stores layer " + str(l) + " as K " + kv_format_name(p.k_format(l)) + ", V " +
            kv_format_name(p.v_format(l)) + "; the cache asks for other formats");
+  if (p.rotate != spec_.rotate)
+    fail(std::string("the shared pool is ") + (p.rotate ? "" : "not ") + "rotated (kv_rotate); the cache asks otherwise");
   init_groups();
 }
 
@@ -261,7 +264,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   // 3. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
   ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer),
-                     lay.k_format, lay.v_format};
+                     lay.k_format, lay.v_format, lay.rotate};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {
@@ -287,6 +290,26 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
     }
   }
   lengths_[layer] = n + n_new;
+}
+
+void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
+                         const uint8_t* params) {
+  Lock lock(pool_->mutex());
+  check_layer(layer);
+  if (kv > 1) fail("section " + str(kv) + " is neither K (0) nor V (1)");
+  const LayerLayout lay = layout(layer);
+  const BlockTable& t = *group_of(layer).table;
+  if (uint64_t(first) + n > lengths_[layer])
+    fail("layer " + str(layer) + " holds " + str(lengths_[layer]) + " positions; cannot write rows " + str(first) +
+         ".." + str(uint64_t(first) + n - 1));
+  const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!t.holds(first + i)) fail("layer " + str(layer) + " does not hold position " + str(first + i));
+    const std::vector<LayerLayout::Range> r = lay.slot_ranges(kv, t.slot(first + i), 1);
+    const BufferView reg = region(layer);
+    reg.buffer->write(reg.offset + r[0].offset, data + i * drow, drow);
+    if (r.size() > 1) reg.buffer->write(reg.offset + r[1].offset, params + i * prow, prow);
+  }
 }
 
 void KVCache::truncate(uint32_t n) {

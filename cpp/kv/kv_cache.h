@@ -62,6 +62,7 @@ struct KVCacheSpec {
   StorePath store = StorePath::compute;
   std::vector<uint32_t> k_formats;  // per layer: mkv_params::kKvF16, kKvQ8, kKvQ4; empty = all f16
   std::vector<uint32_t> v_formats;
+  bool rotate = false;              // Hadamard-rotate the quantized layers (LayerLayout::rotate)
 };
 
 class KVCache {
@@ -100,6 +101,13 @@ class KVCache {
   // sliding layer gets more than max_chunk tokens.
   void store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, const BufferView& v_new,
              uint32_t n_new, const RopeSpec* rope_k = nullptr, const ops::QueryRope& queries = {});
+  // Writes the stored bytes of positions first .. first + n - 1 of section kv
+  // (0 = K, 1 = V) of `layer`, which must hold them: n rows of
+  // layout(layer).data_row_bytes(kv) at data, and of param_row_bytes(kv) at
+  // params (none for f16). A saved cache read back as its formats' bytes
+  // (nothing requantized). Raises GpuError for a position the layer does not hold.
+  void write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data, const uint8_t* params);
+
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
   void check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k = nullptr) const;

@@ -36,6 +36,10 @@ struct LayerLayout {
   uint32_t head_dim = 0;
   uint32_t k_format = mkv_params::kKvF16;
   uint32_t v_format = mkv_params::kKvF16;
+  // K, V and the queries are Hadamard-rotated before they are stored, and the
+  // attention output rotated back (ops::hadamard): a rotated cache's layers
+  // whose K or V is quantized.
+  bool rotate = false;
 
   uint32_t format(uint32_t kv) const { return kv ? v_format : k_format; }
   // One token's K (kv = 0) or V (1) row in its format: data and parameters of every head.
@@ -47,6 +51,14 @@ struct LayerLayout {
   // Block b of section kv: one contiguous range of block_bytes(kv).
   size_t block_bytes(uint32_t kv) const { return size_t(mkv_params::kKvBlockTokens) * slot_bytes(kv); }
   size_t block_offset(uint32_t kv, uint32_t block) const { return section_offset(kv) + block * block_bytes(kv); }
+  // One slot's row in section kv's data plane (every head's codes or halfs)
+  // and in its parameter plane (0 for f16).
+  size_t data_row_bytes(uint32_t kv) const {
+    return size_t(n_kv_heads) * mkv_params::kv_data_bytes(format(kv), head_dim);
+  }
+  size_t param_row_bytes(uint32_t kv) const {
+    return mkv_params::kv_param_row_bytes(format(kv), n_kv_heads, head_dim);
+  }
   // Slots [slot, slot + n) of one block of section kv, as (offset, bytes)
   // ranges: the data plane's, then (quantized) the parameter plane's.
   struct Range {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gpu/errors.h"
+#include "ops/rope.h"
 
 namespace mkv::kv {
 namespace {
@@ -40,6 +41,9 @@ void KvPoolSpec::check_formats() const {
     check_kv_format(k_format(l), head_dim, "kv_k");
     check_kv_format(v_format(l), head_dim, "kv_v");
   }
+  if (rotate && !ops::hadamard_fits(head_dim))
+    throw gpu::ArgumentError("kv_cache", "kv_rotate", "kv_rotate needs a power-of-two head_dim (the Hadamard "
+                             "transform's size), not " + str(head_dim) + "; quantize without rotation");
 }
 
 size_t KvPool::pool_bytes(const KvPoolSpec& spec) {

@@ -30,12 +30,14 @@ struct KvPoolSpec {
   std::vector<uint32_t> group_blocks;  // per group, in order of first appearance in windows
   std::vector<uint32_t> k_formats;     // per layer (metal/kv_format.h); empty: all f16
   std::vector<uint32_t> v_formats;
+  bool rotate = false;                 // Hadamard-rotate the layers whose K or V is quantized
 
   uint32_t k_format(uint32_t layer) const { return k_formats.empty() ? 0u : k_formats.at(layer); }
   uint32_t v_format(uint32_t layer) const { return v_formats.empty() ? 0u : v_formats.at(layer); }
   // Layer l's layout with `slots` slots.
   LayerLayout layout(uint32_t layer, uint32_t slots) const {
-    return {slots, n_kv_heads, head_dim, k_format(layer), v_format(layer)};
+    return {slots, n_kv_heads, head_dim, k_format(layer), v_format(layer),
+            rotate && (k_format(layer) != 0 || v_format(layer) != 0)};
   }
   // Raises ArgumentError for formats that do not fit (or per-layer lists of the wrong length).
   void check_formats() const;

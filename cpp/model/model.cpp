@@ -89,9 +89,10 @@ void Model::stack_layer(const std::string& p, Layer& L) {
 }
 
 kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
-                                  std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats) const {
+                                  std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats,
+                                  bool rotate) const {
   return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store,
-          std::move(k_formats), std::move(v_formats)};
+          std::move(k_formats), std::move(v_formats), rotate};
 }
 
 void Model::check_cache(const kv::KVCache& cache) const {

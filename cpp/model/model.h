@@ -68,7 +68,8 @@ class Model {
   // layers rings of their window (+ max_chunk - 1).
   // k_formats, v_formats: per layer (kv_format.h), or empty for f16.
   kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
-                             std::vector<uint32_t> k_formats = {}, std::vector<uint32_t> v_formats = {}) const;
+                             std::vector<uint32_t> k_formats = {}, std::vector<uint32_t> v_formats = {},
+                             bool rotate = false) const;
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
   void check_cache(const kv::KVCache& cache) const;
 

@@ -163,6 +163,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
       ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), out, {});
+    if (lay.rotate) ops::hadamard(enc, dev, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated
   }
 
   gpu::ComputeEncoder& enc = s.compute();

@@ -56,6 +56,8 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   if (dst_bytes >= (uint64_t(1) << 32))
     fail(kOp, "the destination has 2^32 bytes or more; the kernel addresses it with 32 bits");
   if (d.rope) check_rope(kOp, *d.rope, d.head_dim);
+  if (d.rotate && !hadamard_fits(d.head_dim))
+    fail(kOp, "rotating needs a power-of-two head_dim up to 256, not " + std::to_string(d.head_dim));
   if (d.queries.n_heads && !d.rope) fail(kOp, "rotating the queries needs a rope");
   if (d.queries.n_heads) {
     // Q is rewritten while other threadgroups read k_new and v_new and write dst.
@@ -73,7 +75,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
                               d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, d.queries.n_heads,
-                              paged ? 1u : 0u, d.k_format, d.v_format};
+                              paged ? 1u : 0u, d.k_format, d.v_format, d.rotate ? 1u : 0u};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);
   bind(enc, v_new, 2);

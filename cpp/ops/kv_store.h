@@ -42,6 +42,10 @@ struct KvStoreDesc {
   BufferView table;
   uint32_t k_format = 0;  // mkv_params::kKvF16, kKvQ8 or kKvQ4
   uint32_t v_format = 0;
+  // Hadamard-rotate K (after rope), V and the queries before storing them
+  // (ops::hadamard; a power-of-two head_dim). k_new and v_new are rotated in
+  // place: the caller's rows are scratch from then on.
+  bool rotate = false;
 };
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: kv_region_bytes

@@ -21,6 +21,25 @@ void check_bytes(const char* op, const char* what, const BufferView& v, uint64_t
 
 }  // namespace
 
+bool hadamard_fits(uint32_t head_dim) { return head_dim >= 2 && head_dim <= 256 && (head_dim & (head_dim - 1)) == 0; }
+
+void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
+              uint32_t head_dim) {
+  const char* op = "hadamard";
+  if (n_rows == 0 || n_heads == 0) fail(op, "n_rows and n_heads must be positive");
+  if (!hadamard_fits(head_dim))
+    fail(op, "head_dim " + std::to_string(head_dim) + " is not a power of two up to 256");
+  const uint64_t elems = uint64_t(n_rows) * n_heads * head_dim;
+  if (elems >= (uint64_t(1) << 32)) fail(op, "x has more than 2^32 elements; split the call");
+  check_bytes(op, "x (n_rows, n_heads, head_dim) float", x, elems * 4);
+  enc.set_pipeline(dev.pipeline("hadamard_f32"));
+  const mkv_params::Hadamard p{n_rows, n_heads, head_dim};
+  bind_params(enc, p, 0);
+  bind(enc, x, 1);
+  const uint32_t threads = std::min<uint32_t>(256, ceil_div(uint64_t(n_heads) * head_dim / 2, 32) * 32);
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {threads, 1, 1});
+}
+
 RopeStyle parse_rope_style(const std::string& name) {
   if (name == "neox") return RopeStyle::neox;
   if (name == "interleaved") return RopeStyle::interleaved;

@@ -1,5 +1,7 @@
 // RoPE: the standalone Q-rope op (metal/rope.metal), the rope description the
-// K store shares (RopeSpec), and host helpers computing inv_freq tables.
+// K store shares (RopeSpec), and host helpers computing inv_freq tables; and
+// the other rotation of heads, the rotated KV cache's Hadamard transform
+// (metal/hadamard.metal).
 //
 // A frequency table is all that distinguishes default, linear-scaled and
 // Llama-3-scaled RoPE, so kernels take inv_freq as a (rotary_dim/2) float
@@ -46,6 +48,15 @@ struct RopeDesc {
 // (n_tokens) uint32. Kernel rope_f32_<style>.
 void rope(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x,
           const BufferView& positions, const RopeSpec& rope, const RopeDesc& desc);
+
+// x (n_rows, n_heads, head_dim) float, every head rotated in place by the
+// orthonormal Hadamard transform (metal/hadamard.h; its own inverse), as a
+// rotated KV cache stores K, V and the queries: applied to attention's output
+// it undoes V's rotation. head_dim a power of two. Kernel hadamard_f32.
+void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
+              uint32_t head_dim);
+// Whether head_dim can be rotated (a power of two, 2..256 elements a threadgroup can hold).
+bool hadamard_fits(uint32_t head_dim);
 
 // inv_freq[i] = base^(-2i/rotary_dim), i < rotary_dim/2, evaluated in float32
 // in the order HF transformers does (_compute_default_rope_parameters).

@@ -1,13 +1,17 @@
 """Saved KV caches: `cache.save(path)` and `Engine.load_cache(path)`.
 
 One safetensors file (docs/KV_CACHE.md "Saved caches"): per layer the K and V
-rows of the positions it holds, in position order (`layer.<l>.k`, `layer.<l>.v`,
-float16 (n, n_kv_heads, head_dim)), and in `__metadata__` (strings, as the
-format wants): the format name and version, the model fingerprint, the KV
-format, the cache's shape (layers, heads, head_dim, windows, capacity), its
-length, the first position each layer holds, the token ids and chat messages
-(JSON), and a SHA-256 of the data section. Rows are stored by position, not by
-block, so a file does not depend on the pool it came from or on the block size.
+rows of the positions it holds, in position order, as the cache stores them:
+an f16 section as float16 (n, n_kv_heads, head_dim) (`layer.<l>.k`,
+`layer.<l>.v`), a quantized one (docs/KV_QUANT.md) as its uint8 data rows
+(n, data row bytes) and parameter rows (`layer.<l>.k_params`, ...), so a
+quantized cache stays quantized on disk and comes back bit for bit. In
+`__metadata__` (strings, as the format wants): the format name and version,
+the model fingerprint, each layer's K and V formats and the rotation, the
+cache's shape (layers, heads, head_dim, windows, capacity), its length, the
+first position each layer holds, the token ids and chat messages (JSON), and a
+SHA-256 of the data section. Rows are stored by position, not by block, so a
+file does not depend on the pool it came from or on the block size.
 
 Written atomically: a temporary file in the same directory, flushed and
 fsynced, then renamed over the target (and the directory fsynced), so a
@@ -23,15 +27,17 @@ import tempfile
 
 import numpy as np
 
+from ._core import BLOCK_TOKENS
 from .errors import CacheFileError
+from .kv_options import KV_FORMATS
 
 FORMAT = "metalkv-kv-cache"
-VERSION = 1
-READABLE_VERSIONS = (1,)  # every version this reader understands; a new one adds its reader
+VERSION = 2  # 2: per-layer KV formats, rows as stored (1: float16 rows only)
+READABLE_VERSIONS = (1, 2)  # every version this reader understands; a new one adds its reader
 
 
-def _held_rows(cache, layer: int) -> tuple[int, np.ndarray, np.ndarray]:
-    """(first position, K, V) of the positions the layer holds, in order."""
+def _held_slots(cache, layer: int) -> tuple[int, np.ndarray]:
+    """(first position, the slots of the positions the layer holds, in order)."""
     pos = np.asarray(cache.positions(layer))
     slots = np.flatnonzero(pos >= 0)
     order = slots[np.argsort(pos[slots], kind="stable")]
@@ -41,8 +47,18 @@ def _held_rows(cache, layer: int) -> tuple[int, np.ndarray, np.ndarray]:
     if len(held) != n - first or (len(held) and int(held[-1]) != n - 1):
         raise CacheFileError(f"[cache_file] layer {layer} holds positions that are not one run ending at "
                              f"{n - 1}; cannot save it")
-    keys, values = np.asarray(cache.keys(layer)), np.asarray(cache.values(layer))
-    return first, np.ascontiguousarray(keys[order]), np.ascontiguousarray(values[order])
+    return first, order
+
+
+def _section_rows(cache, layer: int, kv: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(data rows, parameter rows) uint8 of these slots of the layer's K (0) or
+    V (1) section: each block is B data rows, then B parameter rows."""
+    data_row, param_row = cache.row_bytes(layer, kv)
+    sec = np.asarray(cache.section_bytes(layer, kv))
+    b = BLOCK_TOKENS
+    data = sec[:, :b * data_row].reshape(len(sec), b, data_row)[slots // b, slots % b]
+    params = sec[:, b * data_row:].reshape(len(sec), b, param_row)[slots // b, slots % b]
+    return np.ascontiguousarray(data), np.ascontiguousarray(params)
 
 
 def save_cache(cache, path: str | os.PathLike) -> None:
@@ -55,14 +71,23 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     if len(lengths) != 1:
         raise CacheFileError(f"[cache_file] the layers hold different lengths {sorted(lengths)}; a cache is saved "
                              f"between calls, when they are equal")
-    tensors, firsts = {}, []
+    tensors, firsts, formats = {}, [], []
+    shape = (cache.n_kv_heads, cache.head_dim)
     for layer in range(cache.n_layers):
-        first, k, v = _held_rows(cache, layer)
+        first, slots = _held_slots(cache, layer)
         firsts.append(first)
-        tensors[f"layer.{layer}.k"], tensors[f"layer.{layer}.v"] = k, v
+        formats.append(list(cache.formats(layer)))
+        for kv, name in enumerate(("k", "v")):
+            data, params = _section_rows(cache, layer, kv, slots)
+            if formats[-1][kv] == "f16":
+                tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((len(slots),) + shape)
+            else:
+                tensors[f"layer.{layer}.{name}"] = data
+                tensors[f"layer.{layer}.{name}_params"] = params
     data = b"".join(t.tobytes() for t in tensors.values())
     meta = {
-        "format": FORMAT, "format_version": str(VERSION), "model_fingerprint": fingerprint, "kv_format": "f16",
+        "format": FORMAT, "format_version": str(VERSION), "model_fingerprint": fingerprint,
+        "kv_formats": json.dumps(formats), "kv_rotate": json.dumps(any(cache.rotated(l) for l in range(cache.n_layers))),
         "n_layers": str(cache.n_layers), "n_kv_heads": str(cache.n_kv_heads), "head_dim": str(cache.head_dim),
         "windows": json.dumps(list(cache.windows)), "capacity": str(cache.capacity),
         "length": str(lengths.pop()), "first_positions": json.dumps(firsts),
@@ -71,7 +96,8 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     }
     header, offset = {"__metadata__": meta}, 0
     for name, t in tensors.items():
-        header[name] = {"dtype": "F16", "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        dtype = "F16" if t.dtype == np.float16 else "U8"
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the data section 8-byte aligned
@@ -108,12 +134,12 @@ def _read(path: str) -> tuple[dict, dict[str, np.ndarray], bytes]:
     """(metadata, tensors, data bytes); CacheFileError for anything that is not a
     well-formed safetensors file."""
     from .models import ModelLoadError
-    from .models.safetensors_loader import read_safetensors, _read_header
+    from .models.safetensors_loader import CACHE_DTYPES, read_safetensors, _read_header
 
     try:
         size = os.path.getsize(path)
         header, start = _read_header(path, size)
-        tensors = {name: arr for name, (_, arr) in read_safetensors(path).items()}
+        tensors = {name: arr for name, (_, arr) in read_safetensors(path, CACHE_DTYPES).items()}
     except ModelLoadError as e:
         raise CacheFileError(str(e).replace("[safetensors]", "[cache_file]", 1)) from None
     except OSError as e:
@@ -146,23 +172,42 @@ def load_cache(engine, path: str | os.PathLike):
                              f"{', '.join(map(str, READABLE_VERSIONS))} (a newer metalkv wrote it)")
     if hashlib.sha256(data).hexdigest() != meta.get("data_sha256"):
         raise CacheFileError(f"[cache_file] {path}: the data does not match its SHA-256: the file is corrupt")
-    return _load_v1(engine, path, meta, tensors)
+    return _load(engine, path, meta, tensors, version)
 
 
-def _load_v1(engine, path: str, meta: dict, tensors: dict[str, np.ndarray]):
+def _formats(meta: dict, path: str, version: int, n_layers: int) -> tuple[list[list[str]], bool]:
+    """Each layer's [K, V] format and the rotation the file was saved with."""
+    if version == 1:
+        if meta.get("kv_format") != "f16":
+            raise CacheFileError(f"[cache_file] {path} holds a {meta.get('kv_format')!r} cache; version 1 files "
+                                 f"hold f16 caches only: corrupt file")
+        return [["f16", "f16"]] * n_layers, False
+    formats = _field(meta, "kv_formats", path, json.loads)
+    rotate = _field(meta, "kv_rotate", path, json.loads)
+    if not (isinstance(formats, list) and len(formats) == n_layers and isinstance(rotate, bool) and
+            all(isinstance(f, list) and len(f) == 2 and all(x in KV_FORMATS for x in f) for f in formats)):
+        raise CacheFileError(f"[cache_file] {path}: kv_formats {meta['kv_formats']} is not a [K, V] pair of "
+                             f"{', '.join(KV_FORMATS)} per layer: corrupt file")
+    return formats, rotate
+
+
+def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version: int):
     if meta.get("model_fingerprint") != engine.fingerprint:
         raise CacheFileError(f"[cache_file] {path} was saved from another model (fingerprint "
                              f"{meta.get('model_fingerprint')}, this engine's {engine.fingerprint})")
-    if meta.get("kv_format") != "f16":
-        raise CacheFileError(f"[cache_file] {path} holds a {meta.get('kv_format')!r} cache; this engine "
-                             f"makes f16 caches")
     capacity = _field(meta, "capacity", path)
     length = _field(meta, "length", path)
-    cache = engine.new_cache(capacity=max(capacity, 1))
-    shape = {"n_layers": cache.n_layers, "n_kv_heads": cache.n_kv_heads, "head_dim": cache.head_dim}
-    for name, want in shape.items():
+    cfg = engine.config
+    for name, want in {"n_layers": cfg.n_layers, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}.items():
         if _field(meta, name, path) != want:
             raise CacheFileError(f"[cache_file] {path}: {name} {meta[name]}, this engine's caches have {want}")
+    formats, rotate = _formats(meta, path, version, cfg.n_layers)
+    try:
+        cache = engine.new_cache(capacity=max(capacity, 1), kv_k=[f[0] for f in formats],
+                                 kv_v=[f[1] for f in formats], kv_f16_layers=(), kv_rotate=rotate)
+    except ValueError as e:  # a shared pool of other formats
+        raise CacheFileError(f"[cache_file] {path} holds a cache of other KV formats than this engine's shared "
+                             f"pool ({e}); load it into an engine made with kv_memory=None or its formats") from None
     if _field(meta, "windows", path, json.loads) != list(cache.windows):
         raise CacheFileError(f"[cache_file] {path}: layer windows {meta['windows']}, this engine's "
                              f"{list(cache.windows)}")
@@ -173,25 +218,44 @@ def _load_v1(engine, path: str, meta: dict, tensors: dict[str, np.ndarray]):
             not all(isinstance(f, int) and 0 <= f <= length for f in firsts):
         raise CacheFileError(f"[cache_file] {path}: first_positions {firsts!r} is not one position <= length "
                              f"{length} per layer: corrupt file")
-    rows = []
-    for layer, first in enumerate(firsts):
-        k, v = tensors.get(f"layer.{layer}.k"), tensors.get(f"layer.{layer}.v")
-        want = (length - first, cache.n_kv_heads, cache.head_dim)
-        for name, t in ((f"layer.{layer}.k", k), (f"layer.{layer}.v", v)):
-            if t is None or t.dtype != np.float16 or t.shape != want:
-                got = "missing" if t is None else f"{t.dtype} {t.shape}"
-                raise CacheFileError(f"[cache_file] {path}: tensor {name} is {got}; expected float16 {want}")
-        rows.append((k, v))
+    rows = [[_rows(tensors, path, cache, layer, kv, length - first) for kv in (0, 1)]
+            for layer, first in enumerate(firsts)]
     cache.begin_at(firsts)
-    # Chunk by chunk through every layer, so the layers of a sliding group move together.
+    # Chunk by chunk through every layer, so the layers of a sliding group move
+    # together: an append makes room (its rows are then overwritten with the
+    # saved bytes, nothing requantized).
     step = cache.max_chunk
+    zeros = np.zeros((step, cache.n_kv_heads, cache.head_dim), np.float32)
     for c in range(min(firsts), length, step):
         for layer, first in enumerate(firsts):
             lo, hi = max(c, first), min(c + step, length)
             if lo < hi:
-                k, v = rows[layer]
-                cache.append(layer, k[lo - first:hi - first].astype(np.float32),
-                             v[lo - first:hi - first].astype(np.float32))
+                cache.append(layer, zeros[:hi - lo], zeros[:hi - lo])
+                for kv, (data, params) in enumerate(rows[layer]):
+                    cache.write_rows(layer, kv, lo, data[lo - first:hi - first], params[lo - first:hi - first])
     cache.record_tokens(tokens)
     cache.messages = messages
     return cache
+
+
+def _rows(tensors: dict, path: str, cache, layer: int, kv: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The saved (data rows, parameter rows) uint8 of one section, checked against the cache's layout."""
+    name = f"layer.{layer}.{'kv'[kv]}"
+    fmt = cache.formats(layer)[kv]
+    data_row, param_row = cache.row_bytes(layer, kv)
+    if fmt == "f16":
+        t = tensors.get(name)
+        want = (n, cache.n_kv_heads, cache.head_dim)
+        if t is None or t.dtype != np.float16 or t.shape != want:
+            got = "missing" if t is None else f"{t.dtype} {t.shape}"
+            raise CacheFileError(f"[cache_file] {path}: tensor {name} is {got}; expected float16 {want}")
+        return np.ascontiguousarray(t).view(np.uint8).reshape(n, data_row), np.zeros((n, 0), np.uint8)
+    out = []
+    for tname, width in ((name, data_row), (name + "_params", param_row)):
+        t = tensors.get(tname)
+        if t is None or t.dtype != np.uint8 or t.shape != (n, width):
+            got = "missing" if t is None else f"{t.dtype} {t.shape}"
+            raise CacheFileError(f"[cache_file] {path}: tensor {tname} is {got}; expected uint8 {(n, width)} "
+                                 f"({fmt} rows)")
+        out.append(np.ascontiguousarray(t))
+    return out[0], out[1]

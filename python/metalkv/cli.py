@@ -56,6 +56,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-v", default="f16", choices=KV_FORMATS, help="the V format, as --kv-k (default: %(default)s)")
     p.add_argument("--kv-f16-layers", default="", metavar="L,L,...",
                    help="layers whose K and V stay f16 whatever --kv-k/--kv-v say, e.g. 0,-1 (first and last)")
+    p.add_argument("--kv-rotate", action="store_true",
+                   help="store the quantized layers' K, V and queries Hadamard-rotated (spreads outlier channels)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -135,7 +137,7 @@ def _kv_formats(args: argparse.Namespace):
         layers = tuple(int(x) for x in args.kv_f16_layers.split(",") if x.strip())
     except ValueError:
         raise CliError(f"--kv-f16-layers {args.kv_f16_layers!r}: expected layer indices such as 0,-1") from None
-    return KvFormats(args.kv_k, args.kv_v, layers).check()
+    return KvFormats(args.kv_k, args.kv_v, layers, args.kv_rotate).check()
 
 
 def _load(args: argparse.Namespace, **kw):
@@ -145,6 +147,7 @@ def _load(args: argparse.Namespace, **kw):
     kw.setdefault("kv_k", kv.kv_k)
     kw.setdefault("kv_v", kv.kv_v)
     kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
+    kw.setdefault("kv_rotate", kv.kv_rotate)
     kw.setdefault("context", args.context)
     return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
 
@@ -256,14 +259,14 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     kv = _kv_formats(args)
     # caches of several formats from one engine: each its own pool
     engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
-                   kv_f16_layers=())
+                   kv_f16_layers=(), kv_rotate=False)
     try:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
         raise CliError(str(e)) from None
     label = kv.describe(engine.config.n_layers)
     candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
-                                                          kv_f16_layers=kv.kv_f16_layers)}
+                                                          kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate)}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))

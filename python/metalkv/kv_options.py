@@ -5,6 +5,8 @@ the CLI), resolved to one format per layer for K and for V.
     kv_k=["q8", "q4", ...]         one per layer
     kv_f16_layers=(0, -1)          these layers (negative: from the last) keep K and V at f16,
                                    whatever kv_k and kv_v say
+    kv_rotate=True                 the quantized layers store K, V and the queries rotated by an
+                                   orthonormal Hadamard transform (outliers spread over the head)
 
 The formats themselves (bytes, groups, layout) are docs/KV_QUANT.md's; which
 head_dims they take is checked by the C++ cache (ArgumentError naming kv_k or kv_v).
@@ -25,6 +27,7 @@ class KvFormats:
     kv_k: str | Sequence[str] = "f16"
     kv_v: str | Sequence[str] = "f16"
     kv_f16_layers: Sequence[int] = ()
+    kv_rotate: bool = False
 
     def check(self, op: str = "engine") -> "KvFormats":
         for name in ("kv_k", "kv_v"):
@@ -36,6 +39,8 @@ class KvFormats:
         if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                             for i in layers):
             raise argument_error(op, "kv_f16_layers", layers, "a list of layer indices (negative: from the last)")
+        if not isinstance(self.kv_rotate, bool):
+            raise argument_error(op, "kv_rotate", self.kv_rotate, "True or False")
         return self
 
     @property
@@ -63,6 +68,12 @@ class KvFormats:
     def describe(self, n_layers: int) -> str:
         """'K q8, V q4' or per layer where they differ, for logs and the CLI."""
         k, v = self.per_layer(n_layers)
+        rot = ", rotated" if self.kv_rotate and self.quantized else ""
         if len(set(k)) == 1 and len(set(v)) == 1:
-            return f"K {k[0]}, V {v[0]}"
-        return "K " + ",".join(k) + "; V " + ",".join(v)
+            return f"K {k[0]}, V {v[0]}{rot}"
+        return "K " + ",".join(k) + "; V " + ",".join(v) + rot
+
+    def cache_kwargs(self, n_layers: int, op: str = "engine") -> dict:
+        """The per-layer keywords of _core.Engine and _core.Engine.new_cache."""
+        k, v = self.per_layer(n_layers, op)
+        return {"kv_k": k, "kv_v": v, "kv_rotate": self.kv_rotate}

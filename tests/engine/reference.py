@@ -42,8 +42,16 @@ def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, style: str) -> np
     return out
 
 
-def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None) -> np.ndarray:
-    """(n, vocab) logits of ids at positions 0..n-1 (full causal attention)."""
+def f16_storage(k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The f16 cache: K and V rounded to float16."""
+    return tuple(a.astype(np.float16).astype(np.float64) for a in (k, v))
+
+
+def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None,
+                 storage=f16_storage) -> np.ndarray:
+    """(n, vocab) logits of ids at positions 0..n-1 (full causal attention).
+    storage(k, v) -> (k, v): what attention reads back of the roped K and of V
+    (n, n_kv_heads, head_dim) as the cache stores them (default: float16)."""
     cfg = m.config
     assert cfg.arch == "llama", "this reference covers the llama family"
     W = dequantized(m) if W is None else W
@@ -69,7 +77,7 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
         q = rope(proj(h, p + "attn_q").reshape(n, nh, D), pos, inv_freq, cfg.rope_style)
         k = rope(proj(h, p + "attn_k").reshape(n, nkv, D), pos, inv_freq, cfg.rope_style)
         v = proj(h, p + "attn_v").reshape(n, nkv, D)
-        k, v = (a.astype(np.float16).astype(np.float64) for a in (k, v))  # the cache's storage
+        k, v = storage(k, v)  # what the cache gives back
         o = np.empty((n, nh, D))
         for hq in range(nh):
             g = hq // (nh // nkv)

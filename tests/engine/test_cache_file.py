@@ -23,14 +23,17 @@ def load(path, **kw):
 @pytest.fixture(scope="module")
 def engines(tiny_gguf, tiny_sliding_dir):
     return {"tiny": load(tiny_gguf), "sliding": load(tiny_sliding_dir),
-            "shared": load(tiny_sliding_dir, kv_memory="1MB")}
+            "shared": load(tiny_sliding_dir, kv_memory="1MB"),
+            # quantized and rotated, K and V apart, one layer kept at f16 (issue 14)
+            "quantized": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_rotate=True, kv_f16_layers=[1]),
+            "quantized_shared": load(tiny_gguf, kv_k="q8", kv_v="q4", kv_memory="1MB")}
 
 
 def greedy(engine, ids, cache, n=6):
     return engine.generate_ids(ids, cache=cache, max_tokens=n, temperature=0.0, stop_ids=())
 
 
-@pytest.mark.parametrize("model", ["tiny", "sliding", "shared"])
+@pytest.mark.parametrize("model", ["tiny", "sliding", "shared", "quantized", "quantized_shared"])
 def test_a_loaded_cache_continues_as_if_never_saved(engines, model, tmp_path):
     engine = engines[model]
     first, second = list(range(1, 46)), [5, 9, 2]  # 45 + 5 stored: the sliding layers have let a block go
@@ -62,8 +65,10 @@ def test_the_file_is_safetensors_with_its_metadata(engines, tmp_path):
     cache.save(f)
     with safe_open(str(f), framework="numpy") as st:
         meta = st.metadata()
-        assert meta["format"] == "metalkv-kv-cache" and meta["format_version"] == "1"
-        assert meta["model_fingerprint"] == engine.fingerprint and meta["kv_format"] == "f16"
+        assert meta["format"] == "metalkv-kv-cache" and meta["format_version"] == "2"
+        assert meta["model_fingerprint"] == engine.fingerprint
+        assert json.loads(meta["kv_formats"]) == [["f16", "f16"]] * cache.n_layers
+        assert json.loads(meta["kv_rotate"]) is False
         assert json.loads(meta["tokens"]) == list(cache.tokens) and int(meta["length"]) == cache.length(0)
         firsts = json.loads(meta["first_positions"])
         for l in range(cache.n_layers):
@@ -91,7 +96,8 @@ def rewrite_metadata(f: pathlib.Path, **changes) -> None:
     raw = f.read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
-    header["__metadata__"].update(changes)
+    for key, value in changes.items():  # None: the key goes
+        header["__metadata__"].pop(key, None) if value is None else header["__metadata__"].update({key: value})
     blob = json.dumps(header).encode()
     blob += b" " * (-len(blob) % 8)
     f.write_bytes(len(blob).to_bytes(8, "little") + blob + raw[8 + n:])
@@ -105,10 +111,46 @@ def test_another_model_is_refused(engines, tmp_path):
 
 def test_an_unknown_version_is_refused(engines, tmp_path):
     f = saved(engines, tmp_path)
-    rewrite_metadata(f, format_version="2")
-    with pytest.raises(metalkv.CacheFileError, match=r"has format version 2; this metalkv reads versions 1 "
+    rewrite_metadata(f, format_version="3")
+    with pytest.raises(metalkv.CacheFileError, match=r"has format version 3; this metalkv reads versions 1, 2 "
                                                      r"\(a newer metalkv wrote it\)"):
         engines["tiny"].load_cache(f)
+
+
+def test_a_version_1_file_still_loads(engines, tmp_path):
+    """Version 1 (f16 rows, kv_format 'f16') is version 2's f16 case with other metadata."""
+    engine = engines["tiny"]
+    f = saved(engines, tmp_path)
+    straight = engine.load_cache(f)
+    rewrite_metadata(f, format_version="1", kv_format="f16", kv_formats=None, kv_rotate=None)
+    old = engine.load_cache(f)
+    np.testing.assert_array_equal(engine.logits([3, 4], cache=old), engine.logits([3, 4], cache=straight))
+
+
+def test_a_quantized_cache_stays_quantized_on_disk(engines, tmp_path):
+    from safetensors import safe_open
+
+    engine = engines["quantized"]
+    cache = engine.new_cache()
+    greedy(engine, list(range(1, 40)), cache)
+    f = tmp_path / "q.safetensors"
+    cache.save(f)
+    with safe_open(str(f), framework="numpy") as st:
+        meta = st.metadata()
+        formats = json.loads(meta["kv_formats"])
+        assert formats[0] == ["q4", "q8"] and formats[1] == ["f16", "f16"] and json.loads(meta["kv_rotate"])
+        k, kp = st.get_tensor("layer.0.k"), st.get_tensor("layer.0.k_params")
+        n = cache.length(0) - json.loads(meta["first_positions"])[0]
+        assert k.dtype == np.uint8 and k.shape == (n, cache.n_kv_heads * cache.head_dim // 2)  # two codes a byte
+        assert kp.dtype == np.uint8 and kp.shape == (n, 4)  # one (scale, lo) pair of halfs per head
+        assert st.get_tensor("layer.1.k").dtype == np.float16
+    f16 = engines["sliding"].new_cache()
+    greedy(engines["sliding"], list(range(1, 40)), f16)
+    f16.save(tmp_path / "f16.safetensors")
+    assert f.stat().st_size < 0.6 * (tmp_path / "f16.safetensors").stat().st_size
+    # an engine whose shared pool holds other formats cannot take it
+    with pytest.raises(metalkv.CacheFileError, match=r"other KV formats than this engine's shared pool"):
+        engines["shared"].load_cache(f)
 
 
 def test_truncated_and_corrupt_files_are_refused(engines, tmp_path):

@@ -29,6 +29,8 @@ from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors, quantiza
 from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
+# What a saved KV cache also holds (metalkv/cache_file.py): quantized rows as bytes.
+CACHE_DTYPES = {**_DTYPES, "U8": (np.uint8, 1)}
 _MAX_HEADER = 100 << 20  # the format's own limit
 
 # HF per-layer names -> canonical suffixes; the one name whose meaning depends on
@@ -90,16 +92,17 @@ def hf_name_hint(canonical: str, arch: str) -> str:
     return f"model.layers.{i}." + next(k for k, v in _LAYER.items() if v == rest)
 
 
-def read_safetensors(path: str | os.PathLike) -> dict[str, tuple[str, np.ndarray]]:
+def read_safetensors(path: str | os.PathLike, dtypes: dict = _DTYPES) -> dict[str, tuple[str, np.ndarray]]:
     """{name: (dtype, array)} of one file; arrays are read-only views of a memory
     map, BF16 as uint16 bit patterns. Raises ModelLoadError for a truncated or
     malformed file, naming the file and, where it applies, the tensor. As the
     format requires, the tensors must cover the data section exactly: no overlaps,
-    no gaps, nothing after the last one."""
+    no gaps, nothing after the last one. dtypes: the tensor types accepted
+    (a model's: F32, F16, BF16; CACHE_DTYPES adds U8)."""
     path = str(path)
     size = os.path.getsize(path)
     header, start = _read_header(path, size)
-    entries = {name: _header_entry(name, info, path) for name, info in header.items()
+    entries = {name: _header_entry(name, info, path, dtypes) for name, info in header.items()
                if name != "__metadata__"}
     for name, (dtype, shape, (b, e)) in entries.items():
         if start + e > size:
@@ -108,7 +111,7 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, tuple[str, np.ndarray
     _check_tiling(entries, size - start, path)
     blob = np.memmap(path, dtype=np.uint8, mode="r", offset=start) if size > start else \
         np.zeros(0, np.uint8)
-    return {name: (dtype.lower(), blob[b:e].view(_DTYPES[dtype][0]).reshape(shape))
+    return {name: (dtype.lower(), blob[b:e].view(dtypes[dtype][0]).reshape(shape))
             for name, (dtype, shape, (b, e)) in entries.items()}
 
 
@@ -156,7 +159,7 @@ def _is_uint(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def _header_entry(name: str, info: Any, path: str) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+def _header_entry(name: str, info: Any, path: str, dtypes: dict = _DTYPES) -> tuple[str, tuple[int, ...], tuple[int, int]]:
     """(dtype, shape, (begin, end)) of one header entry, each field checked for type."""
     where = f"[safetensors] {path}: tensor {name}"
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
@@ -168,10 +171,10 @@ def _header_entry(name: str, info: Any, path: str) -> tuple[str, tuple[int, ...]
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(x) for x in offsets):
         raise ModelLoadError(f"{where}: data_offsets is {describe(offsets)}; expected [begin, end], "
                              f"integers >= 0")
-    if dtype not in _DTYPES:
-        raise ModelLoadError(f"{where} has dtype {dtype}; supported: {', '.join(_DTYPES)}")
+    if dtype not in dtypes:
+        raise ModelLoadError(f"{where} has dtype {dtype}; supported: {', '.join(dtypes)}")
     b, e = offsets
-    want = math.prod(shape) * _DTYPES[dtype][1]
+    want = math.prod(shape) * dtypes[dtype][1]
     if not b <= e or e - b != want:
         raise ModelLoadError(f"{where} of shape {tuple(shape)} {dtype} needs {want} bytes but its "
                              f"offsets span {e - b}: corrupt header")
