@@ -95,7 +95,7 @@ struct AttnDecode {
   uint32_t heads_per_block;  // <= attn_decode_rows(head_dim)
   uint32_t head_blocks;      // ceil(group_size / heads_per_block)
   uint32_t n_tokens;         // tokens stored; the query is at position n_tokens - 1
-  uint32_t slots;            // rows of the pool (K block, then V block)
+  uint32_t slots;            // rows of the pool (K section, then V section)
   uint32_t window;           // sliding window W; 0 = full attention
   uint32_t chunk_keys;       // keys per chunk (split-K); >= all keys when not split
   uint32_t n_chunks;         // 1 when not split

@@ -114,8 +114,8 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
       "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "", "kv_k"_a = "f16", "kv_v"_a = "f16",
-      "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the half\n"
-      "pool kv (2, slots, n_kv_heads, head_dim) into out (n_q_heads, head_dim) f32; table: uint32\n"
+      "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the\n"
+      "pool kv (K section, V section; f16: (2, slots, n_kv_heads, head_dim)) into out (n_q_heads, head_dim) f32; table: uint32\n"
       "buffer, the pool block of each BLOCK_TOKENS positions (ceil(n_tokens / BLOCK_TOKENS)).\n"
       "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
@@ -181,7 +181,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
-      "q_pos0+n_queries-1 over the half pool kv (2, slots, n_kv_heads, head_dim) through table (as\n"
+      "q_pos0+n_queries-1 over the pool kv through table (as\n"
       "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
       "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v: as for decode.");

@@ -196,7 +196,8 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 
 void bind_kv(nb::module_& m, nb::module_& ops_m) {
   nb::class_<PyKVCache>(m, "KVCache",
-                        "One sequence's K/V: per layer a pool (2, slots, n_kv_heads, head_dim) float16 cut into blocks of "
+                        "One sequence's K/V: per layer a pool (its K section, then its V section, f16 (slots, n_kv_heads, "
+                        "head_dim) or quantized: docs/KV_QUANT.md) cut into blocks of "
                         "BLOCK_TOKENS slots, and a block table per window group.")
       .def(
           "__init__",

@@ -257,6 +257,8 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     if args.tokens < 1 or args.chunk < 1:
         raise CliError("--tokens and --chunk must be positive")
     kv = _kv_formats(args)
+    if not os.path.isfile(args.text):
+        raise CliError(f"{args.text}: no such file")
     # caches of several formats from one engine: each its own pool
     engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
                    kv_f16_layers=(), kv_rotate=False)
