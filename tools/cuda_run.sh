@@ -6,6 +6,7 @@
 #
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
+#                                                  test-kv-quant bench-kv-quant engine-context-kv
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -142,6 +143,37 @@ stage_test_batching() {
   local rc=$?
   tail -15 "$OUT/pytest_batching.log"
   note "pytest batching suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_batching.log")"
+}
+
+# Quantized KV (issue 14): its suites on the cuda device, and decode attention per format.
+stage_test_kv_quant() {
+  step "quantized KV suites on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-300} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/kv/test_kv_quant.py tests/engine/test_kv_quant_engine.py tests/engine/test_cache_file.py \
+    tests/engine/test_ppl.py > "$OUT/pytest_kv_quant.log" 2>&1
+  local rc=$?
+  tail -15 "$OUT/pytest_kv_quant.log"
+  note "pytest kv quant suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_kv_quant.log")"
+}
+
+# Decode at CONTEXT cached positions, metalkv alone, per KV cache format (f16, q8, q4; q4 rotated).
+stage_engine_context_kv() {
+  step "engine at ${CONTEXT:-32768} cached positions per KV format"
+  local args="--context ${CONTEXT:-32768} --prompt 64 --new-tokens 64 --repeat 1 --hf-cache '' ${ENGINE_ARGS:-}"
+  for v in "f16:" "q8:--kv-k q8 --kv-v q8" "q4:--kv-k q4 --kv-v q4" "q4rot:--kv-k q4 --kv-v q4 --kv-rotate"; do
+    IFS=: read -r name extra <<< "$v"
+    timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_context_kv_$name.json' $args $extra" \
+      > "$OUT/bench_context_kv_$name.txt" 2>&1
+    note "bench/gpu/engine.py --context [kv $name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_kv_$name.txt" | tail -c 220)"
+  done
+}
+
+stage_bench_kv_quant() {
+  step "decode attention per KV format (metalkv-bench --filter kv_quant)"
+  timeout ${BENCH_S:-300} /tmp/site/bin/metalkv-bench --filter kv_quant --device cuda --json "$OUT/bench_kv_quant.json" \
+    > "$OUT/bench_kv_quant.txt" 2>&1
+  note "metalkv-bench --filter kv_quant: rc=$?"
+  tail -30 "$OUT/bench_kv_quant.txt"
 }
 
 # Aggregate decode tok/s at 1..64 sequences, weight bytes per token, cached-prefix TTFT.

@@ -120,6 +120,28 @@ def run(dev) -> list[str]:
                               q_pos0=n_tok - 40, slots=512)
         finite(op, 40 * n_q * d, f"attn_prefill d{d}")
         ran += [f"rope, kv_store (compute, blit, ring), attention decode/split/reduce/sliding/prefill through block tables d{d}"]
+
+        # quantized KV (issue 14): the store quantizing after rope and rotating, both store paths, a
+        # sliding layer; the _kvq decode (single, split, 4-row) and prefill kernels; the rotation op
+        inv_np = np.asarray(ops.rope_inv_freq_default(d, 10000.0), np.float32)
+        for store in ("compute", "blit"):
+            qc = metalkv.KVCache(dev, 2, n_kv, d, 512, windows=[0, 64], max_chunk=48, store=store,
+                                 kv_k=["q4", "q8"], kv_v=["q8", "q4"], kv_rotate=True)
+            for _ in range(3):
+                k = rng.standard_normal((2, 48, n_kv, d)).astype(np.float32)
+                qc.append_all_layers(k, k.copy(), rope=dict(style="neox", inv_freq=inv_np))
+            qc.append(0, rng.standard_normal((3, n_kv, d)).astype(np.float32),
+                      rng.standard_normal((3, n_kv, d)).astype(np.float32), rope=dict(style="neox", inv_freq=inv_np),
+                      q=rng.standard_normal((3, n_q, d)).astype(np.float32))
+        qkv = dev.buffer_from(rng.integers(0, 256, 512 * n_kv * (3 * d + 64), dtype=np.uint8))
+        for kv_k, kv_v in (("q8", "q4"), ("q4", "f16")):
+            for split, heads in (("never", n_q), ("always", n_q), ("never", 2 * n_kv)):
+                ops.attention_decode(dev, q, qkv, table, o, n_q_heads=heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok,
+                                     slots=512, split=split, chunks=4 if split == "always" else 0, kv_k=kv_k, kv_v=kv_v)
+            ops.attention_prefill(dev, qp, qkv, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
+                                  q_pos0=n_tok - 40, slots=512, window=100, kv_k=kv_k, kv_v=kv_v)
+        ops.hadamard(dev, op, n_rows=40, n_heads=n_q, head_dim=d)
+        ran += [f"quantized kv_store (q8/q4, rotated, compute, blit, sliding), attn_decode/split/prefill _kvq, hadamard d{d}"]
     return ran
 
 
