@@ -78,9 +78,11 @@ inline float attn_merge_weight(float m, float m_all) {
 // Where a lane's K and V pieces come from, and how they become floats: one
 // of two readers, a template argument of the body.
 //   AttnKvF16    f16 K and V: a piece is E raw halfs (the f16 kernels)
-//   AttnKvQuant  each of K and V in its format (kv_format.h), known at run
-//                time (uniform branches): a piece is E f16/q8/q4 values and
-//                their group's (scale, lo), dequantized in registers
+//   AttnKvQuant  each of K and V in its format (kv_format.h): a piece is E
+//                f16/q8/q4 values and their group's (scale, lo), dequantized
+//                in registers. KF, VF: the formats as compile-time constants
+//                (offsets fold, unused piece parts go), or kKvAnyFormat for
+//                the one kernel that reads any pair (uniform branches)
 // Both read lane piece `elem` of KV head `head` of the slot they are given.
 template <uint D, uint E>
 struct AttnKvF16 {
@@ -104,7 +106,9 @@ struct AttnKvF16 {
   void unpack_v(Piece w, thread float (&out)[E]) const { attn_unpack(w, out); }
 };
 
-template <uint D, uint E>
+constant constexpr uint kKvAnyFormat = 0xffu;
+
+template <uint D, uint E, uint KF = kKvAnyFormat, uint VF = kKvAnyFormat>
 struct AttnKvQuant {
   typedef mkv_kv::KvPiece Piece;
   const device uchar* k_section;
@@ -113,22 +117,24 @@ struct AttnKvQuant {
 
   static AttnKvQuant make(constant mkv_params::AttnDecode& p, const device uchar* kv, uint head, uint elem) {
     AttnKvQuant r;
-    r.k_format = p.k_format;
-    r.v_format = p.v_format;
+    r.k_format = KF == kKvAnyFormat ? p.k_format : KF;
+    r.v_format = VF == kKvAnyFormat ? p.v_format : VF;
     r.heads = p.n_kv_heads;
     r.head = head;
     r.elem = elem;
     r.k_section = kv;
-    r.v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+    r.v_section = kv + p.slots * mkv_params::kv_slot_bytes(r.k_format, p.n_kv_heads, D);
     return r;
   }
+  uint kf() const { return KF == kKvAnyFormat ? k_format : KF; }
+  uint vf() const { return VF == kKvAnyFormat ? v_format : VF; }
   void load(uint slot, thread Piece& k, thread Piece& v) const {
     constexpr uint B = mkv_params::kKvBlockTokens;
-    k = mkv_kv::kv_load_piece<E>(k_section, k_format, B, heads, D, slot, head, elem);
-    v = mkv_kv::kv_load_piece<E>(v_section, v_format, B, heads, D, slot, head, elem);
+    k = mkv_kv::kv_load_piece<E>(k_section, kf(), B, heads, D, slot, head, elem);
+    v = mkv_kv::kv_load_piece<E>(v_section, vf(), B, heads, D, slot, head, elem);
   }
-  void unpack_k(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(k_format, w, out); }
-  void unpack_v(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(v_format, w, out); }
+  void unpack_k(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(kf(), w, out); }
+  void unpack_v(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(vf(), w, out); }
 };
 
 // The K and V pieces of lane group `group` for the block of positions at i:

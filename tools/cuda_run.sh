@@ -103,12 +103,19 @@ stage_engine_variants() {
 # transformers' dynamic cache, then metalkv alone quantized at load to q8_0 and q4_0.
 stage_engine_context() {
   step "engine at ${CONTEXT:-32768} cached positions: f16 (+ transformers), q8_0, q4_0"
+  context_runs "" "f16:--hf-cache dynamic" "q8_0:--hf-cache '' --quantize q8_0" "q4_0:--hf-cache '' --quantize q4_0"
+}
+
+# bench/gpu/engine.py at CONTEXT cached positions once per "name:extra flags" variant,
+# its output in $OUT/bench_context_<prefix><name>.{txt,json}.
+context_runs() {
+  local prefix=$1; shift
   local args="--context ${CONTEXT:-32768} --prompt 64 --new-tokens 64 --repeat 1 ${ENGINE_ARGS:-}"
-  for v in "f16:--hf-cache dynamic" "q8_0:--hf-cache '' --quantize q8_0" "q4_0:--hf-cache '' --quantize q4_0"; do
+  for v in "$@"; do
     IFS=: read -r name extra <<< "$v"
-    timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_context_$name.json' $args $extra" \
-      > "$OUT/bench_context_$name.txt" 2>&1
-    note "bench/gpu/engine.py --context [$name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_$name.txt" | tail -c 220)"
+    timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_context_$prefix$name.json' $args $extra" \
+      > "$OUT/bench_context_$prefix$name.txt" 2>&1
+    note "bench/gpu/engine.py --context [$prefix$name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_$prefix$name.txt" | tail -c 220)"
   done
 }
 
@@ -134,38 +141,35 @@ stage_ncu() {
 
 # The batching suites on the cuda device: several-token gemv bit-identity,
 # chunk-invariant prefill attention, batched calls = lone calls, the prefix cache.
+# pytest on the cuda device over the given suites, its log in $OUT/pytest_NAME.log.
+pytest_cuda() {
+  local name=$1; shift
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-300} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    "$@" > "$OUT/pytest_$name.log" 2>&1
+  local rc=$?
+  tail -15 "$OUT/pytest_$name.log"
+  note "pytest $name suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_$name.log")"
+}
+
 stage_test_batching() {
   step "batching suites on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-300} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/ops/test_matmul_tokens.py tests/kv/test_attention_invariance.py tests/kv/test_block_cache.py \
+  pytest_cuda batching tests/ops/test_matmul_tokens.py tests/kv/test_attention_invariance.py tests/kv/test_block_cache.py \
     tests/engine/test_batching.py tests/engine/test_prefix_cache.py tests/engine/test_cache_state.py \
-    tests/engine/test_kv_pool.py > "$OUT/pytest_batching.log" 2>&1
-  local rc=$?
-  tail -15 "$OUT/pytest_batching.log"
-  note "pytest batching suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_batching.log")"
+    tests/engine/test_kv_pool.py
 }
 
 # Quantized KV (issue 14): its suites on the cuda device, and decode attention per format.
 stage_test_kv_quant() {
   step "quantized KV suites on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-300} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/kv/test_kv_quant.py tests/engine/test_kv_quant_engine.py tests/engine/test_cache_file.py \
-    tests/engine/test_ppl.py > "$OUT/pytest_kv_quant.log" 2>&1
-  local rc=$?
-  tail -15 "$OUT/pytest_kv_quant.log"
-  note "pytest kv quant suites (cuda): rc=$rc, $(tail -1 "$OUT/pytest_kv_quant.log")"
+  pytest_cuda kv_quant tests/kv/test_kv_quant.py tests/engine/test_kv_quant_engine.py tests/engine/test_cache_file.py \
+    tests/engine/test_ppl.py
 }
 
 # Decode at CONTEXT cached positions, metalkv alone, per KV cache format (f16, q8, q4; q4 rotated).
 stage_engine_context_kv() {
   step "engine at ${CONTEXT:-32768} cached positions per KV format"
-  local args="--context ${CONTEXT:-32768} --prompt 64 --new-tokens 64 --repeat 1 --hf-cache '' ${ENGINE_ARGS:-}"
-  for v in "f16:" "q8:--kv-k q8 --kv-v q8" "q4:--kv-k q4 --kv-v q4" "q4rot:--kv-k q4 --kv-v q4 --kv-rotate"; do
-    IFS=: read -r name extra <<< "$v"
-    timeout ${ENGINE_S:-420} bash -c "python3 bench/gpu/engine.py --json '$OUT/bench_context_kv_$name.json' $args $extra" \
-      > "$OUT/bench_context_kv_$name.txt" 2>&1
-    note "bench/gpu/engine.py --context [kv $name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_kv_$name.txt" | tail -c 220)"
-  done
+  context_runs kv_ "f16:--hf-cache ''" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4" \
+    "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate"
 }
 
 stage_bench_kv_quant() {

@@ -43,12 +43,24 @@ static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption
 
 std::string num(uint64_t v) { return std::to_string(v); }
 
-// The kernel family's format part: f16, or kvq when K or V is quantized.
-const char* kv_kind(const AttentionDesc& d) {
-  return d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 ? "f16" : "kvq";
+// The kernel family's format part: f16; a pair with kernels of its own
+// (metal/attention_decode.metal MKV_ATTN_DECODE_KVQ_PAIRS: decode at D = 64
+// and 128); else kvq, whose kernels read any pair.
+const char* kv_kind(const AttentionDesc& d, bool decode = false) {
+  using namespace mkv_params;
+  if (d.k_format == kKvF16 && d.v_format == kKvF16) return "f16";
+  if (decode && (d.head_dim == 64 || d.head_dim == 128)) {
+    if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
+    if (d.k_format == kKvQ4 && d.v_format == kKvQ4) return "q4q4";
+    if (d.k_format == kKvQ8 && d.v_format == kKvQ4) return "q8q4";
+  }
+  return "kvq";
 }
 
-std::string family(const char* stem, const AttentionDesc& d) { return std::string(stem) + "_" + kv_kind(d); }
+std::string family(const char* stem, const AttentionDesc& d) {
+  const bool decode = std::string(stem).rfind("attn_decode", 0) == 0;
+  return std::string(stem) + "_" + kv_kind(d, decode);
+}
 
 // Bytes of one key's K and V rows of one KV head: codes and group parameters.
 uint64_t kv_head_bytes(const AttentionDesc& d) {

@@ -12,8 +12,8 @@ import pytest
 
 BENCH = os.environ.get("METALKV_BENCH") or shutil.which("metalkv-bench")
 pytestmark = pytest.mark.skipif(BENCH is None, reason="metalkv-bench is not installed (pip install .)")
-GROUPS = ("attention", "fiber", "gpu_kernels_decode", "gpu_kernels_prefill", "gpu_kernels_linear", "kv_store",
-          "linear")
+GROUPS = ("attention", "fiber", "gpu_kernels_decode", "gpu_kernels_prefill", "gpu_kernels_linear", "kv_quant",
+          "kv_store", "linear")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ from kv import kv_quant_ref as qr
 from metalkv.models import load_model
 
 from .reference import f16_storage, llama_logits
+from .test_batching import with_logits
 
 IDS = [1, 5, 9, 63, 0, 17, 17, 2, 40, 33, 8, 8, 21, 60, 3, 12, 44, 2, 9, 30, 31, 7]
 
@@ -110,21 +111,6 @@ def test_rotated_store_rotates_k_after_rope_v_and_the_queries():
         metalkv.KVCache(dev, 1, n_kv, 192, 32, kv_k=["q8"], kv_rotate=True)
 
 
-def with_logits(engine, ps, together):
-    def submit(p):
-        return engine._core.submit(engine.new_cache(), np.asarray(p, np.int64), keep_logits=True, ephemeral=True,
-                                   max_tokens=6, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0,
-                                   repetition_penalty=1.0, seed=0, stop_ids=[])
-    if together:
-        reqs = [submit(p) for p in ps]
-        return [(r.result(), r.logits()) for r in reqs]
-    out = []
-    for p in ps:
-        r = submit(p)
-        out.append((r.result(), r.logits()))
-    return out
-
-
 @pytest.mark.parametrize("fixture", ["tiny_gguf", "tiny_sliding_dir"])
 def test_batched_and_prefix_cached_calls_equal_lone_ones(request, fixture):
     """A shared pool of q4/q8 rotated blocks: batches, prefix-cache hits
@@ -135,8 +121,9 @@ def test_batched_and_prefix_cached_calls_equal_lone_ones(request, fixture):
     rng = np.random.default_rng(1)
     system = rng.integers(1, 60, 40).tolist()  # a shared prefix: its full blocks go to the prefix cache
     ps = [system + rng.integers(1, 60, int(rng.integers(1, 20))).tolist() for _ in range(5)]
-    alone = with_logits(eng, ps, together=False)
-    together = with_logits(eng, ps, together=True)
+    kw = dict(max_tokens=6, stop_ids=())
+    alone = with_logits(eng, ps, kw, False)
+    together = with_logits(eng, ps, kw, True)
     assert eng.kv_pool["groups"][0]["cached_blocks"] > 0
     for (ids_a, lg_a), (ids_b, lg_b) in zip(alone, together):
         assert ids_a == ids_b

@@ -200,6 +200,7 @@ def decode_cases():
         yield kv_k, kv_v, d, (9, 3) if d <= 64 else (8, 2)  # GQA 3 (4-row kernels) / 4
     for d in (32, 64):
         yield "q4", "q8", d, (16, 2)  # 8 query heads per KV head: the 8-row kernels
+    yield "q4", "q4", 64, (16, 2)     # ... with the formats as constants
     yield "q8", "q4", 128, (8, 1)     # MQA
 
 
@@ -260,12 +261,14 @@ def test_prefill_quantized_sliding_with_sinks_and_softcap(dev, kv_k, kv_v):
 
 
 def test_plan_counts_the_quantized_bytes():
-    """Bytes read per decode step follow the formats: codes and group parameters."""
+    """Bytes read per decode step follow the formats: codes and group parameters;
+    the commonest pairs run kernels with their formats as constants."""
     kw = dict(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=4096, slots=4096, wave=64)
     f16 = ops.attention_decode_plan(**kw)
     for kv_k, kv_v in PAIRS:
         p = ops.attention_decode_plan(**kw, kv_k=kv_k, kv_v=kv_v)
-        assert p["kernel"].startswith(("attn_decode_kvq_d64", "attn_decode_split_kvq_d64"))
+        fixed = {("q8", "q8"): "q8q8", ("q4", "q4"): "q4q4", ("q8", "q4"): "q8q4"}.get((kv_k, kv_v), "kvq")
+        assert p["kernel"] in (f"attn_decode_{fixed}_d64_r4", f"attn_decode_split_{fixed}_d64_r4")
         per_key = qr.slot_bytes(kv_k, 1, 64) + qr.slot_bytes(kv_v, 1, 64)
         assert p["kv_bytes_visible"] == 3 * 4096 * per_key
         assert p["kv_bytes_visible"] < f16["kv_bytes_visible"]
