@@ -71,12 +71,20 @@ KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chun
     s.group_blocks.push_back(bounded ? std::max<uint32_t>(2 * one[g] + 1, uint32_t(std::min(scaled, 4e9)))
                                      : uint32_t(std::min(scaled, 4e9)));
     if (s.group_blocks.back() == 0) {
-      size_t block = 0;  // one block id: its K and V blocks in every layer of the group
-      for (uint32_t l = 0; l < s.windows.size(); ++l)
-        if (s.windows[l] == gw[g]) block += s.layout(l, kBlockTokens).nbytes();
+      // one block id: its K and V blocks in every layer of the group (their formats may differ)
+      size_t total = 0, first = 0;
+      bool same = true;
+      for (uint32_t l = 0; l < s.windows.size(); ++l) {
+        if (s.windows[l] != gw[g]) continue;
+        const size_t b = s.layout(l, kBlockTokens).nbytes();
+        if (!first) first = b;
+        same = same && b == first;
+        total += b;
+      }
       bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) +
-                 " (one block: " + str(block) + " bytes over their layers; one sequence of " + str(capacity) +
-                 " tokens needs " + str(one_bytes) + " bytes)");
+                 " (one block: " + (same ? str(first) + " bytes in each of their layers" : str(total) +
+                 " bytes over their layers") + "; one sequence of " + str(capacity) + " tokens needs " +
+                 str(one_bytes) + " bytes)");
     }
   }
   const size_t got = pool_bytes(s);
