@@ -250,8 +250,25 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              const kv::LayerLayout lay = c.cache->layout(layer);
              return std::make_pair(lay.data_row_bytes(kv), lay.param_row_bytes(kv));
            }, "layer"_a, "kv"_a,
-           "(data row bytes, parameter row bytes) of one slot in the layer's K (kv=0) or V (kv=1) section: each "
-           "block of section_bytes() is BLOCK_TOKENS data rows, then BLOCK_TOKENS parameter rows.")
+           "(data row bytes, parameter row bytes) of one position of the layer's K (kv=0) or V (kv=1) section as "
+           "read_rows()/write_rows() take them: every head's codes (or halfs) in element order, then every head's "
+           "group parameters (docs/KV_QUANT.md).")
+      .def("read_rows",
+           [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first, uint32_t n) {
+             const kv::LayerLayout lay = c.cache->layout(layer);
+             const size_t drow = lay.data_row_bytes(kv & 1), prow = lay.param_row_bytes(kv & 1);
+             auto* data = new uint8_t[std::max<size_t>(1, n * drow)];
+             auto* params = new uint8_t[std::max<size_t>(1, n * prow)];
+             nb::capsule own_d(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+             nb::capsule own_p(params, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+             c.cache->read_rows(layer, kv, first, n, data, params);
+             const size_t ds[2] = {n, drow}, ps[2] = {n, prow};
+             return std::make_pair(nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(data, 2, ds, own_d),
+                                   nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(params, 2, ps, own_p));
+           },
+           "layer"_a, "kv"_a, "first"_a, "n"_a,
+           "The stored bytes of positions first .. first+n-1 (which the layer holds) of its K (kv=0) or V (kv=1) "
+           "section: (data (n, data row bytes), params (n, parameter row bytes)) uint8, rows as row_bytes() says.")
       .def("write_rows",
            [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first,
               const nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>& data,

@@ -294,21 +294,34 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 
 void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
                          const uint8_t* params) {
+  copy_rows(layer, kv, first, n, const_cast<uint8_t*>(data), const_cast<uint8_t*>(params), true);
+}
+
+void KVCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data,
+                        uint8_t* params) const {
+  copy_rows(layer, kv, first, n, data, params, false);
+}
+
+void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+                        bool write) const {
   Lock lock(pool_->mutex());
   check_layer(layer);
   if (kv > 1) fail("section " + str(kv) + " is neither K (0) nor V (1)");
   const LayerLayout lay = layout(layer);
   const BlockTable& t = *group_of(layer).table;
   if (uint64_t(first) + n > lengths_[layer])
-    fail("layer " + str(layer) + " holds " + str(lengths_[layer]) + " positions; cannot write rows " + str(first) +
-         ".." + str(uint64_t(first) + n - 1));
+    fail("layer " + str(layer) + " holds " + str(lengths_[layer]) + " positions; cannot " +
+         (write ? "write" : "read") + " rows " + str(first) + ".." + str(uint64_t(first) + n - 1));
   const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
+  const BufferView reg = region(layer);
   for (uint32_t i = 0; i < n; ++i) {
     if (!t.holds(first + i)) fail("layer " + str(layer) + " does not hold position " + str(first + i));
     const std::vector<LayerLayout::Range> r = lay.slot_ranges(kv, t.slot(first + i), 1);
-    const BufferView reg = region(layer);
-    reg.buffer->write(reg.offset + r[0].offset, data + i * drow, drow);
-    if (r.size() > 1) reg.buffer->write(reg.offset + r[1].offset, params + i * prow, prow);
+    uint8_t* rows[2] = {data + i * drow, params + i * prow};
+    for (size_t p = 0; p < r.size(); ++p) {
+      if (write) reg.buffer->write(reg.offset + r[p].offset, rows[p], r[p].bytes);
+      else reg.buffer->read(reg.offset + r[p].offset, rows[p], r[p].bytes);
+    }
   }
 }
 

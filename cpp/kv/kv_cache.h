@@ -107,6 +107,8 @@ class KVCache {
   // params (none for f16). A saved cache read back as its formats' bytes
   // (nothing requantized). Raises GpuError for a position the layer does not hold.
   void write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data, const uint8_t* params);
+  // The same rows read back (what a saved cache stores).
+  void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params) const;
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -236,6 +238,9 @@ class KVCache {
   BufferView staging_for(uint32_t n_new);
   // Writes table entries [from_block, end) to the mirror, growing it if needed.
   void sync_table(Group& g, size_t from_block);
+  // read_rows / write_rows: the checks, then one copy per slot and plane.
+  void copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+                 bool write) const;
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
   Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }

@@ -27,7 +27,6 @@ import tempfile
 
 import numpy as np
 
-from ._core import BLOCK_TOKENS
 from .errors import CacheFileError
 from .kv_options import KV_FORMATS
 
@@ -36,8 +35,8 @@ VERSION = 2  # 2: per-layer KV formats, rows as stored (1: float16 rows only)
 READABLE_VERSIONS = (1, 2)  # every version this reader understands; a new one adds its reader
 
 
-def _held_slots(cache, layer: int) -> tuple[int, np.ndarray]:
-    """(first position, the slots of the positions the layer holds, in order)."""
+def _held(cache, layer: int) -> int:
+    """The first position the layer holds (it holds one run up to its length)."""
     pos = np.asarray(cache.positions(layer))
     slots = np.flatnonzero(pos >= 0)
     order = slots[np.argsort(pos[slots], kind="stable")]
@@ -47,18 +46,14 @@ def _held_slots(cache, layer: int) -> tuple[int, np.ndarray]:
     if len(held) != n - first or (len(held) and int(held[-1]) != n - 1):
         raise CacheFileError(f"[cache_file] layer {layer} holds positions that are not one run ending at "
                              f"{n - 1}; cannot save it")
-    return first, order
+    return first
 
 
-def _section_rows(cache, layer: int, kv: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(data rows, parameter rows) uint8 of these slots of the layer's K (0) or
-    V (1) section: each block is B data rows, then B parameter rows."""
-    data_row, param_row = cache.row_bytes(layer, kv)
-    sec = np.asarray(cache.section_bytes(layer, kv))
-    b = BLOCK_TOKENS
-    data = sec[:, :b * data_row].reshape(len(sec), b, data_row)[slots // b, slots % b]
-    params = sec[:, b * data_row:].reshape(len(sec), b, param_row)[slots // b, slots % b]
-    return np.ascontiguousarray(data), np.ascontiguousarray(params)
+def _section_rows(cache, layer: int, kv: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(data rows, parameter rows) uint8 of positions first .. first+n-1 of the
+    layer's K (0) or V (1) section, each row as the format defines it."""
+    data, params = cache.read_rows(layer, kv, first, n)
+    return np.asarray(data), np.asarray(params)
 
 
 def save_cache(cache, path: str | os.PathLike) -> None:
@@ -74,13 +69,14 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     tensors, firsts, formats = {}, [], []
     shape = (cache.n_kv_heads, cache.head_dim)
     for layer in range(cache.n_layers):
-        first, slots = _held_slots(cache, layer)
+        first = _held(cache, layer)
+        n = cache.length(layer) - first
         firsts.append(first)
         formats.append(list(cache.formats(layer)))
         for kv, name in enumerate(("k", "v")):
-            data, params = _section_rows(cache, layer, kv, slots)
+            data, params = _section_rows(cache, layer, kv, first, n)
             if formats[-1][kv] == "f16":
-                tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((len(slots),) + shape)
+                tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((n,) + shape)
             else:
                 tensors[f"layer.{layer}.{name}"] = data
                 tensors[f"layer.{layer}.{name}_params"] = params

@@ -122,6 +122,39 @@ def test_blit_and_compute_quantized_caches_are_bit_identical(windows):
             np.testing.assert_array_equal(rows[0][1], rows[1][1])
 
 
+def test_rows_read_and_written_as_the_format_defines_them():
+    """read_rows gives each position's codes and parameters as the format
+    defines them (the reference quantizer's); write_rows puts them back bit for
+    bit (what saved caches rely on)."""
+    dev = test_device()
+    rng = np.random.default_rng(5)
+    n_kv, d, n = 2, 128, 70
+    kw = dict(windows=[0, 40], max_chunk=8, kv_k=["q4", "q8"], kv_v=["q8", "f16"])
+    cache = metalkv.KVCache(dev, 2, n_kv, d, 200, **kw)
+    k = rng.standard_normal((2, n, n_kv, d)).astype(np.float32)
+    v = rng.standard_normal((2, n, n_kv, d)).astype(np.float32)
+    for lo in range(0, n, 7):
+        cache.append_all_layers(k[:, lo:lo + 7], v[:, lo:lo + 7])
+    copy = metalkv.KVCache(dev, 2, n_kv, d, 200, **kw)
+    zeros = np.zeros((2, n, n_kv, d), np.float32)
+    for lo in range(0, n, 7):
+        copy.append_all_layers(zeros[:, lo:lo + 7], zeros[:, lo:lo + 7])
+    for layer in range(2):
+        first = int(np.min(np.where(cache.positions(layer) >= 0, cache.positions(layer), n)))
+        for kv, x in ((0, k[layer]), (1, v[layer])):
+            fmt = cache.formats(layer)[kv]
+            data, params = cache.read_rows(layer, kv, first, n - first)
+            want_data, want_params = qr.quantize(x[first:], fmt)
+            np.testing.assert_array_equal(data, want_data.reshape(n - first, -1))
+            np.testing.assert_array_equal(params, want_params.reshape(n - first, -1))
+            copy.write_rows(layer, kv, first, data, params)
+            got = copy.read_rows(layer, kv, first, n - first)
+            np.testing.assert_array_equal(got[0], data)
+            np.testing.assert_array_equal(got[1], params)
+    with pytest.raises(metalkv.GpuError, match="holds 70 positions; cannot read rows 60..79"):
+        cache.read_rows(0, 0, 60, 20)
+
+
 def test_byte_accounting_follows_the_formats():
     dev = test_device()
     n_kv, d, cap = 3, 64, 100
