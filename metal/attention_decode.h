@@ -87,6 +87,8 @@ inline float attn_merge_weight(float m, float m_all) {
 template <uint D, uint E>
 struct AttnKvF16 {
   typedef typename AttnPiece<E>::type Piece;
+  typedef Piece KPiece;
+  typedef Piece VPiece;
   const device half* k_base;
   const device half* v_base;
   uint slot_stride;  // halfs from one slot to the next
@@ -108,9 +110,31 @@ struct AttnKvF16 {
 
 constant constexpr uint kKvAnyFormat = 0xffu;
 
+// One section's pieces: format F fixed (KvFixedPiece) or any (KvPiece, the
+// format read at run time).
+template <uint F, uint E>
+struct AttnKvSection {
+  typedef typename mkv_kv::KvFixedPiece<F, E>::type Piece;
+  static Piece load(const device uchar* s, uint, uint heads, uint D, uint slot, uint head, uint elem) {
+    return mkv_kv::KvFixedPiece<F, E>::load(s, heads, D, slot, head, elem);
+  }
+  static void unpack(uint, Piece p, thread float (&out)[E]) { mkv_kv::KvFixedPiece<F, E>::unpack(p, out); }
+};
+template <uint E>
+struct AttnKvSection<kKvAnyFormat, E> {
+  typedef mkv_kv::KvPiece Piece;
+  static Piece load(const device uchar* s, uint fmt, uint heads, uint D, uint slot, uint head, uint elem) {
+    return mkv_kv::kv_load_piece<E>(s, fmt, mkv_params::kKvBlockTokens, heads, D, slot, head, elem);
+  }
+  static void unpack(uint fmt, Piece p, thread float (&out)[E]) { mkv_kv::kv_unpack_piece<E>(fmt, p, out); }
+};
+
 template <uint D, uint E, uint KF = kKvAnyFormat, uint VF = kKvAnyFormat>
 struct AttnKvQuant {
-  typedef mkv_kv::KvPiece Piece;
+  typedef AttnKvSection<KF, E> KS;
+  typedef AttnKvSection<VF, E> VS;
+  typedef typename KS::Piece KPiece;
+  typedef typename VS::Piece VPiece;
   const device uchar* k_section;
   const device uchar* v_section;
   uint k_format, v_format, heads, head, elem;
@@ -126,22 +150,19 @@ struct AttnKvQuant {
     r.v_section = kv + p.slots * mkv_params::kv_slot_bytes(r.k_format, p.n_kv_heads, D);
     return r;
   }
-  uint kf() const { return KF == kKvAnyFormat ? k_format : KF; }
-  uint vf() const { return VF == kKvAnyFormat ? v_format : VF; }
-  void load(uint slot, thread Piece& k, thread Piece& v) const {
-    constexpr uint B = mkv_params::kKvBlockTokens;
-    k = mkv_kv::kv_load_piece<E>(k_section, kf(), B, heads, D, slot, head, elem);
-    v = mkv_kv::kv_load_piece<E>(v_section, vf(), B, heads, D, slot, head, elem);
+  void load(uint slot, thread KPiece& k, thread VPiece& v) const {
+    k = KS::load(k_section, k_format, heads, D, slot, head, elem);
+    v = VS::load(v_section, v_format, heads, D, slot, head, elem);
   }
-  void unpack_k(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(kf(), w, out); }
-  void unpack_v(Piece w, thread float (&out)[E]) const { mkv_kv::kv_unpack_piece<E>(vf(), w, out); }
+  void unpack_k(KPiece w, thread float (&out)[E]) const { KS::unpack(k_format, w, out); }
+  void unpack_v(VPiece w, thread float (&out)[E]) const { VS::unpack(v_format, w, out); }
 };
 
 // The K and V pieces of lane group `group` for the block of positions at i:
 // positions i + u*G + group (u < U), clamped to the chunk's last one.
 template <typename L, uint U, uint G>
 inline void attn_decode_load_block(thread const L& ld, const device uint* table, uint i, uint group, uint end,
-                                   thread typename L::Piece (&kw)[U], thread typename L::Piece (&vw)[U]) {
+                                   thread typename L::KPiece (&kw)[U], thread typename L::VPiece (&vw)[U]) {
   // The U positions span (U - 1) * G + 1 <= 13 < kKvBlockTokens: at most two
   // table entries, loaded once for the block.
   const uint first = min(i + group, end - 1);
@@ -178,7 +199,8 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
   constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
   constexpr float LOG2E = 1.4426950408889634f;
-  typedef typename L::Piece Piece;
+  typedef typename L::KPiece KPiece;
+  typedef typename L::VPiece VPiece;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
   const uint group = lane / KL, piece = lane % KL;
@@ -217,10 +239,10 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   // chunk's end read its last row again (masked below). `prefetch` also
   // issues the next block's loads before this block's math (2 U E / 2 more
   // registers).
-  Piece kw[U];
-  Piece vw[U];
-  Piece kn[U];
-  Piece vn[U];
+  KPiece kw[U];
+  VPiece vw[U];
+  KPiece kn[U];
+  VPiece vn[U];
   const uint first = begin + simd * BLOCK;
   if (prefetch && first < end) attn_decode_load_block<L, U, G>(ld, table, first, group, end, kw, vw);
   for (uint i = first; i < end; i += S * BLOCK) {

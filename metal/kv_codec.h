@@ -84,6 +84,46 @@ inline void kv_unpack_piece(uint fmt, KvPiece p, thread float (&out)[E]) {
   }
 }
 
+// A piece of a format known at compile time (q8 or q4), as small as it is:
+// its code words and its group's parameters as raw half bits (a q4 piece of 8
+// elements is 2 registers where KvPiece takes 6).
+constexpr uint kv_fixed_words(uint F, uint E) { return F == mkv_params::kKvQ8 ? (E + 3) / 4 : (E + 7) / 8; }
+
+template <uint F, uint E>
+struct KvFixedPiece {
+  struct type {
+    uint w[kv_fixed_words(F, E)];
+    uint prm;  // q8: the half scale's bits; q4: the half2 (scale, lo)'s
+  };
+  static type load(const device uchar* section, uint heads, uint D, uint slot, uint head, uint elem) {
+    constexpr uint B = mkv_params::kKvBlockTokens;
+    type t;
+    const device uchar* data = section + mkv_params::kv_data_offset(F, B, heads, D, slot, head, elem);
+    const device uchar* prm = section + mkv_params::kv_param_offset(F, B, heads, D, slot, head, elem);
+    if (F == mkv_params::kKvQ8 && E == 8) {
+      const uint2 a = *(const device uint2*)data;
+      t.w[0] = a.x;
+      t.w[kv_fixed_words(F, E) - 1] = a.y;
+    } else if (F == mkv_params::kKvQ8 || E == 8) {
+      t.w[0] = *(const device uint*)data;
+    } else {
+      t.w[0] = uint(*(const device ushort*)data);
+    }
+    t.prm = F == mkv_params::kKvQ8 ? uint(*(const device ushort*)prm) : *(const device uint*)prm;
+    return t;
+  }
+  static void unpack(type t, thread float (&out)[E]) {
+    if (F == mkv_params::kKvQ8) {
+      const float scale = float(as_type<half>(ushort(t.prm)));
+      MKV_UNROLL for (uint e = 0; e < E; ++e)
+        out[e] = float(int(char((t.w[e / 4] >> (8 * (e % 4))) & 0xffu))) * scale;
+    } else {
+      const float2 sm = float2(as_type<half2>(t.prm));
+      MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = float((t.w[0] >> (4 * e)) & 0xfu) * sm.x + sm.y;
+    }
+  }
+};
+
 // Four consecutive elements c .. c + 3 (c % 4 == 0) of (slot, head),
 // dequantized to half: what prefill stages in threadgroup memory.
 inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uint heads, uint D, uint slot,
