@@ -115,18 +115,18 @@ constant constexpr uint kKvAnyFormat = 0xffu;
 template <uint F, uint E>
 struct AttnKvSection {
   typedef typename mkv_kv::KvFixedPiece<F, E>::type Piece;
-  static Piece load(const device uchar* s, uint, uint heads, uint D, uint slot, uint head, uint elem) {
-    return mkv_kv::KvFixedPiece<F, E>::load(s, heads, D, slot, head, elem);
+  static Piece read(const device uchar* s, uint, uint heads, uint D, uint slot, uint head, uint elem) {
+    return mkv_kv::KvFixedPiece<F, E>::fetch(s, heads, D, slot, head, elem);
   }
-  static void unpack(uint, Piece p, thread float (&out)[E]) { mkv_kv::KvFixedPiece<F, E>::unpack(p, out); }
+  static void widen(uint, Piece p, thread float (&out)[E]) { mkv_kv::KvFixedPiece<F, E>::expand(p, out); }
 };
 template <uint E>
 struct AttnKvSection<kKvAnyFormat, E> {
   typedef mkv_kv::KvPiece Piece;
-  static Piece load(const device uchar* s, uint fmt, uint heads, uint D, uint slot, uint head, uint elem) {
+  static Piece read(const device uchar* s, uint fmt, uint heads, uint D, uint slot, uint head, uint elem) {
     return mkv_kv::kv_load_piece<E>(s, fmt, mkv_params::kKvBlockTokens, heads, D, slot, head, elem);
   }
-  static void unpack(uint fmt, Piece p, thread float (&out)[E]) { mkv_kv::kv_unpack_piece<E>(fmt, p, out); }
+  static void widen(uint fmt, Piece p, thread float (&out)[E]) { mkv_kv::kv_unpack_piece<E>(fmt, p, out); }
 };
 
 template <uint D, uint E, uint KF = kKvAnyFormat, uint VF = kKvAnyFormat>
@@ -151,11 +151,11 @@ struct AttnKvQuant {
     return r;
   }
   void load(uint slot, thread KPiece& k, thread VPiece& v) const {
-    k = KS::load(k_section, k_format, heads, D, slot, head, elem);
-    v = VS::load(v_section, v_format, heads, D, slot, head, elem);
+    k = KS::read(k_section, k_format, heads, D, slot, head, elem);
+    v = VS::read(v_section, v_format, heads, D, slot, head, elem);
   }
-  void unpack_k(KPiece w, thread float (&out)[E]) const { KS::unpack(k_format, w, out); }
-  void unpack_v(VPiece w, thread float (&out)[E]) const { VS::unpack(v_format, w, out); }
+  void unpack_k(KPiece w, thread float (&out)[E]) const { KS::widen(k_format, w, out); }
+  void unpack_v(VPiece w, thread float (&out)[E]) const { VS::widen(v_format, w, out); }
 };
 
 // The K and V pieces of lane group `group` for the block of positions at i:

@@ -8,27 +8,25 @@
 
 namespace mkv_kv {
 
-// Group parameters (scale, lo) of n values x[0], x[stride], ... as the
-// format stores them (halfs; lo is 0 for q8).
-inline half2 kv_group_params(uint fmt, float amax, float vmin, float vmax) {
-  if (fmt == mkv_params::kKvQ8) return half2(half(amax / 127.0f), half(0.0f));
-  return half2(half((vmax - vmin) / 15.0f), half(vmin));
+// The group's half scale from its largest |x| and the signed value holding it.
+inline half kv_group_scale(uint fmt, float amax, float extreme) {
+  return fmt == mkv_params::kKvQ8 ? half(amax / 127.0f) : half(extreme / -8.0f);
 }
 
-// The code of value x under params (scale, lo): rint((x - lo) * (1 / scale)),
-// clamped to the format's range; a zero scale gives 0.
-inline int kv_code(uint fmt, float x, half2 params) {
-  const float scale = float(params.x);
-  const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-  const float c = rint((x - float(params.y)) * inv);
-  return fmt == mkv_params::kKvQ8 ? int(clamp(c, -127.0f, 127.0f)) : int(clamp(c, 0.0f, 15.0f));
+// The code of value x under the group's scale, clamped to the format's
+// range (q4 offset by 8); a zero scale gives 0 (q4: 8, also value 0).
+inline int kv_code(uint fmt, float x, half scale) {
+  const float s = float(scale);
+  const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+  const float c = rint(x * inv);
+  return fmt == mkv_params::kKvQ8 ? int(clamp(c, -127.0f, 127.0f)) : int(clamp(c + 8.0f, 0.0f, 15.0f));
 }
 
 // One lane's piece of a row: up to 16 bytes of f16, q8 or q4 data, and its
-// group's (scale, lo) as floats.
+// group's scale as a float.
 struct KvPiece {
   uint4 raw;
-  float2 sm;
+  float scale;
 };
 
 // Loads the piece of E elements at element `elem` of (slot, head) from a
@@ -38,7 +36,7 @@ inline KvPiece kv_load_piece(const device uchar* section, uint fmt, uint unit_ro
                              uint slot, uint head, uint elem) {
   KvPiece p;
   p.raw = uint4(0u);
-  p.sm = float2(1.0f, 0.0f);
+  p.scale = 1.0f;
   const device uchar* data = section + mkv_params::kv_data_offset(fmt, unit_rows, heads, D, slot, head, elem);
   if (fmt == mkv_params::kKvF16) {
     if (E == 8) p.raw = *(const device uint4*)data;
@@ -52,9 +50,7 @@ inline KvPiece kv_load_piece(const device uchar* section, uint fmt, uint unit_ro
     if (E == 8) p.raw.x = *(const device uint*)data;
     else p.raw.x = uint(*(const device ushort*)data);
   }
-  const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, elem);
-  if (fmt == mkv_params::kKvQ8) p.sm = float2(float(*(const device half*)prm), 0.0f);
-  else p.sm = float2(*(const device half2*)prm);
+  p.scale = float(*(const device half*)(section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, elem)));
   return p;
 }
 
@@ -77,10 +73,10 @@ inline void kv_unpack_piece(uint fmt, KvPiece p, thread float (&out)[E]) {
   } else if (fmt == mkv_params::kKvQ8) {
     MKV_UNROLL for (uint e = 0; e < E; ++e) {
       const uint word = e < 4 ? p.raw.x : p.raw.y;
-      out[e] = float(int(char((word >> (8 * (e % 4))) & 0xffu))) * p.sm.x;
+      out[e] = float(int(char((word >> (8 * (e % 4))) & 0xffu))) * p.scale;
     }
   } else {
-    MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = float((p.raw.x >> (4 * e)) & 0xfu) * p.sm.x + p.sm.y;
+    MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = (float((p.raw.x >> (4 * e)) & 0xfu) - 8.0f) * p.scale;
   }
 }
 
@@ -93,9 +89,9 @@ template <uint F, uint E>
 struct KvFixedPiece {
   struct type {
     uint w[kv_fixed_words(F, E)];
-    uint prm;  // q8: the half scale's bits; q4: the half2 (scale, lo)'s
+    uint prm;  // the half scale's bits
   };
-  static type load(const device uchar* section, uint heads, uint D, uint slot, uint head, uint elem) {
+  static type fetch(const device uchar* section, uint heads, uint D, uint slot, uint head, uint elem) {
     constexpr uint B = mkv_params::kKvBlockTokens;
     type t;
     const device uchar* data = section + mkv_params::kv_data_offset(F, B, heads, D, slot, head, elem);
@@ -109,17 +105,16 @@ struct KvFixedPiece {
     } else {
       t.w[0] = uint(*(const device ushort*)data);
     }
-    t.prm = F == mkv_params::kKvQ8 ? uint(*(const device ushort*)prm) : *(const device uint*)prm;
+    t.prm = uint(*(const device ushort*)prm);
     return t;
   }
-  static void unpack(type t, thread float (&out)[E]) {
+  static void expand(type t, thread float (&out)[E]) {
+    const float scale = float(as_type<half>(ushort(t.prm)));
     if (F == mkv_params::kKvQ8) {
-      const float scale = float(as_type<half>(ushort(t.prm)));
       MKV_UNROLL for (uint e = 0; e < E; ++e)
         out[e] = float(int(char((t.w[e / 4] >> (8 * (e % 4))) & 0xffu))) * scale;
     } else {
-      const float2 sm = float2(as_type<half2>(t.prm));
-      MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = float((t.w[0] >> (4 * e)) & 0xfu) * sm.x + sm.y;
+      MKV_UNROLL for (uint e = 0; e < E; ++e) out[e] = (float((t.w[0] >> (4 * e)) & 0xfu) - 8.0f) * scale;
     }
   }
 };
@@ -130,15 +125,15 @@ inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uin
                       uint head, uint c) {
   const device uchar* data = section + mkv_params::kv_data_offset(fmt, unit_rows, heads, D, slot, head, c);
   if (fmt == mkv_params::kKvF16) return *(const device half4*)data;
-  const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, c);
+  const float scale = float(*(const device half*)(section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot,
+                                                                                       head, c)));
   float4 v;
   if (fmt == mkv_params::kKvQ8) {
-    const char4 q = *(const device char4*)data;
-    v = float4(q) * float(*(const device half*)prm);
+    v = float4(*(const device char4*)data) * scale;
   } else {
     const uint q = uint(*(const device ushort*)data);
-    const float2 sm = float2(*(const device half2*)prm);
-    v = float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) * sm.x + sm.y;
+    v = (float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) - 8.0f) *
+        scale;
   }
   return half4(v);
 }

@@ -2,16 +2,17 @@
 // by the kernels (store, attention) and the C++ layout (cpp/kv/kv_layout.h).
 // docs/KV_QUANT.md describes the same layout in prose.
 //
-// K and V each have a format, chosen per layer and apart:
+// K and V each have a format, chosen per layer and apart; a format quantizes
+// each group of G = kv_group(format, head_dim) elements of one (token, KV
+// head) row with one half scale:
 //   f16  half, as the model computed it (after RoPE for K)
-//   q8   int8 codes in groups of G = kv_group(head_dim) elements of one
-//        (token, KV head) row: scale = half(max|x| / 127),
+//   q8   int8 codes, G = 64 (the whole head below 64): scale = half(max|x| / 127),
 //        code = clamp(rint(x / scale), -127, 127), x' = code * scale
-//   q4   4-bit codes in the same groups, asymmetric: scale =
-//        half((max x - min x) / 15), lo = half(min x),
-//        code = clamp(rint((x - lo) / scale), 0, 15), x' = code * scale + lo;
+//   q4   4-bit codes, G = 32, symmetric with the sign of the largest value
+//        (llama.cpp's q4_0 rule): m = the x of largest |x|, scale = half(m / -8),
+//        code = clamp(rint(x / scale) + 8, 0, 15), x' = (code - 8) * scale;
 //        element 2j in the low nibble of byte j, 2j + 1 in the high one
-// (the division is x * (1 / scale) in float; a zero scale gives code 0).
+// (the division is x * (1 / scale) in float; a zero scale gives code 0 or 8).
 //
 // Layout. A section (K or V) of `rows` slots is cut into units of U slots
 // (the pool: U = kKvBlockTokens, one unit per block; a blit store's staging
@@ -21,8 +22,7 @@
 // then its parameter plane, one row of param_row_bytes per slot (the heads'
 // parameters, padded to a multiple of 4 bytes so a run of slots is a range a
 // blit may copy):
-//   head h's parameters at h * param_bytes: per group g, q8 a half scale at
-//   g * 2; q4 a half2 (scale, lo) at g * 4
+//   head h's parameters at h * param_bytes: per group g a half scale at g * 2
 // so a block is one contiguous range (copied whole by copy-on-write and
 // checkpoints) and every plane row stays aligned for the widest load
 // (data_bytes is a multiple of 16). For f16 the parameter plane is empty and
@@ -40,14 +40,18 @@ MKV_CONSTANT uint32_t kKvQ8 = 1;
 MKV_CONSTANT uint32_t kKvQ4 = 2;
 MKV_CONSTANT uint32_t kKvFormats = 3;
 
-// Elements per quantization group: the whole head up to 64, else 64 (the
-// scale costs 2 bytes per group: 64 elements keep q8 at 1.94x and q4 at
-// 3.56x smaller than f16). The formats need head_dim % kv_group == 0 and a
-// multiple of 32 (kv_format_fits).
-constexpr uint32_t kv_group(uint32_t head_dim) { return head_dim < 64 ? head_dim : 64; }
+// Elements per quantization group. q8: the whole head up to 64, else 64 (a
+// 2-byte scale per 64 codes: 1.94x smaller than f16); q4: 32 (16 bytes of
+// codes and a scale: 3.56x; at those bytes groups of 32 with a scale beat
+// groups of 64 with a scale and a minimum: docs/KV_QUANT.md). The formats take
+// the head dims their kernels are built for: 32, 64 and multiples of 64
+// (kv_format_fits), which every group divides.
+constexpr uint32_t kv_group(uint32_t fmt, uint32_t head_dim) {
+  return fmt == kKvQ4 ? 32 : head_dim < 64 ? head_dim : 64;
+}
 
 constexpr bool kv_format_fits(uint32_t fmt, uint32_t head_dim) {
-  return fmt == kKvF16 || (fmt < kKvFormats && head_dim % 32 == 0 && head_dim % kv_group(head_dim) == 0);
+  return fmt == kKvF16 || (fmt < kKvFormats && (head_dim == 32 || head_dim % 64 == 0));
 }
 
 // Bytes of one (slot, head) row in the data and parameter planes.
@@ -55,7 +59,7 @@ constexpr uint32_t kv_data_bytes(uint32_t fmt, uint32_t head_dim) {
   return fmt == kKvQ8 ? head_dim : fmt == kKvQ4 ? head_dim / 2 : 2 * head_dim;
 }
 constexpr uint32_t kv_param_bytes(uint32_t fmt, uint32_t head_dim) {
-  return fmt == kKvF16 ? 0 : (head_dim / kv_group(head_dim)) * (fmt == kKvQ8 ? 2 : 4);
+  return fmt == kKvF16 ? 0 : (head_dim / kv_group(fmt, head_dim)) * 2;
 }
 // One slot's row of the parameter plane: every head's, padded to 4 bytes.
 constexpr uint32_t kv_param_row_bytes(uint32_t fmt, uint32_t n_kv_heads, uint32_t head_dim) {
@@ -80,7 +84,7 @@ constexpr uint32_t kv_param_offset(uint32_t fmt, uint32_t unit_rows, uint32_t n_
   return (slot / unit_rows) * unit_rows * kv_slot_bytes(fmt, n_kv_heads, head_dim) +
          unit_rows * n_kv_heads * kv_data_bytes(fmt, head_dim) +
          (slot % unit_rows) * kv_param_row_bytes(fmt, n_kv_heads, head_dim) + head * kv_param_bytes(fmt, head_dim) +
-         (elem / kv_group(head_dim)) * (fmt == kKvQ8 ? 2 : 4);
+         (elem / kv_group(fmt, head_dim)) * 2;
 }
 
 }  // namespace mkv_params

@@ -85,23 +85,22 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
     }
     return;
   }
-  const uint G = mkv_params::kv_group(D);
+  const uint G = mkv_params::kv_group(fmt, D);
   const uint groups = D / G;
   for (uint j = tid; j < H * groups; j += nt) {
     const uint h = j / groups;
     const uint d0 = (j - h * groups) * G;
     const device float* x = src + h * D;
-    float amax = 0.0f, vmin = INFINITY, vmax = -INFINITY;
+    float amax = 0.0f, extreme = 0.0f;  // the largest |x|, and the x holding it (the first)
     for (uint d = d0; d < d0 + G; ++d) {
       const float v = kv_store_value<S>(x, d, rd, pos, inv_freq);
-      amax = max(amax, fabs(v));
-      vmin = min(vmin, v);
-      vmax = max(vmax, v);
+      if (fabs(v) > amax) {
+        amax = fabs(v);
+        extreme = v;
+      }
     }
-    const half2 prm = mkv_kv::kv_group_params(fmt, amax, vmin, vmax);
-    device uchar* pp = section + mkv_params::kv_param_offset(fmt, unit, H, D, slot, h, d0);
-    if (fmt == mkv_params::kKvQ8) *(device half*)pp = prm.x;
-    else *(device half2*)pp = prm;
+    const half prm = mkv_kv::kv_group_scale(fmt, amax, extreme);
+    *(device half*)(section + mkv_params::kv_param_offset(fmt, unit, H, D, slot, h, d0)) = prm;
     device uchar* data = section + mkv_params::kv_data_offset(fmt, unit, H, D, slot, h, d0);
     if (fmt == mkv_params::kKvQ8) {
       for (uint d = 0; d < G; ++d)

@@ -24,10 +24,8 @@ void check_kv_format(uint32_t format, uint32_t head_dim, const char* what) {
     throw gpu::ArgumentError(
         "kv_cache", what,
         std::string(what) + "='" + kv_format_name(format) + "' cannot store heads of head_dim " +
-            std::to_string(head_dim) + ": the quantized formats take groups of " +
-            std::to_string(mkv_params::kv_group(head_dim)) +
-            " elements and need a head_dim that is a multiple of 32 and of the group (32, 64, 128, 192, 256, ...); "
-            "keep this model's K and V at 'f16'");
+            std::to_string(head_dim) + ": the quantized formats take head_dim 32, 64 or a multiple of 64 (128, 192, "
+            "256); keep this model's K and V at 'f16'");
 }
 
 std::vector<LayerLayout::Range> LayerLayout::unit_ranges(uint32_t format, uint32_t n_kv_heads, uint32_t head_dim,

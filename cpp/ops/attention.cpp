@@ -93,8 +93,7 @@ uint32_t validate_desc(const char* op, const AttentionDesc& d) {
   for (uint32_t f : {d.k_format, d.v_format})
     if (!mkv_params::kv_format_fits(f, d.head_dim))
       fail(op, "KV format " + num(f) + " cannot be read at head_dim " + num(d.head_dim) +
-                   " (0 = f16 fits every head_dim; the quantized formats need a multiple of 32 that their group, " +
-                   num(mkv_params::kv_group(d.head_dim)) + ", divides)");
+                   " (0 = f16 fits every head_dim; the quantized formats take 32, 64 or a multiple of 64)");
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
   if (d.slots % B != 0)
     fail(op, "slots " + num(d.slots) + " is not a multiple of the block size " + num(B) +

@@ -48,8 +48,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   for (uint32_t f : {d.k_format, d.v_format})
     if (!mkv_params::kv_format_fits(f, d.head_dim))
       fail(kOp, "KV format " + std::to_string(f) + " does not fit head_dim " + std::to_string(d.head_dim) +
-                    " (the quantized formats need a multiple of 32 that their group, " +
-                    std::to_string(mkv_params::kv_group(d.head_dim)) + ", divides)");
+                    " (the quantized formats take head_dim 32, 64 or a multiple of 64)");
   const uint64_t row = uint64_t(d.n_kv_heads) * d.head_dim;  // elements per token row
   const uint64_t dst_bytes = uint64_t(d.dst_rows) * (mkv_params::kv_slot_bytes(d.k_format, d.n_kv_heads, d.head_dim) +
                                                      mkv_params::kv_slot_bytes(d.v_format, d.n_kv_heads, d.head_dim));

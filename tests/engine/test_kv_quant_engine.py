@@ -103,8 +103,8 @@ def test_rotated_store_rotates_k_after_rope_v_and_the_queries():
     want_k = rope_ref(k, range(n), inv_freq, "neox", d) @ h
     np.testing.assert_allclose(got_k, want_k, atol=0.6 * np.abs(want_k).max() / 127 + 1e-5)
     want_v = v.astype(np.float64) @ h
-    step = np.ptp(want_v, -1, keepdims=True) / 15
-    assert np.all(np.abs(got_v - want_v) <= 0.6 * step + 1e-5)
+    step = np.abs(want_v).max(-1, keepdims=True) / 8  # q4: one step of the row's largest group
+    assert np.all(np.abs(got_v - want_v) <= 1.01 * step + 1e-5)  # clamped at +7 steps on the far side
     # an f16 layer of a rotated cache is not rotated: nothing to gain
     assert not metalkv.KVCache(dev, 1, n_kv, d, 32, kv_rotate=True).rotated(0)
     with pytest.raises(metalkv.ArgumentError, match="kv_rotate needs a power-of-two head_dim"):

@@ -1,17 +1,16 @@
 """A numpy reference of the quantized KV formats (metal/kv_format.h,
 docs/KV_QUANT.md), written from the documented rules, for clarity:
 
-  q8: per group of G = group(D) elements of one (token, head) row,
-      scale = f16(max|x| / 127), code = clip(rint(x * (1 / scale)), -127, 127)
-  q4: scale = f16((max - min) / 15), lo = f16(min),
-      code = clip(rint((x - lo) * (1 / scale)), 0, 15), element 2j in the low
-      nibble of byte j
-  (float32 arithmetic; a zero scale gives code 0)
+  q8: per group of G = 64 elements (the whole head below 64) of one (token,
+      head) row, scale = f16(max|x| / 127), code = clip(rint(x * (1 / scale)), -127, 127)
+  q4: per group of 32, m = the x of largest |x| (the first), scale = f16(m / -8),
+      code = clip(rint(x * (1 / scale)) + 8, 0, 15), value (code - 8) * scale;
+      element 2j in the low nibble of byte j
+  (float32 arithmetic; a zero scale gives code 0, q4 8)
 
 and of the block layout: a section (K or V) is cut into blocks of B slots,
 each its data plane (B, H, data_bytes) then its parameter plane, one row per
-slot of the H heads' parameters (q8 one f16 scale per group, q4 (scale, lo)
-f16 pairs) padded to a multiple of 4 bytes.
+slot of the H heads' f16 group scales, padded to a multiple of 4 bytes.
 """
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ B = 32  # slots per block: metalkv._core.BLOCK_TOKENS, restated
 FORMATS = ("f16", "q8", "q4")
 
 
-def group(d: int) -> int:
-    return d if d < 64 else 64
+def group(fmt: str, d: int) -> int:
+    return 32 if fmt == "q4" else min(d, 64)
 
 
 def data_bytes(fmt: str, d: int) -> int:
@@ -30,7 +29,7 @@ def data_bytes(fmt: str, d: int) -> int:
 
 
 def param_bytes(fmt: str, d: int) -> int:
-    return 0 if fmt == "f16" else (d // group(d)) * (2 if fmt == "q8" else 4)
+    return 0 if fmt == "f16" else (d // group(fmt, d)) * 2
 
 
 def param_row_bytes(fmt: str, n_kv: int, d: int) -> int:
@@ -47,24 +46,21 @@ def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     d = x.shape[-1]
     if fmt == "f16":
         return x.astype(np.float16).view(np.uint8), np.zeros(x.shape[:-1] + (0,), np.uint8)
-    g = x.reshape(x.shape[:-1] + (d // group(d), group(d)))
+    g = x.reshape(x.shape[:-1] + (d // group(fmt, d), group(fmt, d)))
     if fmt == "q8":
         scale = (np.abs(g).max(-1) / np.float32(127)).astype(np.float16)
-        lo = np.zeros_like(scale)
     else:
-        mn, mx = g.min(-1), g.max(-1)
-        scale = ((mx - mn) / np.float32(15)).astype(np.float16)
-        lo = mn.astype(np.float16)
+        extreme = np.take_along_axis(g, np.abs(g).argmax(-1)[..., None], -1)[..., 0]  # argmax: the first
+        scale = (extreme / np.float32(-8)).astype(np.float16)
     s = scale.astype(np.float32)[..., None]
-    inv = np.where(s > 0, np.float32(1) / np.where(s > 0, s, np.float32(1)), np.float32(0)).astype(np.float32)
-    c = np.rint((g - lo.astype(np.float32)[..., None]) * inv)
+    inv = np.where(s != 0, np.float32(1) / np.where(s != 0, s, np.float32(1)), np.float32(0)).astype(np.float32)
+    c = np.rint(g * inv)
+    params = scale[..., None].view(np.uint8).reshape(x.shape[:-1] + (-1,))
     if fmt == "q8":
         data = np.clip(c, -127, 127).astype(np.int8).reshape(x.shape).view(np.uint8)
-        params = scale[..., None].view(np.uint8).reshape(x.shape[:-1] + (-1,))
     else:
-        c = np.clip(c, 0, 15).astype(np.uint8).reshape(x.shape)
+        c = np.clip(c + 8, 0, 15).astype(np.uint8).reshape(x.shape)
         data = (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
-        params = np.stack([scale, lo], -1).view(np.uint8).reshape(x.shape[:-1] + (-1,))
     return np.ascontiguousarray(data), np.ascontiguousarray(params)
 
 
@@ -73,16 +69,13 @@ def dequantize(data: np.ndarray, params: np.ndarray, fmt: str, d: int) -> np.nda
     if fmt == "f16":
         return np.ascontiguousarray(data).view(np.float16).astype(np.float32)
     lead = data.shape[:-1]
+    scale = np.ascontiguousarray(params).view(np.float16).astype(np.float32)
     if fmt == "q8":
         codes = np.ascontiguousarray(data).view(np.int8).astype(np.float32)
-        scale = np.ascontiguousarray(params).view(np.float16).astype(np.float32)
-        lo = np.zeros_like(scale)
     else:
-        codes = np.stack([data & 0xF, data >> 4], -1).reshape(lead + (d,)).astype(np.float32)
-        sl = np.ascontiguousarray(params).view(np.float16).astype(np.float32).reshape(lead + (-1, 2))
-        scale, lo = sl[..., 0], sl[..., 1]
-    g = codes.reshape(lead + (d // group(d), group(d)))
-    return (g * scale[..., None] + lo[..., None]).astype(np.float32).reshape(lead + (d,))
+        codes = np.stack([data & 0xF, data >> 4], -1).reshape(lead + (d,)).astype(np.float32) - 8
+    g = codes.reshape(lead + (d // group(fmt, d), group(fmt, d)))
+    return (g * scale[..., None]).astype(np.float32).reshape(lead + (d,))
 
 
 def roundtrip(x: np.ndarray, fmt: str) -> np.ndarray:
