@@ -15,8 +15,10 @@ each against llama.cpp's f16 cache. The plot draws PPL change against KV
 bytes per token.
 
 Memory (--memory): one subprocess per format prefills `--prefill` tokens into
-a fresh cache and reports the process's peak RSS and the cache's bytes (the
-host executor's device memory is process memory).
+a fresh cache and reports how far the process's resident set peaked above
+where it stood before the cache was made (the load's own peak reset through
+/proc/self/clear_refs), and the cache's bytes (the host executor's device
+memory is process memory).
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import argparse
 import json
 import os
 import pathlib
-import resource
 import subprocess
 import sys
 import time
@@ -126,21 +127,34 @@ def plot(rows: list[dict], path: pathlib.Path, title: str) -> None:
     print(f"plot: {path}")
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def memory_child(fmt: str, n: int) -> None:
-    """Prefill n tokens into a fresh cache of the format; print peak RSS and bytes."""
+    """Prefill n tokens into a fresh cache of the format; print the peak RSS of
+    the prefill (the load's peak reset first: /proc/self/clear_refs) and the
+    cache's bytes."""
     import metalkv
     from metalkv.ppl import text_ids
 
     k, v = fmt.split("/")
     eng = metalkv.Engine.load(None, kv_memory=None, context=n + 1, prefill_chunk=512)
     ids = text_ids(eng, str(TEXT), n)[:n]
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident set starts again from the current one
+    before = _status_mb("VmRSS")
     cache = eng.new_cache(kv_k=k, kv_v=v)
     t0 = time.perf_counter()
-    eng.logits(ids, cache=cache)
+    eng.generate_ids(list(map(int, ids)), cache=cache, max_tokens=1, stop_ids=())  # no (n, vocab) logits held
     print(json.dumps({"format": fmt, "tokens": n, "seconds": time.perf_counter() - t0,
-                      "cache_nbytes": cache.nbytes, "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "rss_before_MB": base / 1024}))
+                      "cache_nbytes": cache.nbytes, "rss_before_MB": before,
+                      "peak_rss_during_prefill_MB": _status_mb("VmHWM"),
+                      "peak_growth_MB": _status_mb("VmHWM") - before}))
 
 
 def memory(n: int) -> list[dict]:
