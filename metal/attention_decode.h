@@ -79,7 +79,7 @@ inline float attn_merge_weight(float m, float m_all) {
 // of two readers, a template argument of the body.
 //   AttnKvF16    f16 K and V: a piece is E raw halfs (the f16 kernels)
 //   AttnKvQuant  each of K and V in its format (kv_format.h): a piece is E
-//                f16/q8/q4 values and their group's (scale, lo), dequantized
+//                f16/q8/q4 values and their group's scale, dequantized
 //                in registers. KF, VF: the formats as compile-time constants
 //                (offsets fold, unused piece parts go), or kKvAnyFormat for
 //                the one kernel that reads any pair (uniform branches)
