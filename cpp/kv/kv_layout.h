@@ -69,10 +69,6 @@ struct LayerLayout {
   // The same for a section of `rows` slots laid out as one unit (a blit store's staging buffer).
   static std::vector<Range> unit_ranges(uint32_t format, uint32_t n_kv_heads, uint32_t head_dim, uint32_t rows,
                                         size_t section_offset, uint32_t slot, uint32_t n);
-  // f16 sections only: element index (in halfs) of (kv, slot, head, d).
-  size_t element(uint32_t kv, uint32_t slot, uint32_t head, uint32_t d) const {
-    return section_offset(kv) / 2 + (size_t(slot) * n_kv_heads + head) * head_dim + d;
-  }
 };
 
 // Blocks of a window group's pool for one sequence (cpp/kv/kv_cache.h):

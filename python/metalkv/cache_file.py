@@ -49,13 +49,6 @@ def _held(cache, layer: int) -> int:
     return first
 
 
-def _section_rows(cache, layer: int, kv: int, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(data rows, parameter rows) uint8 of positions first .. first+n-1 of the
-    layer's K (0) or V (1) section, each row as the format defines it."""
-    data, params = cache.read_rows(layer, kv, first, n)
-    return np.asarray(data), np.asarray(params)
-
-
 def save_cache(cache, path: str | os.PathLike) -> None:
     """Writes `cache` to `path` (see the module doc)."""
     fingerprint = cache.model_fingerprint
@@ -74,7 +67,7 @@ def save_cache(cache, path: str | os.PathLike) -> None:
         firsts.append(first)
         formats.append(list(cache.formats(layer)))
         for kv, name in enumerate(("k", "v")):
-            data, params = _section_rows(cache, layer, kv, first, n)
+            data, params = (np.asarray(a) for a in cache.read_rows(layer, kv, first, n))
             if formats[-1][kv] == "f16":
                 tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((n,) + shape)
             else:

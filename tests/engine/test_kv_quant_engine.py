@@ -140,6 +140,8 @@ def test_engine_formats_and_errors(tiny_gguf):
         load(tiny_gguf, kv_k="q5")
     with pytest.raises(metalkv.ArgumentError, match="kv_f16_layers"):
         load(tiny_gguf, kv_f16_layers=[n])
+    with pytest.raises(metalkv.ArgumentError, match="kv_rotate=1: expected True or False"):
+        load(tiny_gguf, kv_rotate=1)
     shared = load(tiny_gguf, kv_k="q8", kv_memory="1MB")
     with pytest.raises(metalkv.ArgumentError, match="shared KV pool \\(kv_memory\\) stores layer 0 as K q8, V f16"):
         shared.new_cache(kv_k="q4")

@@ -74,3 +74,5 @@ def test_the_command_prints_the_rows(default_gguf, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["ppl", str(text), "--kv-k", "q3"])
     assert cli.main(["ppl", str(tmp_path / "missing.txt"), "--tokens", "4", "--device", "host"]) == 2
+    assert cli.main(["ppl", str(text), "--kv-f16-layers", "first,last", "--device", "host"]) == 2
+    assert "--kv-f16-layers 'first,last': expected layer indices such as 0,-1" in capsys.readouterr().err
