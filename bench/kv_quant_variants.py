@@ -3,6 +3,11 @@ default model without building kernels for them (docs/KV_QUANT.md, "Why q4 is
 q4_0's rule").
 
     python bench/kv_quant_variants.py [--tokens 256]
+    python bench/kv_quant_variants.py --q2 [--tokens 512] [--residual 128]
+
+--q2 compares 2-bit rules (KIVI's per-channel K against per-token K, and
+V's group and offset) with a full-precision residual window: each query
+reads its last `residual` positions (and the block they start in) as f16.
 
 The model is tests/engine/reference.py's float64 forward of the default model
 (SmolLM2-135M-Instruct, Q4_1 dequantized by gguf-py), whose `storage` hook is
@@ -64,12 +69,38 @@ CANDIDATES = {
 }
 
 
-def storage(quantize, rotate: bool):
+def two_bits(x: np.ndarray, g: int, offset: bool) -> np.ndarray:
+    """Per-token groups of g: asymmetric (scale and lo, KIVI's V) or symmetric
+    (scale only: levels +-0.5 and +-1.5 scale)."""
+    y = groups(x, g)
+    if offset:
+        mn, mx = y.min(-1, keepdims=True), y.max(-1, keepdims=True)
+        s = ((mx - mn) / 3).astype(np.float16).astype(np.float32)
+        lo = mn.astype(np.float16).astype(np.float32)
+        inv = np.where(s > 0, 1 / np.where(s > 0, s, 1), 0)
+        return (np.clip(np.rint((y - lo) * inv), 0, 3) * s + lo).reshape(x.shape)
+    s = (np.abs(y).max(-1, keepdims=True) / 1.5).astype(np.float16).astype(np.float32)
+    inv = np.where(s > 0, 1 / np.where(s > 0, s, 1), 0)
+    return ((np.clip(np.floor(y * inv), -2, 1) + 0.5) * s).reshape(x.shape)
+
+
+def q2_candidates():
+    from kv import kv_quant_ref as qr
+    # name: (K quantizer, V quantizer, bytes a head of 64 for K + V)
+    return {
+        "K per channel, V asym groups of 64": (qr.q2_roundtrip_k, lambda x: two_bits(x, 64, True), 44),
+        "K per channel, V asym groups of 32": (qr.q2_roundtrip_k, lambda x: two_bits(x, 32, True), 48),
+        "K per channel, V sym groups of 64": (qr.q2_roundtrip_k, lambda x: two_bits(x, 64, False), 42),
+        "K per token, V asym groups of 64": (lambda x: two_bits(x, 64, True), lambda x: two_bits(x, 64, True), 40),
+    }
+
+
+def storage(quantize, rotate: bool, quantize_v=None):
     def store(k, v):
         out = []
-        for x in (k, v):
+        for x, q in ((k, quantize), (v, quantize_v or quantize)):
             h = hadamard(x.shape[-1]) if rotate else np.eye(x.shape[-1])
-            y = quantize((x @ h).astype(np.float32))
+            y = q((x @ h).astype(np.float32))
             out.append(y.astype(np.float16).astype(np.float64) @ h)
         return tuple(out)
     return store
@@ -77,8 +108,11 @@ def storage(quantize, rotate: bool):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=None, help="256 (q4), 512 (--q2)")
+    ap.add_argument("--q2", action="store_true", help="the 2-bit rules with a residual window")
+    ap.add_argument("--residual", type=int, default=128)
     a = ap.parse_args()
+    a.tokens = a.tokens or (512 if a.q2 else 256)
     import metalkv
     from engine.reference import dequantized, llama_logits
     from metalkv.models import default_model_path, load_model
@@ -92,10 +126,17 @@ def main() -> int:
     ref = log_softmax(llama_logits(m, ids[:-1], W))
     ppl0 = np.exp(-ref[np.arange(len(targets)), targets].mean())
     print(f"f16 storage: PPL {ppl0:.3f} over {len(targets)} tokens")
-    print(f"{'q4 variant':34s} {'bytes':>5} {'rotated':>8} {'KL':>8} {'PPL change':>10}")
-    for name, (quantize, nbytes) in CANDIDATES.items():
+    if a.q2:
+        table = {name: (k, v, b) for name, (k, v, b) in q2_candidates().items()}
+        print(f"residual window: {a.residual} tokens (and the block they start in) in f16")
+    else:
+        table = {name: (q, None, b) for name, (q, b) in CANDIDATES.items()}
+    residual = a.residual if a.q2 else 0
+    print(f"{'q2 variant' if a.q2 else 'q4 variant':34s} {'bytes':>5} {'rotated':>8} {'KL':>8} {'PPL change':>10}")
+    for name, (quantize, quantize_v, nbytes) in table.items():
         for rotate in (False, True):
-            lp = log_softmax(llama_logits(m, ids[:-1], W, storage=storage(quantize, rotate)))
+            lp = log_softmax(llama_logits(m, ids[:-1], W, storage=storage(quantize, rotate, quantize_v),
+                                          residual=residual))
             kl = (np.exp(ref) * (ref - lp)).sum(-1).mean()
             ppl = np.exp(-lp[np.arange(len(targets)), targets].mean())
             print(f"{name:34s} {nbytes:>5} {str(rotate):>8} {kl:8.4f} {100 * (ppl / ppl0 - 1):+9.2f}%", flush=True)

@@ -100,12 +100,29 @@ struct AttnKvF16 {
     r.v_base = r.k_base + p.slots * r.slot_stride;
     return r;
   }
+  static uint slot(uint entry, uint pos) { return kv_slot_in(entry, pos); }
   void load(uint slot, thread Piece& k, thread Piece& v) const {
     k = *(const device Piece*)(k_base + slot * slot_stride);
     v = *(const device Piece*)(v_base + slot * slot_stride);
   }
   void unpack_k(Piece w, thread float (&out)[E]) const { attn_unpack(w, out); }
   void unpack_v(Piece w, thread float (&out)[E]) const { attn_unpack(w, out); }
+};
+
+// The residual window's ring (AttnDecode::residual): f16 rows by position,
+// not through the block table.
+template <uint D, uint E>
+struct AttnKvRing : AttnKvF16<D, E> {
+  uint ring_slots;
+  static AttnKvRing make(constant mkv_params::AttnDecode& p, const device uchar* ring, uint head, uint elem) {
+    AttnKvRing r;
+    r.slot_stride = p.n_kv_heads * D;
+    r.k_base = (const device half*)ring + head * D + elem;
+    r.v_base = r.k_base + p.ring_slots * r.slot_stride;
+    r.ring_slots = p.ring_slots;
+    return r;
+  }
+  uint slot(uint, uint pos) const { return pos % ring_slots; }
 };
 
 constant constexpr uint kKvAnyFormat = 0xffu;
@@ -150,6 +167,7 @@ struct AttnKvQuant {
     r.v_section = kv + p.slots * mkv_params::kv_slot_bytes(r.k_format, p.n_kv_heads, D);
     return r;
   }
+  static uint slot(uint entry, uint pos) { return kv_slot_in(entry, pos); }
   void load(uint slot, thread KPiece& k, thread VPiece& v) const {
     k = KS::read(k_section, k_format, heads, D, slot, head, elem);
     v = VS::read(v_section, v_format, heads, D, slot, head, elem);
@@ -170,71 +188,26 @@ inline void attn_decode_load_block(thread const L& ld, const device uint* table,
   const uint e0 = table[b0], e1 = table[kv_block(min(i + (U - 1) * G + group, end - 1))];
   MKV_UNROLL for (uint u = 0; u < U; ++u) {
     const uint pos = min(i + u * G + group, end - 1);
-    ld.load(kv_slot_in(kv_block(pos) == b0 ? e0 : e1, pos), kw[u], vw[u]);
+    ld.load(ld.slot(kv_block(pos) == b0 ? e0 : e1, pos), kw[u], vw[u]);
   }
 }
 
-// Writes (split) the chunk's unnormalised output and (max, sum) per query
-// head, or (single pass) the normalised output, sinks folded in. R: query
-// rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
-// out before this block's math (a constant of each kernel, like split);
-// S: SIMD-groups per threadgroup.
+// One SIMD-group's online softmax over positions [begin, end) of a chunk
+// through reader ld (blocks of BLOCK positions, one every S blocks), into
+// its lane group's (m, l, acc) per query row.
 template <typename L, uint D, uint R, uint S>
-inline void attn_decode_body(constant mkv_params::AttnDecode& p,
-                             const device float* q,      // (n_q_heads, D)
-                             const device uchar* kv,     // the layer's pool: K section, V section
-                             const device uint* table,   // block table: ceil(n_tokens / B) entries
-                             const device float* sinks,  // (n_q_heads) if has_sinks
-                             device float* out,          // (n_q_heads, D)            single pass
-                             device float* part_o,       // (n_q_heads, n_chunks, D)  split
-                             device float* part_ml,      // (n_q_heads, n_chunks, 2)  split
-                             threadgroup float* tg_m,    // (S, R)
-                             threadgroup float* tg_l,    // (S, R)
-                             threadgroup float* tg_acc,  // (S, D)
-                             uint2 tg, uint tid, uint simd, uint lane, bool split,
-                             bool prefetch) {
+inline void attn_decode_scan(thread const L& ld, const device uint* table, uint begin, uint end, uint simd,
+                             uint group, bool prefetch, bool capped, float cap_out, float cap_in,
+                             thread const float (&qr)[R][mkv_params::attn_decode_lane_elems(D)],
+                             thread float (&acc)[R][mkv_params::attn_decode_lane_elems(D)],
+                             thread float (&m)[R], thread float (&l)[R]) {
   constexpr uint E = mkv_params::attn_decode_lane_elems(D);
   constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
-  constexpr uint G = 32 / KL;                               // keys per load instruction
-  constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
-  constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
-  constexpr float LOG2E = 1.4426950408889634f;
+  constexpr uint G = 32 / KL;
+  constexpr uint U = mkv_params::kAttnDecodeBlockKeys;
+  constexpr uint BLOCK = G * U;
   typedef typename L::KPiece KPiece;
   typedef typename L::VPiece VPiece;
-  const AttnHeadBlock hb = attn_head_block(p, tg.x);
-  const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
-  const uint group = lane / KL, piece = lane % KL;
-  const bool owns = KL * E == D || piece * E < D;  // folds to true when D / E is a power of two
-
-  // Visible positions [lo, n): the whole history, or the last `window`.
-  const uint n = p.n_tokens;
-  const uint lo = (p.window > 0 && n > p.window) ? n - p.window : 0;
-  const uint begin = lo + tg.y * p.chunk_keys;
-  const uint end = min(begin + p.chunk_keys, n);
-  // Idle lanes load their group's last piece again (same row, no extra
-  // traffic) so every load is unconditional; their q is 0, and they never store.
-  const uint piece_read = owns ? piece : D / E - 1;
-  const L ld = L::make(p, kv, kv_head, piece_read * E);
-
-  // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
-  // natural one for tanh, scaled by log2(e) after it.
-  const bool capped = p.softcap > 0.0f;
-  const float q_scale = capped ? p.scale : p.scale * LOG2E;
-  const float cap_out = p.softcap * LOG2E;
-  const float cap_in = capped ? 1.0f / p.softcap : 0.0f;
-  float qr[R][E];
-  float acc[R][E];
-  float m[R];
-  float l[R];
-  MKV_UNROLL for (uint r = 0; r < R; ++r) {
-    MKV_UNROLL for (uint e = 0; e < E; ++e) {
-      qr[r][e] = (r < rows && owns) ? q[(head0 + r) * D + piece * E + e] * q_scale : 0.0f;
-      acc[r][e] = 0.0f;
-    }
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
-
   // Issue all 2U loads of a block before any math: positions past the
   // chunk's end read its last row again (masked below). `prefetch` also
   // issues the next block's loads before this block's math (2 U E / 2 more
@@ -296,6 +269,82 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
         vw[u] = vn[u];
       }
     }
+  }
+
+}
+
+// Writes (split) the chunk's unnormalised output and (max, sum) per query
+// head, or (single pass) the normalised output, sinks folded in. R: query
+// rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
+// out before this block's math (a constant of each kernel, like split);
+// S: SIMD-groups per threadgroup; RES: the cache has a residual window
+// (keys from S(n - 1) on are read from the ring).
+template <typename L, uint D, uint R, uint S, bool RES = false>
+inline void attn_decode_body(constant mkv_params::AttnDecode& p,
+                             const device float* q,      // (n_q_heads, D)
+                             const device uchar* kv,     // the layer's pool: K section, V section
+                             const device uint* table,   // block table: ceil(n_tokens / B) entries
+                             const device uchar* ring,   // the residual window (RES)
+                             const device float* sinks,  // (n_q_heads) if has_sinks
+                             device float* out,          // (n_q_heads, D)            single pass
+                             device float* part_o,       // (n_q_heads, n_chunks, D)  split
+                             device float* part_ml,      // (n_q_heads, n_chunks, 2)  split
+                             threadgroup float* tg_m,    // (S, R)
+                             threadgroup float* tg_l,    // (S, R)
+                             threadgroup float* tg_acc,  // (S, D)
+                             uint2 tg, uint tid, uint simd, uint lane, bool split,
+                             bool prefetch) {
+  constexpr uint E = mkv_params::attn_decode_lane_elems(D);
+  constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
+  constexpr uint G = 32 / KL;                               // keys per load instruction
+  constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
+  constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
+  constexpr float LOG2E = 1.4426950408889634f;
+  typedef typename L::KPiece KPiece;
+  typedef typename L::VPiece VPiece;
+  const AttnHeadBlock hb = attn_head_block(p, tg.x);
+  const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
+  const uint group = lane / KL, piece = lane % KL;
+  const bool owns = KL * E == D || piece * E < D;  // folds to true when D / E is a power of two
+
+  // Visible positions [lo, n): the whole history, or the last `window`.
+  const uint n = p.n_tokens;
+  const uint lo = (p.window > 0 && n > p.window) ? n - p.window : 0;
+  const uint begin = lo + tg.y * p.chunk_keys;
+  const uint end = min(begin + p.chunk_keys, n);
+  // Idle lanes load their group's last piece again (same row, no extra
+  // traffic) so every load is unconditional; their q is 0, and they never store.
+  const uint piece_read = owns ? piece : D / E - 1;
+  const L ld = L::make(p, kv, kv_head, piece_read * E);
+
+  // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
+  // natural one for tanh, scaled by log2(e) after it.
+  const bool capped = p.softcap > 0.0f;
+  const float q_scale = capped ? p.scale : p.scale * LOG2E;
+  const float cap_out = p.softcap * LOG2E;
+  const float cap_in = capped ? 1.0f / p.softcap : 0.0f;
+  float qr[R][E];
+  float acc[R][E];
+  float m[R];
+  float l[R];
+  MKV_UNROLL for (uint r = 0; r < R; ++r) {
+    MKV_UNROLL for (uint e = 0; e < E; ++e) {
+      qr[r][e] = (r < rows && owns) ? q[(head0 + r) * D + piece * E + e] * q_scale : 0.0f;
+      acc[r][e] = 0.0f;
+    }
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+
+  if (RES) {  // the pool's keys before the window, then the window's from the ring
+    const uint w = min(max(mkv_params::attn_ring_start(n - 1, p.residual, p.ring_lo), begin), end);
+    attn_decode_scan<L, D, R, S>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l);
+    const AttnKvRing<D, E> rd = AttnKvRing<D, E>::make(p, ring, kv_head, piece_read * E);
+    attn_decode_scan<AttnKvRing<D, E>, D, R, S>(rd, table, w, end, simd, group, prefetch, capped, cap_out, cap_in,
+                                                qr, acc, m, l);
+  } else {
+    attn_decode_scan<L, D, R, S>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m,
+                                 l);
   }
 
   // Merge the G lane groups of the SIMD-group (same elements, other keys).

@@ -102,8 +102,16 @@ struct AttnDecode {
   float scale;               // applied to q.k
   float softcap;             // s = softcap * tanh(s / softcap); 0 = off
   uint32_t has_sinks;        // sinks[n_q_heads] bound and used
-  uint32_t k_format;         // kv_format.h: kKvF16, kKvQ8, kKvQ4 (read by the _kvq kernels)
+  uint32_t k_format;         // kv_format.h: kKvF16, kKvQ8, kKvQ4, kKvQ2K/V (read by the _kvq kernels)
   uint32_t v_format;
+  // The residual window (the _res kernels; KVCacheSpec::residual): a query at
+  // position p reads the keys before S(p) = max(ring_lo, floor((p + 1 -
+  // residual) / B) * B) from the pool and the rest as f16 rows of the ring
+  // (buffer 6: K (ring_slots, n_kv_heads, head_dim) half, then V), position
+  // at slot position % ring_slots. residual 0: no window.
+  uint32_t residual;
+  uint32_t ring_slots;
+  uint32_t ring_lo;          // the ring holds no row below it
 };
 
 // attn_decode_reduce_*: merges the n_chunks (<= kAttnDecodeMaxChunks) partials
@@ -134,12 +142,22 @@ struct AttnPrefill {
   uint32_t has_sinks;
   uint32_t k_format;  // as AttnDecode
   uint32_t v_format;
+  uint32_t residual;  // as AttnDecode, per query
+  uint32_t ring_slots;
+  uint32_t ring_lo;
 };
+
+// The first key position query position `pos` reads from the ring (kv_format.h's
+// residual window), for a cache with a window: keys before it are read from the pool.
+constexpr uint32_t attn_ring_start(uint32_t pos, uint32_t residual, uint32_t ring_lo) {
+  const uint32_t s = pos + 1 >= residual ? (pos + 1 - residual) / kKvBlockTokens * kKvBlockTokens : 0u;
+  return s > ring_lo ? s : ring_lo;
+}
 
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::AttnDecode) == 60, "AttnDecode params layout");
+static_assert(sizeof(mkv_params::AttnDecode) == 72, "AttnDecode params layout");
 static_assert(sizeof(mkv_params::AttnDecodeReduce) == 12, "AttnDecodeReduce params layout");
-static_assert(sizeof(mkv_params::AttnPrefill) == 60, "AttnPrefill params layout");
+static_assert(sizeof(mkv_params::AttnPrefill) == 72, "AttnPrefill params layout");
 #endif

@@ -20,6 +20,13 @@
 // Read count: each visible K/V element is read from device memory once per
 // (query tile, KV head, head block) — the staged tile serves all
 // queries_per_tile * heads_per_block rows.
+//
+// Residual window (Quant kernels, p.residual > 0): each row reads the keys
+// before its S(p) (attn_ring_start) from the pool and the rest from the
+// ring's f16 rows, as decode at its position would. Two passes over the
+// tiles: the pool's keys up to the last row's S, then the ring's from the
+// first row's S; each row sees its own part of each pass, so its 4-key
+// blocks are still visited in position order whatever the tile or chunk.
 #pragma once
 
 #include "attention.h"
@@ -31,6 +38,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device float* q,      // (n_queries, n_q_heads, D)
                               const device uchar* kv,     // the layer's pool: K section, V section
                               const device uint* table,   // block table: ceil(n_tokens / B) entries
+                              const device uchar* ring,   // residual window (Quant, p.residual > 0)
                               const device float* sinks,  // (n_q_heads) if has_sinks
                               device float* out,          // (n_queries, n_q_heads, D)
                               threadgroup half* k_tile,   // (BK, D)
@@ -63,68 +71,96 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
     }
   }
 
-  // Positions any row of the threadgroup may see, [k_lo, k_hi]. The tiles
-  // start at k_lo rounded down to a multiple of 4, so every row visits the
-  // 4-key blocks of absolute positions 4i .. 4i + 3: a query's result does not
-  // depend on which chunk or tile it came in with (chunk invariance: a prompt
-  // fed in other chunks, or partly from a prefix cache, gives the same bits).
+  // Positions any row of the threadgroup may see: [k_lo, k_hi].
   const int first_q = int(p.q_pos0 + qi0);
   const int k_hi = first_q + int(n_tile_queries) - 1;
   const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
-  const int k_start = k_lo & ~3;
   const uint slot_stride = p.n_kv_heads * D;
   const device half* k_base = (const device half*)kv + kv_head * D;
   const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
   const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+  const bool res = Quant && p.residual > 0;  // uniform
+  const device half* ring_k = (const device half*)ring + kv_head * D;
+  const device half* ring_v = ring_k + p.ring_slots * slot_stride;
+  // Each row's S (the first key it reads from the ring) and the tile's range of them.
+  int ring_from[R];
+  for (uint j = 0; j < R; ++j)
+    ring_from[j] = res ? int(mkv_params::attn_ring_start(uint(max(hi[j], 0)), p.residual, p.ring_lo)) : hi[j] + 1;
+  const int s_first = res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : k_hi + 1;
+  const int s_last = res ? int(mkv_params::attn_ring_start(uint(k_hi), p.residual, p.ring_lo)) : k_hi + 1;
 
-  for (int k0 = k_start; k0 <= k_hi; k0 += int(BK)) {
-    // Stage positions k0 .. k0+BK-1 (slots from the block table) as half4s, zero
-    // outside [k_lo, k_hi] (a sliding table may have let those blocks go):
-    // D % 4 == 0, so every row and column c is 8-byte aligned.
-    for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
-      const uint t = idx / (D / 4);
-      const uint c = idx % (D / 4) * 4;
-      half4 kh = half4(0.0h);
-      half4 vh = half4(0.0h);
-      if (k0 + int(t) >= k_lo && k0 + int(t) <= k_hi) {
-        const uint slot = kv_slot(table, uint(k0) + t);
-        if (Quant) {
-          constexpr uint B = mkv_params::kKvBlockTokens;
-          kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
-          vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
-        } else {
-          kh = *(const device half4*)(k_base + slot * slot_stride + c);
-          vh = *(const device half4*)(v_base + slot * slot_stride + c);
+  for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
+    const bool from_ring = pass == 1;
+    // This pass's keys [t_lo, t_hi], and each row's part of them.
+    const int t_lo = from_ring ? max(k_lo, s_first) : k_lo;
+    const int t_hi = from_ring ? k_hi : min(k_hi, s_last - 1);
+    int plo[R];
+    int phi[R];
+    for (uint j = 0; j < R; ++j) {
+      plo[j] = from_ring ? max(lo[j], ring_from[j]) : lo[j];
+      phi[j] = from_ring ? hi[j] : min(hi[j], ring_from[j] - 1);
+    }
+    // Positions any row of the threadgroup may see, [t_lo, t_hi]. The tiles
+    // start at t_lo rounded down to a multiple of 4, so every row visits the
+    // 4-key blocks of absolute positions 4i .. 4i + 3: a query's result does not
+    // depend on which chunk or tile it came in with (chunk invariance: a prompt
+    // fed in other chunks, or partly from a prefix cache, gives the same bits).
+    const int k_start = t_lo & ~3;
+    for (int k0 = k_start; k0 <= t_hi; k0 += int(BK)) {
+      // Stage positions k0 .. k0+BK-1 (slots from the block table, or the
+      // ring) as half4s, zero outside [t_lo, t_hi] (a sliding table may have
+      // let those blocks go): D % 4 == 0, so every row and column c is 8-byte aligned.
+      for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
+        const uint t = idx / (D / 4);
+        const uint c = idx % (D / 4) * 4;
+        half4 kh = half4(0.0h);
+        half4 vh = half4(0.0h);
+        if (k0 + int(t) >= t_lo && k0 + int(t) <= t_hi) {
+          if (from_ring) {
+            const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
+            kh = *(const device half4*)(ring_k + at);
+            vh = *(const device half4*)(ring_v + at);
+          } else {
+            const uint slot = kv_slot(table, uint(k0) + t);
+            if (Quant) {
+              constexpr uint B = mkv_params::kKvBlockTokens;
+              kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
+              vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
+            } else {
+              kh = *(const device half4*)(k_base + slot * slot_stride + c);
+              vh = *(const device half4*)(v_base + slot * slot_stride + c);
+            }
+          }
+        }
+        *(threadgroup half4*)(k_tile + t * D + c) = kh;
+        *(threadgroup half4*)(v_tile + t * D + c) = vh;
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+
+      for (uint b = 0; b < BK; b += 4) {
+        const int kp = k0 + int(b);
+        bool sees[R];
+        bool any = false;
+        for (uint j = 0; j < R; ++j) {
+          sees[j] = plo[j] <= kp + 3 && phi[j] >= kp;
+          any = any || sees[j];
+        }
+        if (!any) continue;  // uniform within the SIMD-group
+        float kv4[4][E];
+        for (uint j = 0; j < 4; ++j) load_slice_tg<D>(k_tile + (b + j) * D, lane, kv4[j]);
+        float4 scores[R];
+        for (uint j = 0; j < R; ++j)
+          if (sees[j]) scores[j] = simd_sum(attn_dot4(st.q[j], kv4));
+        for (uint j = 0; j < 4; ++j) load_slice_tg<D>(v_tile + (b + j) * D, lane, kv4[j]);
+        for (uint j = 0; j < R; ++j) {
+          if (sees[j]) {
+            const float4 s = attn_transform(scores[j], p.scale, p.softcap);
+            attn_update(st, j, attn_mask(s, kp, plo[j], phi[j]), kv4);
+          }
         }
       }
-      *(threadgroup half4*)(k_tile + t * D + c) = kh;
-      *(threadgroup half4*)(v_tile + t * D + c) = vh;
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is overwritten next
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-
-    for (uint b = 0; b < BK; b += 4) {
-      const int kp = k0 + int(b);
-      bool sees[R];
-      bool any = false;
-      for (uint j = 0; j < R; ++j) {
-        sees[j] = lo[j] <= kp + 3 && hi[j] >= kp;
-        any = any || sees[j];
-      }
-      if (!any) continue;  // uniform within the SIMD-group
-      float kv4[4][E];
-      for (uint j = 0; j < 4; ++j) load_slice_tg<D>(k_tile + (b + j) * D, lane, kv4[j]);
-      float4 scores[R];
-      for (uint j = 0; j < R; ++j)
-        if (sees[j]) scores[j] = simd_sum(attn_dot4(st.q[j], kv4));
-      for (uint j = 0; j < 4; ++j) load_slice_tg<D>(v_tile + (b + j) * D, lane, kv4[j]);
-      for (uint j = 0; j < R; ++j) {
-        if (sees[j]) {
-          const float4 s = attn_transform(scores[j], p.scale, p.softcap);
-          attn_update(st, j, attn_mask(s, kp, lo[j], hi[j]), kv4);
-        }
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is overwritten next
   }
 
   for (uint j = 0; j < R; ++j) {

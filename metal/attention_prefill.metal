@@ -1,6 +1,7 @@
 // Prefill attention kernels (see attention_prefill.h for the design and the
 // read count). Variants by head_dim D: attn_prefill_f16_dD, and
-// attn_prefill_kvq_dD over quantized K and/or V (the head_dims kv_format_fits accepts).
+// attn_prefill_kvq_dD over quantized K and/or V (the head_dims kv_format_fits accepts),
+// with or without a residual window (p.residual; its ring at buffer 6).
 #include "mkv_kernel.h"
 #include "attention_prefill.h"
 
@@ -12,6 +13,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
                          const device float* sinks [[buffer(3)]],  // (n_q_heads); q when unused
                          device float* out [[buffer(4)]],          // (n_queries, n_q_heads, D)
                          const device uint* table [[buffer(5)]],   // block table
+                         const device uchar* ring [[buffer(6)]],   // residual window (Quant kernels); kv if none
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint simd [[simdgroup_index_in_threadgroup]],
@@ -19,7 +21,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
   // half4 so the tiles are 8-byte aligned for the half4 stores.
   threadgroup half4 k_tile[BK * D / 4];
   threadgroup half4 v_tile[BK * D / 4];
-  attn_prefill_body<Quant, D, BK, R>(p, q, kv, table, sinks, out, (threadgroup half*)k_tile,
+  attn_prefill_body<Quant, D, BK, R>(p, q, kv, table, ring, sinks, out, (threadgroup half*)k_tile,
                               (threadgroup half*)v_tile, tg, tid, simd, lane);
 }
 

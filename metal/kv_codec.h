@@ -22,8 +22,17 @@ inline int kv_code(uint fmt, float x, half scale) {
   return fmt == mkv_params::kKvQ8 ? int(clamp(c, -127.0f, 127.0f)) : int(clamp(c + 8.0f, 0.0f, 15.0f));
 }
 
+// q2: a group's (scale, lo) from its range, and the code of value x under them.
+inline half2 kv_q2_params(float mn, float mx) { return half2(half((mx - mn) / 3.0f), half(mn)); }
+inline uint kv_q2_code(float x, half2 prm) {
+  const float s = float(prm.x);
+  const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+  return uint(clamp(rint((x - float(prm.y)) * inv), 0.0f, 3.0f));
+}
+inline float kv_q2_value(uint code, half2 prm) { return float(code) * float(prm.x) + float(prm.y); }
+
 // One lane's piece of a row: up to 16 bytes of f16, q8 or q4 data, and its
-// group's scale as a float.
+// group's scale as a float (q2: dequantized at load, E halfs as f16's).
 struct KvPiece {
   uint4 raw;
   float scale;
@@ -43,6 +52,22 @@ inline KvPiece kv_load_piece(const device uchar* section, uint fmt, uint unit_ro
     else p.raw.xy = *(const device uint2*)data;
     return p;
   }
+  if (mkv_params::kv_is_q2(fmt)) {
+    const uint codes = E == 8 ? uint(*(const device ushort*)data) : uint(*data);
+    const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, elem);
+    half v[8];
+    MKV_UNROLL for (uint e = 0; e < E; ++e) {
+      const half2 pr = *(const device half2*)(prm + (fmt == mkv_params::kKvQ2K ? e * 4 : 0));
+      v[e] = half(kv_q2_value((codes >> (2 * e)) & 3u, pr));
+    }
+    p.raw.x = as_type<uint>(half2(v[0], v[1]));
+    p.raw.y = as_type<uint>(half2(v[2], v[3]));
+    if (E == 8) {
+      p.raw.z = as_type<uint>(half2(v[4 % E], v[5 % E]));
+      p.raw.w = as_type<uint>(half2(v[6 % E], v[7 % E]));
+    }
+    return p;
+  }
   if (fmt == mkv_params::kKvQ8) {
     if (E == 8) p.raw.xy = *(const device uint2*)data;
     else p.raw.x = *(const device uint*)data;
@@ -57,7 +82,7 @@ inline KvPiece kv_load_piece(const device uchar* section, uint fmt, uint unit_ro
 // The piece's E values as floats.
 template <uint E>
 inline void kv_unpack_piece(uint fmt, KvPiece p, thread float (&out)[E]) {
-  if (fmt == mkv_params::kKvF16) {
+  if (fmt == mkv_params::kKvF16 || mkv_params::kv_is_q2(fmt)) {
     const float4 a = float4(as_type<half4>(p.raw.xy));
     out[0] = a.x;
     out[1] = a.y;
@@ -125,6 +150,15 @@ inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uin
                       uint head, uint c) {
   const device uchar* data = section + mkv_params::kv_data_offset(fmt, unit_rows, heads, D, slot, head, c);
   if (fmt == mkv_params::kKvF16) return *(const device half4*)data;
+  if (mkv_params::kv_is_q2(fmt)) {
+    const uint codes = uint(*data);
+    const device uchar* prm = section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot, head, c);
+    const uint step = fmt == mkv_params::kKvQ2K ? 4u : 0u;  // q2k: a pair per channel
+    half4 v;
+    MKV_UNROLL for (uint e = 0; e < 4; ++e)
+      v[e] = half(kv_q2_value((codes >> (2 * e)) & 3u, *(const device half2*)(prm + e * step)));
+    return v;
+  }
   const float scale = float(*(const device half*)(section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot,
                                                                                        head, c)));
   float4 v;

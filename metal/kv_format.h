@@ -12,6 +12,17 @@
 //        (llama.cpp's q4_0 rule): m = the x of largest |x|, scale = half(m / -8),
 //        code = clamp(rint(x / scale) + 8, 0, 15), x' = (code - 8) * scale;
 //        element 2j in the low nibble of byte j, 2j + 1 in the high one
+//   q2   KIVI's 2 bits, asymmetric: scale = half((max - min) / 3), lo = half(min),
+//        code = clamp(rint((x - lo) / scale), 0, 3), x' = code * scale + lo;
+//        element 4j + i in bits 2i of byte j. A section format of its own for
+//        K and for V (the user's "q2" is q2k for K, q2v for V):
+//          q2k  K per channel over the kKvBlockTokens tokens of a block: the
+//               block's parameter plane is one (n_kv_heads, head_dim) array of
+//               (scale, lo) half pairs. A block's K is quantized when the block
+//               is full (kv_seal), from the f16 rows of the residual window
+//               that holds it until then: q2 layers always have one.
+//          q2v  V per token, groups of G = 64 (the whole head below 64), a
+//               (scale, lo) half pair per group
 // (the division is x * (1 / scale) in float; a zero scale gives code 0 or 8).
 //
 // Layout. A section (K or V) of `rows` slots is cut into units of U slots
@@ -38,7 +49,11 @@ namespace mkv_params {
 MKV_CONSTANT uint32_t kKvF16 = 0;
 MKV_CONSTANT uint32_t kKvQ8 = 1;
 MKV_CONSTANT uint32_t kKvQ4 = 2;
-MKV_CONSTANT uint32_t kKvFormats = 3;
+MKV_CONSTANT uint32_t kKvQ2K = 3;  // K sections only
+MKV_CONSTANT uint32_t kKvQ2V = 4;  // V sections only
+MKV_CONSTANT uint32_t kKvFormats = 5;
+
+constexpr bool kv_is_q2(uint32_t fmt) { return fmt == kKvQ2K || fmt == kKvQ2V; }
 
 // Elements per quantization group. q8: the whole head up to 64, else 64 (a
 // 2-byte scale per 64 codes: 1.94x smaller than f16); q4: 32 (16 bytes of
@@ -56,10 +71,14 @@ constexpr bool kv_format_fits(uint32_t fmt, uint32_t head_dim) {
 
 // Bytes of one (slot, head) row in the data and parameter planes.
 constexpr uint32_t kv_data_bytes(uint32_t fmt, uint32_t head_dim) {
-  return fmt == kKvQ8 ? head_dim : fmt == kKvQ4 ? head_dim / 2 : 2 * head_dim;
+  return fmt == kKvQ8 ? head_dim : fmt == kKvQ4 ? head_dim / 2 : kv_is_q2(fmt) ? head_dim / 4 : 2 * head_dim;
 }
+// q2k's per-block (scale, lo) per channel counts as each slot's share.
 constexpr uint32_t kv_param_bytes(uint32_t fmt, uint32_t head_dim) {
-  return fmt == kKvF16 ? 0 : (head_dim / kv_group(fmt, head_dim)) * 2;
+  return fmt == kKvF16    ? 0
+         : fmt == kKvQ2K  ? head_dim * 4 / kKvBlockTokens
+         : fmt == kKvQ2V  ? (head_dim / kv_group(fmt, head_dim)) * 4
+                          : (head_dim / kv_group(fmt, head_dim)) * 2;
 }
 // One slot's row of the parameter plane: every head's, padded to 4 bytes.
 constexpr uint32_t kv_param_row_bytes(uint32_t fmt, uint32_t n_kv_heads, uint32_t head_dim) {
@@ -71,20 +90,23 @@ constexpr uint32_t kv_slot_bytes(uint32_t fmt, uint32_t n_kv_heads, uint32_t hea
 }
 
 // Byte offsets inside a section cut into units of `unit_rows` slots: the data
-// of element `elem` (even, so a q4 element starts a byte) of (slot, head),
-// and the parameters of elem's group.
+// of element `elem` (even, so a q4 element starts a byte; q2: a multiple of 4)
+// of (slot, head), and the parameters of elem's group (q2k: of channel elem,
+// in units of kKvBlockTokens slots only).
 constexpr uint32_t kv_data_offset(uint32_t fmt, uint32_t unit_rows, uint32_t n_kv_heads, uint32_t head_dim,
                                   uint32_t slot, uint32_t head, uint32_t elem) {
   return (slot / unit_rows) * unit_rows * kv_slot_bytes(fmt, n_kv_heads, head_dim) +
          ((slot % unit_rows) * n_kv_heads + head) * kv_data_bytes(fmt, head_dim) +
-         (fmt == kKvQ8 ? elem : fmt == kKvQ4 ? elem / 2 : 2 * elem);
+         (fmt == kKvQ8 ? elem : fmt == kKvQ4 ? elem / 2 : kv_is_q2(fmt) ? elem / 4 : 2 * elem);
 }
 constexpr uint32_t kv_param_offset(uint32_t fmt, uint32_t unit_rows, uint32_t n_kv_heads, uint32_t head_dim,
                                    uint32_t slot, uint32_t head, uint32_t elem) {
   return (slot / unit_rows) * unit_rows * kv_slot_bytes(fmt, n_kv_heads, head_dim) +
          unit_rows * n_kv_heads * kv_data_bytes(fmt, head_dim) +
-         (slot % unit_rows) * kv_param_row_bytes(fmt, n_kv_heads, head_dim) + head * kv_param_bytes(fmt, head_dim) +
-         (elem / kv_group(fmt, head_dim)) * 2;
+         (fmt == kKvQ2K ? (head * head_dim + elem) * 4
+                        : (slot % unit_rows) * kv_param_row_bytes(fmt, n_kv_heads, head_dim) +
+                              head * kv_param_bytes(fmt, head_dim) +
+                              (elem / kv_group(fmt, head_dim)) * (fmt == kKvQ2V ? 4 : 2));
 }
 
 }  // namespace mkv_params

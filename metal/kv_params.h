@@ -38,6 +38,23 @@ struct KvStore {
   uint32_t v_format;
   uint32_t rotate;         // 1: K (after rope), V and the queries are Hadamard-rotated
                            // in place in k_new, v_new and q before they are stored (hadamard.h)
+  uint32_t ring_slots;     // > 0: also write every row as f16 to the residual window's ring
+                           // (ring: K (ring_slots, n_kv_heads, head_dim) half, then V), position
+                           // p at slot p % ring_slots; a q2k K section is left to kv_seal
+};
+
+// kv_seal_q2k: quantizes the K of n_blocks full blocks, positions first_pos ..
+// first_pos + n_blocks * kKvBlockTokens - 1, per channel (kv_format.h, q2k),
+// from the f16 rows of the ring (positions >= ring_lo) or, below ring_lo, from
+// the block's own codes (a block stored again after a truncate whose ring no
+// longer holds the rest). Grid (n_blocks, n_kv_heads), 32 threads.
+struct KvSeal {
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint32_t first_pos;  // a multiple of kKvBlockTokens
+  uint32_t n_blocks;
+  uint32_t ring_slots;
+  uint32_t ring_lo;
 };
 
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
@@ -60,7 +77,8 @@ struct Hadamard {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::KvStore) == 48, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvStore) == 52, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvSeal) == 24, "KvSeal params layout");
 static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
 static_assert(sizeof(mkv_params::Hadamard) == 12, "Hadamard params layout");
 #endif

@@ -3,7 +3,9 @@
 // K is optionally RoPE-rotated on the way (positions first_pos + t), and the
 // rope kernels can rotate the step's queries in place in the same dispatch.
 // Quantized sections get their codes from the rotated values: quantization
-// happens after RoPE, in this dispatch, and no f16 copy is written. With
+// happens after RoPE, in this dispatch; an f16 copy is written only to a
+// residual window's ring (p.ring_slots), from which kv_seal_q2k quantizes a
+// q2 K block per channel once it is full. With
 // p.rotate (kv_rotate), K is roped and then Hadamard-rotated in place in
 // k_new, V is rotated in place in v_new, and the queries get the same
 // rotation as K, before anything is stored (hadamard.h).
@@ -49,6 +51,7 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
                           device uchar* dst,          // K section, then V section, of dst_rows slots
                           const device float* inv_freq,  // (rotary_dim / 2); unused without rope
                           const device uint* table,      // block table (paged); unused otherwise
+                          device half* ring,             // residual window (p.ring_slots > 0)
                           uint2 tg, uint tid, uint nt) {
   const uint t = tg.x;
   const bool is_k = tg.y == 0;
@@ -64,6 +67,36 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
     mkv_hadamard::rotate_heads(src, H, D, tid, nt);
   }
   const uint rd = (S != mkv_rope::kStyleNone && is_k && !p.rotate) ? p.rotary_dim : 0u;  // rotated: roped already
+
+  if (p.ring_slots > 0) {  // the row in f16 to the ring (the f16 path's values, element by element)
+    device half* r = ring + ((is_k ? 0u : p.ring_slots) + pos % p.ring_slots) * H * D;
+    for (uint j = tid; j < H * D; j += nt) r[j] = half(kv_store_value<S>(src + (j / D) * D, j % D, rd, pos, inv_freq));
+    if (fmt == mkv_params::kKvQ2K) return;  // kv_seal_q2k quantizes the block when it is full
+  }
+  if (fmt == mkv_params::kKvQ2V) {  // one item per (head, group): range, (scale, lo), codes
+    const uint G = mkv_params::kv_group(fmt, D);
+    for (uint j = tid; j < H * (D / G); j += nt) {
+      const uint h = j / (D / G);
+      const uint d0 = (j - h * (D / G)) * G;
+      const device float* x = src + h * D;
+      float mn = INFINITY, mx = -INFINITY;
+      for (uint d = d0; d < d0 + G; ++d) {
+        const float v = kv_store_value<S>(x, d, rd, pos, inv_freq);
+        mn = min(mn, v);
+        mx = max(mx, v);
+      }
+      const half2 prm = mkv_kv::kv_q2_params(mn, mx);
+      *(device half2*)(section + mkv_params::kv_param_offset(fmt, unit, H, D, slot, h, d0)) = prm;
+      device uchar* data = section + mkv_params::kv_data_offset(fmt, unit, H, D, slot, h, d0);
+      for (uint d = 0; d < G; d += 4) {
+        uint byte = 0;
+        for (uint i = 0; i < 4; ++i)
+          byte |= mkv_kv::kv_q2_code(kv_store_value<S>(x, d0 + d + i, rd, pos, inv_freq), prm) << (2 * i);
+        data[d / 4] = uchar(byte);
+      }
+    }
+    return;
+  }
 
   if (fmt == mkv_params::kKvF16) {
     const uint pairs = rd / 2;
@@ -120,10 +153,11 @@ MKV_MAX_THREADS(256) kernel void kv_store_f32(constant mkv_params::KvStore& p [[
                          device float* v_new [[buffer(2)]],
                          device uchar* dst [[buffer(3)]],
                          const device uint* table [[buffer(6)]],  // block table; dst when not paged
+                         device half* ring [[buffer(7)]],         // residual window; dst without one
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint nt [[threads_per_threadgroup]]) {
-  kv_store_rows<mkv_rope::kStyleNone>(p, k_new, v_new, dst, k_new, table, tg, tid, nt);
+  kv_store_rows<mkv_rope::kStyleNone>(p, k_new, v_new, dst, k_new, table, ring, tg, tid, nt);
 }
 
 template <mkv_rope::Style S>
@@ -134,6 +168,7 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
                               const device float* inv_freq [[buffer(4)]],
                               device float* q [[buffer(5)]],  // (n_new, n_q_heads, head_dim) if p.n_q_heads
                               const device uint* table [[buffer(6)]],  // block table; dst when not paged
+                              device half* ring [[buffer(7)]],         // residual window; dst without one
                               uint2 tg [[threadgroup_position_in_grid]],
                               uint tid [[thread_index_in_threadgroup]],
                               uint nt [[threads_per_threadgroup]]) {
@@ -143,7 +178,59 @@ MKV_MAX_THREADS(256) [[kernel]] void kv_store_f32_rope(constant mkv_params::KvSt
     if (p.rotate) mkv_hadamard::rotate_heads(row, p.n_q_heads, p.head_dim, tid, nt);
     return;
   }
-  kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, table, tg, tid, nt);
+  kv_store_rows<S>(p, k_new, v_new, dst, inv_freq, table, ring, tg, tid, nt);
+}
+
+// One threadgroup per (block, head); thread i takes channel quads i, i + 32, ...
+// (a quad's codes share a byte of every token's row): each quad's range over
+// the block's tokens, its (scale, lo) pairs, then one code byte per token.
+// Rows below ring_lo come from the block's own codes (read before rewritten).
+MKV_MAX_THREADS(32) kernel void kv_seal_q2k(constant mkv_params::KvSeal& p [[buffer(0)]],
+                        device uchar* dst [[buffer(1)]],         // the layer's pool; its K section first
+                        const device half* ring [[buffer(2)]],   // the residual window's ring (K first)
+                        const device uint* table [[buffer(3)]],  // block table
+                        uint2 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]]) {
+  constexpr uint B = mkv_params::kKvBlockTokens;
+  constexpr uint F = mkv_params::kKvQ2K;
+  const uint D = p.head_dim, H = p.n_kv_heads, h = tg.y;
+  const uint first = p.first_pos + tg.x * B;
+  const uint slot0 = kv_slot(table, first);
+  for (uint c0 = tid * 4; c0 < D; c0 += 32 * 4) {
+    device half2* prm = (device half2*)(dst + mkv_params::kv_param_offset(F, B, H, D, slot0, h, c0));
+    half2 old[4];
+    float mn[4], mx[4];
+    for (uint i = 0; i < 4; ++i) {
+      old[i] = prm[i];
+      mn[i] = INFINITY;
+      mx[i] = -INFINITY;
+    }
+    for (uint t = 0; t < B; ++t) {
+      const uint pos = first + t;
+      const uint code = dst[mkv_params::kv_data_offset(F, B, H, D, slot0 + t, h, c0)];
+      for (uint i = 0; i < 4; ++i) {
+        const float v = pos >= p.ring_lo ? float(ring[((pos % p.ring_slots) * H + h) * D + c0 + i])
+                                         : float(half(mkv_kv::kv_q2_value((code >> (2 * i)) & 3u, old[i])));
+        mn[i] = min(mn[i], v);
+        mx[i] = max(mx[i], v);
+      }
+    }
+    half2 now[4];
+    for (uint i = 0; i < 4; ++i) now[i] = mkv_kv::kv_q2_params(mn[i], mx[i]);
+    for (uint t = 0; t < B; ++t) {
+      const uint pos = first + t;
+      device uchar* data = dst + mkv_params::kv_data_offset(F, B, H, D, slot0 + t, h, c0);
+      const uint code = *data;
+      uint byte = 0;
+      for (uint i = 0; i < 4; ++i) {
+        const float v = pos >= p.ring_lo ? float(ring[((pos % p.ring_slots) * H + h) * D + c0 + i])
+                                         : float(half(mkv_kv::kv_q2_value((code >> (2 * i)) & 3u, old[i])));
+        byte |= mkv_kv::kv_q2_code(v, now[i]) << (2 * i);
+      }
+      *data = uchar(byte);
+    }
+    for (uint i = 0; i < 4; ++i) prm[i] = now[i];
+  }
 }
 
 MKV_KERNEL("kv_store_f32_rope_neox", kv_store_f32_rope<mkv_rope::kStyleNeox>)

@@ -64,6 +64,15 @@ ops::AttentionDesc decode_desc(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t
 
 ops::BufferView view(const BufferPtr& b, size_t offset = 0) { return {b, offset}; }
 
+// The residual window's arguments (ops::AttentionDesc::residual).
+void set_window(ops::AttentionDesc& d, const std::optional<BufferPtr>& ring, uint32_t residual, uint32_t ring_slots,
+                uint32_t ring_lo) {
+  d.residual = residual;
+  d.ring_slots = ring_slots;
+  d.ring_lo = ring_lo;
+  d.ring = view(ring ? *ring : nullptr);
+}
+
 // The op trusts the table's entries (a kv::BlockTable writes them); from
 // Python anything can arrive, so the entries the queries reach are checked
 // here: each must name a block of the pool.
@@ -96,10 +105,11 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
          size_t kv_offset, const std::optional<BufferPtr>& scratch, const std::string& variant,
-         const std::string& kv_k, const std::string& kv_v) {
-        const ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots,
-                                                 window, scale, softcap, sinks.has_value(), split, chunks,
-                                                 variant, kv_k, kv_v);
+         const std::string& kv_k, const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual,
+         uint32_t ring_slots, uint32_t ring_lo) {
+        ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap,
+                                           sinks.has_value(), split, chunks, variant, kv_k, kv_v);
+        set_window(d, ring, residual, ring_slots, ring_lo);
         ops::attention_decode_plan(d, 1);  // the desc's own checks first
         check_table("attention_decode", d, table);
         const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
@@ -114,6 +124,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
       "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "", "kv_k"_a = "f16", "kv_v"_a = "f16",
+      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0,
       "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the\n"
       "pool kv (K section, V section; f16: (2, slots, n_kv_heads, head_dim)) into out (n_q_heads, head_dim) f32; table: uint32\n"
       "buffer, the pool block of each BLOCK_TOKENS positions (ceil(n_tokens / BLOCK_TOKENS)).\n"
@@ -122,7 +133,10 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
       "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'nopf'\n"
       "(a compile-time variant of the kernels, head_dim 128). kv_k, kv_v: the pool's K and V\n"
-      "formats ('f16', 'q8', 'q4'; docs/KV_QUANT.md), read and dequantized in the kernels.");
+      "formats ('f16', 'q8', 'q4', 'q2'; docs/KV_QUANT.md), read and dequantized in the kernels.\n"
+      "residual > 0: a residual window; the keys from max(ring_lo, floor((n_tokens - residual) / 32) * 32)\n"
+      "on are read from ring (K (ring_slots, n_kv_heads, head_dim) f16, then V; position p at slot\n"
+      "p % ring_slots), the rest from kv.");
 
   ops_m.def(
       "attention_decode_plan",
@@ -167,10 +181,12 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t n_queries,
          uint32_t q_pos0, uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, size_t kv_offset, const std::string& kv_k,
-         const std::string& kv_v) {
+         const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual, uint32_t ring_slots,
+         uint32_t ring_lo) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
                                          slots, window, scale, softcap, sinks.has_value(), kv_k, kv_v);
         d.n_queries = n_queries;
+        set_window(d, ring, residual, ring_slots, ring_lo);
         if (n_queries > 0 && slots % mkv_params::kKvBlockTokens == 0) check_table("attention_prefill", d, table);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
           ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
@@ -180,11 +196,13 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
+      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0,
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
       "q_pos0+n_queries-1 over the pool kv through table (as\n"
       "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
-      "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v: as for decode.");
+      "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v, ring, residual,\n"
+      "ring_slots, ring_lo: as for decode, each query with its own window start.");
 }
 
 }  // namespace

@@ -204,10 +204,10 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
              uint32_t capacity, std::optional<std::vector<uint32_t>> windows, uint32_t max_chunk,
              const std::string& store, const std::optional<std::vector<std::string>>& kv_k,
-             const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate) {
+             const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate, uint32_t kv_residual) {
             kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
                                  max_chunk, kv::StorePath::compute, kv_formats_arg(kv_k, "kv_k"),
-                                 kv_formats_arg(kv_v, "kv_v"), kv_rotate};
+                                 kv_formats_arg(kv_v, "kv_v"), kv_rotate, kv_residual};
             try {
               spec.store = kv::parse_store_path(store);
             } catch (const gpu::GpuError& e) {
@@ -217,12 +217,14 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute", "kv_k"_a = nb::none(),
-          "kv_v"_a = nb::none(), "kv_rotate"_a = false,
+          "kv_v"_a = nb::none(), "kv_rotate"_a = false, "kv_residual"_a = 0,
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
           "one append puts in a sliding layer, and how far before its last append it can truncate (its pool holds about "
-          "W + 2 * max_chunk slots). store: 'compute' or 'blit'. kv_k, kv_v: per layer 'f16', 'q8' or 'q4' "
+          "W + 2 * max_chunk slots). store: 'compute' or 'blit'. kv_k, kv_v: per layer 'f16', 'q8', 'q4' or 'q2' "
           "(docs/KV_QUANT.md); None: all f16. kv_rotate: Hadamard-rotate the quantized layers' K (after rope), V "
-          "and queries before storing (append's k and v are scratch then; attention's output needs ops.hadamard).")
+          "and queries before storing (append's k and v are scratch then; attention's output needs ops.hadamard). "
+          "kv_residual: a residual window of that many recent tokens (a multiple of 32) kept in f16 beside the "
+          "quantized layers (q2 needs one); appends then take at most max_chunk tokens.")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -245,7 +247,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              const kv::LayerLayout lay = c.cache->layout(layer);
              return std::make_pair(std::string(kv::kv_format_name(lay.k_format)),
                                    std::string(kv::kv_format_name(lay.v_format)));
-           }, "layer"_a, "The layer's (K format, V format): 'f16', 'q8' or 'q4'.")
+           }, "layer"_a, "The layer's (K format, V format): 'f16', 'q8', 'q4' or 'q2'.")
       .def("row_bytes", [](const PyKVCache& c, uint32_t layer, uint32_t kv) {
              const kv::LayerLayout lay = c.cache->layout(layer);
              return std::make_pair(lay.data_row_bytes(kv), lay.param_row_bytes(kv));
@@ -307,6 +309,16 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def_prop_ro("shares_pool", [](const PyKVCache& c) { return !c.cache->owns_pool(); },
                    "True when the cache draws its blocks from an engine's shared pool.")
       .def_prop_ro("staging_nbytes", [](const PyKVCache& c) { return c.cache->staging_nbytes(); })
+      .def_prop_ro("ring_nbytes", [](const PyKVCache& c) { return c.cache->ring_nbytes(); },
+                   "The residual window's ring (kv_residual), every layer's that has one.")
+      .def_prop_ro("residual", [](const PyKVCache& c) { return c.cache->spec().residual; },
+                   "The residual window in tokens (kv_residual; 0: none).")
+      .def_prop_ro("ring_slots", [](const PyKVCache& c) { return c.cache->ring_slots(); },
+                   "Slots of each layer's ring: max_chunk + residual + 31 rounded up to a block (0: none).")
+      .def("ring_lo", [](const PyKVCache& c, uint32_t l) { return c.cache->ring_lo(l); }, "layer"_a,
+           "The first position whose f16 row the layer's ring holds; the queries read the pool below it.")
+      .def("has_ring", [](const PyKVCache& c, uint32_t l) { return c.cache->has_ring(l); }, "layer"_a,
+           "Whether the layer keeps a residual window (kv_residual and a quantized K or V).")
       .def_prop_ro("table_nbytes", [](const PyKVCache& c) { return c.cache->table_nbytes(); })
       .def_prop_ro("bytes_per_token", [](const PyKVCache& c) { return c.cache->bytes_per_token(); },
                    "Bytes one more context token costs: a K and a V row in every non-wrapping layer.")

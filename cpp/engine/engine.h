@@ -40,6 +40,7 @@ struct EngineOptions {
   std::vector<uint32_t> kv_k;
   std::vector<uint32_t> kv_v;
   bool kv_rotate = false;  // Hadamard-rotate the quantized layers (kv::LayerLayout::rotate)
+  uint32_t kv_residual = 0;  // the caches' residual window (kv::KVCacheSpec::residual)
 };
 
 inline constexpr size_t kKvMemoryAuto = ~size_t(0);
@@ -83,7 +84,8 @@ class Engine {
   std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
                                          const std::vector<uint32_t>* kv_k = nullptr,
                                          const std::vector<uint32_t>* kv_v = nullptr,
-                                         const bool* kv_rotate = nullptr) const;
+                                         const bool* kv_rotate = nullptr,
+                                         const uint32_t* kv_residual = nullptr) const;
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Checks a generate call (options, ids, room in the cache) and queues it;

@@ -41,8 +41,24 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
     fail("windows has " + str(spec.windows.size()) + " entries; expected one per layer (" +
          str(spec.n_layers) + "), 0 for a full layer");
   // ArgumentError(kv_k / kv_v) for formats the heads cannot take
-  KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows, {}, spec.k_formats, spec.v_formats, spec.rotate}
-      .check_formats();
+  const KvPoolSpec pool{spec.n_kv_heads, spec.head_dim, spec.windows, {}, spec.k_formats, spec.v_formats, spec.rotate};
+  pool.check_formats();
+  bool quantized = false, q2 = false;
+  for (uint32_t l = 0; l < spec.n_layers; ++l) {
+    quantized = quantized || pool.k_format(l) != mkv_params::kKvF16 || pool.v_format(l) != mkv_params::kKvF16;
+    q2 = q2 || pool.k_format(l) == mkv_params::kKvQ2K || pool.v_format(l) == mkv_params::kKvQ2V;
+  }
+  if (spec.residual % kBlockTokens != 0)
+    throw gpu::ArgumentError("kv_cache", "kv_residual", str(spec.residual),
+                             "a multiple of " + str(kBlockTokens) + " tokens (whole blocks), e.g. 128");
+  if (spec.residual && !quantized)
+    throw gpu::ArgumentError("kv_cache", "kv_residual", str(spec.residual),
+                             "0: a residual window keeps recent tokens of a quantized cache in f16, and every "
+                             "layer's K and V are f16 already");
+  if (q2 && !spec.residual)
+    throw gpu::ArgumentError("kv_cache", "kv_residual", "0",
+                             "a window of at least " + str(kBlockTokens) + " tokens (e.g. 128): q2 quantizes K per "
+                             "channel over whole blocks, so the recent tokens stay f16 until their block is full");
 }
 
 std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
@@ -100,6 +116,7 @@ void KVCache::init_groups() {
   }
   for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
+  init_ring();
   if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
 }
 
@@ -204,6 +221,10 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
   const uint32_t n = lengths_[layer];
+  if (spec_.residual && ring_index_[layer] >= 0 && n_new > spec_.max_chunk)
+    fail("layer " + str(layer) + " keeps a residual window of " + str(spec_.residual) + " tokens in a ring of " +
+         str(ring_slots_) + " slots; storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
+         str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
   if (spec_.windows[layer] != 0 && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " is sliding (window " + str(spec_.windows[layer]) + ", " + str(slots(layer)) +
          " slots); storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
@@ -265,6 +286,10 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   const LayerLayout lay = layout(layer);
   ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer),
                      lay.k_format, lay.v_format, lay.rotate};
+  if (has_ring(layer)) {
+    d.ring_slots = ring_slots_;
+    d.ring = ring(layer);
+  }
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {
@@ -289,12 +314,15 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
       t += run;
     }
   }
+  if (has_ring(layer)) store_window(enc, layer, n, n_new);
   lengths_[layer] = n + n_new;
 }
 
 void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
                          const uint8_t* params) {
   copy_rows(layer, kv, first, n, const_cast<uint8_t*>(data), const_cast<uint8_t*>(params), true);
+  // rows written into the pool are not in the ring: the queries read them from the pool
+  if (has_ring(layer)) ring_lo_[layer] = std::max(ring_lo_[layer], first + n);
 }
 
 void KVCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data,
@@ -314,6 +342,11 @@ void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
          (write ? "write" : "read") + " rows " + str(first) + ".." + str(uint64_t(first) + n - 1));
   const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
   const BufferView reg = region(layer);
+  const uint32_t sealed = lengths_[layer] / kBlockTokens * kBlockTokens;  // q2 K: full blocks only
+  if (!write && lay.format(kv) == mkv_params::kKvQ2K && uint64_t(first) + n > sealed)
+    fail("layer " + str(layer) + "'s q2 K rows of positions " + str(sealed) + ".." + str(lengths_[layer] - 1) +
+         " are in the residual window's ring only (a q2 K block is quantized when it is full); reading them "
+         "from the pool is not supported");
   for (uint32_t i = 0; i < n; ++i) {
     if (!t.holds(first + i)) fail("layer " + str(layer) + " does not hold position " + str(first + i));
     const std::vector<LayerLayout::Range> r = lay.slot_ranges(kv, t.slot(first + i), 1);
@@ -340,6 +373,7 @@ void KVCache::truncate(uint32_t n) {
   }
   for (Group& g : groups_) g.table->truncate(n);  // entries past n are never read: no sync
   std::fill(lengths_.begin(), lengths_.end(), n);
+  for (uint32_t& lo : ring_lo_) lo = std::min(lo, n);
   canonical_ = std::min(canonical_, n);
   if (block_hashes_.size() > n / kBlockTokens) block_hashes_.resize(n / kBlockTokens);
   if (tokens_.size() > n) {
@@ -355,6 +389,7 @@ void KVCache::reset() {
     groups_[g].table = std::make_unique<BlockTable>(pool_->blocks(g), groups_[g].window, spec_.max_chunk);
   }
   std::fill(lengths_.begin(), lengths_.end(), 0u);
+  std::fill(ring_lo_.begin(), ring_lo_.end(), 0u);
   tokens_.clear();
   messages_.clear();
   canonical_ = 0;
@@ -380,6 +415,7 @@ void KVCache::begin_at(const std::vector<uint32_t>& first) {
     sync_table(g, 0);
   }
   lengths_ = first;
+  ring_lo_ = first;
 }
 
 size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }
@@ -407,6 +443,7 @@ void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
     sync_table(groups_[g], 0);
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
+  std::fill(ring_lo_.begin(), ring_lo_.end(), n);  // the prefix's rows are the pool's only
   tokens_.assign(ids, ids + n);
   messages_.clear();
   canonical_ = n;
@@ -448,7 +485,9 @@ size_t KVCache::held_nbytes() const {
   return total;
 }
 
-size_t KVCache::nbytes() const { return staging_nbytes() + table_nbytes() + (owns_pool_ ? pool_->nbytes() : 0); }
+size_t KVCache::nbytes() const {
+  return staging_nbytes() + table_nbytes() + ring_nbytes() + (owns_pool_ ? pool_->nbytes() : 0);
+}
 
 size_t KVCache::bytes_per_token() const {
   size_t total = 0;

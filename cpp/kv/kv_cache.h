@@ -31,6 +31,7 @@
 #include "kv/encoder_session.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_layout.h"
+#include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/kv_store.h"
 #include "ops/rope.h"
@@ -63,6 +64,15 @@ struct KVCacheSpec {
   std::vector<uint32_t> k_formats;  // per layer: mkv_params::kKvF16, kKvQ8, kKvQ4; empty = all f16
   std::vector<uint32_t> v_formats;
   bool rotate = false;              // Hadamard-rotate the quantized layers (LayerLayout::rotate)
+  // The residual window (kv_residual; 0: none), a multiple of kBlockTokens.
+  // A layer with a quantized K or V then also keeps its recent rows as f16 in
+  // a ring of ring_slots() slots (ring()), and the query at position p reads
+  // the keys from S(p) = floor((p + 1 - residual) / B) * B on from it (its
+  // last `residual` positions and the block they start in), the rest from the
+  // pool. A q2 layer needs one: its K is quantized per channel when a block
+  // is full (ops::kv_seal_q2k). Stores into such a layer take at most
+  // max_chunk tokens.
+  uint32_t residual = 0;
 };
 
 class KVCache {
@@ -109,6 +119,20 @@ class KVCache {
   void write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data, const uint8_t* params);
   // The same rows read back (what a saved cache stores).
   void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params) const;
+
+  // The residual window (KVCacheSpec::residual). has_ring: the layer keeps
+  // one (a quantized K or V). The ring: every such layer's K (ring_slots,
+  // n_kv_heads, head_dim) half, then its V; position p at slot p % ring_slots.
+  // ring_lo: the ring holds the rows of positions ring_lo .. length - 1 (a
+  // prefix adopted from the prefix cache, a saved cache read back or a deep
+  // truncate leave the rows below it to the pool: the queries read them
+  // quantized even inside their window).
+  bool has_ring(uint32_t layer) const;
+  uint32_t ring_slots() const { return ring_slots_; }
+  BufferView ring(uint32_t layer) const;
+  uint32_t ring_lo(uint32_t layer) const;
+  // Sets d's residual, ring_slots, ring_lo and ring for attention over `layer`.
+  void describe_window(uint32_t layer, ops::AttentionDesc& d) const;
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -180,6 +204,8 @@ class KVCache {
     std::vector<BlockTable::State> tables;  // per group
     std::vector<SavedBlocks> blocks;        // per group (own pool)
     RetainedBlocks retained;                // shared pool
+    gpu::BufferPtr ring;                    // a copy of the ring (residual window)
+    std::vector<uint32_t> ring_lo;
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
@@ -220,6 +246,7 @@ class KVCache {
   size_t layer_nbytes(uint32_t layer) const;  // the layer's pool: R slots of its K and V formats
   size_t staging_nbytes() const;              // blit path staging (0 for compute)
   size_t table_nbytes() const;                // the tables' device mirrors
+  size_t ring_nbytes() const;                 // the residual window's ring (0 without one)
   size_t held_nbytes() const;                 // the blocks its tables hold, in every layer
   size_t nbytes() const;                      // what it owns: its pool (if its own) + staging + tables
   size_t bytes_per_token() const;             // one more context token: K+V row (its formats) in each non-wrapping layer
@@ -242,6 +269,10 @@ class KVCache {
   void copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                  bool write) const;
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
+  // kv_residual.cpp: the ring's allocation, the store's ring and seal, and
+  // ring_lo's upkeep (positions whose rows the ring no longer holds).
+  void init_ring();
+  void store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new);
   Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 
@@ -256,6 +287,10 @@ class KVCache {
   std::vector<int32_t> tokens_;        // ids fed by an engine
   std::vector<ChatMessage> messages_;  // the chat they render, if any
   std::string fingerprint_;
+  gpu::BufferPtr ring_;                 // residual window: see ring()
+  uint32_t ring_slots_ = 0;
+  std::vector<int32_t> ring_index_;     // per layer: its place in ring_, -1 without one
+  std::vector<uint32_t> ring_lo_;       // per layer
   uint32_t canonical_ = 0;              // see canonical()
   std::vector<uint64_t> block_hashes_;  // chain hashes of the published full blocks
 };

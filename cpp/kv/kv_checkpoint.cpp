@@ -21,6 +21,9 @@
 // block). Restoring hands those owners back to the tables; a checkpoint that
 // goes away unused gives them back to the pool. The engine reserves the blocks
 // the call may take (KVCache::blocks_to_store), so the copies always fit.
+//
+// A residual window's ring (kv_residual.cpp) is the sequence's own: the
+// checkpoint copies it whole when the call stores or truncates, and ring_lo with it.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -88,6 +91,16 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   cp.messages = messages_;
   cp.canonical = canonical_;
   cp.block_hashes = block_hashes_;
+  cp.ring_lo = ring_lo_;
+  if (ring_ && (n_store > 0 || keep < lengths_[0])) {
+    cp.ring = device_->new_buffer(ring_->length());
+    auto cb = queue.command_buffer();
+    gpu::BlitEncoder& blit = cb->blit_encoder();
+    blit.copy(ring_, 0, cp.ring, 0, ring_->length());
+    blit.end_encoding();
+    cb->commit();
+    cb->wait();
+  }
   if (!owns_pool_) {
     cp.retained.pool = pool_;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
@@ -135,6 +148,17 @@ void KVCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   messages_ = cp.messages;
   canonical_ = cp.canonical;
   block_hashes_ = cp.block_hashes;
+  if (cp.ring) {
+    auto cb = queue.command_buffer();
+    gpu::BlitEncoder& blit = cb->blit_encoder();
+    blit.copy(cp.ring, 0, ring_, 0, ring_->length());
+    blit.end_encoding();
+    cb->commit();
+    cb->wait();
+    ring_lo_ = cp.ring_lo;
+  } else if (!cp.ring_lo.empty()) {
+    for (size_t l = 0; l < ring_lo_.size(); ++l) ring_lo_[l] = std::max(ring_lo_[l], cp.ring_lo[l]);
+  }
   if (cp.retained.pool) {
     for (size_t i = 0; i < groups_.size(); ++i) {
       groups_[i].table->restore_owned(cp.tables[i]);

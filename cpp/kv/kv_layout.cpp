@@ -5,21 +5,24 @@
 namespace mkv::kv {
 namespace {
 
-constexpr const char* kNames[mkv_params::kKvFormats] = {"f16", "q8", "q4"};
+constexpr const char* kNames[mkv_params::kKvFormats] = {"f16", "q8", "q4", "q2", "q2"};
 
 }  // namespace
 
 const char* kv_format_name(uint32_t format) { return format < mkv_params::kKvFormats ? kNames[format] : "?"; }
 
 uint32_t parse_kv_format(const std::string& name, const char* what) {
-  for (uint32_t f = 0; f < mkv_params::kKvFormats; ++f)
+  if (name == "q2") return std::string(what) == "kv_v" ? mkv_params::kKvQ2V : mkv_params::kKvQ2K;
+  for (uint32_t f = 0; f < mkv_params::kKvQ2K; ++f)
     if (name == kNames[f]) return f;
-  throw gpu::ArgumentError("kv_cache", what, "'" + name + "'", "one of 'f16', 'q8' or 'q4'");
+  throw gpu::ArgumentError("kv_cache", what, "'" + name + "'", "one of 'f16', 'q8', 'q4' or 'q2'");
 }
 
 void check_kv_format(uint32_t format, uint32_t head_dim, const char* what) {
-  if (format >= mkv_params::kKvFormats)
-    throw gpu::ArgumentError("kv_cache", what, std::to_string(format), "a KV format 0 (f16), 1 (q8) or 2 (q4)");
+  const bool v = std::string(what) == "kv_v";
+  if (format >= mkv_params::kKvFormats || format == (v ? mkv_params::kKvQ2K : mkv_params::kKvQ2V))
+    throw gpu::ArgumentError("kv_cache", what, std::to_string(format),
+                             std::string("a KV format 0 (f16), 1 (q8), 2 (q4) or ") + (v ? "4 (q2 of V)" : "3 (q2 of K)"));
   if (!mkv_params::kv_format_fits(format, head_dim))
     throw gpu::ArgumentError(
         "kv_cache", what,

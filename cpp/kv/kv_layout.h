@@ -22,12 +22,15 @@
 
 namespace mkv::kv {
 
-// The KV formats by name: "f16", "q8", "q4" (mkv_params::kKvF16 ...).
+// The KV formats by name: "f16", "q8", "q4", "q2" (mkv_params::kKvF16 ...;
+// q2 is kKvQ2K in a K section, kKvQ2V in a V section).
 const char* kv_format_name(uint32_t format);
-// The format called `name`; raises ArgumentError(what) naming the formats for another.
+// The format called `name` in the section `what` names ("kv_v": V, else K);
+// raises ArgumentError(what) naming the formats for another.
 uint32_t parse_kv_format(const std::string& name, const char* what);
 // Raises ArgumentError(what) when `format` cannot store heads of head_dim
-// (the quantized formats need a multiple of 32 that their group divides).
+// (the quantized formats need a multiple of 32 that their group divides), or
+// is q2 of the other section (what "kv_v": a V section, else K).
 void check_kv_format(uint32_t format, uint32_t head_dim, const char* what);
 
 struct LayerLayout {

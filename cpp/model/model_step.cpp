@@ -157,6 +157,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     const kv::LayerLayout lay = cache.layout(l);
     d.k_format = lay.k_format;
     d.v_format = lay.v_format;
+    cache.describe_window(l, d);
     const ops::BufferView out = row(ws.attn(), r0, Q);
     if (seg.n == 1)
       ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), out, {},

@@ -48,6 +48,7 @@ std::string num(uint64_t v) { return std::to_string(v); }
 // and 128); else kvq, whose kernels read any pair.
 const char* kv_kind(const AttentionDesc& d, bool decode = false) {
   using namespace mkv_params;
+  if (d.residual) return "kvq";
   if (d.k_format == kKvF16 && d.v_format == kKvF16) return "f16";
   if (decode && (d.head_dim == 64 || d.head_dim == 128)) {
     if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
@@ -95,6 +96,24 @@ uint32_t validate_desc(const char* op, const AttentionDesc& d) {
       fail(op, "KV format " + num(f) + " cannot be read at head_dim " + num(d.head_dim) +
                    " (0 = f16 fits every head_dim; the quantized formats take 32, 64 or a multiple of 64)");
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  if (d.residual) {
+    if (!mkv_params::kv_format_fits(mkv_params::kKvQ8, d.head_dim))
+      fail(op, "a residual window is read by the kvq kernels, which take head_dim 32, 64 or a multiple of 64, not " +
+                   num(d.head_dim));
+    if (d.residual % B != 0)
+      fail(op, "residual " + num(d.residual) + " is not a multiple of the block size " + num(B));
+    if (d.ring_lo > d.n_tokens - d.n_queries)
+      fail(op, "ring_lo " + num(d.ring_lo) + " is past the first query's position " + num(d.n_tokens - d.n_queries) +
+                   " (the ring holds the rows of positions ring_lo .. n_tokens - 1)");
+    if (uint64_t(d.n_tokens) - d.ring_lo > d.ring_slots ||
+        uint64_t(d.n_tokens) - std::min<uint64_t>(mkv_params::attn_ring_start(d.n_tokens - d.n_queries, d.residual,
+                                                                              d.ring_lo), d.n_tokens) > d.ring_slots)
+      fail(op, "the ring's " + num(d.ring_slots) + " slots cannot hold the window of positions from " +
+                   num(mkv_params::attn_ring_start(d.n_tokens - d.n_queries, d.residual, d.ring_lo)) + " to " +
+                   num(d.n_tokens - 1));
+  } else if (d.ring.buffer || d.ring_slots || d.ring_lo) {
+    fail(op, "ring, ring_slots and ring_lo need a residual window (residual > 0)");
+  }
   if (d.slots % B != 0)
     fail(op, "slots " + num(d.slots) + " is not a multiple of the block size " + num(B) +
                  " (a pool holds whole blocks)");
@@ -127,7 +146,12 @@ void check_common_views(const char* op, const AttentionDesc& d, const BufferView
   if (d.has_sinks) check_view(op, "sinks", sinks, uint64_t(d.n_q_heads) * 4, 4);
   else if (sinks.buffer)
     fail(op, "a sinks buffer was given but has_sinks is false");
+  if (d.residual) check_view(op, "ring (K then V, ring_slots rows of f16 each)", d.ring,
+                             uint64_t(d.ring_slots) * 2 * d.n_kv_heads * d.head_dim * 2, 16);
 }
+
+// The ring, or the pool as a placeholder (every kernel binds buffer 6).
+const BufferView& ring_or(const AttentionDesc& d, const BufferView& kv) { return d.residual ? d.ring : kv; }
 
 // Query heads of one KV head, split into blocks of at most max_rows.
 void head_blocks(uint32_t group, uint32_t max_rows, uint32_t& per_block, uint32_t& blocks) {
@@ -195,6 +219,7 @@ std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
   }
   if (!d.decode_variant.empty())
     fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
+  if (d.residual) return "_res";
   return mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
 }
 
@@ -278,6 +303,9 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   p.has_sinks = d.has_sinks ? 1 : 0;
   p.k_format = d.k_format;
   p.v_format = d.v_format;
+  p.residual = d.residual;
+  p.ring_slots = d.ring_slots;
+  p.ring_lo = d.ring_lo;
   const BufferView& sinks_or_q = d.has_sinks ? sinks : q;  // every argument must be bound
   const gpu::Size3 grid{d.n_kv_heads * plan.head_blocks, plan.n_chunks, 1};
 
@@ -286,6 +314,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   bind(enc, q, 1);
   bind(enc, kv, 2);
   bind(enc, table, 5);
+  bind(enc, ring_or(d, kv), 6);
   if (!plan.split) {
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);
@@ -342,6 +371,9 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   p.has_sinks = d.has_sinks ? 1 : 0;
   p.k_format = d.k_format;
   p.v_format = d.v_format;
+  p.residual = d.residual;
+  p.ring_slots = d.ring_slots;
+  p.ring_lo = d.ring_lo;
 
   enc.set_pipeline(dev.pipeline(attention_kernel_name(family("attn_prefill", d).c_str(), d.head_dim)));
   bind_params(enc, p, 0);
@@ -350,6 +382,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   bind(enc, d.has_sinks ? sinks : q, 3);
   bind(enc, out, 4);
   bind(enc, table, 5);
+  bind(enc, ring_or(d, kv), 6);
   enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
                             {kThreads, 1, 1});
 }

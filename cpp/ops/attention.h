@@ -56,6 +56,15 @@ struct AttentionDesc {
   // kernels, which exist for the head_dims kv_format_fits accepts.
   uint32_t k_format = 0;
   uint32_t v_format = 0;
+  // A residual window (kv::KVCacheSpec::residual): the query at position p
+  // reads keys from S(p) = max(ring_lo, floor((p + 1 - residual) / B) * B)
+  // on as f16 rows of `ring` (K (ring_slots, n_kv_heads, head_dim) half,
+  // then V; position at slot position % ring_slots), the ones before from the
+  // pool. residual 0: none. Runs the _kvq kernels (decode: their _res form).
+  uint32_t residual = 0;
+  uint32_t ring_slots = 0;
+  uint32_t ring_lo = 0;
+  BufferView ring;
 };
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,

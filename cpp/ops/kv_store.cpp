@@ -58,6 +58,15 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   if (d.rotate && !hadamard_fits(d.head_dim))
     fail(kOp, "rotating needs a power-of-two head_dim up to 256, not " + std::to_string(d.head_dim));
   if (d.queries.n_heads && !d.rope) fail(kOp, "rotating the queries needs a rope");
+  if (d.ring_slots) {
+    check_bytes("ring (K then V, ring_slots rows of f16 each)", d.ring, uint64_t(d.ring_slots) * 2 * row * 2);
+    if (d.n_new > d.ring_slots)
+      fail(kOp, std::to_string(d.n_new) + " new tokens do not fit in a ring of " + std::to_string(d.ring_slots) + " slots");
+  } else if (d.k_format == mkv_params::kKvQ2K) {
+    fail(kOp, "a q2 K section is quantized from a residual window's ring (ring_slots > 0)");
+  }
+  if (d.k_format == mkv_params::kKvQ2V || d.v_format == mkv_params::kKvQ2K)
+    fail(kOp, "q2's K format (3) is for K sections and its V format (4) for V sections");
   if (d.queries.n_heads) {
     // Q is rewritten while other threadgroups read k_new and v_new and write dst.
     const uint64_t q_bytes = uint64_t(d.n_new) * d.queries.n_heads * d.head_dim * 4;
@@ -74,7 +83,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
                               d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, d.queries.n_heads,
-                              paged ? 1u : 0u, d.k_format, d.v_format, d.rotate ? 1u : 0u};
+                              paged ? 1u : 0u, d.k_format, d.v_format, d.rotate ? 1u : 0u, d.ring_slots};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);
   bind(enc, v_new, 2);
@@ -84,10 +93,34 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
     bind(enc, d.queries.n_heads ? d.queries.q : k_new, 5);  // k_new: a placeholder, never read
   }
   bind(enc, paged ? d.table : dst, 6);  // dst: a placeholder, never read
+  bind(enc, d.ring_slots ? d.ring : dst, 7);
 
   // 3. one threadgroup per (token, K|V[|Q]); threads stride over the token's heads
   const uint32_t threads = std::min<uint32_t>(256, ceil_div(row, 32) * 32);
   enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {threads, 1, 1});
+}
+
+void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+                 const BufferView& table, const KvSealDesc& d) {
+  constexpr uint32_t B = mkv_params::kKvBlockTokens;
+  if (d.n_blocks == 0) return;
+  if (d.n_kv_heads == 0 || !mkv_params::kv_format_fits(mkv_params::kKvQ2K, d.head_dim))
+    fail(kOp, "kv_seal_q2k needs n_kv_heads > 0 and head_dim 32, 64 or a multiple of 64");
+  if (d.first_pos % B != 0) fail(kOp, "kv_seal_q2k: first_pos " + std::to_string(d.first_pos) + " starts no block");
+  const uint64_t end = uint64_t(d.first_pos) + uint64_t(d.n_blocks) * B;
+  if (d.ring_slots == 0 || (end > d.ring_lo && end - std::max<uint64_t>(d.ring_lo, d.first_pos) > d.ring_slots))
+    fail(kOp, "kv_seal_q2k: the ring's " + std::to_string(d.ring_slots) + " slots do not hold positions " +
+                  std::to_string(std::max(d.ring_lo, d.first_pos)) + ".." + std::to_string(end - 1));
+  check_bytes("table (uint32 per block)", table, ceil_div(end, B) * 4);
+  check_bytes("pool (K section)", pool, uint64_t(d.slots) * mkv_params::kv_slot_bytes(mkv_params::kKvQ2K, d.n_kv_heads, d.head_dim));
+  check_bytes("ring", ring, uint64_t(d.ring_slots) * 2 * d.n_kv_heads * d.head_dim * 2);
+  enc.set_pipeline(dev.pipeline("kv_seal_q2k"));
+  const mkv_params::KvSeal p{d.n_kv_heads, d.head_dim, d.first_pos, d.n_blocks, d.ring_slots, d.ring_lo};
+  bind_params(enc, p, 0);
+  bind(enc, pool, 1);
+  bind(enc, ring, 2);
+  bind(enc, table, 3);
+  enc.dispatch_threadgroups({d.n_blocks, d.n_kv_heads, 1}, {32, 1, 1});
 }
 
 }  // namespace mkv::ops

@@ -46,7 +46,29 @@ struct KvStoreDesc {
   // (ops::hadamard; a power-of-two head_dim). k_new and v_new are rotated in
   // place: the caller's rows are scratch from then on.
   bool rotate = false;
+  // A residual window's ring (kv::KVCacheSpec::residual): every row is also
+  // written as f16 to ring, K (ring_slots, n_kv_heads, head_dim) half then V,
+  // position p at slot p % ring_slots; a q2k K section is not written (kv_seal_q2k
+  // quantizes its blocks once they are full). 0: none.
+  uint32_t ring_slots = 0;
+  BufferView ring;
 };
+
+// kv_seal_q2k: the K of n_blocks full blocks from position first_pos (a
+// multiple of kKvBlockTokens), quantized per channel into the pool from the
+// ring's rows (those of positions >= ring_lo; below it, from the block's own
+// codes). table: the sequence's block table.
+struct KvSealDesc {
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t slots = 0;  // of the pool
+  uint32_t first_pos = 0;
+  uint32_t n_blocks = 0;
+  uint32_t ring_slots = 0;
+  uint32_t ring_lo = 0;
+};
+void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+                 const BufferView& table, const KvSealDesc& desc);
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: kv_region_bytes
 // (kv/kv_layout.h) of dst_rows slots. Raises GpuError "[kv_store] ..." on bad input.

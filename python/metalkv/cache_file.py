@@ -77,6 +77,7 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     meta = {
         "format": FORMAT, "format_version": str(VERSION), "model_fingerprint": fingerprint,
         "kv_formats": json.dumps(formats), "kv_rotate": json.dumps(any(cache.rotated(l) for l in range(cache.n_layers))),
+        "kv_residual": str(cache.residual),
         "n_layers": str(cache.n_layers), "n_kv_heads": str(cache.n_kv_heads), "head_dim": str(cache.head_dim),
         "windows": json.dumps(list(cache.windows)), "capacity": str(cache.capacity),
         "length": str(lengths.pop()), "first_positions": json.dumps(firsts),
@@ -192,8 +193,11 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
             raise CacheFileError(f"[cache_file] {path}: {name} {meta[name]}, this engine's caches have {want}")
     formats, rotate = _formats(meta, path, version, cfg.n_layers)
     try:
+        # the residual window's f16 rows are not saved: the loaded cache reads its rows from the pool
+        residual = _field(meta, "kv_residual", path) if "kv_residual" in meta else 0
         cache = engine.new_cache(capacity=max(capacity, 1), kv_k=[f[0] for f in formats],
-                                 kv_v=[f[1] for f in formats], kv_f16_layers=(), kv_rotate=rotate)
+                                 kv_v=[f[1] for f in formats], kv_f16_layers=(), kv_rotate=rotate,
+                                 kv_residual=residual)
     except ValueError as e:  # a shared pool of other formats
         raise CacheFileError(f"[cache_file] {path} holds a cache of other KV formats than this engine's shared "
                              f"pool ({e}); load it into an engine made with kv_memory=None or its formats") from None

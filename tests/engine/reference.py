@@ -47,11 +47,23 @@ def f16_storage(k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tuple(a.astype(np.float16).astype(np.float64) for a in (k, v))
 
 
+def residual_view(n: int, residual: int, block: int = 32) -> np.ndarray:
+    """(n, n) bool: query p reads key j from the quantized storage (True) or
+    from the full-precision residual window (False). The window of query p is
+    its last `residual` positions and the block they start in: keys before
+    S(p) = max(0, floor((p + 1 - residual) / block) * block) are quantized."""
+    p = np.arange(n)
+    s = np.maximum(0, (p + 1 - residual) // block * block)
+    return np.arange(n)[None, :] < s[:, None]
+
+
 def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None,
-                 storage=f16_storage) -> np.ndarray:
+                 storage=f16_storage, residual: int = 0, window_storage=f16_storage) -> np.ndarray:
     """(n, vocab) logits of ids at positions 0..n-1 (full causal attention).
     storage(k, v) -> (k, v): what attention reads back of the roped K and of V
-    (n, n_kv_heads, head_dim) as the cache stores them (default: float16)."""
+    (n, n_kv_heads, head_dim) as the cache stores them (default: float16).
+    residual > 0: each query reads its residual window (residual_view) from
+    window_storage (default: float16) and only the keys before it from storage."""
     cfg = m.config
     assert cfg.arch == "llama", "this reference covers the llama family"
     W = dequantized(m) if W is None else W
@@ -77,13 +89,17 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
         q = rope(proj(h, p + "attn_q").reshape(n, nh, D), pos, inv_freq, cfg.rope_style)
         k = rope(proj(h, p + "attn_k").reshape(n, nkv, D), pos, inv_freq, cfg.rope_style)
         v = proj(h, p + "attn_v").reshape(n, nkv, D)
-        k, v = storage(k, v)  # what the cache gives back
+        kq, vq = storage(k, v)  # what the cache gives back
+        kf, vf = window_storage(k, v) if residual else (kq, vq)
+        quant = residual_view(n, residual) if residual else np.ones((n, n), bool)
         o = np.empty((n, nh, D))
         for hq in range(nh):
             g = hq // (nh // nkv)
-            s = np.where(causal, q[:, hq] @ k[:, g].T * cfg.attn_scale, -np.inf)
+            s = np.where(quant, q[:, hq] @ kq[:, g].T, q[:, hq] @ kf[:, g].T) * cfg.attn_scale
+            s = np.where(causal, s, -np.inf)
             pr = np.exp(s - s.max(1, keepdims=True))
-            o[:, hq] = (pr / pr.sum(1, keepdims=True)) @ v[:, g]
+            pr = pr / pr.sum(1, keepdims=True)
+            o[:, hq] = np.where(quant, pr, 0) @ vq[:, g] + np.where(quant, 0, pr) @ vf[:, g]
         x = x + o.reshape(n, nh * D) @ W[p + "attn_output.weight"].T
         h = rms(x, W[p + "ffn_norm.weight"])
         gate, up = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T

@@ -175,7 +175,7 @@ def test_views_and_bad_formats():
     with pytest.raises(ValueError, match="layer 0 stores K as q8; keys\\(\\)/values\\(\\) view f16 sections"):
         c.keys(0)
     assert c.values(0).shape == (32, 2, 64)
-    with pytest.raises(metalkv.ArgumentError, match="kv_k='q3': expected one of 'f16', 'q8' or 'q4'"):
+    with pytest.raises(metalkv.ArgumentError, match="kv_k='q3': expected one of 'f16', 'q8', 'q4' or 'q2'"):
         metalkv.KVCache(dev, 1, 2, 64, 32, kv_k=["q3"])
     with pytest.raises(metalkv.ArgumentError, match="kv_v='q4' cannot store heads of head_dim 80: the quantized "
                                                     "formats take head_dim 32, 64 or a multiple of 64"):

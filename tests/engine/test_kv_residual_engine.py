@@ -1,0 +1,112 @@
+"""The residual window and q2 through the whole engine (issue 14).
+
+The reference is tests/engine/reference.py's float64 forward whose attention
+reads, for each query, the keys before its window start from the quantized
+storage (kv_quant_ref.py: q2's K per channel over blocks of 32, V per token)
+and its window in f16 (`residual`). Prefill gives every query its own window,
+so the logits do not depend on how the prompt was chunked.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import metalkv
+from devices import TEST_DEVICE  # tests/ is on sys.path
+from kv import kv_quant_ref as qr
+from metalkv.models import load_model
+
+from .reference import llama_logits
+from .test_kv_quant_engine import storage
+
+IDS = [int(i) for i in np.random.default_rng(7).integers(0, 64, 100)]
+
+
+def load(path, **kw):
+    kw = {"context": 160, "prefill_chunk": 64, "kv_memory": None, **kw}
+    return metalkv.Engine.load(path, device=TEST_DEVICE, progress=False, **kw)
+
+
+@pytest.mark.parametrize("kv_k,kv_v,rotate", [("q4", "q4", False), ("q2", "q2", True), ("q8", "q2", False)])
+def test_logits_match_the_reference_with_a_residual_window(tiny_gguf, kv_k, kv_v, rotate):
+    m = load_model(tiny_gguf, progress=False)
+    eng = load(tiny_gguf, kv_k=kv_k, kv_v=kv_v, kv_rotate=rotate, kv_residual=32)
+    got = eng.logits(IDS)
+    store = storage(qr.section_format(kv_k, 0), qr.section_format(kv_v, 1), rotate)
+    # the window holds f16 rows as stored: rotated ones for a rotated cache
+    ref = llama_logits(m, IDS, storage=store, residual=32, window_storage=storage("f16", "f16", rotate))
+    everywhere = llama_logits(m, IDS, storage=store)  # every key quantized: what the window saves
+    scale = np.abs(ref).max()
+    err, off = np.abs(got - ref).max() / scale, np.abs(got - everywhere).max() / scale
+    assert err < 4e-3, err
+    assert off > 4 * err, (off, err)
+
+
+def test_prefill_chunks_do_not_change_the_logits(tiny_gguf):
+    kw = dict(kv_k="q4", kv_v="q2", kv_residual=32)
+    a = load(tiny_gguf, **kw).logits(IDS)
+    b = load(tiny_gguf, prefill_chunk=16, **kw).logits(IDS)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_decode_reads_the_window_as_prefill_does(tiny_gguf):
+    eng = load(tiny_gguf, kv_k="q2", kv_v="q2")  # the q2 default window: 128
+    assert eng.new_cache().residual == 128
+    full = eng.logits(IDS)
+    cache = eng.new_cache()
+    eng.logits(IDS[:-1], cache=cache)
+    last = eng.logits(IDS[-1:], cache=cache)  # one decode step
+    np.testing.assert_allclose(last[0], full[-1], atol=2e-3 * np.abs(full).max())
+
+
+def test_q2_blocks_are_sealed_per_channel_from_the_window():
+    """A q2 K block is quantized when full, from its f16 rows; V per token at store."""
+    dev = qr_device()
+    n_kv, d, n = 2, 64, 90
+    rng = np.random.default_rng(3)
+    k = rng.standard_normal((n, n_kv, d)).astype(np.float32)
+    v = rng.standard_normal((n, n_kv, d)).astype(np.float32)
+    k[:, :, 5] += 4.0
+    c = metalkv.KVCache(dev, 1, n_kv, d, 128, max_chunk=40, kv_k=["q2"], kv_v=["q2"], kv_residual=32)
+    assert c.formats(0) == ("q2", "q2") and c.has_ring(0) and c.ring_slots == 128  # 40 + 32 + 31, whole blocks
+    for lo in range(0, n, 30):
+        c.append(0, k[lo:lo + 30], v[lo:lo + 30])
+    for b0 in (0, 32):
+        data, params = c.read_rows(0, 0, b0, 32)
+        codes, prm = qr.quantize_q2k(qr.half(k[b0:b0 + 32]))
+        np.testing.assert_array_equal(data.reshape(codes.shape), codes)
+        np.testing.assert_array_equal(params.reshape(-1), np.ascontiguousarray(prm).view(np.uint8).reshape(-1))
+    data, params = c.read_rows(0, 1, 0, n)
+    want_d, want_p = qr.quantize_q2v(v)
+    np.testing.assert_array_equal(data, want_d.reshape(n, -1))
+    np.testing.assert_array_equal(params, want_p.reshape(n, -1))
+    with pytest.raises(metalkv.GpuError, match="q2 K rows of positions 64..89 are in the residual window's ring only"):
+        c.read_rows(0, 0, 60, 10)
+    # the ring's reach: positions ring_lo.. are its; a truncate keeps what is below it
+    assert c.ring_lo(0) == 0
+    c.append(0, k[:30], v[:30])  # 120 stored: 128 slots still hold them all
+    c.append(0, k[:8], v[:8])    # 128
+    assert c.ring_lo(0) == 0
+    c.truncate(100)
+    assert c.ring_lo(0) == 0
+    c.reset()
+    assert c.ring_lo(0) == 0 and c.length(0) == 0
+
+
+def qr_device():
+    from devices import test_device
+    return test_device()
+
+
+def test_residual_arguments_are_checked(tiny_gguf):
+    with pytest.raises(metalkv.ArgumentError, match="kv_residual=48: expected None or an int >= 0, a multiple of 32"):
+        load(tiny_gguf, kv_k="q4", kv_residual=48)
+    with pytest.raises(metalkv.ArgumentError, match="q2 quantizes K per channel over whole blocks"):
+        load(tiny_gguf, kv_k="q2", kv_residual=0).new_cache()
+    with pytest.raises(metalkv.ArgumentError, match="every layer's K and V are f16 already"):
+        load(tiny_gguf, kv_residual=64).new_cache()
+    eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32)
+    assert eng.kv_formats.describe(eng.config.n_layers) == "K q4, V q4, residual 32"
+    c = eng.new_cache()
+    assert c.ring_nbytes == c.n_layers * 2 * c.ring_slots * c.n_kv_heads * c.head_dim * 2
+    assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))
