@@ -1,5 +1,6 @@
 // Decode attention over quantized KV caches (issue 14; docs/KV_QUANT.md):
-// per (K, V) format, the time of one decode call, the K/V bytes it reads
+// per (K, V) format (and q4, q2 with a residual window of 128 tokens, its
+// f16 rows read from a ring), the time of one decode call, the K/V bytes it reads
 // (AttentionDecodePlan::kv_bytes_read: codes and group parameters), the
 // effective bandwidth and the speedup over the f16 cache at the same context,
 // for SmolLM2's layer (D=64, 9 query heads, 3 KV heads) and a Llama-3-8B layer
@@ -25,6 +26,7 @@ namespace {
 struct Format {
   const char* name;
   uint32_t k, v;
+  uint32_t residual = 0;  // a residual window (its ring's f16 rows read for the last ~residual keys)
 };
 
 std::vector<Result> kv_quant(const Context& ctx) {
@@ -36,7 +38,9 @@ std::vector<Result> kv_quant(const Context& ctx) {
   const Format formats[] = {{"f16", mkv_params::kKvF16, mkv_params::kKvF16},
                             {"q8", mkv_params::kKvQ8, mkv_params::kKvQ8},
                             {"q8k_q4v", mkv_params::kKvQ8, mkv_params::kKvQ4},
-                            {"q4", mkv_params::kKvQ4, mkv_params::kKvQ4}};
+                            {"q4", mkv_params::kKvQ4, mkv_params::kKvQ4},
+                            {"q4_r128", mkv_params::kKvQ4, mkv_params::kKvQ4, 128},
+                            {"q2_r128", mkv_params::kKvQ2K, mkv_params::kKvQ2V, 128}};
   // 128k on GPUs only: on the host executor one call there takes seconds (the group would
   // take minutes of CI's `metalkv-bench`).
   std::vector<uint32_t> contexts = {4096, 32768};
@@ -62,6 +66,14 @@ std::vector<Result> kv_quant(const Context& ctx) {
           d.scale = 1.0f / std::sqrt(float(s.head_dim));
           d.k_format = f.k;
           d.v_format = f.v;
+          // the ring of an engine cache with 128-token prefill chunks: 128 + residual + 31, whole blocks
+          const uint32_t ring_slots = f.residual ? (128 + f.residual + 31 + 31) / 32 * 32 : 0;
+          d.residual = f.residual;
+          d.ring_slots = ring_slots;
+          d.ring_lo = f.residual ? n - ring_slots : 0;
+          if (f.residual)
+            d.ring = {pattern_buffer(dev, *queue, uint64_t(ring_slots) * 2 * s.n_kv * s.head_dim * 2,
+                                     half_pattern(1 << 16, 7))};
           const uint64_t pool = uint64_t(n) * (mkv_params::kv_slot_bytes(f.k, s.n_kv, s.head_dim) +
                                                mkv_params::kv_slot_bytes(f.v, s.n_kv, s.head_dim));
           const uint64_t head_bytes = uint64_t(s.n_q) * s.head_dim * 4;
@@ -103,7 +115,8 @@ std::vector<Result> kv_quant(const Context& ctx) {
 }
 
 MKV_BENCH("kv_quant",
-          "decode attention per KV format (f16, q8, q8 K + q4 V, q4): time, K/V bytes read, GB/s, speedup over f16 "
+          "decode attention per KV format (f16, q8, q8 K + q4 V, q4; q4 and q2 with a 128-token residual window): "
+          "time, K/V bytes read, GB/s, speedup over f16 "
           "at 4k/32k/128k (--quick and the host: 4k, 32k)",
           kv_quant);
 

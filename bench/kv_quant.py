@@ -1,13 +1,16 @@
 """Quality and memory of the quantized KV cache (issue 14; docs/KV_QUANT.md).
 
   python bench/kv_quant.py [--tokens 1024] [--chunk 16] [--out DIR] [--plot PNG] [--no-llamacpp]
+  python bench/kv_quant.py --residual-only --out DIR [--plot PNG]  # add the residual-window rows to DIR's
   python bench/kv_quant.py --memory [--prefill 4096]     # peak memory of a long prefill per format
 
 Quality: decode-time perplexity (python/metalkv/ppl.py: the ids fed `chunk` at
 a time, every chunk's logits from attention over the cache as stored) of the
 default model (SmolLM2-135M-Instruct Q4_1) on the first tokens of
 ../shared/data/pride_and_prejudice.txt, per K/V format with the Hadamard
-rotation off and on, each beside the f16 cache: PPL, its change, mean
+rotation off and on, and with a residual window of 128 tokens (q4, q2, q8 K +
+q2 V; --residual-only computes just these and merges them into --out's
+kv_quant.json), each beside the f16 cache: PPL, its change, mean
 KL(f16 || format), top-1 agreement, KV bytes per token. Beside them llama.cpp
 (llama-cpp-python, CPU, flash attention) on the same GGUF and the same ids,
 fed in the same chunks, with its own f16, q8_0, q4_0 and q8_0-K/q4_0-V caches,
@@ -35,18 +38,24 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = ROOT.parent / "shared" / "data" / "pride_and_prejudice.txt"
 FORMATS = [("q8", "q8"), ("q8", "q4"), ("q4", "q8"), ("q4", "q4")]
+RESIDUAL = 128
+RESIDUAL_FORMATS = [("q4", "q4"), ("q8", "q2"), ("q2", "q2")]
 # llama.cpp's ggml types (ggml.h): f16 1, q4_0 2, q8_0 8; bytes per 32 elements 64, 18, 34
 LLAMA_TYPES = {"f16": (1, 64), "q4_0": (2, 18), "q8_0": (8, 34)}
 LLAMA_PAIRS = [("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0")]
 
 
-def metalkv_rows(engine, ids, chunk: int) -> list[dict]:
+def metalkv_rows(engine, ids, chunk: int, residual_only: bool = False) -> list[dict]:
     from metalkv.ppl import format_table, score
 
     cands = {}
-    for k, v in FORMATS:
+    for k, v in [] if residual_only else FORMATS:
         for rot in (False, True):
             cands[f"{k}/{v}{' rot' if rot else ''}"] = dict(kv_k=k, kv_v=v, kv_rotate=rot)
+    for k, v in RESIDUAL_FORMATS:
+        for rot in (False, True):
+            cands[f"{k}/{v}{' rot' if rot else ''} r{RESIDUAL}"] = dict(kv_k=k, kv_v=v, kv_rotate=rot,
+                                                                        kv_residual=RESIDUAL)
     results = score(engine, ids, cands, chunk=chunk)
     print(format_table(results), flush=True)
     return [dict(r.row(), engine="metalkv") for r in results]
@@ -178,6 +187,7 @@ def main() -> int:
     p.add_argument("--memory", action="store_true")
     p.add_argument("--prefill", type=int, default=4096)
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--residual-only", action="store_true", help="only the residual-window rows, merged into --out's")
     a = p.parse_args()
     if a.memory_child:
         memory_child(a.memory_child, a.prefill)
@@ -197,8 +207,13 @@ def main() -> int:
 
     eng = metalkv.Engine.load(None, kv_memory=None, context=a.tokens + 1)
     ids = text_ids(eng, a.text, a.tokens)
-    rows = metalkv_rows(eng, ids, a.chunk)
-    if not a.no_llamacpp:
+    rows = metalkv_rows(eng, ids, a.chunk, a.residual_only)
+    if a.residual_only:  # keep --out's other rows (same tokens and chunk), replace the f16 and residual ones
+        old = json.loads((out / "kv_quant.json").read_text()) if out and (out / "kv_quant.json").exists() else None
+        if old and (old["tokens"], old["chunk"]) == (a.tokens, a.chunk):
+            new = {(r["engine"], r["label"]) for r in rows}
+            rows = [r for r in old["rows"] if (r["engine"], r["label"]) not in new] + rows
+    elif not a.no_llamacpp:
         try:
             rows += llamacpp_rows(str(default_model_path()), ids, a.chunk, eng.config)
         except ImportError as e:
