@@ -165,14 +165,14 @@ stage_test_batching() {
 stage_test_kv_quant() {
   step "quantized KV suites on the cuda device"
   pytest_cuda kv_quant tests/kv/test_kv_quant.py tests/engine/test_kv_quant_engine.py tests/engine/test_cache_file.py \
-    tests/engine/test_ppl.py
+    tests/engine/test_ppl.py tests/kv/test_kv_residual.py tests/engine/test_kv_residual_engine.py
 }
 
 # Decode at CONTEXT cached positions, metalkv alone, per KV cache format (f16, q8, q4; q4 rotated).
 stage_engine_context_kv() {
   step "engine at ${CONTEXT:-32768} cached positions per KV format"
   context_runs kv_ "f16:--hf-cache ''" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4" \
-    "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate"
+    "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate" "q2r128:--hf-cache '' --kv-k q2 --kv-v q2 --kv-rotate --kv-residual 128"
 }
 
 stage_bench_kv_quant() {

@@ -142,6 +142,28 @@ def run(dev) -> list[str]:
                                   q_pos0=n_tok - 40, slots=512, window=100, kv_k=kv_k, kv_v=kv_v)
         ops.hadamard(dev, op, n_rows=40, n_heads=n_q, head_dim=d)
         ran += [f"quantized kv_store (q8/q4, rotated, compute, blit, sliding), attn_decode/split/prefill _kvq, hadamard d{d}"]
+
+        # the residual window and q2: the store's ring and q2 V codes, kv_seal_q2k (blocks filled
+        # by appends of 48), and the _res decode (single, split) and prefill kernels over a ring
+        for store in ("compute", "blit"):
+            rc = metalkv.KVCache(dev, 2, n_kv, d, 512, max_chunk=48, store=store, kv_k=["q2", "q4"],
+                                 kv_v=["q2", "q8"], kv_rotate=True, kv_residual=64)
+            for _ in range(4):
+                k = rng.standard_normal((2, 48, n_kv, d)).astype(np.float32)
+                rc.append_all_layers(k, k.copy(), rope=dict(style="neox", inv_freq=inv_np))
+            rc.truncate(150)
+            rc.append(0, rng.standard_normal((3, n_kv, d)).astype(np.float32),
+                      rng.standard_normal((3, n_kv, d)).astype(np.float32), rope=dict(style="neox", inv_freq=inv_np))
+        ring = dev.buffer_from(rng.standard_normal(2 * 160 * n_kv * d).astype(np.float16))
+        for kv_k, kv_v in (("q2", "q2"), ("q4", "q8")):
+            for split in ("never", "always"):
+                ops.attention_decode(dev, q, qkv, table, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok,
+                                     slots=512, split=split, chunks=4 if split == "always" else 0, kv_k=kv_k,
+                                     kv_v=kv_v, ring=ring, residual=64, ring_slots=160, ring_lo=n_tok - 100)
+            ops.attention_prefill(dev, qp, qkv, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
+                                  q_pos0=n_tok - 40, slots=512, kv_k=kv_k, kv_v=kv_v, ring=ring, residual=64,
+                                  ring_slots=160, ring_lo=n_tok - 140)
+        ran += [f"residual window: kv_store ring, q2 V codes, kv_seal_q2k, attn_decode/split/prefill _res d{d}"]
     return ran
 
 

@@ -73,9 +73,10 @@ def parse_args(argv=None):
                     help="positions of random K/V already in the cache before the prompt (default 0)")
     ap.add_argument("--quantize", choices=("q8_0", "q4_0"), default=None,
                     help="metalkv quantizes the f16 matrices to this GGUF type at load (transformers stays f16)")
-    ap.add_argument("--kv-k", default="f16", choices=("f16", "q8", "q4"), help="metalkv's KV cache K format")
-    ap.add_argument("--kv-v", default="f16", choices=("f16", "q8", "q4"), help="metalkv's KV cache V format")
+    ap.add_argument("--kv-k", default="f16", choices=("f16", "q8", "q4", "q2"), help="metalkv's KV cache K format")
+    ap.add_argument("--kv-v", default="f16", choices=("f16", "q8", "q4", "q2"), help="metalkv's KV cache V format")
     ap.add_argument("--kv-rotate", action="store_true", help="metalkv: Hadamard-rotate the quantized KV layers")
+    ap.add_argument("--kv-residual", type=int, default=None, help="metalkv: the residual window (tokens kept in f16)")
     ap.add_argument("--repeat", type=int, default=2, help="timed generations per engine; medians (default 2)")
     ap.add_argument("--hf-cache", default="static,dynamic",
                     help="transformers cache implementations to time, comma-separated ('' to skip transformers)")
@@ -308,7 +309,7 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     try:
         eng = metalkv.Engine.load(str(path), device=a.device, context=a.context + len(prompt) + a.new_tokens + 16,
                                   prefill_chunk=a.prefill_chunk, progress=False, quantize=a.quantize,
-                                  kv_k=a.kv_k, kv_v=a.kv_v, kv_rotate=a.kv_rotate)
+                                  kv_k=a.kv_k, kv_v=a.kv_v, kv_rotate=a.kv_rotate, kv_residual=a.kv_residual)
     except Exception as e:
         notes.append(f"metalkv Engine.load(device={a.device!r}, quantize={a.quantize!r}): {type(e).__name__}: {e}")
         return None
@@ -331,7 +332,8 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     row = dict(engine=f"metalkv ({a.device}, {wb['dtype']})", prefill_tok_s=med("prefill_tok_s"), decode_tok_s=med("decode_tok_s"),
                prefill_s=med("prefill_seconds"), decode_s=med("decode_seconds"), load_s=load_s, tokens=list(tokens),
                weights_nbytes=eng.weights_nbytes, weights=wb, quantize=a.quantize,
-               kv=dict(k=a.kv_k, v=a.kv_v, rotate=a.kv_rotate, bytes_per_token=cache.bytes_per_token),
+               kv=dict(k=a.kv_k, v=a.kv_v, rotate=a.kv_rotate, residual=cache.residual,
+                       bytes_per_token=cache.bytes_per_token),
                per_token={k: st[k] for k in ("dispatches_per_token", "compute_encoders_per_token",
                                              "command_buffers_committed_per_token", "waits_per_token") if k in st},
                finish_reason=st.get("finish_reason"))
@@ -342,6 +344,8 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
 def fill_metalkv_cache(cache, a, chunk: int = 1024) -> float:
     """Stores a.context positions of random K/V into every layer of cache. Seconds spent."""
     t0 = time.perf_counter()
+    if cache.residual:  # a residual window's ring takes stores of at most max_chunk tokens
+        chunk = min(chunk, cache.max_chunk)
     # one random chunk stored again and again: the values only have to be finite (drawing 2 x 4 GB of
     # normals took ~45 s on the GPU machine's CPU)
     shape = (cache.n_layers, min(chunk, a.context), cache.n_kv_heads, cache.head_dim)

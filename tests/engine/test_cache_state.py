@@ -24,11 +24,24 @@ def sliding(tiny_sliding_dir):
     return metalkv.Engine.load(tiny_sliding_dir, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False)
 
 
+@pytest.fixture(scope="module")
+def residual(tiny_gguf):
+    """A quantized cache with a residual window of 32: its ring is the sequence's own."""
+    return metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=64, prefill_chunk=4, progress=False,
+                               kv_k="q4", kv_v="q8", kv_residual=32)
+
+
 def snapshot(cache) -> dict:
     """Everything observable about a cache: lengths, ids, chat, and the K/V rows of
-    every slot that holds a position."""
+    every slot that holds a position (a quantized cache: the stored bytes of every
+    position, and where its window's ring begins)."""
     layers = []
     for layer in range(cache.n_layers):
+        if cache.formats(layer) != ("f16", "f16"):
+            n = cache.length(layer)
+            k, v = (np.concatenate(cache.read_rows(layer, kv, 0, n), axis=1) for kv in (0, 1))
+            layers.append((n, cache.ring_lo(layer), k, v))
+            continue
         pos = np.array(cache.positions(layer))
         held = pos >= 0
         layers.append((cache.length(layer), pos.tolist(), np.array(cache.keys(layer))[held].copy(),
@@ -85,7 +98,7 @@ def held(request):
     return request
 
 
-@pytest.mark.parametrize("model", ["tiny", "sliding"])
+@pytest.mark.parametrize("model", ["tiny", "sliding", "residual"])
 @pytest.mark.parametrize("where", ["prefill", "decode", "after_truncation", "caller"])
 def test_a_call_that_fails_part_way_leaves_the_cache_as_it_was(request, model, where):
     """An aborted call (its caller failed: an exception, Ctrl-C) puts the cache back
@@ -115,6 +128,8 @@ def test_a_call_that_fails_part_way_leaves_the_cache_as_it_was(request, model, w
     assert generate_core(engine, clean, list(range(1, 14))) == first
     clean.messages = [{"role": "user", "content": "x"}]
     assert generate_core(engine, cache, prompt) == generate_core(engine, clean, prompt)
+    if model == "residual":  # the window's rows came back too: the same logits, bit for bit
+        np.testing.assert_array_equal(engine.logits([3, 4], cache=cache), engine.logits([3, 4], cache=clean))
 
 
 def test_a_failed_logits_call_leaves_the_cache_as_it_was(sliding):
