@@ -110,3 +110,24 @@ def test_residual_arguments_are_checked(tiny_gguf):
     c = eng.new_cache()
     assert c.ring_nbytes == c.n_layers * 2 * c.ring_slots * c.n_kv_heads * c.head_dim * 2
     assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))
+
+
+def test_a_prefix_from_the_prefix_cache_reads_quantized_below_its_end(tiny_gguf):
+    """A prefix adopted from the prefix cache holds codes, not window rows: the
+    next queries read it from the pool (ring_lo = its end), as the reference
+    with ring_lo does; not bit for bit the fresh prompt's, which reads them f16."""
+    from .test_prefix_cache import run
+
+    m = load_model(tiny_gguf, progress=False)
+    eng = load(tiny_gguf, kv_memory="auto", kv_k="q4", kv_v="q4", kv_residual=32, prefill_chunk=16)
+    ids = IDS[:80]
+    first = run(eng, ids, max_tokens=1)
+    again = run(eng, ids, max_tokens=1)
+    assert first[2]["prompt_tokens_cached"] == 0 and again[2]["prompt_tokens_cached"] == 64
+    store = storage("q4", "q4")
+    fresh = llama_logits(m, ids, storage=store, residual=32)[-1]
+    adopted = llama_logits(m, ids, storage=store, residual=32, ring_lo=64)[-1]  # window from 64, not S(79) = 32
+    scale = np.abs(fresh).max()
+    assert np.abs(first[1][-1] - fresh).max() / scale < 4e-3
+    assert np.abs(again[1][-1] - adopted).max() / scale < 4e-3
+    assert np.abs(again[1][-1] - fresh).max() / scale > 4 * np.abs(again[1][-1] - adopted).max() / scale
