@@ -273,7 +273,7 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     label = kv.describe(engine.config.n_layers)
     candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
                                                           kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
-                                                          kv_residual=kv.kv_residual)}
+                                                          kv_residual=kv.residual(engine.config.n_layers))}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))
