@@ -128,8 +128,9 @@ struct AttnKvRing : AttnKvF16<D, E> {
 constant constexpr uint kKvAnyFormat = 0xffu;
 
 // One section's pieces: format F fixed (KvFixedPiece) or any (KvPiece, the
-// format read at run time).
-template <uint F, uint E>
+// format read at run time). q2 as a constant takes KvPiece's path too (its
+// pieces are dequantized at load) with the format folded.
+template <uint F, uint E, bool GENERIC = (F == kKvAnyFormat || mkv_params::kv_is_q2(F))>
 struct AttnKvSection {
   typedef typename mkv_kv::KvFixedPiece<F, E>::type Piece;
   static Piece read(const device uchar* s, uint, uint heads, uint D, uint slot, uint head, uint elem) {
@@ -137,13 +138,14 @@ struct AttnKvSection {
   }
   static void widen(uint, Piece p, thread float (&out)[E]) { mkv_kv::KvFixedPiece<F, E>::expand(p, out); }
 };
-template <uint E>
-struct AttnKvSection<kKvAnyFormat, E> {
+template <uint F, uint E>
+struct AttnKvSection<F, E, true> {
   typedef mkv_kv::KvPiece Piece;
+  static uint format(uint fmt) { return F == kKvAnyFormat ? fmt : F; }
   static Piece read(const device uchar* s, uint fmt, uint heads, uint D, uint slot, uint head, uint elem) {
-    return mkv_kv::kv_load_piece<E>(s, fmt, mkv_params::kKvBlockTokens, heads, D, slot, head, elem);
+    return mkv_kv::kv_load_piece<E>(s, format(fmt), mkv_params::kKvBlockTokens, heads, D, slot, head, elem);
   }
-  static void widen(uint fmt, Piece p, thread float (&out)[E]) { mkv_kv::kv_unpack_piece<E>(fmt, p, out); }
+  static void widen(uint fmt, Piece p, thread float (&out)[E]) { mkv_kv::kv_unpack_piece<E>(format(fmt), p, out); }
 };
 
 template <uint D, uint E, uint KF = kKvAnyFormat, uint VF = kKvAnyFormat>

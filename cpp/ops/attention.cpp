@@ -44,16 +44,17 @@ static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption
 std::string num(uint64_t v) { return std::to_string(v); }
 
 // The kernel family's format part: f16; a pair with kernels of its own
-// (metal/attention_decode.metal MKV_ATTN_DECODE_KVQ_PAIRS: decode at D = 64
-// and 128); else kvq, whose kernels read any pair.
+// (metal/attention_decode.metal MKV_ATTN_DECODE_KVQ_PAIRS and, with a residual
+// window, MKV_ATTN_DECODE_RES_PAIRS: decode at D = 64 and 128); else kvq,
+// whose kernels read any pair.
 const char* kv_kind(const AttentionDesc& d, bool decode = false) {
   using namespace mkv_params;
-  if (d.residual) return "kvq";
-  if (d.k_format == kKvF16 && d.v_format == kKvF16) return "f16";
+  if (d.k_format == kKvF16 && d.v_format == kKvF16 && !d.residual) return "f16";
   if (decode && (d.head_dim == 64 || d.head_dim == 128)) {
     if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
     if (d.k_format == kKvQ4 && d.v_format == kKvQ4) return "q4q4";
     if (d.k_format == kKvQ8 && d.v_format == kKvQ4) return "q8q4";
+    if (d.residual && d.k_format == kKvQ2K && d.v_format == kKvQ2V) return "q2q2";  // _res kernels only
   }
   return "kvq";
 }
