@@ -319,6 +319,35 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "The first position whose f16 row the layer's ring holds; the queries read the pool below it.")
       .def("has_ring", [](const PyKVCache& c, uint32_t l) { return c.cache->has_ring(l); }, "layer"_a,
            "Whether the layer keeps a residual window (kv_residual and a quantized K or V).")
+      .def("read_ring",
+           [](const PyKVCache& c, uint32_t layer, uint32_t first, uint32_t n) {
+             const size_t row = size_t(c.cache->spec().n_kv_heads) * c.cache->spec().head_dim;
+             auto* k = new uint16_t[std::max<size_t>(1, n * row)];
+             auto* v = new uint16_t[std::max<size_t>(1, n * row)];
+             nb::capsule own_k(k, [](void* p) noexcept { delete[] static_cast<uint16_t*>(p); });
+             nb::capsule own_v(v, [](void* p) noexcept { delete[] static_cast<uint16_t*>(p); });
+             c.cache->read_ring(layer, first, n, reinterpret_cast<uint8_t*>(k), reinterpret_cast<uint8_t*>(v));
+             const size_t shape[3] = {n, c.cache->spec().n_kv_heads, c.cache->spec().head_dim};
+             return std::make_pair(nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>(k, 3, shape, own_k),
+                                   nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>(v, 3, shape, own_v));
+           },
+           "layer"_a, "first"_a, "n"_a,
+           "The ring's f16 rows of positions first..first+n-1 (ring_lo(layer) <= first, first + n <= length) "
+           "as (k, v) uint16 (n, n_kv_heads, head_dim) half bits: what a saved cache keeps of its window.")
+      .def("write_ring",
+           [](PyKVCache& c, uint32_t layer, uint32_t first,
+              const nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& k,
+              const nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& v) {
+             const kv::KVCacheSpec& s = c.cache->spec();
+             if (k.shape(1) != s.n_kv_heads || k.shape(2) != s.head_dim || v.shape(0) != k.shape(0) ||
+                 v.shape(1) != s.n_kv_heads || v.shape(2) != s.head_dim)
+               throw nb::value_error("[kv_cache] write_ring wants k and v uint16 (n, n_kv_heads, head_dim)");
+             c.cache->write_ring(layer, first, uint32_t(k.shape(0)), reinterpret_cast<const uint8_t*>(k.data()),
+                                 reinterpret_cast<const uint8_t*>(v.data()));
+           },
+           "layer"_a, "first"_a, "k"_a, "v"_a,
+           "Puts back the ring's rows of the layer's last positions first..length-1 (read_ring's) and makes "
+           "first its ring_lo: a saved cache read back with its window.")
       .def_prop_ro("table_nbytes", [](const PyKVCache& c) { return c.cache->table_nbytes(); })
       .def_prop_ro("bytes_per_token", [](const PyKVCache& c) { return c.cache->bytes_per_token(); },
                    "Bytes one more context token costs: a K and a V row in every non-wrapping layer.")

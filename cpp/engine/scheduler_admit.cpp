@@ -19,7 +19,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   const std::vector<uint32_t> need = c.blocks_to_store(r.keep, r.n_store);
   if (!c.owns_pool()) {
     const bool fresh = r.keep == 0 || c.length(0) == 0;
-    if (fresh && !r.job.logits && o.prefix_cache && r.n() >= 2 + kv::kBlockTokens)
+    if (fresh && !r.job.logits && o.prefix_cache && c.shares_prefixes() && r.n() >= 2 + kv::kBlockTokens)
       match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2);
     for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {
       const kv::BlockPool& blocks = c.pool().blocks(g);

@@ -133,6 +133,12 @@ class KVCache {
   uint32_t ring_lo(uint32_t layer) const;
   // Sets d's residual, ring_slots, ring_lo and ring for attention over `layer`.
   void describe_window(uint32_t layer, ops::AttentionDesc& d) const;
+  // The ring's f16 rows of positions first .. first + n - 1 (which it must
+  // hold), K and V, n * n_kv_heads * head_dim halfs each: what a saved cache
+  // keeps of its window. write_ring puts them back as the rows of the last n
+  // positions (first + n = length) and makes first the layer's ring_lo.
+  void read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const;
+  void write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v);
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -228,6 +234,10 @@ class KVCache {
   // (decode steps compute rows with other kernels, bits apart). Full blocks of
   // them are published in the pool under the chain hash of their tokens.
   uint32_t canonical() const { return canonical_; }
+  // Whether the cache takes part in the prefix cache: not with a residual
+  // window, whose queries read their window's f16 rows, which a prefix's
+  // blocks do not carry (a hit would change what the next queries see).
+  bool shares_prefixes() const { return spec_.residual == 0; }
   // After a step stored [first, first + n): n >= 2 extends the canonical prefix.
   void note_stored(uint32_t first, uint32_t n);
   const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }  // per published block

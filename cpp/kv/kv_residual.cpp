@@ -65,6 +65,43 @@ void KVCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
   d.ring = ring(layer);
 }
 
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { ops::fail("kv_cache", message); }
+
+}  // namespace
+
+void KVCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const {
+  if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
+  if (first < ring_lo_[layer] || uint64_t(first) + n > lengths_[layer])
+    fail("layer " + std::to_string(layer) + "'s ring holds positions " + std::to_string(ring_lo_[layer]) + ".." +
+         std::to_string(int64_t(lengths_[layer]) - 1) + ", not " + std::to_string(first) + ".." +
+         std::to_string(int64_t(first) + n - 1));
+  const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
+  const BufferView r = ring(layer);
+  for (uint32_t i = 0; i < n; ++i) {
+    const size_t slot = (first + i) % ring_slots_;
+    r.buffer->read(r.offset + slot * row, k + i * row, row);
+    r.buffer->read(r.offset + (ring_slots_ + slot) * row, v + i * row, row);
+  }
+}
+
+void KVCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
+  if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
+  if (uint64_t(first) + n != lengths_[layer] || n > ring_slots_)
+    fail("write_ring takes the rows of the layer's last positions, at most its " + std::to_string(ring_slots_) +
+         " slots, ending at its length " + std::to_string(lengths_[layer]) + "; not " + std::to_string(first) + ".." +
+         std::to_string(int64_t(first) + n - 1));
+  const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
+  const BufferView r = ring(layer);
+  for (uint32_t i = 0; i < n; ++i) {
+    const size_t slot = (first + i) % ring_slots_;
+    r.buffer->write(r.offset + slot * row, k + i * row, row);
+    r.buffer->write(r.offset + (ring_slots_ + slot) * row, v + i * row, row);
+  }
+  ring_lo_[layer] = first;
+}
+
 void KVCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new) {
   const uint32_t end = n + n_new;
   if (end > ring_slots_) ring_lo_[layer] = std::max(ring_lo_[layer], end - ring_slots_);

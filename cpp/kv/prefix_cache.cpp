@@ -77,6 +77,7 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
 }
 
 void publish(KVCache& cache) {
+  if (!cache.shares_prefixes()) return;
   std::lock_guard<std::recursive_mutex> lock(cache.pool().mutex());
   const uint32_t done = uint32_t(cache.block_hashes().size());
   const uint32_t ready = std::min<uint32_t>(cache.canonical(), uint32_t(cache.tokens().size())) / kBlockTokens;

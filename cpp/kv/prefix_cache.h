@@ -9,7 +9,8 @@
 // are canonical (KVCache::canonical: stored by steps of >= 2 tokens), so a
 // prefix taken from the cache holds exactly the bits a prefill of the same
 // tokens gives: a sequence gets the same output with and without the cache.
-// Cached blocks nobody holds stay in the pool, evictable in LRU order.
+// Cached blocks nobody holds stay in the pool, evictable in LRU order. Caches
+// with a residual window neither publish nor adopt (KVCache::shares_prefixes).
 #pragma once
 
 #include <cstdint>

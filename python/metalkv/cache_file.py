@@ -13,6 +13,12 @@ first position each layer holds, the token ids and chat messages (JSON), and a
 SHA-256 of the data section. Rows are stored by position, not by block, so a
 file does not depend on the pool it came from or on the block size.
 
+A cache with a residual window (kv_residual) also keeps, per layer that has
+one, its ring's f16 rows (`layer.<l>.ring_k`, `ring_v`: positions
+ring_first[l] .. length - 1, `ring_first` in the metadata, -1 for none), so
+it comes back with its window; a q2 K section's rows stop at the last whole
+block (the rest of its K is in the ring until its block is full).
+
 Written atomically: a temporary file in the same directory, flushed and
 fsynced, then renamed over the target (and the directory fsynced), so a
 crash leaves the old file or the new one, never half of one.
@@ -49,6 +55,16 @@ def _held(cache, layer: int) -> int:
     return first
 
 
+B = 32  # tokens a KV block holds (metalkv._core.BLOCK_TOKENS): a q2 K block is quantized whole
+
+
+def _rows_held(cache, layer: int, kv: int, first: int, length: int) -> int:
+    """Rows of section kv kept in the file from `first`: all of them, q2 K's up to its last whole block."""
+    if kv == 0 and cache.formats(layer)[0] == "q2":
+        return max(0, length // B * B - first)
+    return length - first
+
+
 def save_cache(cache, path: str | os.PathLike) -> None:
     """Writes `cache` to `path` (see the module doc)."""
     fingerprint = cache.model_fingerprint
@@ -59,14 +75,25 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     if len(lengths) != 1:
         raise CacheFileError(f"[cache_file] the layers hold different lengths {sorted(lengths)}; a cache is saved "
                              f"between calls, when they are equal")
-    tensors, firsts, formats = {}, [], []
+    tensors, firsts, formats, rings = {}, [], [], []
     shape = (cache.n_kv_heads, cache.head_dim)
     for layer in range(cache.n_layers):
         first = _held(cache, layer)
-        n = cache.length(layer) - first
+        length = cache.length(layer)
         firsts.append(first)
         formats.append(list(cache.formats(layer)))
+        ring_first = cache.ring_lo(layer) if cache.has_ring(layer) else -1
+        if ring_first >= 0 and _rows_held(cache, layer, 0, first, length) + first < min(ring_first, length):
+            raise CacheFileError(f"[cache_file] layer {layer}'s q2 K rows of positions from "
+                                 f"{length // B * B} are neither in a whole block nor in the ring (it holds "
+                                 f"{ring_first}..); cannot save it")
+        rings.append(ring_first)
+        if ring_first >= 0:
+            k, v = cache.read_ring(layer, ring_first, length - ring_first)
+            tensors[f"layer.{layer}.ring_k"] = np.asarray(k).view(np.float16)
+            tensors[f"layer.{layer}.ring_v"] = np.asarray(v).view(np.float16)
         for kv, name in enumerate(("k", "v")):
+            n = _rows_held(cache, layer, kv, first, length)
             data, params = (np.asarray(a) for a in cache.read_rows(layer, kv, first, n))
             if formats[-1][kv] == "f16":
                 tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((n,) + shape)
@@ -77,7 +104,7 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     meta = {
         "format": FORMAT, "format_version": str(VERSION), "model_fingerprint": fingerprint,
         "kv_formats": json.dumps(formats), "kv_rotate": json.dumps(any(cache.rotated(l) for l in range(cache.n_layers))),
-        "kv_residual": str(cache.residual),
+        "kv_residual": str(cache.residual), "ring_first": json.dumps(rings),
         "n_layers": str(cache.n_layers), "n_kv_heads": str(cache.n_kv_heads), "head_dim": str(cache.head_dim),
         "windows": json.dumps(list(cache.windows)), "capacity": str(cache.capacity),
         "length": str(lengths.pop()), "first_positions": json.dumps(firsts),
@@ -211,8 +238,9 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
             not all(isinstance(f, int) and 0 <= f <= length for f in firsts):
         raise CacheFileError(f"[cache_file] {path}: first_positions {firsts!r} is not one position <= length "
                              f"{length} per layer: corrupt file")
-    rows = [[_rows(tensors, path, cache, layer, kv, length - first) for kv in (0, 1)]
+    rows = [[_rows(tensors, path, cache, layer, kv, _rows_held(cache, layer, kv, first, length)) for kv in (0, 1)]
             for layer, first in enumerate(firsts)]
+    rings = _rings(meta, tensors, path, cache, length) if "ring_first" in meta else []
     cache.begin_at(firsts)
     # Chunk by chunk through every layer, so the layers of a sliding group move
     # together: an append makes room (its rows are then overwritten with the
@@ -225,10 +253,36 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
             if lo < hi:
                 cache.append(layer, zeros[:hi - lo], zeros[:hi - lo])
                 for kv, (data, params) in enumerate(rows[layer]):
-                    cache.write_rows(layer, kv, lo, data[lo - first:hi - first], params[lo - first:hi - first])
+                    end = min(hi, first + len(data))  # q2 K: whole blocks only
+                    if lo < end:
+                        cache.write_rows(layer, kv, lo, data[lo - first:end - first], params[lo - first:end - first])
+    for layer, (ring_first, k, v) in enumerate(rings):
+        if ring_first >= 0:
+            cache.write_ring(layer, ring_first, k, v)
     cache.record_tokens(tokens)
     cache.messages = messages
     return cache
+
+
+def _rings(meta: dict, tensors: dict, path: str, cache, length: int) -> list:
+    """Per layer (ring_first, k, v): the window's saved f16 rows as uint16 (-1, None, None: none)."""
+    firsts = _field(meta, "ring_first", path, json.loads)
+    if not isinstance(firsts, list) or len(firsts) != cache.n_layers or \
+            not all(isinstance(f, int) and -1 <= f <= length for f in firsts):
+        raise CacheFileError(f"[cache_file] {path}: ring_first {meta['ring_first']} is not one position <= "
+                             f"length {length} (or -1) per layer: corrupt file")
+    out = []
+    for layer, first in enumerate(firsts):
+        if first < 0 or not cache.has_ring(layer):
+            out.append((-1, None, None))
+            continue
+        want = (length - first, cache.n_kv_heads, cache.head_dim)
+        kv = [tensors.get(f"layer.{layer}.ring_{x}") for x in "kv"]
+        if any(t is None or t.dtype != np.float16 or t.shape != want for t in kv):
+            raise CacheFileError(f"[cache_file] {path}: layer {layer}'s ring rows are missing or not float16 "
+                                 f"{want}: corrupt file")
+        out.append((first, *(np.ascontiguousarray(t).view(np.uint16) for t in kv)))
+    return out
 
 
 def _rows(tensors: dict, path: str, cache, layer: int, kv: int, n: int) -> tuple[np.ndarray, np.ndarray]:

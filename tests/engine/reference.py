@@ -47,28 +47,29 @@ def f16_storage(k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tuple(a.astype(np.float16).astype(np.float64) for a in (k, v))
 
 
-def residual_view(n: int, residual: int, block: int = 32, ring_lo: int = 0) -> np.ndarray:
+def residual_view(n: int, residual: int, block: int = 32, ring_lo: int = 0, ring_lo_from: int = 0) -> np.ndarray:
     """(n, n) bool: query p reads key j from the quantized storage (True) or
     from the full-precision residual window (False). The window of query p is
     its last `residual` positions and the block they start in: keys before
     S(p) = max(0, floor((p + 1 - residual) / block) * block) are quantized.
-    ring_lo: the queries from it on (a call after a prefix adopted from the
-    prefix cache) also read every key before it quantized."""
+    ring_lo: the queries from ring_lo_from on (those computed after the cache
+    lost its window's rows below ring_lo: a truncate deeper than its ring
+    reaches) also read every key before ring_lo quantized."""
     p = np.arange(n)
     s = np.maximum(0, (p + 1 - residual) // block * block)
-    s = np.where(p >= ring_lo, np.maximum(s, ring_lo), s)
+    s = np.where(p >= ring_lo_from, np.maximum(s, ring_lo), s)
     return np.arange(n)[None, :] < s[:, None]
 
 
 def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None,
                  storage=f16_storage, residual: int = 0, window_storage=f16_storage,
-                 ring_lo: int = 0) -> np.ndarray:
+                 ring_lo: int = 0, ring_lo_from: int = 0) -> np.ndarray:
     """(n, vocab) logits of ids at positions 0..n-1 (full causal attention).
     storage(k, v) -> (k, v): what attention reads back of the roped K and of V
     (n, n_kv_heads, head_dim) as the cache stores them (default: float16).
     residual > 0: each query reads its residual window (residual_view) from
     window_storage (default: float16) and only the keys before it from storage
-    (residual_view, with ring_lo)."""
+    (residual_view, with ring_lo and ring_lo_from)."""
     cfg = m.config
     assert cfg.arch == "llama", "this reference covers the llama family"
     W = dequantized(m) if W is None else W
@@ -96,7 +97,8 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
         v = proj(h, p + "attn_v").reshape(n, nkv, D)
         kq, vq = storage(k, v)  # what the cache gives back
         kf, vf = window_storage(k, v) if residual else (kq, vq)
-        quant = residual_view(n, residual, ring_lo=ring_lo) if residual else np.ones((n, n), bool)
+        quant = residual_view(n, residual, ring_lo=ring_lo, ring_lo_from=ring_lo_from) if residual \
+            else np.ones((n, n), bool)
         o = np.empty((n, nh, D))
         for hq in range(nh):
             g = hq // (nh // nkv)

@@ -26,14 +26,18 @@ def engines(tiny_gguf, tiny_sliding_dir):
             "shared": load(tiny_sliding_dir, kv_memory="1MB"),
             # quantized and rotated, K and V apart, one layer kept at f16 (issue 14)
             "quantized": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_rotate=True, kv_f16_layers=[1]),
-            "quantized_shared": load(tiny_gguf, kv_k="q8", kv_v="q4", kv_memory="1MB")}
+            "quantized_shared": load(tiny_gguf, kv_k="q8", kv_v="q4", kv_memory="1MB"),
+            # a residual window: q2 (its last partial block's K only in the ring), and sliding layers
+            "residual_q2": load(tiny_gguf, kv_k="q2", kv_v="q2", kv_rotate=True, kv_residual=32),
+            "residual_sliding": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_residual=32, kv_memory="1MB")}
 
 
 def greedy(engine, ids, cache, n=6):
     return engine.generate_ids(ids, cache=cache, max_tokens=n, temperature=0.0, stop_ids=())
 
 
-@pytest.mark.parametrize("model", ["tiny", "sliding", "shared", "quantized", "quantized_shared"])
+@pytest.mark.parametrize("model", ["tiny", "sliding", "shared", "quantized", "quantized_shared", "residual_q2",
+                                   "residual_sliding"])
 def test_a_loaded_cache_continues_as_if_never_saved(engines, model, tmp_path):
     engine = engines[model]
     first, second = list(range(1, 46)), [5, 9, 2]  # 45 + 5 stored: the sliding layers have let a block go

@@ -112,22 +112,36 @@ def test_residual_arguments_are_checked(tiny_gguf):
     assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))
 
 
-def test_a_prefix_from_the_prefix_cache_reads_quantized_below_its_end(tiny_gguf):
-    """A prefix adopted from the prefix cache holds codes, not window rows: the
-    next queries read it from the pool (ring_lo = its end), as the reference
-    with ring_lo does; not bit for bit the fresh prompt's, which reads them f16."""
+def test_a_residual_cache_takes_no_prefix_from_the_prefix_cache(tiny_gguf):
+    """A prefix's blocks carry codes, not its window's f16 rows: a hit would
+    change what the next queries see, so the same prompt twice gives the same
+    logits, computed both times."""
     from .test_prefix_cache import run
 
+    eng = load(tiny_gguf, kv_memory="auto", kv_k="q2", kv_v="q2", prefill_chunk=16)
+    first, again = run(eng, IDS[:80]), run(eng, IDS[:80])
+    assert first[2]["prompt_tokens_cached"] == again[2]["prompt_tokens_cached"] == 0
+    assert first[0] == again[0]
+    np.testing.assert_array_equal(first[1], again[1])
+    assert eng.kv_pool["groups"][0]["cached_blocks"] == 0
+
+
+def test_a_truncate_past_the_ring_reads_the_pool_below_ring_lo(tiny_gguf):
+    """Rolled back further than the ring reaches, the cache keeps its codes and
+    the next queries read the keys below ring_lo from them, as the reference
+    with that floor does."""
     m = load_model(tiny_gguf, progress=False)
-    eng = load(tiny_gguf, kv_memory="auto", kv_k="q4", kv_v="q4", kv_residual=32, prefill_chunk=16)
-    ids = IDS[:80]
-    first = run(eng, ids, max_tokens=1)
-    again = run(eng, ids, max_tokens=1)
-    assert first[2]["prompt_tokens_cached"] == 0 and again[2]["prompt_tokens_cached"] == 64
-    store = storage("q4", "q4")
-    fresh = llama_logits(m, ids, storage=store, residual=32)[-1]
-    adopted = llama_logits(m, ids, storage=store, residual=32, ring_lo=64)[-1]  # window from 64, not S(79) = 32
-    scale = np.abs(fresh).max()
-    assert np.abs(first[1][-1] - fresh).max() / scale < 4e-3
-    assert np.abs(again[1][-1] - adopted).max() / scale < 4e-3
-    assert np.abs(again[1][-1] - fresh).max() / scale > 4 * np.abs(again[1][-1] - adopted).max() / scale
+    eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32)  # ring: 64 + 32 + 31 -> 128 slots
+    ids = [int(i) for i in np.random.default_rng(9).integers(0, 64, 150)]
+    cache = eng.new_cache()
+    eng.logits(ids, cache=cache)
+    assert cache.ring_slots == 128 and cache.ring_lo(0) == 150 - 128
+    cache.truncate(40)
+    assert cache.ring_lo(0) == 22
+    got = eng.logits([5, 6, 7, 8], cache=cache)
+    seq = ids[:40] + [5, 6, 7, 8]
+    ref = llama_logits(m, seq, storage=storage("q4", "q4"), residual=32, ring_lo=22, ring_lo_from=40)[40:]
+    fresh = llama_logits(m, seq, storage=storage("q4", "q4"), residual=32)[40:]
+    scale = np.abs(ref).max()
+    err = np.abs(got - ref).max() / scale
+    assert err < 4e-3 and np.abs(got - fresh).max() / scale > 4 * err
