@@ -145,3 +145,19 @@ def test_a_truncate_past_the_ring_reads_the_pool_below_ring_lo(tiny_gguf):
     scale = np.abs(ref).max()
     err = np.abs(got - ref).max() / scale
     assert err < 4e-3 and np.abs(got - fresh).max() / scale > 4 * err
+
+
+@pytest.mark.parametrize("kv_k,kv_v", [("q2", "q2"), ("q4", "q8")])
+def test_a_batch_gives_each_sequence_what_it_gets_alone(tiny_gguf, kv_k, kv_v):
+    """Sequences of a shared pool batched into one step, each with its own ring,
+    give the ids and logits they give alone, bit for bit."""
+    from .test_batching import with_logits
+
+    eng = load(tiny_gguf, kv_memory="auto", kv_k=kv_k, kv_v=kv_v, kv_residual=32, prefill_chunk=16)
+    rng = np.random.default_rng(4)
+    ps = [rng.integers(1, 60, int(rng.integers(30, 90))).tolist() for _ in range(5)]
+    kw = dict(max_tokens=24, stop_ids=())  # decode runs past a block: q2's seals happen in the batch
+    alone, together = with_logits(eng, ps, kw, False), with_logits(eng, ps, kw, True)
+    for (ids_a, lg_a), (ids_b, lg_b) in zip(alone, together):
+        assert ids_a == ids_b
+        np.testing.assert_array_equal(lg_a, lg_b)
