@@ -283,6 +283,8 @@ class KVCache {
   // ring_lo's upkeep (positions whose rows the ring no longer holds).
   void init_ring();
   void store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new);
+  // read_ring / write_ring after their checks: one copy per position and section.
+  void copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const;
   Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 

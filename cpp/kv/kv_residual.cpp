@@ -77,13 +77,7 @@ void KVCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, 
     fail("layer " + std::to_string(layer) + "'s ring holds positions " + std::to_string(ring_lo_[layer]) + ".." +
          std::to_string(int64_t(lengths_[layer]) - 1) + ", not " + std::to_string(first) + ".." +
          std::to_string(int64_t(first) + n - 1));
-  const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
-  const BufferView r = ring(layer);
-  for (uint32_t i = 0; i < n; ++i) {
-    const size_t slot = (first + i) % ring_slots_;
-    r.buffer->read(r.offset + slot * row, k + i * row, row);
-    r.buffer->read(r.offset + (ring_slots_ + slot) * row, v + i * row, row);
-  }
+  copy_ring(layer, first, n, k, v, false);
 }
 
 void KVCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
@@ -92,14 +86,22 @@ void KVCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8
     fail("write_ring takes the rows of the layer's last positions, at most its " + std::to_string(ring_slots_) +
          " slots, ending at its length " + std::to_string(lengths_[layer]) + "; not " + std::to_string(first) + ".." +
          std::to_string(int64_t(first) + n - 1));
+  copy_ring(layer, first, n, const_cast<uint8_t*>(k), const_cast<uint8_t*>(v), true);
+  ring_lo_[layer] = first;
+}
+
+void KVCache::copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const {
   const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
   const BufferView r = ring(layer);
   for (uint32_t i = 0; i < n; ++i) {
     const size_t slot = (first + i) % ring_slots_;
-    r.buffer->write(r.offset + slot * row, k + i * row, row);
-    r.buffer->write(r.offset + (ring_slots_ + slot) * row, v + i * row, row);
+    uint8_t* rows[2] = {k + i * row, v + i * row};
+    for (uint32_t kv = 0; kv < 2; ++kv) {
+      const size_t at = r.offset + (kv * ring_slots_ + slot) * row;
+      if (write) r.buffer->write(at, rows[kv], row);
+      else r.buffer->read(at, rows[kv], row);
+    }
   }
-  ring_lo_[layer] = first;
 }
 
 void KVCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new) {
