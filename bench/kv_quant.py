@@ -99,6 +99,14 @@ def llamacpp_rows(model_path: str, ids, chunk: int, cfg) -> list[dict]:
     return rows
 
 
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """old's rows with new's in place of those of the same label, and new's others after old's metalkv rows."""
+    fresh = {(r["engine"], r["label"]): r for r in new}
+    out = [fresh.pop((r["engine"], r["label"]), r) for r in old]
+    last = max((i for i, r in enumerate(out) if r["engine"] == "metalkv"), default=len(out) - 1)
+    return out[:last + 1] + list(fresh.values()) + out[last + 1:]
+
+
 def table(rows: list[dict]) -> str:
     out = ["| cache | PPL | vs its f16 | KL vs f16 | top-1 vs f16 | KV bytes/token | smaller |",
            "|---|---:|---:|---:|---:|---:|---:|"]
@@ -211,8 +219,7 @@ def main() -> int:
     if a.residual_only:  # keep --out's other rows (same tokens and chunk), replace the f16 and residual ones
         old = json.loads((out / "kv_quant.json").read_text()) if out and (out / "kv_quant.json").exists() else None
         if old and (old["tokens"], old["chunk"]) == (a.tokens, a.chunk):
-            new = {(r["engine"], r["label"]) for r in rows}
-            rows = [r for r in old["rows"] if (r["engine"], r["label"]) not in new] + rows
+            rows = merge(old["rows"], rows)
     elif not a.no_llamacpp:
         try:
             rows += llamacpp_rows(str(default_model_path()), ids, a.chunk, eng.config)
