@@ -220,8 +220,8 @@ std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
   }
   if (!d.decode_variant.empty())
     fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
-  if (d.residual) return "_res";
-  return mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
+  const char* rows = mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
+  return (d.residual ? std::string("_res") : std::string()) + rows;
 }
 
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {

@@ -78,7 +78,7 @@ def prefill(dev, q, pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, **kw)
 
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128])  # groups of 3: the 4-row kernels at 64
 @pytest.mark.parametrize("n,split,lossy", [(40, "never", False), (301, "never", False), (700, "always", False),
                                            (301, "never", True)])
 def test_decode_reads_the_window_from_the_ring(kv_k, kv_v, d, n, split, lossy):
@@ -90,6 +90,21 @@ def test_decode_reads_the_window_from_the_ring(kv_k, kv_v, d, n, split, lossy):
     got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, ring_lo, split=split)
     ref = reference(q, k, v, kv_k, kv_v, n - 1, ring_lo, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("kv_k,kv_v", PAIRS)
+@pytest.mark.parametrize("d", [32, 64])
+def test_decode_with_eight_query_heads_a_kv_head(kv_k, kv_v, d):
+    """The 8-row kernels (a group of 8; groups <= 4 take the 4-row ones above)."""
+    dev = test_device()
+    n = 333
+    q, k, v = inputs(d + 1, 1, 16, 2, d, n)
+    ring_slots = 2 * R + B
+    pool, table, slots, ring = pool_and_ring(k, v, kv_k, kv_v, ring_slots, n - ring_slots)
+    for split in ("never", "always"):
+        got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, n - ring_slots, split=split)
+        ref = reference(q, k, v, kv_k, kv_v, n - 1, n - ring_slots, scale=d ** -0.5)[0]
+        np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
