@@ -34,7 +34,7 @@ struct KvStore {
   uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
   uint32_t n_q_heads;      // rotate this many query heads in place too (0: none)
   uint32_t paged;          // 1: rows through the block table; 0: consecutive rows
-  uint32_t k_format;       // kKvF16, kKvQ8 or kKvQ4 (kv_format.h)
+  uint32_t k_format;       // kKvF16, kKvQ8, kKvQ4 or kKvQ2K (kv_format.h)
   uint32_t v_format;
   uint32_t rotate;         // 1: K (after rope), V and the queries are Hadamard-rotated
                            // in place in k_new, v_new and q before they are stored (hadamard.h)

@@ -52,8 +52,9 @@ struct AttentionDesc {
   // block's math; D = 128).
   std::string decode_variant;
   // The formats of the pool's K and V sections (metal/kv_format.h:
-  // mkv_params::kKvF16, kKvQ8, kKvQ4). Any quantized one runs the _kvq
-  // kernels, which exist for the head_dims kv_format_fits accepts.
+  // mkv_params::kKvF16, kKvQ8, kKvQ4, kKvQ2K for K, kKvQ2V for V). Any
+  // quantized one runs the _kvq kernels (or a fixed pair's), which exist for
+  // the head_dims kv_format_fits accepts.
   uint32_t k_format = 0;
   uint32_t v_format = 0;
   // A residual window (kv::KVCacheSpec::residual): the query at position p

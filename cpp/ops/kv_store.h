@@ -40,7 +40,7 @@ struct KvStoreDesc {
   // positions, up to the last stored); null: consecutive rows. The caller
   // guarantees the entries name distinct blocks of dst (kv::BlockTable does).
   BufferView table;
-  uint32_t k_format = 0;  // mkv_params::kKvF16, kKvQ8 or kKvQ4
+  uint32_t k_format = 0;  // mkv_params::kKvF16, kKvQ8, kKvQ4 or kKvQ2K (V: kKvQ2V)
   uint32_t v_format = 0;
   // Hadamard-rotate K (after rope), V and the queries before storing them
   // (ops::hadamard; a power-of-two head_dim). k_new and v_new are rotated in
