@@ -151,7 +151,7 @@ void check_common_views(const char* op, const AttentionDesc& d, const BufferView
                              uint64_t(d.ring_slots) * 2 * d.n_kv_heads * d.head_dim * 2, 16);
 }
 
-// The ring, or the pool as a placeholder (every kernel binds buffer 6).
+// What buffer 6 gets: the ring, or (no window) the pool, which the kernel then never reads.
 const BufferView& ring_or(const AttentionDesc& d, const BufferView& kv) { return d.residual ? d.ring : kv; }
 
 // Query heads of one KV head, split into blocks of at most max_rows.
