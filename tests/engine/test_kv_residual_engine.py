@@ -161,3 +161,22 @@ def test_a_batch_gives_each_sequence_what_it_gets_alone(tiny_gguf, kv_k, kv_v):
     for (ids_a, lg_a), (ids_b, lg_b) in zip(alone, together):
         assert ids_a == ids_b
         np.testing.assert_array_equal(lg_a, lg_b)
+
+
+def test_ring_misuse_is_a_clear_error():
+    dev = qr_device()
+    c = metalkv.KVCache(dev, 1, 1, 64, 128, max_chunk=8, kv_k=["q4"], kv_v=["q4"], kv_residual=32)
+    rows = np.zeros((9, 1, 64), np.float32)
+    with pytest.raises(metalkv.GpuError, match="storing 9 tokens in one call exceeds max_chunk 8"):
+        c.append(0, rows, rows)
+    c.append(0, rows[:8], rows[:8])
+    with pytest.raises(metalkv.GpuError, match="ring holds positions 0..7, not 4..11"):
+        c.read_ring(0, 4, 8)
+    k, v = c.read_ring(0, 2, 6)
+    with pytest.raises(metalkv.GpuError, match="write_ring takes the rows of the layer's last positions"):
+        c.write_ring(0, 1, k, v)  # 1..6 does not end at the length, 8
+    c.write_ring(0, 2, k, v)
+    assert c.ring_lo(0) == 2
+    plain = metalkv.KVCache(dev, 1, 1, 64, 128, kv_k=["q4"])
+    with pytest.raises(metalkv.GpuError, match="layer 0 keeps no residual window"):
+        plain.read_ring(0, 0, 1)
