@@ -18,7 +18,7 @@ MKV_CONSTANT uint32_t kKvBlockTokens = 32;
 // quantized per group), RoPE-rotating K first, and writes them to slots of a
 // destination of dst_rows slots: its K section, then its V section.
 // Token t (position first_pos + t) goes to the slot the block table gives its
-// position (paged = 1: the compute store, into a layer's pool, units of one
+// index first_index + t (paged = 1: the compute store, into a layer's pool, units of one
 // block), or to slot dst_first_row + t (paged = 0: the blit store's staging
 // buffer, one unit of dst_rows slots).
 // With n_q_heads > 0 (rope kernels only) the same dispatch also rotates the
@@ -32,6 +32,8 @@ struct KvStore {
   uint32_t dst_rows;       // rows in each of the K and V blocks of dst
   uint32_t dst_first_row;  // paged = 0: row of token 0 (dst_first_row + n_new <= dst_rows)
   uint32_t first_pos;      // position of token 0: its rope angle is first_pos * inv_freq
+  uint32_t first_index;    // paged = 1: token t goes to the slot of index first_index + t (the
+                           // same as its position unless an eviction policy compacted the cache)
   uint32_t n_q_heads;      // rotate this many query heads in place too (0: none)
   uint32_t paged;          // 1: rows through the block table; 0: consecutive rows
   uint32_t k_format;       // kKvF16, kKvQ8, kKvQ4 or kKvQ2K (kv_format.h)
@@ -57,6 +59,35 @@ struct KvSeal {
   uint32_t ring_lo;
 };
 
+// kv_move_rows (kv_evict.metal): an eviction's compaction. Move i (moves[3i ..
+// 3i + 2] = head, from, to) copies head `head`'s K and V rows (codes and
+// parameters) of index `from` to index `to` through the block table; one
+// threadgroup per move. Moves of one dispatch never write a row another reads
+// (kv::KVCache puts kept rows from past the new length into evicted rows
+// before it), so their order does not matter. Not for a q2k K section (its
+// parameters belong to a whole block).
+struct KvMove {
+  uint32_t n_moves;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint32_t k_format;
+  uint32_t v_format;
+  uint32_t slots;  // of the layer's pool: its V section starts at slots * kv_slot_bytes(k_format)
+};
+
+// kv_key_scores (kv_evict.metal): the key-norm policy's score of n_new new
+// keys, -|k| of each (token, KV head) row of k_new (n_new, n_kv_heads,
+// head_dim) float (RoPE and the Hadamard rotation keep the norm), written to
+// scores[head * stride + first_index + t]: the lower the norm the more a key
+// is kept (low-norm keys draw the most attention).
+struct KvKeyScores {
+  uint32_t n_new;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint32_t first_index;
+  uint32_t stride;
+};
+
 // rope_f32_*: rotates x (n_tokens, n_heads, head_dim) float in place; token t
 // is at position positions[t].
 struct Rope {
@@ -77,8 +108,10 @@ struct Hadamard {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::KvStore) == 52, "KvStore params layout");
+static_assert(sizeof(mkv_params::KvStore) == 56, "KvStore params layout");
 static_assert(sizeof(mkv_params::KvSeal) == 24, "KvSeal params layout");
+static_assert(sizeof(mkv_params::KvMove) == 24, "KvMove params layout");
+static_assert(sizeof(mkv_params::KvKeyScores) == 20, "KvKeyScores params layout");
 static_assert(sizeof(mkv_params::Rope) == 16, "Rope params layout");
 static_assert(sizeof(mkv_params::Hadamard) == 12, "Hadamard params layout");
 #endif

@@ -57,7 +57,7 @@ inline void kv_store_rows(constant mkv_params::KvStore& p,
   const bool is_k = tg.y == 0;
   const uint D = p.head_dim, H = p.n_kv_heads;
   const uint pos = p.first_pos + t;
-  const uint slot = p.paged ? kv_slot(table, pos) : p.dst_first_row + t;
+  const uint slot = p.paged ? kv_slot(table, p.first_index + t) : p.dst_first_row + t;
   const uint unit = p.paged ? mkv_params::kKvBlockTokens : p.dst_rows;
   const uint fmt = is_k ? p.k_format : p.v_format;
   device float* src = (is_k ? k_new : v_new) + t * H * D;

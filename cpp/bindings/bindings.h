@@ -41,6 +41,10 @@ nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffe
 // empty list for None. Raises ArgumentError(what) naming the formats.
 std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string>>& names, const char* what);
 
+// An eviction policy from {"policy": name, "budget": tokens, "sinks", "recent"
+// (-1: the policy's default), "window", "pool"}; none for None.
+kv::KvPolicySpec kv_policy_arg(const std::optional<nanobind::dict>& policy);
+
 // Encodes work into one compute encoder of a new command buffer, commits and
 // waits with the GIL released. For op-level entry points used by tests.
 void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode);

@@ -204,10 +204,11 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           [](PyKVCache* self, PyDevice& dev, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
              uint32_t capacity, std::optional<std::vector<uint32_t>> windows, uint32_t max_chunk,
              const std::string& store, const std::optional<std::vector<std::string>>& kv_k,
-             const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate, uint32_t kv_residual) {
+             const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate, uint32_t kv_residual,
+             const std::optional<nb::dict>& kv_policy) {
             kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
                                  max_chunk, kv::StorePath::compute, kv_formats_arg(kv_k, "kv_k"),
-                                 kv_formats_arg(kv_v, "kv_v"), kv_rotate, kv_residual};
+                                 kv_formats_arg(kv_v, "kv_v"), kv_rotate, kv_residual, kv_policy_arg(kv_policy)};
             try {
               spec.store = kv::parse_store_path(store);
             } catch (const gpu::GpuError& e) {
@@ -217,14 +218,17 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute", "kv_k"_a = nb::none(),
-          "kv_v"_a = nb::none(), "kv_rotate"_a = false, "kv_residual"_a = 0,
+          "kv_v"_a = nb::none(), "kv_rotate"_a = false, "kv_residual"_a = 0, "kv_policy"_a = nb::none(),
           "windows: per layer 0 (full) or a sliding window W; None: all full. max_chunk: most tokens "
           "one append puts in a sliding layer, and how far before its last append it can truncate (its pool holds about "
           "W + 2 * max_chunk slots). store: 'compute' or 'blit'. kv_k, kv_v: per layer 'f16', 'q8', 'q4' or 'q2' "
           "(docs/KV_QUANT.md); None: all f16. kv_rotate: Hadamard-rotate the quantized layers' K (after rope), V "
           "and queries before storing (append's k and v are scratch then; attention's output needs ops.hadamard). "
           "kv_residual: a residual window of that many recent tokens (a multiple of 32) kept in f16 beside the "
-          "quantized layers (q2 needs one); appends then take at most max_chunk tokens.")
+          "quantized layers (q2 needs one); appends then take at most max_chunk tokens. kv_policy: "
+          "dict(policy='streaming'|'keynorm'|'h2o'|'snapkv', sinks=4, recent=-1, window=32, pool=7): the full "
+          "layers then keep at most `capacity` tokens, evicting by that rule (docs/KV_POLICIES.md); appends take "
+          "at most max_chunk tokens.")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -292,11 +296,30 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def("positions", &positions, "layer"_a, "Position held by each slot (int64), -1 where empty.")
       .def("length", [](const PyKVCache& c, uint32_t l) { return c.cache->length(l); }, "layer"_a,
            "Tokens ever stored in the layer = position of its next token.")
+      .def("count", [](const PyKVCache& c, uint32_t l) { return c.cache->count(l); }, "layer"_a,
+           "Tokens the layer holds (attention's keys): its length less what an eviction policy dropped.")
+      .def("evicts", [](const PyKVCache& c, uint32_t l) { return c.cache->evicts(l); }, "layer"_a,
+           "Whether the layer keeps a budget by eviction (a full layer of a cache with kv_policy).")
+      .def("kept_positions", [](const PyKVCache& c, uint32_t l, uint32_t h) { return c.cache->kept_positions(l, h); },
+           "layer"_a, "head"_a = 0, "The position of each of the layer's count() indices for KV head `head`.")
+      .def("scores",
+           [](nb::handle self, uint32_t l) -> nb::object {
+             const PyKVCache& c = nb::cast<const PyKVCache&>(self);
+             const ops::BufferView v = c.cache->scores(l);
+             if (!v.buffer) return nb::none();
+             const kv::KVCacheSpec& s = c.cache->spec();
+             return nb::cast(host_array(self, *v.buffer, 0, {s.n_kv_heads, s.capacity}, nb::dtype<float>()));
+           },
+           "layer"_a, "The policy's score per (KV head, index) as float32 (n_kv_heads, capacity); None without one.")
+      .def_prop_ro("evicted", [](const PyKVCache& c) { return c.cache->evicted(); },
+                   "Tokens each full layer has dropped by eviction so far.")
+      .def_prop_ro("policy", [](const PyKVCache& c) { return kv::policy_name(c.cache->spec().policy.kind); },
+                   "The eviction policy ('none' without one).")
       .def("slots", [](const PyKVCache& c, uint32_t l) { return c.cache->slots(l); }, "layer"_a)
       .def("window", [](const PyKVCache& c, uint32_t l) { return c.cache->window(l); }, "layer"_a)
       .def("wraps", [](const PyKVCache& c, uint32_t l) { return c.cache->wraps(l); }, "layer"_a,
-           "True for a sliding layer whose pool is smaller than capacity (it never overflows), False for a "
-           "layer that overflows at capacity.")
+           "True for a layer that never overflows (a sliding layer whose pool is smaller than capacity, or a "
+           "full layer that evicts), False for one that overflows at capacity.")
       .def("block_table", [](const PyKVCache& c, uint32_t l) { return c.cache->block_table(l).blocks(); }, "layer"_a,
            "The physical block of each logical block of BLOCK_TOKENS positions (-1: let go); position p is "
            "slot table[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS of keys()/values().")

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "args.h"
 #include "bindings.h"
 
 namespace mkv::bindings {
@@ -44,6 +45,23 @@ std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string
   if (names)
     for (const std::string& n : *names) out.push_back(kv::parse_kv_format(n, what));
   return out;
+}
+
+kv::KvPolicySpec kv_policy_arg(const std::optional<nanobind::dict>& policy) {
+  kv::KvPolicySpec p;
+  if (!policy) return p;
+  for (auto [key, value] : *policy) {
+    const std::string k = nanobind::cast<std::string>(key);
+    if (k == "policy") p.kind = kv::parse_policy(nanobind::cast<std::string>(value));
+    else if (k == "budget") p.budget = uint32_t(int_arg("kv_cache", "kv_budget", value));
+    else if (k == "sinks") p.sinks = uint32_t(int_arg("kv_cache", "kv_sinks", value));
+    else if (k == "recent") p.recent = int_arg("kv_cache", "kv_recent", value);
+    else if (k == "window") p.window = uint32_t(int_arg("kv_cache", "kv_window", value));
+    else if (k == "pool") p.pool = uint32_t(int_arg("kv_cache", "kv_pool", value));
+    else throw gpu::ArgumentError("kv_cache", "kv_policy", "a key '" + k + "'",
+                                  "policy, budget, sinks, recent, window and pool");
+  }
+  return p;
 }
 
 void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode) {

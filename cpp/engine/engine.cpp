@@ -54,10 +54,13 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
 std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store,
                                               const std::vector<uint32_t>* kv_k,
                                               const std::vector<uint32_t>* kv_v, const bool* kv_rotate,
-                                              const uint32_t* kv_residual) const {
+                                              const uint32_t* kv_residual,
+                                              const kv::KvPolicySpec* kv_policy) const {
+  const kv::KvPolicySpec& policy = kv_policy ? *kv_policy : options_.kv_policy;
+  if (policy.kind != kv::PolicyKind::none && policy.budget) capacity = policy.budget;
   kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store, kv_k ? *kv_k : options_.kv_k,
                                             kv_v ? *kv_v : options_.kv_v, kv_rotate ? *kv_rotate : options_.kv_rotate,
-                                            kv_residual ? *kv_residual : options_.kv_residual);
+                                            kv_residual ? *kv_residual : options_.kv_residual, policy);
   if (kv_pool_) {
     const kv::KvPoolSpec& p = kv_pool_->spec();
     for (uint32_t l = 0; l < spec.n_layers; ++l)

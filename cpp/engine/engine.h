@@ -41,6 +41,9 @@ struct EngineOptions {
   std::vector<uint32_t> kv_v;
   bool kv_rotate = false;  // Hadamard-rotate the quantized layers (kv::LayerLayout::rotate)
   uint32_t kv_residual = 0;  // the caches' residual window (kv::KVCacheSpec::residual)
+  // The caches' eviction policy (kv::KVCacheSpec::policy): a cache then holds
+  // kv_policy.budget tokens in its full layers, whatever capacity it asks for.
+  kv::KvPolicySpec kv_policy;
 };
 
 inline constexpr size_t kKvMemoryAuto = ~size_t(0);
@@ -85,7 +88,8 @@ class Engine {
                                          const std::vector<uint32_t>* kv_k = nullptr,
                                          const std::vector<uint32_t>* kv_v = nullptr,
                                          const bool* kv_rotate = nullptr,
-                                         const uint32_t* kv_residual = nullptr) const;
+                                         const uint32_t* kv_residual = nullptr,
+                                         const kv::KvPolicySpec* kv_policy = nullptr) const;
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Checks a generate call (options, ids, room in the cache) and queues it;

@@ -21,6 +21,7 @@ uint32_t chunk_cap(const kv::KVCache& cache, uint32_t prefill_chunk) {
   uint32_t cap = prefill_chunk;
   for (uint32_t w : cache.spec().windows)
     if (w) cap = std::min(cap, cache.spec().max_chunk);
+  if (cache.spec().policy.kind != kv::PolicyKind::none) cap = std::min(cap, cache.spec().max_chunk);
   return cap;
 }
 

@@ -288,6 +288,46 @@ void BlockTable::truncate(uint32_t n) {
   valid_from_ = std::min(valid_from_, n);
 }
 
+uint32_t BlockTable::shared_among(const std::vector<uint32_t>& logical) const {
+  uint32_t n = 0;
+  for (uint32_t i : logical) {
+    const int64_t b = i < blocks_.size() ? blocks_[i] : -1;
+    if (b < 0) fail("block_table", "logical block " + str(i) + " is not held");
+    n += pool_.owners(uint32_t(b)) > 1 || pool_.cached(uint32_t(b));
+  }
+  return n;
+}
+
+std::vector<BlockCopy> BlockTable::make_writable(const std::vector<uint32_t>& logical) {
+  const uint32_t need = shared_among(logical);
+  if (need == 0) return {};
+  const uint32_t from_reserved = std::min(need, reserved_);
+  std::vector<uint32_t> ids = pool_.allocate(need, from_reserved);  // raises with the pool's message
+  reserved_ -= from_reserved;
+  std::vector<BlockCopy> copies;
+  for (uint32_t i : logical) {
+    int64_t& b = blocks_[i];
+    if (pool_.owners(uint32_t(b)) <= 1 && !pool_.cached(uint32_t(b))) continue;
+    copies.push_back({uint32_t(b), ids[copies.size()]});
+    pool_.release(uint32_t(b));  // the other owners keep it
+    b = copies.back().dst;
+  }
+  return copies;
+}
+
+void BlockTable::shrink(uint32_t n) {
+  const uint32_t keep = blocks_for(n);
+  for (size_t i = blocks_.size(); i-- > keep;)
+    if (blocks_[i] >= 0) {
+      const uint32_t id = uint32_t(blocks_[i]);
+      pool_.release(id);
+      if (pool_.owners(id) == 0 && reserved_ < reserve_budget_ && pool_.try_reserve(1)) ++reserved_;
+    }
+  blocks_.resize(std::min<size_t>(blocks_.size(), keep));
+  length_ = std::min(length_, n);
+  valid_from_ = std::min(valid_from_, n);
+}
+
 void BlockTable::skip_to(uint32_t n) {
   if (length_ != 0 || !blocks_.empty()) fail("block_table", "skip_to needs an empty table");
   if (n != 0 && window_ == 0) fail("block_table", "a full table cannot start at position " + str(n));

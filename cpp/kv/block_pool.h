@@ -142,6 +142,15 @@ class BlockTable {
   // raises when the window at n needs positions it has already let go.
   void truncate(uint32_t n);
   void check_truncate(uint32_t n) const;  // the checks truncate(n) makes, changing nothing
+  // An eviction's compaction (KVCache, kv_evict.cpp) writes into these
+  // logical blocks: each one another owner (a checkpoint) shares is replaced
+  // by a fresh block (from the reservation first), returned as the copies to
+  // encode first; all or nothing. shrink(n) then drops positions n.. like
+  // truncate() but keeps the reservation: what it frees it may take again.
+  std::vector<BlockCopy> make_writable(const std::vector<uint32_t>& logical);
+  void shrink(uint32_t n);
+  // Blocks make_writable(logical) would take from the pool.
+  uint32_t shared_among(const std::vector<uint32_t>& logical) const;
   // An empty sliding table starts at position n: positions before n are
   // outside every window it will serve (a saved cache read back). Raises for
   // a full table or one that holds anything.

@@ -55,6 +55,20 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
     throw gpu::ArgumentError("kv_cache", "kv_residual", str(spec.residual),
                              "0: a residual window keeps recent tokens of a quantized cache in f16, and every "
                              "layer's K and V are f16 already");
+  const KvPolicySpec& policy = spec.policy;
+  if (policy.kind != PolicyKind::none) {
+    check_policy(policy, spec.capacity, spec.max_chunk);
+    for (uint32_t l = 0; l < spec.n_layers; ++l)
+      if (spec.windows[l] == 0 && pool.k_format(l) == mkv_params::kKvQ2K)
+        throw gpu::ArgumentError("kv_cache", "kv_k", "'q2'",
+                                 std::string("f16, q8 or q4 with kv_policy='") + policy_name(policy.kind) +
+                                     "': a q2 K row shares its block's per-channel parameters, so single "
+                                     "tokens cannot be evicted from it");
+    if (spec.residual)
+      throw gpu::ArgumentError("kv_cache", "kv_residual", str(spec.residual),
+                               std::string("0 with kv_policy='") + policy_name(policy.kind) +
+                                   "': the residual window's ring follows positions, which an eviction reorders");
+  }
   if (q2 && !spec.residual)
     throw gpu::ArgumentError("kv_cache", "kv_residual", "0",
                              "a window of at least " + str(kBlockTokens) + " tokens (e.g. 128): q2 quantizes K per "
@@ -109,13 +123,15 @@ void KVCache::init_groups() {
   for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
     Group group;
     group.window = pool_->group_window(g);
-    group.wraps = layer_wraps(group.window, spec_.capacity, spec_.max_chunk);
+    group.evicts = group.window == 0 && spec_.policy.kind != PolicyKind::none;
+    group.wraps = group.evicts || layer_wraps(group.window, spec_.capacity, spec_.max_chunk);
     group.layers = pool_->group_layers(g);
     group.table = std::make_unique<BlockTable>(pool_->blocks(g), group.window, spec_.max_chunk);
     groups_.push_back(std::move(group));
   }
   for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
+  init_policy();
   init_ring();
   if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
 }
@@ -169,9 +185,10 @@ std::vector<int64_t> KVCache::positions(uint32_t layer) const {
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i] < 0) continue;
     for (uint32_t j = 0; j < kBlockTokens; ++j) {
-      const uint64_t pos = i * kBlockTokens + j;
-      if (pos < lengths_[layer] && pos >= block_table(layer).first_valid())
-        out[size_t(blocks[i]) * kBlockTokens + j] = int64_t(pos);
+      const uint64_t index = i * kBlockTokens + j;
+      if (index < counts_[layer] && index >= block_table(layer).first_valid())
+        out[size_t(blocks[i]) * kBlockTokens + j] =
+            evicts(layer) ? int64_t(kept_pos_[layer][index]) : int64_t(index);  // (head 0's with a policy)
     }
   }
   return out;
@@ -220,10 +237,14 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   Lock lock(pool_->mutex());
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
-  const uint32_t n = lengths_[layer];
+  const uint32_t n = counts_[layer];  // (the next index; the next position without a policy)
   if (spec_.residual && ring_index_[layer] >= 0 && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " keeps a residual window of " + str(spec_.residual) + " tokens in a ring of " +
          str(ring_slots_) + " slots; storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
+         str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
+  if (evicts(layer) && n_new > spec_.max_chunk)
+    fail("layer " + str(layer) + " evicts (kv_policy '" + policy_name(spec_.policy.kind) + "', budget " +
+         str(spec_.capacity) + " tokens); storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
          str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
   if (spec_.windows[layer] != 0 && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " is sliding (window " + str(spec_.windows[layer]) + ", " + str(slots(layer)) +
@@ -233,10 +254,13 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
     fail("layer " + str(layer) + " holds " + str(n) + " tokens; storing " + str(n_new) + " more needs " +
          str(uint64_t(n) + n_new) + " > capacity " + str(spec_.capacity) +
          " (eviction is not implemented yet; create the cache with a larger capacity)");
-  if (uint64_t(n) + n_new >= (uint64_t(1) << 32)) fail("layer " + str(layer) + " would pass 2^32 - 1 positions");
-  // Room in the pool (shared by every cache of an engine, or this cache's own).
+  if (uint64_t(lengths_[layer]) + n_new >= (uint64_t(1) << 32))
+    fail("layer " + str(layer) + " would pass 2^32 - 1 positions");
+  // Room in the pool (shared by every cache of an engine, or this cache's own;
+  // an eviction makes its own room, or raises before encoding anything).
   const uint32_t held = group_of(layer).table->length();
-  if (n + n_new > held && !group_of(layer).table->can_append(n + n_new - held)) {
+  const bool evicting = evicts(layer) && n + n_new > spec_.capacity;
+  if (!evicting && n + n_new > held && !group_of(layer).table->can_append(n + n_new - held)) {
     const uint32_t g = pool_->group_of(layer);
     const BlockPool& blocks = pool_->blocks(g);
     fail("the KV pool is full: layer " + str(layer) + " (window " + str(spec_.windows[layer]) + ") needs " +
@@ -267,24 +291,27 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   // 1. checks, before anything is encoded or n moves
   check_store(layer, n_new, rope_k);
   const uint32_t n = lengths_[layer];
-
-  // 2. room in the group's table (the first layer of a step to get here makes
-  // it for all); a shared tail block is copied in every layer of the group
   Group& g = group_of(layer);
+  // 2. a full budget evicts first (the first layer of the step, for all)
+  if (g.evicts && counts_[layer] + n_new > spec_.capacity) evict(enc, g, n_new);
+  const uint32_t index = counts_[layer];
+
+  // 3. room in the group's table (the first layer of a step to get here makes
+  // it for all); a shared tail block is copied in every layer of the group
   const uint32_t held = g.table->length();
-  if (n + n_new > held) {
+  if (index + n_new > held) {
     std::vector<BlockCopy> copies;
     {
       Lock lock(pool_->mutex());
-      copies = g.table->append(n + n_new - held);
+      copies = g.table->append(index + n_new - held);
     }
     sync_table(g, held / kBlockTokens);
     encode_copies(enc, g, copies);
   }
 
-  // 3. encode: the compute path writes the slots directly ...
+  // 4. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
-  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, rope_k, queries, table(layer),
+  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, index, rope_k, queries, table(layer),
                      lay.k_format, lay.v_format, lay.rotate};
   if (has_ring(layer)) {
     d.ring_slots = ring_slots_;
@@ -302,8 +329,8 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
     ops::kv_store(enc.compute(), *device_, k_new, v_new, staging, d);
     gpu::BlitEncoder& blit = enc.blit();
     for (uint32_t t = 0; t < n_new;) {
-      const uint32_t pos = n + t, run = std::min(n_new - t, kBlockTokens - pos % kBlockTokens);
-      const uint32_t slot = g.table->slot(pos);
+      const uint32_t at = index + t, run = std::min(n_new - t, kBlockTokens - at % kBlockTokens);
+      const uint32_t slot = g.table->slot(at);
       for (uint32_t kv = 0; kv < 2; ++kv) {
         const std::vector<LayerLayout::Range> from = LayerLayout::unit_ranges(
             lay.format(kv), spec_.n_kv_heads, spec_.head_dim, n_new, kv ? size_t(n_new) * lay.slot_bytes(0) : 0, t, run);
@@ -315,7 +342,9 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
     }
   }
   if (has_ring(layer)) store_window(enc, layer, n, n_new);
+  if (evicts(layer)) note_policy_store(enc, layer, k_new, index, n_new);
   lengths_[layer] = n + n_new;
+  counts_[layer] = index + n_new;
 }
 
 void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
@@ -342,6 +371,9 @@ void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
          (write ? "write" : "read") + " rows " + str(first) + ".." + str(uint64_t(first) + n - 1));
   const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
   const BufferView reg = region(layer);
+  if (counts_[layer] != lengths_[layer])
+    fail("layer " + str(layer) + " has evicted tokens (kv_policy '" + std::string(policy_name(spec_.policy.kind)) +
+         "'): its rows are no longer addressed by position");
   const uint32_t sealed = lengths_[layer] / kBlockTokens * kBlockTokens;  // q2 K: full blocks only
   if (!write && lay.format(kv) == mkv_params::kKvQ2K && uint64_t(first) + n > sealed)
     fail("layer " + str(layer) + "'s q2 K rows of positions " + str(sealed) + ".." + str(lengths_[layer] - 1) +
@@ -360,10 +392,19 @@ void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
 
 void KVCache::truncate(uint32_t n) {
   Lock lock(pool_->mutex());
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     if (n > lengths_[l])
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(lengths_[l]));
+    if (n < lengths_[l] && counts_[l] != lengths_[l])
+      fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it has evicted " +
+           str(lengths_[l] - counts_[l]) + " of its " + str(lengths_[l]) + " (kv_policy '" +
+           policy_name(spec_.policy.kind) + "'), so what it held at " + str(n) + " is gone; reset() it instead");
+  }
+  // (a layer that has evicted can only stay where it is: its table holds its
+  // count, below n; the others' index is their position)
+  auto moves = [&](const Group& g) { return counts_[g.layers[0]] == lengths_[g.layers[0]]; };
   for (const Group& g : groups_) {
+    if (!moves(g)) continue;
     try {
       g.table->check_truncate(n);
     } catch (const gpu::GpuError& e) {
@@ -371,7 +412,13 @@ void KVCache::truncate(uint32_t n) {
            " tokens: " + e.what());
     }
   }
-  for (Group& g : groups_) g.table->truncate(n);  // entries past n are never read: no sync
+  for (Group& g : groups_)
+    if (moves(g)) g.table->truncate(n);  // entries past n are never read: no sync
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (counts_[l] == lengths_[l]) {
+      if (n < counts_[l]) clear_scores(l, n);
+      counts_[l] = n;
+    }
   std::fill(lengths_.begin(), lengths_.end(), n);
   for (uint32_t& lo : ring_lo_) lo = std::min(lo, n);
   canonical_ = std::min(canonical_, n);
@@ -389,6 +436,10 @@ void KVCache::reset() {
     groups_[g].table = std::make_unique<BlockTable>(pool_->blocks(g), groups_[g].window, spec_.max_chunk);
   }
   std::fill(lengths_.begin(), lengths_.end(), 0u);
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (counts_[l]) clear_scores(l, 0);
+  counts_ = lengths_;
+  evicted_ = 0;
   std::fill(ring_lo_.begin(), ring_lo_.end(), 0u);
   tokens_.clear();
   messages_.clear();
@@ -415,6 +466,7 @@ void KVCache::begin_at(const std::vector<uint32_t>& first) {
     sync_table(g, 0);
   }
   lengths_ = first;
+  counts_ = first;
   ring_lo_ = first;
 }
 
@@ -443,6 +495,7 @@ void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
     sync_table(groups_[g], 0);
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
+  counts_ = lengths_;
   std::fill(ring_lo_.begin(), ring_lo_.end(), n);  // the prefix's rows are the pool's only
   tokens_.assign(ids, ids + n);
   messages_.clear();
@@ -458,6 +511,9 @@ std::vector<uint32_t> KVCache::blocks_to_store(uint32_t keep, uint64_t n_store) 
     const uint64_t from = keep / kBlockTokens, to = (end + kBlockTokens - 1) / kBlockTokens;  // from: the tail
     uint64_t need = to > from ? to - from : 0;                                               // (copied when shared)
     if (g.window != 0) need = std::min<uint64_t>(need, group_blocks(g.window, spec_.capacity, spec_.max_chunk) + 1);
+    // an evicting group: its budget's blocks and a tail, and a copy of each
+    // block an eviction writes while a checkpoint shares it
+    if (g.evicts) need = std::min<uint64_t>(need, 2 * group_blocks(0, spec_.capacity, spec_.max_chunk) + 1);
     out.push_back(uint32_t(need));
   }
   return out;

@@ -31,6 +31,7 @@
 #include "kv/encoder_session.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_layout.h"
+#include "kv/kv_policy.h"
 #include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/kv_store.h"
@@ -73,6 +74,19 @@ struct KVCacheSpec {
   // is full (ops::kv_seal_q2k). Stores into such a layer take at most
   // max_chunk tokens.
   uint32_t residual = 0;
+  // An eviction policy (kv_policy.h; kind none: off). The full layers then
+  // hold at most `capacity` tokens (the budget) at any position: a store that
+  // would pass it first evicts, in every full layer and head, the tokens the
+  // policy drops (at least enough for the store, and down to a whole block),
+  // and moves kept rows from past the new count into the evicted ones (kept
+  // tokens keep their RoPE: it was applied at store). A token's index in the
+  // layer (its slot through the block table) is then no longer its position:
+  // count() is how many the layer holds, length() the next position, and
+  // kept_positions() the position of each index per KV head. Attention reads
+  // indices 0 .. count - 1 (all before the new tokens: the causal mask holds).
+  // Not with a residual window, nor a q2 K (its rows share a block's
+  // parameters), nor the prefix cache.
+  KvPolicySpec policy;
 };
 
 class KVCache {
@@ -93,6 +107,9 @@ class KVCache {
   LayerLayout layout(uint32_t layer) const;
   uint32_t slots(uint32_t layer) const;   // R = blocks of its pool * kBlockTokens
   uint32_t length(uint32_t layer) const;  // n: tokens ever stored = position of the next token
+  // Tokens the layer holds (the attention's n_tokens): its length, less what
+  // an eviction policy has dropped.
+  uint32_t count(uint32_t layer) const;
   uint32_t window(uint32_t layer) const;  // 0 = full
   bool wraps(uint32_t layer) const;       // sliding with a pool smaller than capacity: no overflow
   // Position held by each of the layer's slots; -1 where none.
@@ -139,6 +156,17 @@ class KVCache {
   // positions (first + n = length) and makes first the layer's ring_lo.
   void read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const;
   void write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v);
+
+  // The eviction policy (KVCacheSpec::policy). evicts: the layer is a full
+  // layer of a cache with a policy. kept_positions: the position of each of
+  // its count() indices for one KV head. scores: (n_kv_heads, capacity) float,
+  // the policy's score per index (keynorm: written by the store; h2o, snapkv:
+  // added by the attention), a null view for a policy without. evicted: tokens
+  // dropped so far, per layer.
+  bool evicts(uint32_t layer) const;
+  std::vector<uint32_t> kept_positions(uint32_t layer, uint32_t head) const;
+  BufferView scores(uint32_t layer) const;
+  uint64_t evicted() const { return evicted_; }
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -212,6 +240,10 @@ class KVCache {
     RetainedBlocks retained;                // shared pool
     gpu::BufferPtr ring;                    // a copy of the ring (residual window)
     std::vector<uint32_t> ring_lo;
+    std::vector<uint32_t> counts;           // eviction policy: see kv_evict.cpp
+    std::vector<std::vector<uint32_t>> kept_pos;
+    std::vector<std::vector<float>> scores;
+    uint64_t evicted = 0;
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
@@ -236,8 +268,9 @@ class KVCache {
   uint32_t canonical() const { return canonical_; }
   // Whether the cache takes part in the prefix cache: not with a residual
   // window, whose queries read their window's f16 rows, which a prefix's
-  // blocks do not carry (a hit would change what the next queries see).
-  bool shares_prefixes() const { return spec_.residual == 0; }
+  // blocks do not carry (a hit would change what the next queries see), nor
+  // with an eviction policy (its blocks are rewritten as it compacts).
+  bool shares_prefixes() const { return spec_.residual == 0 && spec_.policy.kind == PolicyKind::none; }
   // After a step stored [first, first + n): n >= 2 extends the canonical prefix.
   void note_stored(uint32_t first, uint32_t n);
   const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }  // per published block
@@ -266,6 +299,7 @@ class KVCache {
   struct Group {
     uint32_t window = 0;
     bool wraps = false;
+    bool evicts = false;  // a full group of a cache with a policy
     std::vector<uint32_t> layers;
     std::unique_ptr<BlockTable> table;
     gpu::BufferPtr mirror;  // uint32 per logical block
@@ -285,6 +319,14 @@ class KVCache {
   void store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new);
   // read_ring / write_ring after their checks: one copy per position and section.
   void copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const;
+  // kv_evict.cpp: the policy's state, the eviction before a store, and what a
+  // store adds to it (positions, key scores).
+  void init_policy();
+  void evict(EncoderSession& enc, Group& g, uint32_t n_new);
+  void note_policy_store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, uint32_t index, uint32_t n_new);
+  void clear_scores(uint32_t layer, uint32_t from);  // zeroes indices from.. of every head
+  void save_policy(Checkpoint& cp) const;
+  void restore_policy(const Checkpoint& cp);
   Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 
@@ -294,6 +336,10 @@ class KVCache {
   bool owns_pool_ = true;
   std::vector<Group> groups_;  // per group of the pool
   std::vector<uint32_t> lengths_;
+  std::vector<uint32_t> counts_;                 // per layer: see count()
+  std::vector<std::vector<uint32_t>> kept_pos_;  // evicting layers: (n_kv_heads, capacity) positions
+  std::vector<gpu::BufferPtr> scores_;           // evicting layers of a scoring policy
+  uint64_t evicted_ = 0;
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;
   std::vector<int32_t> tokens_;        // ids fed by an engine

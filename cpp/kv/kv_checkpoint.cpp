@@ -22,6 +22,10 @@
 // goes away unused gives them back to the pool. The engine reserves the blocks
 // the call may take (KVCache::blocks_to_store), so the copies always fit.
 //
+// An eviction policy's state (kv_evict.cpp) is host data and the score
+// buffers, copied through the host; its group saves every held block (own
+// pool), as a sliding group does: an eviction writes and frees any of them.
+//
 // A residual window's ring (kv_residual.cpp) is the sequence's own: the
 // checkpoint copies it whole when the call stores or truncates, and ring_lo with it.
 #include "kv/kv_cache.h"
@@ -92,6 +96,7 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   cp.canonical = canonical_;
   cp.block_hashes = block_hashes_;
   cp.ring_lo = ring_lo_;
+  save_policy(cp);
   if (ring_ && (n_store > 0 || keep < lengths_[0])) {
     cp.ring = device_->new_buffer(ring_->length());
     auto cb = queue.command_buffer();
@@ -124,7 +129,7 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
     const std::vector<int64_t>& blocks = g.table->blocks();
     const uint32_t length = g.table->length();
     SavedBlocks s;
-    if (g.window != 0) {
+    if (g.window != 0 || g.evicts) {  // (an eviction may write any block)
       if (n_store > 0 || keep < length)
         for (int64_t b : blocks)
           if (b >= 0) s.ids.push_back(uint32_t(b));
@@ -148,6 +153,7 @@ void KVCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   messages_ = cp.messages;
   canonical_ = cp.canonical;
   block_hashes_ = cp.block_hashes;
+  restore_policy(cp);
   if (cp.ring) {
     auto cb = queue.command_buffer();
     gpu::BlitEncoder& blit = cb->blit_encoder();

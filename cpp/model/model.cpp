@@ -90,9 +90,9 @@ void Model::stack_layer(const std::string& p, Layer& L) {
 
 kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                                   std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats,
-                                  bool rotate, uint32_t residual) const {
+                                  bool rotate, uint32_t residual, const kv::KvPolicySpec& policy) const {
   return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store,
-          std::move(k_formats), std::move(v_formats), rotate, residual};
+          std::move(k_formats), std::move(v_formats), rotate, residual, policy};
 }
 
 void Model::check_cache(const kv::KVCache& cache) const {

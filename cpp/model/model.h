@@ -69,7 +69,7 @@ class Model {
   // k_formats, v_formats: per layer (kv_format.h), or empty for f16.
   kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                              std::vector<uint32_t> k_formats = {}, std::vector<uint32_t> v_formats = {},
-                             bool rotate = false, uint32_t residual = 0) const;
+                             bool rotate = false, uint32_t residual = 0, const kv::KvPolicySpec& policy = {}) const;
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
   void check_cache(const kv::KVCache& cache) const;
 

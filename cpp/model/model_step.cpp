@@ -148,7 +148,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     d.n_q_heads = m.n_heads;
     d.n_kv_heads = m.n_kv_heads;
     d.head_dim = m.head_dim;
-    d.n_tokens = cache.length(l);
+    d.n_tokens = cache.count(l);  // (indices: below length(l) once a policy evicted)
     d.n_queries = seg.n;
     d.slots = cache.slots(l);
     d.window = cache.window(l);

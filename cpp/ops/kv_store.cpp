@@ -39,7 +39,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
     if (d.dst_rows == 0 || d.dst_rows % B != 0)
       fail(kOp, "a paged destination has whole blocks of " + std::to_string(B) + " rows; dst_rows is " +
                     std::to_string(d.dst_rows));
-    check_bytes("table (uint32 per block)", d.table, ceil_div(uint64_t(d.first_pos) + d.n_new, B) * 4);
+    check_bytes("table (uint32 per block)", d.table, ceil_div(uint64_t(d.first_index) + d.n_new, B) * 4);
   } else if (uint64_t(d.dst_first_row) + d.n_new > d.dst_rows) {
     // Rows past the end would be written out of bounds.
     fail(kOp, std::to_string(d.n_new) + " new tokens from row " + std::to_string(d.dst_first_row) +
@@ -82,7 +82,8 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   // 2. get the kernel and bind its arguments
   enc.set_pipeline(dev.pipeline(kv_store_kernel_name(d.rope)));
   const mkv_params::KvStore p{d.n_new, d.n_kv_heads, d.head_dim, d.rope ? d.rope->rotary_dim : 0u,
-                              d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, d.queries.n_heads,
+                              d.dst_rows, paged ? 0u : d.dst_first_row, d.first_pos, paged ? d.first_index : 0u,
+                              d.queries.n_heads,
                               paged ? 1u : 0u, d.k_format, d.v_format, d.rotate ? 1u : 0u, d.ring_slots};
   bind_params(enc, p, 0);
   bind(enc, k_new, 1);

@@ -32,6 +32,8 @@ struct KvStoreDesc {
   uint32_t dst_rows = 0;       // rows per block (K, V) of dst
   uint32_t dst_first_row = 0;  // without a table: row of token 0 (dst_first_row + n_new <= dst_rows)
   uint32_t first_pos = 0;      // position of token 0 (rope angle)
+  uint32_t first_index = 0;    // with a table: index of token 0 (its slot: the table's entry for it);
+                               // the position unless an eviction policy compacted the cache
   const RopeSpec* rope = nullptr;  // rotate K; V is never rotated
   // With rope: also rotate these queries in place, in the same dispatch (a
   // model step then needs no rope() of its own for Q).

@@ -1,0 +1,120 @@
+// Eviction policies: names, checks and the selection rule (kv_policy.h).
+#include "kv/kv_policy.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "gpu/errors.h"
+
+namespace mkv::kv {
+namespace {
+
+constexpr const char* kOp = "kv_policy";
+
+struct Named {
+  PolicyKind kind;
+  const char* name;
+};
+constexpr Named kPolicies[] = {{PolicyKind::streaming, "streaming"},
+                               {PolicyKind::keynorm, "keynorm"},
+                               {PolicyKind::h2o, "h2o"},
+                               {PolicyKind::snapkv, "snapkv"}};
+
+std::string str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+PolicyKind parse_policy(const std::string& name) {
+  if (name.empty() || name == "none") return PolicyKind::none;
+  for (const Named& p : kPolicies)
+    if (name == p.name) return p.kind;
+  throw gpu::ArgumentError(kOp, "kv_policy", "'" + name + "'", "None or one of " + policy_names_text());
+}
+
+const char* policy_name(PolicyKind kind) {
+  for (const Named& p : kPolicies)
+    if (kind == p.kind) return p.name;
+  return "none";
+}
+
+std::string policy_names_text() {
+  std::string out;
+  for (size_t i = 0; i < std::size(kPolicies); ++i)
+    out += (i == 0 ? "" : i + 1 == std::size(kPolicies) ? " or " : ", ") + std::string(kPolicies[i].name);
+  return out;
+}
+
+bool policy_scores_keys(PolicyKind kind) { return kind == PolicyKind::keynorm; }
+bool policy_scores_attention(PolicyKind kind) { return kind == PolicyKind::h2o || kind == PolicyKind::snapkv; }
+
+uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep) {
+  const uint32_t free = n_keep > p.sinks ? n_keep - p.sinks : 0;
+  if (p.kind == PolicyKind::streaming) return free;
+  const int64_t want = p.recent >= 0                    ? p.recent
+                       : p.kind == PolicyKind::h2o    ? int64_t(n_keep / 2)
+                       : p.kind == PolicyKind::snapkv ? int64_t(p.window)
+                                                        : 32;
+  return uint32_t(std::min<int64_t>(want, free));
+}
+
+void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk) {
+  if (p.kind == PolicyKind::none) return;
+  // An eviction before a store keeps budget - max_chunk tokens or more (rounded
+  // down to whole blocks): the sinks and at least one block besides them.
+  const uint64_t least = uint64_t(p.sinks) + max_chunk + 32;
+  if (budget < least)
+    throw gpu::ArgumentError(kOp, "kv_budget", str(budget),
+                             "at least kv_sinks + the prefill chunk + 32 = " + str(least) + " tokens for kv_policy='" +
+                                 policy_name(p.kind) + "' (an eviction keeps room for a whole chunk)");
+  if (p.kind == PolicyKind::snapkv && (p.window == 0 || p.window > budget / 2))
+    throw gpu::ArgumentError(kOp, "kv_window", str(p.window), "1 .. kv_budget / 2 (" + str(budget / 2) + ") queries");
+  if (p.kind == PolicyKind::snapkv && (p.pool == 0 || p.pool % 2 == 0))
+    throw gpu::ArgumentError(kOp, "kv_pool", str(p.pool), "an odd width >= 1 (1: no pooling)");
+  if (p.recent < -1) throw gpu::ArgumentError(kOp, "kv_recent", std::to_string(p.recent), "None or >= 0 tokens");
+}
+
+std::vector<uint32_t> select_kept(const KvPolicySpec& p, const uint32_t* positions, const float* scores, uint32_t n,
+                                  uint32_t n_keep) {
+  if (n_keep >= n) {
+    std::vector<uint32_t> all(n);
+    std::iota(all.begin(), all.end(), 0u);
+    return all;
+  }
+  if (!scores && p.kind != PolicyKind::streaming)
+    throw gpu::GpuError(std::string("[") + kOp + "] " + policy_name(p.kind) + " selects by score; none given");
+  // indices by position, latest first
+  std::vector<uint32_t> by_pos(n);
+  std::iota(by_pos.begin(), by_pos.end(), 0u);
+  std::sort(by_pos.begin(), by_pos.end(), [&](uint32_t a, uint32_t b) { return positions[a] > positions[b]; });
+  std::vector<uint8_t> keep(n, 0);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < n && kept < n_keep; ++i)  // 1. sinks
+    if (positions[i] < p.sinks) keep[i] = 1, ++kept;
+  const uint32_t recent = policy_recent(p, n_keep);
+  for (uint32_t j = 0, taken = 0; j < n && taken < recent && kept < n_keep; ++j)  // 2. the latest
+    if (!keep[by_pos[j]]) keep[by_pos[j]] = 1, ++kept, ++taken;
+  if (kept < n_keep) {  // 3. the highest (pooled) scores of the rest, the later first on ties
+    std::vector<float> s(scores, scores + (scores ? n : 0));
+    if (p.kind == PolicyKind::snapkv && p.pool > 1) {
+      const int64_t half = p.pool / 2;
+      for (int64_t j = 0; j < int64_t(n); ++j) {  // by_pos order: neighbouring positions
+        float m = scores[by_pos[j]];
+        for (int64_t k = std::max<int64_t>(0, j - half); k <= std::min<int64_t>(n - 1, j + half); ++k)
+          m = std::max(m, scores[by_pos[k]]);
+        s[by_pos[j]] = m;
+      }
+    }
+    std::vector<uint32_t> rest;
+    for (uint32_t j = 0; j < n; ++j)
+      if (!keep[by_pos[j]]) rest.push_back(by_pos[j]);
+    if (!s.empty())
+      std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return s[a] > s[b]; });
+    for (uint32_t j = 0; j < rest.size() && kept < n_keep; ++j) keep[rest[j]] = 1, ++kept;
+  }
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < n; ++i)
+    if (keep[i]) out.push_back(i);
+  return out;
+}
+
+}  // namespace mkv::kv

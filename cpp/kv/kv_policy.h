@@ -1,0 +1,59 @@
+// Eviction policies (issue 15; docs/KV_POLICIES.md): which tokens a full
+// layer keeps when its budget is reached. A policy is a rule over one
+// (layer, KV head)'s held tokens: their positions and, for the scoring
+// policies, a score per token; KVCache (kv_evict.cpp) applies it to every
+// head of every full layer and compacts what it keeps.
+//
+// Every rule keeps, in this order:
+//   1. the sinks: tokens at positions < sinks (StreamingLLM's attention sinks);
+//   2. the `recent` tokens of highest position;
+//   3. of the rest, the highest scores (ties: the later position; streaming,
+//      which has none: the latest).
+// The policies differ in recent and the score:
+//   streaming  recent = everything after the sinks: the sinks and the latest tokens
+//   keynorm    score = -|k| (kv_key_scores at store: keys of low norm draw the
+//              most attention); recent by default 32; needs no attention scores
+//   h2o        score = the attention each token received, summed over every
+//              query since it was stored and over the query heads of its KV
+//              head; recent by default half the budget (H2O's split)
+//   snapkv     score = the attention of the last `window` queries, summed over
+//              them and the group's query heads, max-pooled over `pool`
+//              neighbouring positions; recent by default `window`
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mkv::kv {
+
+enum class PolicyKind : uint32_t { none, streaming, keynorm, h2o, snapkv };
+
+struct KvPolicySpec {
+  PolicyKind kind = PolicyKind::none;
+  uint32_t sinks = 4;
+  int64_t recent = -1;   // -1: the policy's default (above)
+  uint32_t window = 32;  // snapkv: the observation window (queries)
+  uint32_t pool = 7;     // snapkv: max-pooling width over positions (odd; 1: none)
+  uint32_t budget = 0;   // engine options: the tokens a cache keeps (its capacity); 0: the capacity asked for
+};
+
+PolicyKind parse_policy(const std::string& name);  // "" | "none" | "streaming" | ...; ArgumentError otherwise
+const char* policy_name(PolicyKind kind);
+std::string policy_names_text();  // "streaming, keynorm, h2o or snapkv"
+// Whether the policy reads a score per token (keynorm: the store writes it;
+// h2o, snapkv: the attention kernels).
+bool policy_scores_keys(PolicyKind kind);
+bool policy_scores_attention(PolicyKind kind);
+// The protected recent tokens for a budget of n_keep.
+uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep);
+// ArgumentError for options the policy cannot take with this budget (tokens
+// kept per layer) and max_chunk (most tokens one store adds).
+void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk);
+
+// The kept indices (ascending) of one KV head holding n tokens: positions[i]
+// and scores[i] (scores may be null for streaming) of index i. n_keep <= n.
+std::vector<uint32_t> select_kept(const KvPolicySpec& p, const uint32_t* positions, const float* scores, uint32_t n,
+                                  uint32_t n_keep);
+
+}  // namespace mkv::kv

@@ -1,0 +1,140 @@
+"""Eviction policies in metalkv.KVCache (issue 15): the selection rule against
+the numpy reference (kv_policy_ref.py), and a cache that evicts by it: what
+each head keeps, the rows at the kept positions (moved, never recomputed), the
+budget held, the scores the store writes (keynorm) and the errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import metalkv
+from metalkv._core import BLOCK_TOKENS as B
+from metalkv._core import ops
+
+from . import kv_policy_ref as ref
+from .kvcache_ref import rows
+
+POLICIES = ["streaming", "keynorm", "h2o", "snapkv"]
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.parametrize("sinks,recent", [(4, -1), (0, -1), (2, 5), (7, 0)])
+def test_the_rule_matches_the_reference(name, sinks, recent):
+    """Random positions in index order (a compacted cache's), random scores with
+    ties, every budget: the C++ rule keeps exactly the reference's indices."""
+    rng = np.random.default_rng(sinks * 10 + recent + 3)
+    policy = {"policy": name, "sinks": sinks, "recent": recent, "window": 6, "pool": 5}
+    for n in (1, 9, 40, 97):
+        pos = rng.permutation(np.arange(n) * 3 // 2).astype(np.uint32)  # gaps: some evicted before
+        scores = rng.integers(0, 6, n).astype(np.float32)  # ties on purpose
+        for n_keep in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            s = None if name == "streaming" else scores
+            got = ops.select_kept(policy, pos, s, n_keep)
+            assert got == ref.select_kept(policy, pos, s, n_keep), (n, n_keep)
+            assert len(got) == n_keep
+
+
+def test_a_scoring_rule_needs_scores():
+    with pytest.raises(metalkv.GpuError, match="h2o selects by score"):
+        ops.select_kept({"policy": "h2o"}, np.arange(9, dtype=np.uint32), None, 3)
+
+
+def heads(cache, layer):
+    """Per KV head, the kept positions and the f16 K and V rows at their indices."""
+    table, n = cache.block_table(layer), cache.count(layer)
+    slots = [table[i // B] * B + i % B for i in range(n)]
+    k, v = cache.keys(layer)[slots], cache.values(layer)[slots]
+    return [(np.array(cache.kept_positions(layer, h)), k[:, h], v[:, h]) for h in range(k.shape[1])]
+
+
+@pytest.mark.parametrize("store", ["compute", "blit"])
+@pytest.mark.parametrize("name", ["streaming", "keynorm"])
+def test_a_cache_evicts_by_the_rule_and_keeps_the_rows(dev, store, name):
+    """Two full layers and a sliding one take 400 tokens in random chunks under a
+    budget of 100: after every step each head of each full layer holds exactly
+    the reference's positions, each index the f16 rows of its position (moves
+    kept them), at most the budget; the sliding layer is untouched by it."""
+    rng = np.random.default_rng(11)
+    n_kv, d, budget, chunk = 3, 8, 100, 9
+    policy = {"policy": name, "sinks": 3}
+    cache = metalkv.KVCache(dev, 3, n_kv, d, budget, windows=[0, 16, 0], max_chunk=chunk, store=store,
+                            kv_policy=policy)
+    assert [cache.evicts(l) for l in range(3)] == [True, False, True] and cache.wraps(0)
+    k_all, v_all = rows(rng, 3, 0, n_kv, d), rows(rng, 3, 0, n_kv, d)
+    states = [[ref.HeadState(policy, budget) for _ in range(n_kv)] for _ in range(3)]
+    while cache.length(0) < 400:
+        n = int(rng.integers(1, chunk + 1))
+        k, v = rows(rng, 3, n, n_kv, d), rows(rng, 3, n, n_kv, d)
+        k[:, :, :, 0] *= rng.uniform(0.1, 3, (3, n, n_kv))  # spread the norms
+        k_all, v_all = np.concatenate([k_all, k], 1), np.concatenate([v_all, v], 1)
+        for l in (0, 2):
+            for h, st in enumerate(states[l]):
+                st.store(n, lambda p, l=l, h=h: -np.linalg.norm(k_all[l, p, h].astype(np.float64), axis=-1))
+        cache.append_all_layers(k, v)
+        for l in (0, 2):
+            assert cache.count(l) <= budget and cache.length(l) == k_all.shape[1]
+            for h, (pos, kh, vh) in enumerate(heads(cache, l)):
+                assert sorted(pos) == states[l][h].held, (l, h, cache.length(l))
+                np.testing.assert_array_equal(kh, k_all[l, pos, h].astype(np.float16))
+                np.testing.assert_array_equal(vh, v_all[l, pos, h].astype(np.float16))
+            if name == "keynorm":  # the store's scores: -|k| of each kept index
+                s = cache.scores(l)[:, :cache.count(l)]
+                for h, (pos, _, _) in enumerate(heads(cache, l)):
+                    np.testing.assert_allclose(s[h], -np.linalg.norm(k_all[l, pos, h], axis=-1), rtol=1e-5)
+        assert cache.count(1) == cache.length(1)  # sliding: its own window, no policy
+    assert cache.evicted == 400 - cache.count(0)
+    assert len([b for b in cache.block_table(0) if b >= 0]) <= -(-budget // B)  # memory stays at the budget
+
+
+@pytest.mark.parametrize("kv", ["q8", "q4"])
+def test_quantized_rows_move_with_their_parameters(dev, kv):
+    """A quantized cache that evicts holds, per kept index, the very bytes the
+    same row got when stored (the same tokens in an unevicting cache)."""
+    rng = np.random.default_rng(5)
+    n_kv, d, budget = 2, 64, 96
+    policy = {"policy": "streaming", "sinks": 4}
+    evicting = metalkv.KVCache(dev, 1, n_kv, d, budget, max_chunk=8, kv_k=[kv], kv_v=[kv], kv_policy=policy)
+    whole = metalkv.KVCache(dev, 1, n_kv, d, 512, max_chunk=8, kv_k=[kv], kv_v=[kv])
+    for _ in range(40):
+        k, v = rows(rng, 1, 7, n_kv, d), rows(rng, 1, 7, n_kv, d)
+        evicting.append_all_layers(k, v)
+        whole.append_all_layers(k, v)
+    assert evicting.evicted > 0
+    table = evicting.block_table(0)
+    data_bytes = {"q8": d, "q4": d // 2}[kv]  # one head's codes and scales (docs/KV_QUANT.md)
+    param_bytes = 2 * d // {"q8": 64, "q4": 32}[kv]
+    for kvs in (0, 1):
+        data, params = whole.read_rows(0, kvs, 0, whole.length(0))
+        blocks = evicting.section_bytes(0, kvs)
+        for h in range(n_kv):
+            for i, p in enumerate(evicting.kept_positions(0, h)):
+                block, j = blocks[table[i // B]], i % B
+                got_d = block[(j * n_kv + h) * data_bytes:][:data_bytes]
+                got_p = block[B * n_kv * data_bytes + j * params.shape[1] + h * param_bytes:][:param_bytes]
+                np.testing.assert_array_equal(got_d, data[p, h * data_bytes:(h + 1) * data_bytes])
+                np.testing.assert_array_equal(got_p, params[p, h * param_bytes:(h + 1) * param_bytes])
+
+
+def test_policy_arguments_and_limits_are_clear_errors(host):
+    one = np.ones((1, 1, 1, 32), np.float32)
+    with pytest.raises(metalkv.ArgumentError, match="kv_policy='lru': expected None or one of streaming"):
+        metalkv.KVCache(host, 1, 1, 32, 128, kv_policy={"policy": "lru"})
+    with pytest.raises(metalkv.ArgumentError, match=r"kv_budget=40: expected at least kv_sinks \+ the prefill chunk"):
+        metalkv.KVCache(host, 1, 1, 32, 40, max_chunk=8, kv_policy={"policy": "streaming"})
+    with pytest.raises(metalkv.ArgumentError, match="kv_residual=32: expected 0 with kv_policy='h2o'"):
+        metalkv.KVCache(host, 1, 1, 64, 128, kv_k=["q4"], kv_residual=32, kv_policy={"policy": "h2o"})
+    with pytest.raises(metalkv.ArgumentError, match="single tokens cannot be evicted"):
+        metalkv.KVCache(host, 1, 1, 64, 128, kv_k=["q2"], kv_v=["q2"], kv_residual=32, kv_policy={"policy": "h2o"})
+    cache = metalkv.KVCache(host, 1, 1, 32, 64, max_chunk=4, kv_policy={"policy": "streaming"})
+    with pytest.raises(metalkv.GpuError, match="storing 5 tokens in one call exceeds max_chunk 4"):
+        cache.append_all_layers(np.ones((1, 5, 1, 32), np.float32), np.ones((1, 5, 1, 32), np.float32))
+    for _ in range(70):
+        cache.append_all_layers(one, one)
+    assert cache.length(0) == 70 and cache.count(0) <= 64
+    cache.truncate(70)  # where it is: fine
+    with pytest.raises(metalkv.GpuError, match="it has evicted .* reset\\(\\) it instead"):
+        cache.truncate(69)
+    with pytest.raises(metalkv.GpuError, match="no longer addressed by position"):
+        cache.read_rows(0, 0, 0, 1)
+    cache.reset()
+    assert cache.length(0) == cache.count(0) == 0 and cache.evicted == 0
