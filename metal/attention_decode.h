@@ -202,7 +202,8 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
                              uint group, bool prefetch, bool capped, float cap_out, float cap_in,
                              thread const float (&qr)[R][mkv_params::attn_decode_lane_elems(D)],
                              thread float (&acc)[R][mkv_params::attn_decode_lane_elems(D)],
-                             thread float (&m)[R], thread float (&l)[R]) {
+                             thread float (&m)[R], thread float (&l)[R],
+                             device float* lg, uint lg_stride, uint lg_rows) {
   constexpr uint E = mkv_params::attn_decode_lane_elems(D);
   constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
   constexpr uint G = 32 / KL;
@@ -249,6 +250,10 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
     MKV_UNROLL for (uint r = 0; r < R; ++r) {
       float4 sr = s[r];
       if (capped) sr = cap_out * tanh(sr * cap_in);
+      if (r < lg_rows) {  // a policy's logits: one lane of each lane group writes its keys'
+        MKV_UNROLL for (uint u = 0; u < U; ++u)
+          if (i + u * G + group < end) lg[r * lg_stride + i + u * G + group] = sr[u] * 0.6931471805599453f;  // ln 2: the natural domain
+      }
       sr += valid;  // -inf for the masked keys
       const float m_new = max(m[r], max(max(sr.x, sr.y), max(sr.z, sr.w)));
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: all weights 0
@@ -291,6 +296,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              device float* out,          // (n_q_heads, D)            single pass
                              device float* part_o,       // (n_q_heads, n_chunks, D)  split
                              device float* part_ml,      // (n_q_heads, n_chunks, 2)  split
+                             device float* logits,       // (n_q_heads, n_tokens) if p.logits
                              threadgroup float* tg_m,    // (S, R)
                              threadgroup float* tg_l,    // (S, R)
                              threadgroup float* tg_acc,  // (S, D)
@@ -338,15 +344,19 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
     l[r] = 0.0f;
   }
 
+  // A policy's logits (p.logits): written by the lane owning piece 0 of each lane group.
+  const uint lg_rows = (p.logits != 0 && piece == 0) ? rows : 0u;
+  device float* lg = logits + (p.logits != 0 ? head0 * n : 0u);
   if (RES) {  // the pool's keys before the window, then the window's from the ring
     const uint w = min(max(mkv_params::attn_ring_start(n - 1, p.residual, p.ring_lo), begin), end);
-    attn_decode_scan<L, D, R, S>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l);
+    attn_decode_scan<L, D, R, S>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l,
+                                 lg, n, lg_rows);
     const AttnKvRing<D, E> rd = AttnKvRing<D, E>::make(p, ring, kv_head, piece_read * E);
     attn_decode_scan<AttnKvRing<D, E>, D, R, S>(rd, table, w, end, simd, group, prefetch, capped, cap_out, cap_in,
-                                                qr, acc, m, l);
+                                                qr, acc, m, l, lg, n, lg_rows);
   } else {
     attn_decode_scan<L, D, R, S>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m,
-                                 l);
+                                 l, lg, n, lg_rows);
   }
 
   // Merge the G lane groups of the SIMD-group (same elements, other keys).

@@ -112,6 +112,10 @@ struct AttnDecode {
   uint32_t residual;
   uint32_t ring_slots;
   uint32_t ring_lo;          // the ring holds no row below it
+  // 1: also write every visible key's scaled logit (after softcap, in the
+  // natural domain as prefill's) to buffer 7, (n_q_heads, n_tokens) float,
+  // for an eviction policy's scores (attn_scores_*). 0: buffer 7 is unused.
+  uint32_t logits;
 };
 
 // attn_decode_reduce_*: merges the n_chunks (<= kAttnDecodeMaxChunks) partials
@@ -145,6 +149,26 @@ struct AttnPrefill {
   uint32_t residual;  // as AttnDecode, per query
   uint32_t ring_slots;
   uint32_t ring_lo;
+  // 1: also write every visible key's scaled logit (after softcap, natural
+  // domain) to buffer 7, (n_queries, n_q_heads, q_pos0 + n_queries) float.
+  uint32_t logits;
+};
+
+// attn_scores_stats / attn_scores_add (attention_scores.metal): an eviction
+// policy's scores from the logits an attention kernel wrote, (n_queries,
+// n_q_heads, stride) float, query row i seeing keys 0 .. n_tokens - n_queries
+// + i. stats: per (row, head) the max m and sum l of exp(s - m), grid (rows from row_lo, n_q_heads),
+// 256 threads. add: scores[kv_head * score_stride + j] += the probability of
+// key j summed over the rows from row_lo and the kv_head's query heads, one
+// thread per (key, KV head).
+struct AttnScores {
+  uint32_t n_q_heads;
+  uint32_t n_kv_heads;
+  uint32_t n_tokens;
+  uint32_t n_queries;
+  uint32_t row_lo;
+  uint32_t stride;
+  uint32_t score_stride;
 };
 
 // The first key position query position `pos` reads from the ring (kv_format.h's
@@ -157,7 +181,8 @@ constexpr uint32_t attn_ring_start(uint32_t pos, uint32_t residual, uint32_t rin
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::AttnDecode) == 72, "AttnDecode params layout");
+static_assert(sizeof(mkv_params::AttnScores) == 28, "AttnScores params layout");
+static_assert(sizeof(mkv_params::AttnDecode) == 76, "AttnDecode params layout");
 static_assert(sizeof(mkv_params::AttnDecodeReduce) == 12, "AttnDecodeReduce params layout");
-static_assert(sizeof(mkv_params::AttnPrefill) == 72, "AttnPrefill params layout");
+static_assert(sizeof(mkv_params::AttnPrefill) == 76, "AttnPrefill params layout");
 #endif

@@ -41,6 +41,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device uchar* ring,   // residual window (Quant, p.residual > 0)
                               const device float* sinks,  // (n_q_heads) if has_sinks
                               device float* out,          // (n_queries, n_q_heads, D)
+                              device float* logits,       // (n_queries, n_q_heads, n_tokens) if p.logits
                               threadgroup half* k_tile,   // (BK, D)
                               threadgroup half* v_tile,   // (BK, D)
                               uint2 tg, uint tid, uint simd, uint lane) {
@@ -155,6 +156,12 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
         for (uint j = 0; j < R; ++j) {
           if (sees[j]) {
             const float4 s = attn_transform(scores[j], p.scale, p.softcap);
+            if (p.logits != 0 && lane == 0) {  // a policy's logits, the row's visible keys
+              const uint row = simd + S * j, n_tokens = p.q_pos0 + p.n_queries;
+              device float* lg = logits + ((qi0 + row / g) * p.n_q_heads + head0 + row % g) * n_tokens;
+              for (int c = 0; c < 4; ++c)
+                if (kp + c >= plo[j] && kp + c <= phi[j]) lg[kp + c] = s[c];
+            }
             attn_update(st, j, attn_mask(s, kp, plo[j], phi[j]), kv4);
           }
         }

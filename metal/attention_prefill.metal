@@ -14,6 +14,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
                          device float* out [[buffer(4)]],          // (n_queries, n_q_heads, D)
                          const device uint* table [[buffer(5)]],   // block table
                          const device uchar* ring [[buffer(6)]],   // residual window (Quant kernels); kv if none
+                         device float* logits [[buffer(7)]],       // a policy's logits (p.logits); out if none
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint simd [[simdgroup_index_in_threadgroup]],
@@ -21,7 +22,7 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
   // half4 so the tiles are 8-byte aligned for the half4 stores.
   threadgroup half4 k_tile[BK * D / 4];
   threadgroup half4 v_tile[BK * D / 4];
-  attn_prefill_body<Quant, D, BK, R>(p, q, kv, table, ring, sinks, out, (threadgroup half*)k_tile,
+  attn_prefill_body<Quant, D, BK, R>(p, q, kv, table, ring, sinks, out, logits, (threadgroup half*)k_tile,
                               (threadgroup half*)v_tile, tg, tid, simd, lane);
 }
 

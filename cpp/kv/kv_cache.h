@@ -167,6 +167,12 @@ class KVCache {
   std::vector<uint32_t> kept_positions(uint32_t layer, uint32_t head) const;
   BufferView scores(uint32_t layer) const;
   uint64_t evicted() const { return evicted_; }
+  // Whether the attention over the layer adds to its scores (h2o, snapkv),
+  // and the first of a step's n_queries query rows (the last stored) that do:
+  // h2o every row; snapkv the rows at the last `window` indices before the
+  // budget (its observation window; an eviction starts it over).
+  bool scores_attention(uint32_t layer) const;
+  uint32_t score_rows_from(uint32_t layer, uint32_t n_queries) const;
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.

@@ -75,6 +75,18 @@ BufferView KVCache::scores(uint32_t layer) const {
   return {scores_[layer], 0};
 }
 
+bool KVCache::scores_attention(uint32_t layer) const {
+  return evicts(layer) && policy_scores_attention(spec_.policy.kind);
+}
+
+uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
+  check_layer(layer);
+  if (spec_.policy.kind != PolicyKind::snapkv) return 0;
+  const uint32_t first_index = counts_[layer] - n_queries;  // of the step's queries (stored already)
+  const uint32_t observed = spec_.capacity > spec_.policy.window ? spec_.capacity - spec_.policy.window : 0;
+  return observed > first_index ? std::min(observed - first_index, n_queries) : 0;
+}
+
 void KVCache::clear_scores(uint32_t layer, uint32_t from) {
   if (!scores_[layer] || from >= spec_.capacity) return;
   const std::vector<float> zeros(spec_.capacity - from, 0.0f);
@@ -120,7 +132,8 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
         if (sc) sc[hole] = sc[from];
         ++hole;
       }
-      if (sc) std::fill(sc + keep, sc + cap, 0.0f);
+      // (snapkv observes anew from here on; the others' scores stay with their rows)
+      if (sc) std::fill(sc + (spec_.policy.kind == PolicyKind::snapkv ? 0 : keep), sc + cap, 0.0f);
     }
   }
 

@@ -158,12 +158,21 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     d.k_format = lay.k_format;
     d.v_format = lay.v_format;
     cache.describe_window(l, d);
+    // An eviction policy that scores by attention (h2o, snapkv): the kernels
+    // also write the logits, which become each key's probability in its score.
+    const size_t logit_bytes = size_t(seg.n) * m.n_heads * d.n_tokens * sizeof(float);
+    const ops::BufferView policy =
+        cache.scores_attention(l) ? ws.policy_scratch(logit_bytes + size_t(seg.n) * m.n_heads * 8) : ops::BufferView{};
+    if (policy.buffer) d.logits = policy;
     const ops::BufferView out = row(ws.attn(), r0, Q);
     if (seg.n == 1)
       ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
       ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), out, {});
+    if (policy.buffer)
+      ops::attention_scores(enc, dev, d, cache.score_rows_from(l, seg.n), cache.scores(l), cache.spec().capacity,
+                            {policy.buffer, policy.offset + logit_bytes});
     if (lay.rotate) ops::hadamard(enc, dev, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated
   }
 

@@ -30,6 +30,11 @@ void Workspace::read_logits(float* dst, uint32_t rows, uint32_t first) const {
   logits_->read(size_t(first) * vocab_ * sizeof(float), dst, size_t(rows) * vocab_ * sizeof(float));
 }
 
+ops::BufferView Workspace::policy_scratch(size_t bytes) {
+  if (bytes && (!policy_ || policy_->length() < bytes)) policy_ = device_.new_buffer(bytes);
+  return {policy_, 0};
+}
+
 ops::BufferView Workspace::attention_scratch(size_t bytes) {
   // Work already encoded keeps a replaced buffer alive through its command buffer.
   if (bytes && (!scratch_ || scratch_->length() < bytes)) scratch_ = device_.new_buffer(bytes);

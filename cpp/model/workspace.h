@@ -42,13 +42,16 @@ class Workspace {
 
   // Split-K attention scratch; grows to the largest request (context-dependent).
   ops::BufferView attention_scratch(size_t bytes);
+  // An eviction policy's attention logits and their softmax statistics
+  // (ops::attention_scores); grows likewise.
+  ops::BufferView policy_scratch(size_t bytes);
 
  private:
   gpu::Device& device_;
   uint32_t max_tokens_;
   uint32_t logit_rows_;
   uint32_t vocab_;
-  gpu::BufferPtr ids_, rows_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_;
+  gpu::BufferPtr ids_, rows_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;
 };
 
 }  // namespace mkv::model

