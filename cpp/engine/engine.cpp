@@ -61,6 +61,11 @@ std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath 
   kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store, kv_k ? *kv_k : options_.kv_k,
                                             kv_v ? *kv_v : options_.kv_v, kv_rotate ? *kv_rotate : options_.kv_rotate,
                                             kv_residual ? *kv_residual : options_.kv_residual, policy);
+  // A budget below a prefill chunk's room takes smaller chunks (the scheduler
+  // cuts a policy cache's prompt to its max_chunk) rather than an error.
+  const uint64_t room = uint64_t(policy.sinks) + kv::kBlockTokens;
+  if (policy.kind != kv::PolicyKind::none && capacity > room)
+    spec.max_chunk = uint32_t(std::min<uint64_t>(spec.max_chunk, capacity - room));
   if (kv_pool_) {
     const kv::KvPoolSpec& p = kv_pool_->spec();
     for (uint32_t l = 0; l < spec.n_layers; ++l)

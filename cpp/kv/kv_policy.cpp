@@ -64,8 +64,9 @@ void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk) {
   const uint64_t least = uint64_t(p.sinks) + max_chunk + 32;
   if (budget < least)
     throw gpu::ArgumentError(kOp, "kv_budget", str(budget),
-                             "at least kv_sinks + the prefill chunk + 32 = " + str(least) + " tokens for kv_policy='" +
-                                 policy_name(p.kind) + "' (an eviction keeps room for a whole chunk)");
+                             "at least kv_sinks + the store's most tokens (max_chunk) + 32 = " + str(least) +
+                                 " tokens for kv_policy='" + policy_name(p.kind) +
+                                 "' (an eviction keeps room for a whole chunk)");
   if (p.kind == PolicyKind::snapkv && (p.window == 0 || p.window > budget / 2))
     throw gpu::ArgumentError(kOp, "kv_window", str(p.window), "1 .. kv_budget / 2 (" + str(budget / 2) + ") queries");
   if (p.kind == PolicyKind::snapkv && (p.pool == 0 || p.pool % 2 == 0))

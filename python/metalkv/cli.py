@@ -35,7 +35,7 @@ def _flag(argument: str) -> str:
 
 # ---- flags -------------------------------------------------------------------------------
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
-    from .kv_options import KV_FORMATS
+    from .kv_options import KV_FORMATS, KV_POLICIES
     from .model_spec import DEFAULT_CONTEXT
 
     p.add_argument("--model", default=None,
@@ -61,6 +61,27 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-residual", type=int, default=None, metavar="N",
                    help="keep each query's last N positions (a multiple of 32) in f16 beside a quantized cache "
                         "(default: 128 with q2, else 0)")
+    p.add_argument("--kv-policy", default=None, choices=KV_POLICIES,
+                   help="evict to keep each full layer within --kv-budget tokens, so generation never stops for "
+                        "a full cache (docs/KV_POLICIES.md; default: keep everything)")
+    p.add_argument("--kv-budget", type=_budget, default=None, metavar="N|F",
+                   help="tokens a full layer keeps with --kv-policy, or a fraction of --context (default: 0.25)")
+    p.add_argument("--kv-sinks", type=int, default=4, metavar="N", help="first positions always kept (default: 4)")
+    p.add_argument("--kv-recent", type=int, default=None, metavar="N",
+                   help="latest tokens always kept (default: the policy's own)")
+    p.add_argument("--kv-window", type=int, default=32, metavar="N",
+                   help="snapkv: queries whose attention picks what stays (default: 32)")
+
+
+def _budget(text: str) -> int | float:
+    """--kv-budget: a token count (1024) or a fraction of the context (0.25)."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a token count or a fraction such as 0.25") from None
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -152,6 +173,8 @@ def _load(args: argparse.Namespace, **kw):
     kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
     kw.setdefault("kv_rotate", kv.kv_rotate)
     kw.setdefault("kv_residual", kv.kv_residual)
+    for name in ("kv_policy", "kv_budget", "kv_sinks", "kv_recent", "kv_window"):
+        kw.setdefault(name, getattr(args, name))
     kw.setdefault("context", args.context)
     return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
 
@@ -256,6 +279,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_ppl(args: argparse.Namespace) -> int:
     import json
 
+    from .kv_options import KvPolicy
     from .ppl import format_table, score, text_ids
 
     if args.tokens < 1 or args.chunk < 1:
@@ -265,7 +289,7 @@ def cmd_ppl(args: argparse.Namespace) -> int:
         raise CliError(f"{args.text}: no such file")
     # caches of several formats from one engine: each its own pool
     engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
-                   kv_f16_layers=(), kv_rotate=False, kv_residual=0)
+                   kv_f16_layers=(), kv_rotate=False, kv_residual=0, kv_policy=None)
     try:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
@@ -274,6 +298,14 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
                                                           kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
                                                           kv_residual=kv.residual(engine.config.n_layers))}
+    if args.kv_policy:  # (a fraction of --tokens: the cache the text fills)
+        policy = KvPolicy(args.kv_policy, args.kv_budget, args.kv_sinks, args.kv_recent, args.kv_window).check()
+        kw = dict(kv_k=kv.kv_k, kv_v=kv.kv_v, kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
+                  kv_residual=kv.residual(engine.config.n_layers), kv_policy=policy.kv_policy,
+                  kv_budget=policy.budget(args.tokens), kv_sinks=policy.kv_sinks, kv_recent=policy.kv_recent,
+                  kv_window=policy.kv_window)
+        name = policy.describe(args.tokens)
+        candidates = {f"{label}; {name}" if kv.quantized else name: kw}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))

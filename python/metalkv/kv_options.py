@@ -148,4 +148,4 @@ class KvPolicy:
     def describe(self, context: int) -> str:
         if self.kv_policy is None:
             return "none"
-        return f"{self.kv_policy}, {self.budget(context)} tokens ({self.kv_sinks} sinks)"
+        return f"{self.kv_policy} {self.budget(context)} ({self.kv_sinks} sinks)"

@@ -11,7 +11,9 @@ float K/V never reads a compressed cache, so it is never used here.
 Every candidate runs in lockstep with an f16 cache on the same ids, so the
 result holds, per candidate: perplexity, its change against f16, the mean KL
 divergence KL(f16 || candidate) of the next-token distributions, the share of
-positions whose top-1 token agrees with f16's, and the cache's KV bytes per token.
+positions whose top-1 token agrees with f16's, the cache's KV bytes per token, and
+the most KV bytes it held (an eviction policy's budget shows there: its full
+layers cost nothing per token, they hold a fixed number).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class PplResult:
     top1: float | None = None   # share of positions whose argmax agrees with f16's
     f16_ppl: float | None = None
     f16_bytes_per_token: int | None = None
+    held_bytes: int = 0         # the most KV bytes the cache's blocks held after a chunk
+    f16_held_bytes: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -42,8 +46,10 @@ class PplResult:
     def row(self) -> dict:
         return {"label": self.label, "tokens": self.tokens, "ppl": self.ppl, "ppl_change": self.ppl_change,
                 "kl": self.kl, "top1": self.top1, "bytes_per_token": self.bytes_per_token,
-                "bytes_vs_f16": (None if not self.f16_bytes_per_token else
+                "bytes_vs_f16": (None if not self.f16_bytes_per_token or not self.bytes_per_token else
                                  self.f16_bytes_per_token / self.bytes_per_token),
+                "held_bytes": self.held_bytes,
+                "held_vs_f16": None if not self.held_bytes else self.f16_held_bytes / self.held_bytes,
                 "seconds": self.seconds, **self.extra}
 
 
@@ -61,6 +67,7 @@ class _Run:
         self.nll = self.kl = 0.0
         self.agree = self.n = 0
         self.seconds = 0.0
+        self.held = 0
 
 
 def text_ids(engine, path: str, n_tokens: int) -> np.ndarray:
@@ -94,6 +101,7 @@ def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16) -> list[
             t0 = time.perf_counter()
             lp = log_softmax(engine.logits(ids[lo:hi], cache=run.cache))
             run.seconds += time.perf_counter() - t0
+            run.held = max(run.held, run.cache.held_nbytes)
             run.nll -= float(lp[np.arange(len(targets)), targets].sum())
             run.n += len(targets)
             if ref is None:
@@ -108,18 +116,21 @@ def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16) -> list[
         is_ref = run is f16
         out.append(PplResult(run.label, run.n, float(np.exp(run.nll / run.n)), run.cache.bytes_per_token,
                              run.seconds, None if is_ref else run.kl / run.n, None if is_ref else run.agree / run.n,
-                             float(np.exp(f16.nll / f16.n)), f16.cache.bytes_per_token))
+                             float(np.exp(f16.nll / f16.n)), f16.cache.bytes_per_token, run.held, f16.held))
     return out
 
 
 def format_table(results: list[PplResult]) -> str:
-    head = f"{'cache':<24} {'tokens':>6} {'PPL':>9} {'vs f16':>8} {'KL':>8} {'top-1':>7} {'B/token':>8} {'smaller':>8}"
+    head = (f"{'cache':<24} {'tokens':>6} {'PPL':>9} {'vs f16':>8} {'KL':>8} {'top-1':>7} {'B/token':>8} "
+            f"{'smaller':>8} {'KV held':>8}")
     lines = [head]
     for r in results:
         d = r.row()
         change = "" if r.ppl_change is None or r.label == "f16" else f"{100 * r.ppl_change:+.2f}%"
         kl = "" if r.kl is None else f"{r.kl:.4f}"
         top1 = "" if r.top1 is None else f"{100 * r.top1:.1f}%"
+        per_token = "" if d["bytes_vs_f16"] is None else f"{d['bytes_vs_f16']:.2f}x"
+        held = "" if d["held_vs_f16"] is None else f"{d['held_vs_f16']:.2f}x"
         lines.append(f"{r.label:<24} {r.tokens:>6} {r.ppl:>9.3f} {change:>8} {kl:>8} {top1:>7} "
-                     f"{r.bytes_per_token:>8} {d['bytes_vs_f16']:>7.2f}x")
+                     f"{r.bytes_per_token:>8} {per_token:>8} {held:>8}")
     return "\n".join(lines)

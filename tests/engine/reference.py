@@ -63,13 +63,16 @@ def residual_view(n: int, residual: int, block: int = 32, ring_lo: int = 0, ring
 
 def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None,
                  storage=f16_storage, residual: int = 0, window_storage=f16_storage,
-                 ring_lo: int = 0, ring_lo_from: int = 0) -> np.ndarray:
+                 ring_lo: int = 0, ring_lo_from: int = 0, visible=None, probs: dict | None = None) -> np.ndarray:
     """(n, vocab) logits of ids at positions 0..n-1 (full causal attention).
     storage(k, v) -> (k, v): what attention reads back of the roped K and of V
     (n, n_kv_heads, head_dim) as the cache stores them (default: float16).
     residual > 0: each query reads its residual window (residual_view) from
     window_storage (default: float16) and only the keys before it from storage
-    (residual_view, with ring_lo and ring_lo_from)."""
+    (residual_view, with ring_lo and ring_lo_from).
+    visible(layer, kv_head) -> (n, n) bool: the keys each query may see besides
+    the causal mask (an eviction policy's); probs: filled with each (layer,
+    query head)'s (n, n) attention probabilities."""
     cfg = m.config
     assert cfg.arch == "llama", "this reference covers the llama family"
     W = dequantized(m) if W is None else W
@@ -103,9 +106,11 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
         for hq in range(nh):
             g = hq // (nh // nkv)
             s = np.where(quant, q[:, hq] @ kq[:, g].T, q[:, hq] @ kf[:, g].T) * cfg.attn_scale
-            s = np.where(causal, s, -np.inf)
+            s = np.where(causal if visible is None else causal & visible(layer, g), s, -np.inf)
             pr = np.exp(s - s.max(1, keepdims=True))
             pr = pr / pr.sum(1, keepdims=True)
+            if probs is not None:
+                probs[layer, hq] = pr
             o[:, hq] = np.where(quant, pr, 0) @ vq[:, g] + np.where(quant, 0, pr) @ vf[:, g]
         x = x + o.reshape(n, nh * D) @ W[p + "attn_output.weight"].T
         h = rms(x, W[p + "ffn_norm.weight"])

@@ -119,7 +119,7 @@ def test_policy_arguments_and_limits_are_clear_errors(host):
     one = np.ones((1, 1, 1, 32), np.float32)
     with pytest.raises(metalkv.ArgumentError, match="kv_policy='lru': expected None or one of streaming"):
         metalkv.KVCache(host, 1, 1, 32, 128, kv_policy={"policy": "lru"})
-    with pytest.raises(metalkv.ArgumentError, match=r"kv_budget=40: expected at least kv_sinks \+ the prefill chunk"):
+    with pytest.raises(metalkv.ArgumentError, match=r"kv_budget=40: expected at least kv_sinks \+ the store.s most tokens"):
         metalkv.KVCache(host, 1, 1, 32, 40, max_chunk=8, kv_policy={"policy": "streaming"})
     with pytest.raises(metalkv.ArgumentError, match="kv_residual=32: expected 0 with kv_policy='h2o'"):
         metalkv.KVCache(host, 1, 1, 64, 128, kv_k=["q4"], kv_residual=32, kv_policy={"policy": "h2o"})

@@ -1,0 +1,179 @@
+"""Eviction policies through the whole engine (issue 15). The reference is
+tests/engine/reference.py's float64 forward with each query seeing only the
+positions the policy keeps (kv/kv_policy_ref.py steps the same budget through
+the same chunks), and its attention probabilities for the scores h2o and
+snapkv add up in the attention kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import metalkv
+from devices import TEST_DEVICE  # tests/ is on sys.path
+from kv import kv_policy_ref as pref
+from metalkv.models import load_model
+
+from .reference import llama_logits
+from .test_cache_state import generate_core, held, submit
+
+IDS = [int(i) for i in np.random.default_rng(3).integers(0, 64, 150)]
+CHUNK = 8
+
+
+def load(path, **kw):
+    kw = {"context": 96, "prefill_chunk": CHUNK, "kv_memory": None, **kw}
+    return metalkv.Engine.load(path, device=TEST_DEVICE, progress=False, **kw)
+
+
+def visible_by_chunks(n: int, policy: dict, budget: int) -> np.ndarray:
+    """(n, n) bool for streaming: query p sees the positions held once its chunk was stored."""
+    st = pref.HeadState(policy, budget)
+    vis = np.zeros((n, n), bool)
+    for a in range(0, n, CHUNK):
+        st.store(min(CHUNK, n - a))
+        vis[a:a + CHUNK, st.held] = True
+    return vis
+
+
+def test_streaming_logits_match_the_reference(tiny_gguf):
+    """150 tokens through a budget of 64 in chunks of 8: every query sees the 4
+    sinks and the latest tokens the budget holds, at their true positions."""
+    m = load_model(tiny_gguf, progress=False)
+    policy = {"policy": "streaming", "sinks": 4}
+    eng = load(tiny_gguf, kv_policy="streaming", kv_budget=64)
+    cache = eng.new_cache()
+    got = eng.logits(IDS, cache=cache)
+    assert cache.count(0) <= 64 and cache.evicted == len(IDS) - cache.count(0)
+    vis = visible_by_chunks(len(IDS), policy, 64)
+    ref = llama_logits(m, IDS, visible=lambda layer, g: vis)
+    whole = llama_logits(m, IDS)  # the full cache: what eviction changes
+    scale = np.abs(ref).max()
+    err, off = np.abs(got - ref).max() / scale, np.abs(got - whole).max() / scale
+    assert err < 4e-3, err
+    assert off > 4 * err, (off, err)
+
+
+@pytest.mark.parametrize("name,window", [("h2o", 32), ("snapkv", 32), ("snapkv", 8)])
+def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, window):
+    """Before any eviction each key's score is the attention it received, summed
+    over the query heads of its KV head and the queries that count: every
+    query (h2o) or those in the observation window, the last `window` indices
+    before the budget (snapkv). Prefill and decode queries both add."""
+    m = load_model(tiny_gguf, progress=False)
+    budget = 128
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=budget, kv_window=window, context=160)
+    cache = eng.new_cache()
+    eng.logits(IDS[:110], cache=cache)
+    for t in IDS[110:124]:  # 14 decode steps
+        eng.logits([t], cache=cache)
+    n = 124
+    assert cache.evicted == 0 and cache.count(0) == n
+    probs = {}
+    llama_logits(m, IDS[:n], probs=probs)
+    first = 0 if name == "h2o" else budget - window
+    for layer in range(m.config.n_layers):
+        want = sum(probs[layer, hq][first:].sum(0) for hq in range(m.config.n_heads))  # 1 KV head
+        # (the engine's float32 over f16 rows against float64: a sharp softmax moves a few
+        # probabilities by up to ~1 %; a wrong row or head set moves them by far more)
+        np.testing.assert_allclose(cache.scores(layer)[0, :n], want, rtol=1e-2, atol=2e-3)
+        other = sum(probs[layer, hq][budget - window if name == "h2o" else 0:].sum(0) for hq in range(2))
+        assert np.abs(other - want).max() > 0.1
+
+
+@pytest.mark.parametrize("name", ["h2o", "snapkv", "keynorm"])
+def test_an_eviction_keeps_what_the_rule_picks_from_the_scores(tiny_gguf, name):
+    """A cache at its budget of 64 takes one more token: per layer the kept
+    positions are the rule's pick (kv_policy_ref.py) from the scores as they
+    stood, and the new token; the count falls to a block boundary plus it."""
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_sinks=2)
+    cache = eng.new_cache()
+    eng.logits(IDS[:64], cache=cache)
+    policy = {"policy": name, "sinks": 2}
+    before = [(np.array(cache.kept_positions(l)), cache.scores(l)[0, :64].copy()) for l in range(cache.n_layers)]
+    eng.logits(IDS[64:65], cache=cache)
+    keep = pref.keep_after_eviction(64, 1)
+    for l, (pos, s) in enumerate(before):
+        want = sorted(pos[pref.select_kept(policy, pos, s, keep)].tolist() + [64])
+        assert sorted(cache.kept_positions(l)) == want
+        assert cache.count(l) == keep + 1
+
+
+@pytest.mark.parametrize("name", ["streaming", "h2o"])
+@pytest.mark.parametrize("kv_memory", [None, "auto"])
+def test_generation_never_stops_and_memory_stays_at_the_budget(tiny_gguf, name, kv_memory):
+    """300 tokens through a budget of 64 (a context of 96): no context_full, the
+    held blocks never pass the budget's; without a policy the same call stops."""
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_memory=kv_memory)
+    cache = eng.new_cache()
+    ids = eng.generate_ids(IDS[:20], max_tokens=300, cache=cache, temperature=0.0)
+    assert len(ids) == 300 and eng.last_stats["finish_reason"] == "length"
+    assert cache.length(0) == 319 and cache.count(0) <= 64  # (the last id is not fed)
+    assert cache.held_nbytes <= 2 * 2 * (64 // 32) * 32 * 64 * 2  # layers x K,V x budget's rows x head_dim x f16
+    plain = load(tiny_gguf, kv_memory=kv_memory)
+    plain.generate_ids(IDS[:20], max_tokens=300, temperature=0.0)
+    assert plain.last_stats["finish_reason"] == "context_full"
+
+
+def by_index(cache) -> dict:
+    """Everything a policy cache holds: per layer its count, kept positions,
+    scores, and the K/V rows of every index."""
+    out = {"tokens": list(cache.tokens), "evicted": cache.evicted}
+    for l in range(cache.n_layers):
+        table, n = cache.block_table(l), cache.count(l)
+        slots = [table[i // 32] * 32 + i % 32 for i in range(n)]
+        s = cache.scores(l)
+        out[l] = (n, cache.length(l), cache.kept_positions(l), None if s is None else s[:, :n].copy(),
+                  np.array(cache.keys(l))[slots], np.array(cache.values(l))[slots])
+    return out
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(key, int):
+            for x, y in zip(a[key], b[key]):
+                np.testing.assert_array_equal(x, y) if isinstance(x, np.ndarray) else (x == y or pytest.fail(key))
+        else:
+            assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("name", ["h2o", "streaming"])
+@pytest.mark.parametrize("kv_memory", [None, "auto"])
+def test_a_call_that_fails_after_evicting_leaves_the_cache_as_it_was(tiny_gguf, name, kv_memory):
+    """An aborted call that evicted puts back the rows, positions, scores and
+    count, bit for bit, and the cache goes on as one that never saw it."""
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_memory=kv_memory)
+    cache, clean = eng.new_cache(), eng.new_cache()
+    first = generate_core(eng, cache, IDS[:50], max_tokens=20)
+    assert cache.evicted > 0
+    assert generate_core(eng, clean, IDS[:50], max_tokens=20) == first
+    before = by_index(cache)
+    r = held(submit(eng, cache, IDS[50:70], hold_at_step=6, max_tokens=40))  # past 2 evictions
+    r.abort()
+    r.result()
+    assert r.finish_reason == "aborted"
+    assert_same(by_index(cache), before)
+    assert generate_core(eng, cache, IDS[70:80], max_tokens=30) == generate_core(eng, clean, IDS[70:80], max_tokens=30)
+
+
+def test_a_batch_gives_each_sequence_what_it_gets_alone(tiny_gguf):
+    eng = load(tiny_gguf, kv_policy="h2o", kv_budget=64, kv_memory="auto")
+    rng = np.random.default_rng(1)
+    ps = [rng.integers(0, 64, int(rng.integers(10, 80))).tolist() for _ in range(5)]
+    together = eng.generate_ids(ps, max_tokens=60, temperature=0.0)
+    assert eng.last_stats["max_batch"] > 1
+    assert together == [eng.generate_ids(p, max_tokens=60, temperature=0.0) for p in ps]
+
+
+def test_policy_arguments_are_checked(tiny_gguf):
+    with pytest.raises(metalkv.ArgumentError, match="kv_policy='lru'"):
+        load(tiny_gguf, kv_policy="lru")
+    with pytest.raises(metalkv.ArgumentError, match="kv_budget=1.5"):
+        load(tiny_gguf, kv_policy="h2o", kv_budget=1.5)
+    with pytest.raises(metalkv.ArgumentError, match="kv_budget=20: expected at least"):
+        load(tiny_gguf, kv_policy="h2o", kv_budget=20).new_cache()
+    eng = load(tiny_gguf, kv_policy="streaming", kv_budget=0.5)  # half the context of 96
+    c = eng.new_cache()
+    assert c.policy == "streaming" and eng.kv_policy.budget(96) == 48 and c.slots(0) == 64  # 48 in whole blocks
+    own = eng.new_cache(kv_policy="snapkv", kv_budget=64)
+    assert own.policy == "snapkv"
