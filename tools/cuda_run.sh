@@ -7,6 +7,7 @@
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
+#                                                  test-kv-policy stress-kv-policy
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -174,6 +175,27 @@ stage_engine_context_kv() {
   context_runs kv_ "f16:--hf-cache ''" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4" \
     "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate" "q4rotr128:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate --kv-residual 128" \
     "q2r128:--hf-cache '' --kv-k q2 --kv-v q2 --kv-rotate --kv-residual 128"
+}
+
+stage_test_kv_policy() {
+  step "eviction policy suites on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/kv/test_kv_policy.py tests/kv/test_attention_scores.py tests/engine/test_kv_policy_engine.py \
+    > "$OUT/pytest_kv_policy.log" 2>&1
+  local rc=$?
+  tail -15 "$OUT/pytest_kv_policy.log"
+  note "pytest kv policy (METALKV_TEST_DEVICE=cuda): rc=$rc, $(tail -1 "$OUT/pytest_kv_policy.log")"
+}
+
+# 20,000 tokens per policy on a random-weight Llama (16 layers, hidden 2048, GQA 32/8):
+# memory, RSS and tokens/s sampled as the cache keeps its budget (bench/kv_policy_stress.py).
+stage_stress_kv_policy() {
+  step "eviction policies: flat memory over ${STRESS_TOKENS:-20000} tokens"
+  timeout ${ENGINE_S:-420} python3 bench/kv_policy_stress.py --device cuda --random --tokens ${STRESS_TOKENS:-20000} \
+    --context 4096 --budget 0.5 --every 1000 --policy none streaming keynorm h2o snapkv --json "$OUT/kv_policy_stress.json" \
+    > "$OUT/kv_policy_stress.txt" 2>&1
+  note "bench/kv_policy_stress.py: rc=$?"
+  tail -8 "$OUT/kv_policy_stress.txt"
 }
 
 stage_bench_kv_quant() {

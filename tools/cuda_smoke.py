@@ -164,6 +164,26 @@ def run(dev) -> list[str]:
                                   q_pos0=n_tok - 40, slots=512, kv_k=kv_k, kv_v=kv_v, ring=ring, residual=64,
                                   ring_slots=160, ring_lo=n_tok - 140)
         ran += [f"residual window: kv_store ring, q2 V codes, kv_seal_q2k, attn_decode/split/prefill _res d{d}"]
+
+        # eviction policies: keynorm's kv_key_scores and the compaction's kv_move_rows (f16 and q8,
+        # compute and blit), and the attention kernels' logits with attn_scores_stats / _add
+        for store, fmt in (("compute", "f16"), ("blit", "q8")):
+            pc = metalkv.KVCache(dev, 2, n_kv, d, 128, max_chunk=16, store=store, kv_k=[fmt, fmt], kv_v=[fmt, fmt],
+                                 kv_policy={"policy": "keynorm", "sinks": 4})
+            for _ in range(20):
+                k = rng.standard_normal((2, 16, n_kv, d)).astype(np.float32)
+                pc.append_all_layers(k, k.copy(), rope=dict(style="neox", inv_freq=inv_np))
+        logits = dev.buffer(40 * n_q * n_tok * 4)
+        scores = dev.buffer(n_kv * n_tok * 4)
+        for kv_k in ("f16", "q8"):
+            for split in ("never", "always"):
+                ops.attention_decode(dev, q, qkv, table, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok,
+                                     slots=512, split=split, chunks=4 if split == "always" else 0, kv_k=kv_k,
+                                     logits=logits, scores=scores)
+            ops.attention_prefill(dev, qp, qkv, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
+                                  q_pos0=n_tok - 40, slots=512, kv_k=kv_k, logits=logits, scores=scores,
+                                  score_rows_from=8)
+        ran += [f"eviction: kv_key_scores, kv_move_rows, attn_decode/split/prefill logits, attn_scores_* d{d}"]
     return ran
 
 

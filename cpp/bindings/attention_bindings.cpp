@@ -73,6 +73,23 @@ void set_window(ops::AttentionDesc& d, const std::optional<BufferPtr>& ring, uin
   d.ring = view(ring ? *ring : nullptr);
 }
 
+// An eviction policy's logits and scores (ops::AttentionDesc::logits,
+// ops::attention_scores), encoded after the attention in its command buffer.
+struct PolicyArgs {
+  std::optional<BufferPtr> logits, scores;
+  uint32_t row_lo = 0, stride = 0;
+};
+void encode_scores(PyDevice& dev, gpu::ComputeEncoder& enc, const ops::AttentionDesc& d, const PolicyArgs& a,
+                   const BufferPtr& scratch) {
+  if (a.scores)
+    ops::attention_scores(enc, *dev.device, d, a.row_lo, view(*a.scores), a.stride ? a.stride : d.n_tokens,
+                          view(scratch));
+}
+BufferPtr scores_scratch(PyDevice& dev, const ops::AttentionDesc& d, const PolicyArgs& a) {
+  if (a.scores && !a.logits) throw nb::value_error("[attention_scores] scores need a logits buffer");
+  return a.scores ? dev.device->new_buffer(size_t(d.n_queries) * d.n_q_heads * 8) : nullptr;
+}
+
 // The op trusts the table's entries (a kv::BlockTable writes them); from
 // Python anything can arrive, so the entries the queries reach are checked
 // here: each must name a block of the pool.
@@ -106,10 +123,14 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          const std::optional<BufferPtr>& sinks, const std::string& split, uint32_t chunks,
          size_t kv_offset, const std::optional<BufferPtr>& scratch, const std::string& variant,
          const std::string& kv_k, const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual,
-         uint32_t ring_slots, uint32_t ring_lo) {
+         uint32_t ring_slots, uint32_t ring_lo, const std::optional<BufferPtr>& logits,
+         const std::optional<BufferPtr>& scores, uint32_t score_rows_from, uint32_t score_stride) {
         ops::AttentionDesc d = decode_desc(n_q_heads, n_kv_heads, head_dim, n_tokens, slots, window, scale, softcap,
                                            sinks.has_value(), split, chunks, variant, kv_k, kv_v);
         set_window(d, ring, residual, ring_slots, ring_lo);
+        d.logits = view(logits ? *logits : nullptr);
+        const PolicyArgs pa{logits, scores, score_rows_from, score_stride};
+        const BufferPtr policy_scratch = scores_scratch(dev, d, pa);
         ops::attention_decode_plan(d, 1);  // the desc's own checks first
         check_table("attention_decode", d, table);
         const size_t scratch_bytes = ops::attention_decode_scratch_bytes(d);
@@ -118,13 +139,15 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
           ops::attention_decode(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
                                 view(sinks ? *sinks : nullptr), view(scratch_buf));
+          encode_scores(dev, enc, d, pa, policy_scratch);
         });
       },
       "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_tokens"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "split"_a = "auto", "chunks"_a = 0,
       "kv_offset"_a = 0, "scratch"_a = nb::none(), "variant"_a = "", "kv_k"_a = "f16", "kv_v"_a = "f16",
-      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0,
+      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0, "logits"_a = nb::none(),
+      "scores"_a = nb::none(), "score_rows_from"_a = 0, "score_stride"_a = 0,
       "Decode attention of q (n_q_heads, head_dim) f32 at position n_tokens-1 over the\n"
       "pool kv (K section, V section; f16: (2, slots, n_kv_heads, head_dim)) into out (n_q_heads, head_dim) f32; table: uint32\n"
       "buffer, the pool block of each BLOCK_TOKENS positions (ceil(n_tokens / BLOCK_TOKENS)).\n"
@@ -136,7 +159,9 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "formats ('f16', 'q8', 'q4', 'q2'; docs/KV_QUANT.md), read and dequantized in the kernels.\n"
       "residual > 0: a residual window; the keys from max(ring_lo, floor((n_tokens - residual) / 32) * 32)\n"
       "on are read from ring (K (ring_slots, n_kv_heads, head_dim) f16, then V; position p at slot\n"
-      "p % ring_slots), the rest from kv.");
+      "p % ring_slots), the rest from kv. logits: a (n_q_heads, n_tokens) f32 buffer that also gets every key's\n"
+      "scaled logit (after softcap; an eviction policy's); scores: (n_kv_heads, score_stride or n_tokens) f32, to\n"
+      "which attention_scores then adds each key's probability summed over its KV head's query heads.");
 
   ops_m.def(
       "attention_decode_plan",
@@ -182,27 +207,34 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          uint32_t q_pos0, uint32_t slots, uint32_t window, std::optional<float> scale, float softcap,
          const std::optional<BufferPtr>& sinks, size_t kv_offset, const std::string& kv_k,
          const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual, uint32_t ring_slots,
-         uint32_t ring_lo) {
+         uint32_t ring_lo, const std::optional<BufferPtr>& logits, const std::optional<BufferPtr>& scores,
+         uint32_t score_rows_from, uint32_t score_stride) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
                                          slots, window, scale, softcap, sinks.has_value(), kv_k, kv_v);
         d.n_queries = n_queries;
         set_window(d, ring, residual, ring_slots, ring_lo);
+        d.logits = view(logits ? *logits : nullptr);
+        const PolicyArgs pa{logits, scores, score_rows_from, score_stride};
+        const BufferPtr policy_scratch = scores_scratch(dev, d, pa);
         if (n_queries > 0 && slots % mkv_params::kKvBlockTokens == 0) check_table("attention_prefill", d, table);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
           ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
                                  view(sinks ? *sinks : nullptr));
+          encode_scores(dev, enc, d, pa, policy_scratch);
         });
       },
       "device"_a, "q"_a, "kv"_a, "table"_a, "out"_a, nb::kw_only(), "n_q_heads"_a, "n_kv_heads"_a,
       "head_dim"_a, "n_queries"_a, "q_pos0"_a, "slots"_a, "window"_a = 0, "scale"_a = nb::none(),
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
-      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0,
+      "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0, "logits"_a = nb::none(),
+      "scores"_a = nb::none(), "score_rows_from"_a = 0, "score_stride"_a = 0,
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
       "q_pos0+n_queries-1 over the pool kv through table (as\n"
       "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
       "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v, ring, residual,\n"
-      "ring_slots, ring_lo: as for decode, each query with its own window start.");
+      "ring_slots, ring_lo: as for decode, each query with its own window start. logits ((n_queries, n_q_heads,\n"
+      "n_tokens) f32), scores, score_rows_from (the first query row that adds), score_stride: as for decode.");
 }
 
 }  // namespace
