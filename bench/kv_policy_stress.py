@@ -63,12 +63,15 @@ def run(a, model: str | None, policy: str | None) -> dict:
         dt = time.perf_counter() - t0
         reason = eng.last_stats.get("finish_reason")
         done += len(out)
-        logits = eng.logits(out[-1:], cache=cache)  # feeds the last id too: the next call continues after it
-        ids = [int(np.argmax(logits[-1]))]
+        finite = None
+        if reason == "length":  # (a full cache without a policy has no room for it)
+            logits = eng.logits(out[-1:], cache=cache)  # feeds the last id too: the next call continues after it
+            ids = [int(np.argmax(logits[-1]))]
+            finite = bool(np.isfinite(logits).all())
         pool = eng.kv_pool
         samples.append(dict(tokens=done, length=cache.length(0), count=cache.count(0), held_bytes=cache.held_nbytes,
                             pool_bytes=pool["nbytes"] if pool else cache.nbytes, rss=rss_bytes(),
-                            tok_s=len(out) / dt, finite=bool(np.isfinite(logits).all()), reason=reason))
+                            tok_s=len(out) / dt, finite=finite, reason=reason))
         last = samples[-1]
         if a.verbose:
             print(f"  {policy or 'none'}: {done} tokens, count {last['count']}, held {last['held_bytes']/1e6:.2f} MB, "
@@ -79,7 +82,7 @@ def run(a, model: str | None, policy: str | None) -> dict:
     steady = [s for s in samples if s["tokens"] >= min(a.tokens, 2 * a.context)] or samples[-1:]
     return dict(policy=policy or "none", budget=eng.kv_policy.budget(eng.context) if policy else None,
                 context=eng.context, tokens=done, seconds=wall, samples=samples,
-                stopped=last["reason"] if last else None, all_finite=all(s["finite"] for s in samples),
+                stopped=last["reason"] if last else None, all_finite=all(s["finite"] is not False for s in samples),
                 held_max=max(s["held_bytes"] for s in samples), held_steady=sorted({s["held_bytes"] for s in steady}),
                 rss_growth=samples[-1]["rss"] - steady[0]["rss"] if samples else 0,
                 tok_s_first=samples[0]["tok_s"], tok_s_last=samples[-1]["tok_s"])

@@ -175,13 +175,14 @@ def run(dev) -> list[str]:
                 pc.append_all_layers(k, k.copy(), rope=dict(style="neox", inv_freq=inv_np))
         logits = dev.buffer(40 * n_q * n_tok * 4)
         scores = dev.buffer(n_kv * n_tok * 4)
-        for kv_k in ("f16", "q8"):
+        f16 = dev.buffer_from(rng.standard_normal(2 * 512 * n_kv * d).astype(np.float16))
+        for kv_k, pool in (("f16", f16), ("q8", qkv)):
             for split in ("never", "always"):
-                ops.attention_decode(dev, q, qkv, table, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok,
-                                     slots=512, split=split, chunks=4 if split == "always" else 0, kv_k=kv_k,
+                ops.attention_decode(dev, q, pool, table, o, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_tokens=n_tok,
+                                     slots=512, split=split, chunks=4 if split == "always" else 0, kv_k=kv_k, kv_v=kv_k,
                                      logits=logits, scores=scores)
-            ops.attention_prefill(dev, qp, qkv, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
-                                  q_pos0=n_tok - 40, slots=512, kv_k=kv_k, logits=logits, scores=scores,
+            ops.attention_prefill(dev, qp, pool, table, op, n_q_heads=n_q, n_kv_heads=n_kv, head_dim=d, n_queries=40,
+                                  q_pos0=n_tok - 40, slots=512, kv_k=kv_k, kv_v=kv_k, logits=logits, scores=scores,
                                   score_rows_from=8)
         ran += [f"eviction: kv_key_scores, kv_move_rows, attn_decode/split/prefill logits, attn_scores_* d{d}"]
     return ran

@@ -308,7 +308,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              const ops::BufferView v = c.cache->scores(l);
              if (!v.buffer) return nb::none();
              const kv::KVCacheSpec& s = c.cache->spec();
-             return nb::cast(host_array(self, *v.buffer, 0, {s.n_kv_heads, s.capacity}, nb::dtype<float>()));
+             return nb::cast(host_array(self, *v.buffer, v.offset, {s.n_kv_heads, s.capacity}, nb::dtype<float>()));
            },
            "layer"_a, "The policy's score per (KV head, index) as float32 (n_kv_heads, capacity); None without one.")
       .def_prop_ro("evicted", [](const PyKVCache& c) { return c.cache->evicted(); },

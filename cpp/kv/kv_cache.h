@@ -248,7 +248,7 @@ class KVCache {
     std::vector<uint32_t> ring_lo;
     std::vector<uint32_t> counts;           // eviction policy: see kv_evict.cpp
     std::vector<std::vector<uint32_t>> kept_pos;
-    std::vector<std::vector<float>> scores;
+    std::vector<float> scores;
     uint64_t evicted = 0;
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
@@ -344,7 +344,9 @@ class KVCache {
   std::vector<uint32_t> lengths_;
   std::vector<uint32_t> counts_;                 // per layer: see count()
   std::vector<std::vector<uint32_t>> kept_pos_;  // evicting layers: (n_kv_heads, capacity) positions
-  std::vector<gpu::BufferPtr> scores_;           // evicting layers of a scoring policy
+  gpu::BufferPtr scores_;                        // a scoring policy's: (n_kv_heads, capacity) float per layer
+  std::vector<int64_t> score_at_;                // per layer: its place in scores_, -1 without
+  gpu::BufferPtr moves_;                         // an eviction's kv_move_rows lists, every layer's
   uint64_t evicted_ = 0;
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;

@@ -9,8 +9,10 @@
 //
 // An eviction (before a store of n_new tokens that would pass capacity) runs
 // for every layer of the full group at once (they share the block table): the
-// count drops to keep = (capacity - n_new) rounded down to a whole block, so a
-// decode step evicts a block's worth of tokens once per 32 steps. Per (layer,
+// count drops to keep (kv_policy.h evict_keep: room for the store in whole
+// blocks, less a step of a sixteenth of the budget when that is more than a
+// block), so decode evicts a block's worth or more at a time, not a token per
+// step: the rule's selection and the copies are paid once per step tokens. Per (layer,
 // head) the rule picks keep indices; the kept rows at indices >= keep move into
 // the dropped ones below keep (one kv_move_rows dispatch per layer, a move per
 // row: its sources and destinations never meet, so the moves need no order),
@@ -37,16 +39,20 @@ void KVCache::init_policy() {
   const KvPolicySpec& p = spec_.policy;
   counts_.assign(spec_.n_layers, 0);
   kept_pos_.assign(spec_.n_layers, {});
-  scores_.assign(spec_.n_layers, nullptr);
+  score_at_.assign(spec_.n_layers, -1);
   if (p.kind == PolicyKind::none) return;
   const size_t per_layer = size_t(spec_.n_kv_heads) * spec_.capacity;
+  const bool scored = policy_scores_keys(p.kind) || policy_scores_attention(p.kind);
+  int64_t n_scored = 0;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     if (spec_.windows[l] != 0) continue;
     kept_pos_[l].assign(per_layer, 0);
-    if (policy_scores_keys(p.kind) || policy_scores_attention(p.kind)) {
-      scores_[l] = device_->new_buffer(per_layer * sizeof(float));
-      clear_scores(l, 0);
-    }
+    if (scored) score_at_[l] = n_scored++;
+  }
+  if (n_scored) {  // one buffer: an eviction reads and writes every layer's in one copy each
+    scores_ = device_->new_buffer(size_t(n_scored) * per_layer * sizeof(float));
+    const std::vector<float> zeros(size_t(n_scored) * per_layer, 0.0f);
+    scores_->write(0, zeros.data(), zeros.size() * sizeof(float));
   }
 }
 
@@ -72,7 +78,8 @@ std::vector<uint32_t> KVCache::kept_positions(uint32_t layer, uint32_t head) con
 
 BufferView KVCache::scores(uint32_t layer) const {
   check_layer(layer);
-  return {scores_[layer], 0};
+  if (score_at_[layer] < 0) return {};
+  return {scores_, size_t(score_at_[layer]) * spec_.n_kv_heads * spec_.capacity * sizeof(float)};
 }
 
 bool KVCache::scores_attention(uint32_t layer) const {
@@ -88,10 +95,12 @@ uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
 }
 
 void KVCache::clear_scores(uint32_t layer, uint32_t from) {
-  if (!scores_[layer] || from >= spec_.capacity) return;
+  const BufferView v = scores(layer);
+  if (!v.buffer || from >= spec_.capacity) return;
   const std::vector<float> zeros(spec_.capacity - from, 0.0f);
   for (uint32_t h = 0; h < spec_.n_kv_heads; ++h)
-    scores_[layer]->write((size_t(h) * spec_.capacity + from) * sizeof(float), zeros.data(), zeros.size() * sizeof(float));
+    v.buffer->write(v.offset + (size_t(h) * spec_.capacity + from) * sizeof(float), zeros.data(),
+                    zeros.size() * sizeof(float));
 }
 
 void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
@@ -101,24 +110,23 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     if (counts_[l] != count)
       fail("layer " + str(l) + " holds " + str(counts_[l]) + " tokens and layer " + str(g.layers[0]) + " " +
            str(count) + "; an eviction (kv_policy) runs for the full layers together: store them in step");
-  const uint32_t keep = (spec_.capacity - n_new) / B * B;  // check_policy: > sinks
+  const uint32_t keep = evict_keep(spec_.capacity, n_new);
   const uint32_t cap = spec_.capacity, H = spec_.n_kv_heads;
-  const bool scored = scores_[g.layers[0]] != nullptr;
+  const size_t per_layer = size_t(H) * cap;
 
-  // 1. per layer and head, the rule's choice and the moves it makes
-  std::vector<std::vector<uint32_t>> moves(g.layers.size());
-  std::vector<std::vector<float>> scores(g.layers.size());
+  // 1. per layer and head, the rule's choice and the moves it makes (every
+  // layer's scores read, and written back moved, in one copy each)
+  std::vector<float> all_scores(scores_ ? scores_->length() / sizeof(float) : 0);
+  if (scores_) scores_->read(0, all_scores.data(), all_scores.size() * sizeof(float));
+  std::vector<uint32_t> moves;  // (head, from, to), layer after layer
+  std::vector<size_t> first_move(g.layers.size() + 1, 0);
   std::vector<uint8_t> written(ops::ceil_div(keep, B), 0);  // logical blocks a move writes
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const uint32_t l = g.layers[i];
-    std::vector<float>& s = scores[i];
-    if (scored) {
-      s.resize(size_t(H) * cap);
-      scores_[l]->read(0, s.data(), s.size() * sizeof(float));
-    }
+    first_move[i] = moves.size() / 3;
     for (uint32_t h = 0; h < H; ++h) {
       uint32_t* pos = kept_pos_[l].data() + size_t(h) * cap;
-      float* sc = scored ? s.data() + size_t(h) * cap : nullptr;
+      float* sc = score_at_[l] >= 0 ? all_scores.data() + size_t(score_at_[l]) * per_layer + size_t(h) * cap : nullptr;
       const std::vector<uint32_t> kept = select_kept(spec_.policy, pos, sc, count, keep);
       std::vector<uint8_t> is_kept(count, 0);
       for (uint32_t k : kept) is_kept[k] = 1;
@@ -126,7 +134,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
       for (uint32_t from = keep; from < count; ++from) {
         if (!is_kept[from]) continue;
         while (is_kept[hole]) ++hole;  // kept rows past keep = dropped rows below it
-        moves[i].insert(moves[i].end(), {h, from, hole});
+        moves.insert(moves.end(), {h, from, hole});
         written[hole / B] = 1;
         pos[hole] = pos[from];
         if (sc) sc[hole] = sc[from];
@@ -136,6 +144,8 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
       if (sc) std::fill(sc + (spec_.policy.kind == PolicyKind::snapkv ? 0 : keep), sc + cap, 0.0f);
     }
   }
+
+  first_move[g.layers.size()] = moves.size() / 3;
 
   // 2. blocks a checkpoint shares are copied before the moves write them
   std::vector<uint32_t> logical;
@@ -149,18 +159,20 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   if (!copies.empty()) sync_table(g, 0);
   encode_copies(enc, g, copies);
 
-  // 3. the moves, then the blocks past keep go
+  // 3. the moves (one list for every layer, in a buffer kept for them), then
+  // the blocks past keep go
+  if (scores_) scores_->write(0, all_scores.data(), all_scores.size() * sizeof(float));
+  const size_t list_bytes = size_t(g.layers.size()) * per_layer * 3 * sizeof(uint32_t);  // the most moves
+  if (!moves_ || moves_->length() < list_bytes) moves_ = device_->new_buffer(list_bytes);
+  if (!moves.empty()) moves_->write(0, moves.data(), moves.size() * sizeof(uint32_t));
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const uint32_t l = g.layers[i];
-    if (scored) scores_[l]->write(0, scores[i].data(), scores[i].size() * sizeof(float));
     counts_[l] = keep;
-    if (moves[i].empty()) continue;
-    gpu::BufferPtr list = device_->new_buffer(moves[i].size() * sizeof(uint32_t));
-    list->write(0, moves[i].data(), moves[i].size() * sizeof(uint32_t));
+    const uint32_t n_moves = uint32_t(first_move[i + 1] - first_move[i]);
+    if (n_moves == 0) continue;
     const LayerLayout lay = layout(l);
-    const ops::KvMoveDesc d{uint32_t(moves[i].size() / 3), H, spec_.head_dim, lay.k_format, lay.v_format,
-                            lay.slots, count};
-    ops::kv_move_rows(enc.compute(), *device_, region(l), table(l), {list, 0}, d);
+    const ops::KvMoveDesc d{n_moves, H, spec_.head_dim, lay.k_format, lay.v_format, lay.slots, count};
+    ops::kv_move_rows(enc.compute(), *device_, region(l), table(l), {moves_, first_move[i] * 3 * sizeof(uint32_t)}, d);
   }
   {
     Lock lock(pool_->mutex());
@@ -183,20 +195,18 @@ void KVCache::save_policy(Checkpoint& cp) const {
   cp.counts = counts_;
   cp.kept_pos = kept_pos_;
   cp.evicted = evicted_;
-  cp.scores.assign(spec_.n_layers, {});
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (scores_[l]) {
-      cp.scores[l].resize(size_t(spec_.n_kv_heads) * spec_.capacity);
-      scores_[l]->read(0, cp.scores[l].data(), cp.scores[l].size() * sizeof(float));
-    }
+  cp.scores.clear();
+  if (scores_) {
+    cp.scores.resize(scores_->length() / sizeof(float));
+    scores_->read(0, cp.scores.data(), scores_->length());
+  }
 }
 
 void KVCache::restore_policy(const Checkpoint& cp) {
   counts_ = cp.counts;
   kept_pos_ = cp.kept_pos;
   evicted_ = cp.evicted;
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (scores_[l]) scores_[l]->write(0, cp.scores[l].data(), cp.scores[l].size() * sizeof(float));
+  if (scores_) scores_->write(0, cp.scores.data(), scores_->length());
 }
 
 }  // namespace mkv::kv

@@ -2,6 +2,7 @@
 #include "kv/kv_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "gpu/errors.h"
@@ -76,43 +77,56 @@ void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk) {
 
 std::vector<uint32_t> select_kept(const KvPolicySpec& p, const uint32_t* positions, const float* scores, uint32_t n,
                                   uint32_t n_keep) {
+  std::vector<uint32_t> out;
   if (n_keep >= n) {
-    std::vector<uint32_t> all(n);
-    std::iota(all.begin(), all.end(), 0u);
-    return all;
+    out.resize(n);
+    std::iota(out.begin(), out.end(), 0u);
+    return out;
   }
   if (!scores && p.kind != PolicyKind::streaming)
     throw gpu::GpuError(std::string("[") + kOp + "] " + policy_name(p.kind) + " selects by score; none given");
-  // indices by position, latest first
-  std::vector<uint32_t> by_pos(n);
-  std::iota(by_pos.begin(), by_pos.end(), 0u);
-  std::sort(by_pos.begin(), by_pos.end(), [&](uint32_t a, uint32_t b) { return positions[a] > positions[b]; });
+  // Selections, not sorts: an eviction runs this for every head of every layer.
   std::vector<uint8_t> keep(n, 0);
   uint32_t kept = 0;
-  for (uint32_t i = 0; i < n && kept < n_keep; ++i)  // 1. sinks
-    if (positions[i] < p.sinks) keep[i] = 1, ++kept;
-  const uint32_t recent = policy_recent(p, n_keep);
-  for (uint32_t j = 0, taken = 0; j < n && taken < recent && kept < n_keep; ++j)  // 2. the latest
-    if (!keep[by_pos[j]]) keep[by_pos[j]] = 1, ++kept, ++taken;
-  if (kept < n_keep) {  // 3. the highest (pooled) scores of the rest, the later first on ties
-    std::vector<float> s(scores, scores + (scores ? n : 0));
-    if (p.kind == PolicyKind::snapkv && p.pool > 1) {
-      const int64_t half = p.pool / 2;
-      for (int64_t j = 0; j < int64_t(n); ++j) {  // by_pos order: neighbouring positions
-        float m = scores[by_pos[j]];
-        for (int64_t k = std::max<int64_t>(0, j - half); k <= std::min<int64_t>(n - 1, j + half); ++k)
-          m = std::max(m, scores[by_pos[k]]);
-        s[by_pos[j]] = m;
-      }
-    }
-    std::vector<uint32_t> rest;
-    for (uint32_t j = 0; j < n; ++j)
-      if (!keep[by_pos[j]]) rest.push_back(by_pos[j]);
-    if (!s.empty())
-      std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return s[a] > s[b]; });
-    for (uint32_t j = 0; j < rest.size() && kept < n_keep; ++j) keep[rest[j]] = 1, ++kept;
+  std::vector<uint32_t> rest;
+  rest.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {  // 1. sinks (in index order)
+    if (positions[i] < p.sinks && kept < n_keep) keep[i] = 1, ++kept;
+    else rest.push_back(i);
   }
-  std::vector<uint32_t> out;
+  const auto later = [&](uint32_t a, uint32_t b) { return positions[a] > positions[b]; };
+  auto take = [&](uint32_t count, auto&& before) {  // marks the first `count` of rest by `before`, drops them
+    count = std::min<uint32_t>(count, uint32_t(rest.size()));
+    if (count == 0) return;
+    if (count < rest.size()) std::nth_element(rest.begin(), rest.begin() + count, rest.end(), before);
+    for (uint32_t j = 0; j < count; ++j) keep[rest[j]] = 1;
+    kept += count;
+    rest.erase(rest.begin(), rest.begin() + count);
+  };
+  take(std::min(policy_recent(p, n_keep), n_keep - kept), later);  // 2. the latest
+  if (kept < n_keep) {  // 3. the highest (pooled) scores, the later first on ties; streaming: the latest
+    if (!scores) {
+      take(n_keep - kept, later);
+    } else {
+      std::vector<float> s(scores, scores + n);
+      if (p.kind == PolicyKind::snapkv && p.pool > 1) {  // max over neighbouring positions
+        std::vector<uint64_t> keyed(n);  // (position, index) in one word: a plain integer sort
+        for (uint32_t i = 0; i < n; ++i) keyed[i] = uint64_t(positions[i]) << 32 | i;
+        std::sort(keyed.begin(), keyed.end());
+        std::vector<uint32_t> by_pos(n);
+        for (uint32_t j = 0; j < n; ++j) by_pos[j] = uint32_t(keyed[j]);
+        const uint32_t half = p.pool / 2;
+        std::vector<float> in_order(n + 2 * half, -INFINITY);  // padded: every window is whole
+        for (uint32_t j = 0; j < n; ++j) in_order[half + j] = scores[by_pos[j]];
+        for (uint32_t j = 0; j < n; ++j) {
+          float m = in_order[j];
+          for (uint32_t k = 1; k < p.pool; ++k) m = std::max(m, in_order[j + k]);
+          s[by_pos[j]] = m;
+        }
+      }
+      take(n_keep - kept, [&](uint32_t a, uint32_t b) { return s[a] != s[b] ? s[a] > s[b] : positions[a] > positions[b]; });
+    }
+  }
   for (uint32_t i = 0; i < n; ++i)
     if (keep[i]) out.push_back(i);
   return out;

@@ -21,6 +21,7 @@
 //              neighbouring positions; recent by default `window`
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,16 @@ uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep);
 // ArgumentError for options the policy cannot take with this budget (tokens
 // kept per layer) and max_chunk (most tokens one store adds).
 void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk);
+
+// Tokens an eviction before a store of n_new keeps of a budget: room for the
+// store in whole blocks, less (step - one block), step = the budget / 16 in
+// whole blocks, at least one: a budget of 2,048 evicts 128 tokens at a time,
+// one of 512 (or below 1,024) 32. check_policy makes it more than the sinks.
+inline uint32_t evict_step(uint32_t budget) { return std::max<uint32_t>(32, budget / 16 / 32 * 32); }
+inline uint32_t evict_keep(uint32_t budget, uint32_t n_new) {
+  const uint32_t room = (budget - n_new) / 32 * 32, less = evict_step(budget) - 32;
+  return room > less + 32 ? room - less : std::min<uint32_t>(room, 32);
+}
 
 // The kept indices (ascending) of one KV head holding n tokens: positions[i]
 // and scores[i] (scores may be null for streaming) of index i. n_keep <= n.

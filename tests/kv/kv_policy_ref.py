@@ -55,9 +55,12 @@ def select_kept(policy: dict, positions, scores, n_keep: int) -> list[int]:
 
 
 def keep_after_eviction(budget: int, n_new: int) -> int:
-    """Tokens an eviction before a store of n_new keeps: room for the store,
-    rounded down to whole blocks."""
-    return (budget - n_new) // B * B
+    """Tokens an eviction before a store of n_new keeps: room for the store in
+    whole blocks, less a step of budget / 16 (whole blocks, at least one) beyond
+    the first block: big budgets evict more at a time."""
+    step = max(B, budget // 16 // B * B)
+    room = (budget - n_new) // B * B
+    return room - (step - B) if room > step else min(room, B)
 
 
 class HeadState:

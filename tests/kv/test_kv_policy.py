@@ -138,3 +138,20 @@ def test_policy_arguments_and_limits_are_clear_errors(host):
         cache.read_rows(0, 0, 0, 1)
     cache.reset()
     assert cache.length(0) == cache.count(0) == 0 and cache.evicted == 0
+
+
+def test_a_large_budget_evicts_a_sixteenth_at_a_time(host):
+    """A budget of 1,024 evicts 64 tokens at a time (not a block per 32 steps):
+    the count after each eviction is the reference's, the kept positions too."""
+    rng = np.random.default_rng(2)
+    policy = {"policy": "streaming", "sinks": 4}
+    cache = metalkv.KVCache(host, 1, 1, 32, 1024, max_chunk=8, kv_policy=policy)
+    st = ref.HeadState(policy, 1024)
+    counts = set()
+    for _ in range(170):
+        k = rows(rng, 1, 8, 1, 32)
+        cache.append_all_layers(k, k)
+        st.store(8)
+        counts.add(cache.count(0))
+        assert sorted(cache.kept_positions(0)) == st.held
+    assert ref.keep_after_eviction(1024, 8) == 1024 - 64 and min(counts) == 1024 - 64 + 8
