@@ -152,6 +152,7 @@ def test_a_large_budget_evicts_a_sixteenth_at_a_time(host):
         k = rows(rng, 1, 8, 1, 32)
         cache.append_all_layers(k, k)
         st.store(8)
-        counts.add(cache.count(0))
+        if cache.length(0) > 1024:
+            counts.add(cache.count(0))
         assert sorted(cache.kept_positions(0)) == st.held
     assert ref.keep_after_eviction(1024, 8) == 1024 - 64 and min(counts) == 1024 - 64 + 8
