@@ -260,21 +260,22 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "read_rows()/write_rows() take them: every head's codes (or halfs) in element order, then every head's "
            "group parameters (docs/KV_QUANT.md).")
       .def("read_rows",
-           [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first, uint32_t n) {
+           [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, bool by_index) {
              const kv::LayerLayout lay = c.cache->layout(layer);
              const size_t drow = lay.data_row_bytes(kv & 1), prow = lay.param_row_bytes(kv & 1);
              auto* data = new uint8_t[std::max<size_t>(1, n * drow)];
              auto* params = new uint8_t[std::max<size_t>(1, n * prow)];
              nb::capsule own_d(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
              nb::capsule own_p(params, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
-             c.cache->read_rows(layer, kv, first, n, data, params);
+             c.cache->read_rows(layer, kv, first, n, data, params, by_index);
              const size_t ds[2] = {n, drow}, ps[2] = {n, prow};
              return std::make_pair(nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(data, 2, ds, own_d),
                                    nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(params, 2, ps, own_p));
            },
-           "layer"_a, "kv"_a, "first"_a, "n"_a,
+           "layer"_a, "kv"_a, "first"_a, "n"_a, "by_index"_a = false,
            "The stored bytes of positions first .. first+n-1 (which the layer holds) of its K (kv=0) or V (kv=1) "
-           "section: (data (n, data row bytes), params (n, parameter row bytes)) uint8, rows as row_bytes() says.")
+           "section: (data (n, data row bytes), params (n, parameter row bytes)) uint8, rows as row_bytes() says. "
+           "by_index: of indices first.. instead (an evicting layer's; kept_positions() gives their positions).")
       .def("write_rows",
            [](PyKVCache& c, uint32_t layer, uint32_t kv, uint32_t first,
               const nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>& data,
@@ -311,10 +312,38 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              return nb::cast(host_array(self, *v.buffer, v.offset, {s.n_kv_heads, s.capacity}, nb::dtype<float>()));
            },
            "layer"_a, "The policy's score per (KV head, index) as float32 (n_kv_heads, capacity); None without one.")
+      .def(
+          "set_kept",
+          [](PyKVCache& c, uint32_t layer, uint32_t length,
+             const nb::ndarray<const uint32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>& positions,
+             const std::optional<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>& scores) {
+            const size_t n = positions.shape(0) * positions.shape(1);
+            if (scores && scores->shape(0) * scores->shape(1) != n)
+              throw nb::value_error("[kv_cache] set_kept: scores and positions differ in shape");
+            c.cache->set_kept(layer, length, std::vector<uint32_t>(positions.data(), positions.data() + n),
+                              scores ? scores->data() : nullptr);
+          },
+          "layer"_a, "length"_a, "positions"_a, "scores"_a = nb::none(),
+          "A saved evicting layer put back (metalkv.cache_file): the count() rows it holds at indices 0.. become "
+          "those of positions (n_kv_heads, count) uint32 (scores: float32 of that shape), and its length `length`.")
       .def_prop_ro("evicted", [](const PyKVCache& c) { return c.cache->evicted(); },
                    "Tokens each full layer has dropped by eviction so far.")
       .def_prop_ro("policy", [](const PyKVCache& c) { return kv::policy_name(c.cache->spec().policy.kind); },
                    "The eviction policy ('none' without one).")
+      .def_prop_ro(
+          "policy_options",
+          [](const PyKVCache& c) -> nb::object {
+            const kv::KvPolicySpec& p = c.cache->spec().policy;
+            if (p.kind == kv::PolicyKind::none) return nb::none();
+            nb::dict d;
+            d["policy"] = kv::policy_name(p.kind);
+            d["sinks"] = p.sinks;
+            d["recent"] = p.recent;
+            d["window"] = p.window;
+            d["pool"] = p.pool;
+            return d;
+          },
+          "The eviction policy as KVCache's kv_policy dict (None without one); its budget is capacity.")
       .def("slots", [](const PyKVCache& c, uint32_t l) { return c.cache->slots(l); }, "layer"_a)
       .def("window", [](const PyKVCache& c, uint32_t l) { return c.cache->window(l); }, "layer"_a)
       .def("wraps", [](const PyKVCache& c, uint32_t l) { return c.cache->wraps(l); }, "layer"_a,

@@ -354,24 +354,27 @@ void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n
   if (has_ring(layer)) ring_lo_[layer] = std::max(ring_lo_[layer], first + n);
 }
 
-void KVCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data,
-                        uint8_t* params) const {
-  copy_rows(layer, kv, first, n, data, params, false);
+void KVCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+                        bool by_index) const {
+  copy_rows(layer, kv, first, n, data, params, false, by_index);
 }
 
 void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
-                        bool write) const {
+                        bool write, bool by_index) const {
   Lock lock(pool_->mutex());
   check_layer(layer);
   if (kv > 1) fail("section " + str(kv) + " is neither K (0) nor V (1)");
   const LayerLayout lay = layout(layer);
   const BlockTable& t = *group_of(layer).table;
-  if (uint64_t(first) + n > lengths_[layer])
+  if (!by_index && uint64_t(first) + n > lengths_[layer])
     fail("layer " + str(layer) + " holds " + str(lengths_[layer]) + " positions; cannot " +
          (write ? "write" : "read") + " rows " + str(first) + ".." + str(uint64_t(first) + n - 1));
   const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
   const BufferView reg = region(layer);
-  if (counts_[layer] != lengths_[layer])
+  if (by_index && uint64_t(first) + n > counts_[layer])
+    fail("layer " + str(layer) + " holds " + str(counts_[layer]) + " indices; cannot read rows " + str(first) + ".." +
+         str(uint64_t(first) + n - 1));
+  if (!by_index && counts_[layer] != lengths_[layer])
     fail("layer " + str(layer) + " has evicted tokens (kv_policy '" + std::string(policy_name(spec_.policy.kind)) +
          "'): its rows are no longer addressed by position");
   const uint32_t sealed = lengths_[layer] / kBlockTokens * kBlockTokens;  // q2 K: full blocks only

@@ -134,8 +134,10 @@ class KVCache {
   // params (none for f16). A saved cache read back as its formats' bytes
   // (nothing requantized). Raises GpuError for a position the layer does not hold.
   void write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data, const uint8_t* params);
-  // The same rows read back (what a saved cache stores).
-  void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params) const;
+  // The same rows read back (what a saved cache stores). by_index: rows of
+  // indices first.. (an evicting layer's, whose index is not its position).
+  void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+                 bool by_index = false) const;
 
   // The residual window (KVCacheSpec::residual). has_ring: the layer keeps
   // one (a quantized K or V). The ring: every such layer's K (ring_slots,
@@ -165,6 +167,12 @@ class KVCache {
   // dropped so far, per layer.
   bool evicts(uint32_t layer) const;
   std::vector<uint32_t> kept_positions(uint32_t layer, uint32_t head) const;
+  // A saved evicting layer put back: the layer holds count() rows stored (and
+  // written) at indices 0.. as positions 0..; they become the rows of these
+  // positions ((n_kv_heads, count) uint32, each below length and distinct per
+  // head) with these scores ((n_kv_heads, count) float; null: zero), and its
+  // length becomes `length`. Raises GpuError before changing anything.
+  void set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions, const float* scores);
   BufferView scores(uint32_t layer) const;
   uint64_t evicted() const { return evicted_; }
   // Whether the attention over the layer adds to its scores (h2o, snapkv),
@@ -317,7 +325,7 @@ class KVCache {
   void sync_table(Group& g, size_t from_block);
   // read_rows / write_rows: the checks, then one copy per slot and plane.
   void copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
-                 bool write) const;
+                 bool write, bool by_index = false) const;
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
   // kv_residual.cpp: the ring's allocation, the store's ring and seal, and
   // ring_lo's upkeep (positions whose rows the ring no longer holds).

@@ -191,6 +191,33 @@ void KVCache::note_policy_store(EncoderSession& enc, uint32_t layer, const Buffe
                        {n_new, spec_.n_kv_heads, spec_.head_dim, index, spec_.capacity});
 }
 
+void KVCache::set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions,
+                       const float* scores_in) {
+  check_layer(layer);
+  const uint32_t n = counts_[layer], H = spec_.n_kv_heads;
+  if (!evicts(layer)) fail("layer " + str(layer) + " keeps no budget by eviction (no kv_policy, or sliding)");
+  if (lengths_[layer] != n) fail("set_kept needs a layer whose indices are its positions (none evicted yet)");
+  if (positions.size() != size_t(H) * n)
+    fail("set_kept: " + str(positions.size()) + " positions for " + str(H) + " heads of " + str(n) + " indices");
+  for (uint32_t h = 0; h < H; ++h) {
+    std::vector<uint32_t> head(positions.begin() + size_t(h) * n, positions.begin() + size_t(h + 1) * n);
+    std::sort(head.begin(), head.end());
+    if ((n && head.back() >= length) || std::adjacent_find(head.begin(), head.end()) != head.end())
+      fail("set_kept: head " + str(h) + "'s positions are not distinct positions below " + str(length));
+  }
+  for (uint32_t h = 0; h < H; ++h)
+    std::copy(positions.begin() + size_t(h) * n, positions.begin() + size_t(h + 1) * n,
+              kept_pos_[layer].begin() + size_t(h) * spec_.capacity);
+  const BufferView v = scores(layer);
+  clear_scores(layer, 0);
+  if (v.buffer && scores_in)
+    for (uint32_t h = 0; h < H; ++h)
+      v.buffer->write(v.offset + size_t(h) * spec_.capacity * sizeof(float), scores_in + size_t(h) * n,
+                      n * sizeof(float));
+  lengths_[layer] = length;
+  evicted_ = length - n;
+}
+
 void KVCache::save_policy(Checkpoint& cp) const {
   cp.counts = counts_;
   cp.kept_pos = kept_pos_;

@@ -13,6 +13,14 @@ first position each layer holds, the token ids and chat messages (JSON), and a
 SHA-256 of the data section. Rows are stored by position, not by block, so a
 file does not depend on the pool it came from or on the block size.
 
+A cache with an eviction policy (kv_policy; version 3) keeps its evicting
+layers by index instead: `layer.<l>.k`/`v` (and params) hold the rows of its
+count indices in index order, `layer.<l>.positions` (n_kv_heads, count)
+uint32 the position each index holds per KV head, `layer.<l>.scores` the
+policy's float32 scores (a scoring policy); `kv_policy` in the metadata (the
+policy's options, its budget being `capacity`), `counts` per layer. It comes
+back with the same budget, kept tokens, positions and scores.
+
 A cache with a residual window (kv_residual) also keeps, per layer that has
 one, its ring's f16 rows (`layer.<l>.ring_k`, `ring_v`: positions
 ring_first[l] .. length - 1, `ring_first` in the metadata, -1 for none), so
@@ -37,8 +45,10 @@ from .errors import CacheFileError
 from .kv_options import KV_FORMATS
 
 FORMAT = "metalkv-kv-cache"
-VERSION = 2  # 2: per-layer KV formats, rows as stored (1: float16 rows only)
-READABLE_VERSIONS = (1, 2)  # every version this reader understands; a new one adds its reader
+# 3: an eviction policy's layers by index (written only for such a cache); 2: per-layer
+# KV formats, rows as stored; 1: f16 rows only
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # every version this reader understands; a new one adds its reader
 
 
 def _held(cache, layer: int) -> int:
@@ -75,9 +85,16 @@ def save_cache(cache, path: str | os.PathLike) -> None:
     if len(lengths) != 1:
         raise CacheFileError(f"[cache_file] the layers hold different lengths {sorted(lengths)}; a cache is saved "
                              f"between calls, when they are equal")
-    tensors, firsts, formats, rings = {}, [], [], []
+    tensors, firsts, formats, rings, counts = {}, [], [], [], []
     shape = (cache.n_kv_heads, cache.head_dim)
     for layer in range(cache.n_layers):
+        counts.append(cache.count(layer))
+        if cache.evicts(layer):  # by index: the rows, and the position each index holds per head
+            _save_by_index(cache, layer, tensors, shape)
+            firsts.append(0)
+            formats.append(list(cache.formats(layer)))
+            rings.append(-1)
+            continue
         first = _held(cache, layer)
         length = cache.length(layer)
         firsts.append(first)
@@ -100,9 +117,10 @@ def save_cache(cache, path: str | os.PathLike) -> None:
             else:
                 tensors[f"layer.{layer}.{name}"] = data
                 tensors[f"layer.{layer}.{name}_params"] = params
+    evicting = any(cache.evicts(layer) for layer in range(cache.n_layers))
     data = b"".join(t.tobytes() for t in tensors.values())
     meta = {
-        "format": FORMAT, "format_version": str(VERSION), "model_fingerprint": fingerprint,
+        "format": FORMAT, "format_version": str(VERSION if evicting else 2), "model_fingerprint": fingerprint,
         "kv_formats": json.dumps(formats), "kv_rotate": json.dumps(any(cache.rotated(l) for l in range(cache.n_layers))),
         "kv_residual": str(cache.residual), "ring_first": json.dumps(rings),
         "n_layers": str(cache.n_layers), "n_kv_heads": str(cache.n_kv_heads), "head_dim": str(cache.head_dim),
@@ -111,14 +129,32 @@ def save_cache(cache, path: str | os.PathLike) -> None:
         "tokens": json.dumps(list(cache.tokens)), "messages": json.dumps(cache.messages),
         "data_sha256": hashlib.sha256(data).hexdigest(),
     }
+    if evicting:  # version 3 (a file without them stays readable by version-2 readers)
+        meta.update(kv_policy=json.dumps(cache.policy_options), counts=json.dumps(counts))
     header, offset = {"__metadata__": meta}, 0
     for name, t in tensors.items():
-        dtype = "F16" if t.dtype == np.float16 else "U8"
+        dtype = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.uint32): "U32"}.get(t.dtype, "U8")
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the data section 8-byte aligned
     _write_atomically(pathlib.Path(path), [len(blob).to_bytes(8, "little"), blob, data])
+
+
+def _save_by_index(cache, layer: int, tensors: dict, shape: tuple) -> None:
+    n = cache.count(layer)
+    for kv, name in enumerate(("k", "v")):
+        data, params = (np.asarray(a) for a in cache.read_rows(layer, kv, 0, n, by_index=True))
+        if cache.formats(layer)[kv] == "f16":
+            tensors[f"layer.{layer}.{name}"] = data.view(np.float16).reshape((n,) + shape)
+        else:
+            tensors[f"layer.{layer}.{name}"] = data
+            tensors[f"layer.{layer}.{name}_params"] = params
+    tensors[f"layer.{layer}.positions"] = np.array([cache.kept_positions(layer, h) for h in range(shape[0])],
+                                                   np.uint32).reshape(shape[0], n)
+    scores = cache.scores(layer)
+    if scores is not None:
+        tensors[f"layer.{layer}.scores"] = np.ascontiguousarray(np.asarray(scores)[:, :n], np.float32)
 
 
 def _write_atomically(path: pathlib.Path, parts: list[bytes]) -> None:
@@ -222,9 +258,10 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
     try:
         # the residual window's f16 rows are not saved: the loaded cache reads its rows from the pool
         residual = _field(meta, "kv_residual", path) if "kv_residual" in meta else 0
+        policy = _policy(meta, path)
         cache = engine.new_cache(capacity=max(capacity, 1), kv_k=[f[0] for f in formats],
                                  kv_v=[f[1] for f in formats], kv_f16_layers=(), kv_rotate=rotate,
-                                 kv_residual=residual)
+                                 kv_residual=residual, **policy)
     except ValueError as e:  # a shared pool of other formats
         raise CacheFileError(f"[cache_file] {path} holds a cache of other KV formats than this engine's shared "
                              f"pool ({e}); load it into an engine made with kv_memory=None or its formats") from None
@@ -238,7 +275,17 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
             not all(isinstance(f, int) and 0 <= f <= length for f in firsts):
         raise CacheFileError(f"[cache_file] {path}: first_positions {firsts!r} is not one position <= length "
                              f"{length} per layer: corrupt file")
-    rows = [[_rows(tensors, path, cache, layer, kv, _rows_held(cache, layer, kv, first, length)) for kv in (0, 1)]
+    counts = _field(meta, "counts", path, json.loads) if "counts" in meta else [length] * cache.n_layers
+    if not isinstance(counts, list) or len(counts) != cache.n_layers or \
+            not all(isinstance(c, int) and 0 <= c <= min(length, cache.capacity) for c in counts):
+        raise CacheFileError(f"[cache_file] {path}: counts {counts!r} is not one count <= length per layer")
+    kept = [_kept(tensors, path, cache, layer, counts[layer]) if cache.evicts(layer) else None
+            for layer in range(cache.n_layers)]
+    for layer, k in enumerate(kept):  # an evicting layer's rows are by index: its first `count` "positions"
+        if k is not None:
+            firsts[layer] = 0
+    rows = [[_rows(tensors, path, cache, layer, kv, counts[layer] if kept[layer] is not None else
+                   _rows_held(cache, layer, kv, first, length)) for kv in (0, 1)]
             for layer, first in enumerate(firsts)]
     rings = _rings(meta, tensors, path, cache, length) if "ring_first" in meta else []
     cache.begin_at(firsts)
@@ -247,21 +294,48 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
     # saved bytes, nothing requantized).
     step = cache.max_chunk
     zeros = np.zeros((step, cache.n_kv_heads, cache.head_dim), np.float32)
+    ends = [counts[layer] if kept[layer] is not None else length for layer in range(cache.n_layers)]
     for c in range(min(firsts), length, step):
         for layer, first in enumerate(firsts):
-            lo, hi = max(c, first), min(c + step, length)
+            lo, hi = max(c, first), min(c + step, ends[layer])
             if lo < hi:
                 cache.append(layer, zeros[:hi - lo], zeros[:hi - lo])
                 for kv, (data, params) in enumerate(rows[layer]):
                     end = min(hi, first + len(data))  # q2 K: whole blocks only
                     if lo < end:
                         cache.write_rows(layer, kv, lo, data[lo - first:end - first], params[lo - first:end - first])
+    for layer, k in enumerate(kept):
+        if k is not None:
+            cache.set_kept(layer, length, *k)
     for layer, (ring_first, k, v) in enumerate(rings):
         if ring_first >= 0:
             cache.write_ring(layer, ring_first, k, v)
     cache.record_tokens(tokens)
     cache.messages = messages
     return cache
+
+
+def _policy(meta: dict, path: str) -> dict:
+    """new_cache's eviction keywords of the saved cache (none: kv_policy=None, whatever the engine's)."""
+    opts = _field(meta, "kv_policy", path, json.loads) if "kv_policy" in meta else None
+    if opts is None:
+        return dict(kv_policy="none")
+    if not isinstance(opts, dict) or not {"policy", "sinks", "recent", "window"} <= opts.keys():
+        raise CacheFileError(f"[cache_file] {path}: kv_policy {meta['kv_policy']} is not a policy's options")
+    return dict(kv_policy=opts["policy"], kv_budget=_field(meta, "capacity", path), kv_sinks=opts["sinks"],
+                kv_recent=None if opts["recent"] < 0 else opts["recent"], kv_window=opts["window"])
+
+
+def _kept(tensors: dict, path: str, cache, layer: int, count: int) -> tuple:
+    """An evicting layer's (positions, scores) as saved."""
+    want = (cache.n_kv_heads, count)
+    pos, scores = tensors.get(f"layer.{layer}.positions"), tensors.get(f"layer.{layer}.scores")
+    if pos is None or pos.shape != want:
+        raise CacheFileError(f"[cache_file] {path}: layer {layer}'s positions are missing or not {want}: corrupt file")
+    if scores is not None and scores.shape != want:
+        raise CacheFileError(f"[cache_file] {path}: layer {layer}'s scores are not {want}: corrupt file")
+    return (np.ascontiguousarray(pos, np.uint32),
+            None if scores is None else np.ascontiguousarray(scores, np.float32))
 
 
 def _rings(meta: dict, tensors: dict, path: str, cache, length: int) -> list:

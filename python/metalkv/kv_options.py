@@ -104,7 +104,8 @@ class KvPolicy:
     """An eviction policy as users give it (Engine.load, Engine.new_cache, the
     CLI; docs/KV_POLICIES.md):
 
-        kv_policy="snapkv"     None (keep everything) or one of KV_POLICIES
+        kv_policy="snapkv"     None (keep everything) or one of KV_POLICIES ("none": keep
+                               everything, also where an engine's default says otherwise)
         kv_budget=1024         tokens each full layer keeps, or a fraction of the
                                context (0.25); None: a quarter of the context
         kv_sinks=4             the first positions, always kept
@@ -118,8 +119,8 @@ class KvPolicy:
     kv_window: int = 32
 
     def check(self, op: str = "engine") -> "KvPolicy":
-        if self.kv_policy is not None and self.kv_policy not in KV_POLICIES:
-            raise argument_error(op, "kv_policy", self.kv_policy, "None or one of " + ", ".join(KV_POLICIES))
+        if self.kv_policy is not None and self.kv_policy not in KV_POLICIES + ("none",):
+            raise argument_error(op, "kv_policy", self.kv_policy, "None, 'none' or one of " + ", ".join(KV_POLICIES))
         b = self.kv_budget
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))
                               or (isinstance(b, float) and not 0 < b <= 1) or (isinstance(b, int) and not 0 < b < 2**31)):
@@ -140,12 +141,12 @@ class KvPolicy:
 
     def core(self, context: int) -> dict | None:
         """The kv_policy argument of _core.Engine / new_cache (None: no policy)."""
-        if self.kv_policy is None:
-            return None
+        if self.kv_policy in (None, "none"):
+            return None if self.kv_policy is None else {"policy": "none"}
         return {"policy": self.kv_policy, "budget": self.budget(context), "sinks": self.kv_sinks,
                 "recent": -1 if self.kv_recent is None else self.kv_recent, "window": self.kv_window}
 
     def describe(self, context: int) -> str:
-        if self.kv_policy is None:
+        if self.kv_policy in (None, "none"):
             return "none"
         return f"{self.kv_policy} {self.budget(context)} ({self.kv_sinks} sinks)"

@@ -115,8 +115,8 @@ def test_another_model_is_refused(engines, tmp_path):
 
 def test_an_unknown_version_is_refused(engines, tmp_path):
     f = saved(engines, tmp_path)
-    rewrite_metadata(f, format_version="3")
-    with pytest.raises(metalkv.CacheFileError, match=r"has format version 3; this metalkv reads versions 1, 2 "
+    rewrite_metadata(f, format_version="4")
+    with pytest.raises(metalkv.CacheFileError, match=r"has format version 4; this metalkv reads versions 1, 2, 3 "
                                                      r"\(a newer metalkv wrote it\)"):
         engines["tiny"].load_cache(f)
 

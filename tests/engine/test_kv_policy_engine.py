@@ -177,3 +177,37 @@ def test_policy_arguments_are_checked(tiny_gguf):
     assert c.policy == "streaming" and eng.kv_policy.budget(96) == 48 and c.slots(0) == 64  # 48 in whole blocks
     own = eng.new_cache(kv_policy="snapkv", kv_budget=64)
     assert own.policy == "snapkv"
+
+
+@pytest.mark.parametrize("name,kv", [("h2o", "f16"), ("streaming", "q8"), ("snapkv", "f16")])
+def test_a_saved_cache_comes_back_with_its_kept_tokens(tiny_gguf, tmp_path, name, kv):
+    """A cache that evicted, saved and read back: the same count, positions,
+    scores and rows per index, and it goes on exactly as the original."""
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_k=kv, kv_v=kv)
+    cache = eng.new_cache()
+    generate_core(eng, cache, IDS[:70], max_tokens=25)
+    assert cache.evicted > 0
+    cache.save(tmp_path / "c.safetensors")
+    back = eng.load_cache(tmp_path / "c.safetensors")
+    assert back.policy == name and back.capacity == cache.capacity
+    if kv == "f16":
+        assert_same(by_index(back), by_index(cache))
+    else:
+        for l in range(cache.n_layers):
+            assert back.count(l) == cache.count(l) and back.length(l) == cache.length(l)
+            assert back.kept_positions(l) == cache.kept_positions(l)
+            for kvs in (0, 1):
+                for x, y in zip(back.read_rows(l, kvs, 0, back.count(l), by_index=True),
+                                cache.read_rows(l, kvs, 0, cache.count(l), by_index=True)):
+                    np.testing.assert_array_equal(x, y)
+    assert generate_core(eng, back, IDS[80:90], max_tokens=30) == generate_core(eng, cache, IDS[80:90], max_tokens=30)
+
+
+def test_an_unevicting_cache_loads_into_an_engine_with_a_policy(tiny_gguf, tmp_path):
+    """A file saved without a policy comes back without one, whatever the engine's."""
+    plain = load(tiny_gguf)
+    cache = plain.new_cache()
+    generate_core(plain, cache, IDS[:30], max_tokens=5)
+    cache.save(tmp_path / "plain.safetensors")
+    back = load(tiny_gguf, kv_policy="h2o", kv_budget=64).load_cache(tmp_path / "plain.safetensors")
+    assert back.policy == "none" and back.length(0) == cache.length(0)

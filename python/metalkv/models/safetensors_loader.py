@@ -30,7 +30,7 @@ from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
 # What a saved KV cache also holds (metalkv/cache_file.py): quantized rows as bytes.
-CACHE_DTYPES = {**_DTYPES, "U8": (np.uint8, 1)}
+CACHE_DTYPES = {**_DTYPES, "U8": (np.uint8, 1), "U32": (np.uint32, 4)}  # saved KV caches
 _MAX_HEADER = 100 << 20  # the format's own limit
 
 # HF per-layer names -> canonical suffixes; the one name whose meaning depends on
@@ -98,7 +98,7 @@ def read_safetensors(path: str | os.PathLike, dtypes: dict = _DTYPES) -> dict[st
     malformed file, naming the file and, where it applies, the tensor. As the
     format requires, the tensors must cover the data section exactly: no overlaps,
     no gaps, nothing after the last one. dtypes: the tensor types accepted
-    (a model's: F32, F16, BF16; CACHE_DTYPES adds U8)."""
+    (a model's: F32, F16, BF16; CACHE_DTYPES adds U8 and U32)."""
     path = str(path)
     size = os.path.getsize(path)
     header, start = _read_header(path, size)
