@@ -197,7 +197,7 @@ inline void attn_decode_load_block(thread const L& ld, const device uint* table,
 // One SIMD-group's online softmax over positions [begin, end) of a chunk
 // through reader ld (blocks of BLOCK positions, one every S blocks), into
 // its lane group's (m, l, acc) per query row.
-template <typename L, uint D, uint R, uint S>
+template <typename L, uint D, uint R, uint S, bool LG>
 inline void attn_decode_scan(thread const L& ld, const device uint* table, uint begin, uint end, uint simd,
                              uint group, bool prefetch, bool capped, float cap_out, float cap_in,
                              thread const float (&qr)[R][mkv_params::attn_decode_lane_elems(D)],
@@ -250,7 +250,7 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
     MKV_UNROLL for (uint r = 0; r < R; ++r) {
       float4 sr = s[r];
       if (capped) sr = cap_out * tanh(sr * cap_in);
-      if (r < lg_rows) {  // a policy's logits: one lane of each lane group writes its keys'
+      if (LG && r < lg_rows) {  // a policy's logits (_lg kernels): one lane of each lane group writes its keys'
         MKV_UNROLL for (uint u = 0; u < U; ++u)
           if (i + u * G + group < end) lg[r * lg_stride + i + u * G + group] = sr[u] * 0.6931471805599453f;  // ln 2: the natural domain
       }
@@ -285,8 +285,11 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
 // rows held (<= attn_decode_rows(D)); prefetch: the next block's loads go
 // out before this block's math (a constant of each kernel, like split);
 // S: SIMD-groups per threadgroup; RES: the cache has a residual window
-// (keys from S(n - 1) on are read from the ring).
-template <typename L, uint D, uint R, uint S, bool RES = false>
+// (keys from S(n - 1) on are read from the ring); LG: the _lg kernels, which
+// also write every key's logit for an eviction policy when p.logits (a
+// compile-time choice: the write costs the other kernels registers and so
+// occupancy, measured on the H200: 45.4 -> 51.4 us at 8B/32k f16).
+template <typename L, uint D, uint R, uint S, bool RES = false, bool LG = false>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
                              const device uchar* kv,     // the layer's pool: K section, V section
@@ -345,17 +348,17 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   }
 
   // A policy's logits (p.logits): written by the lane owning piece 0 of each lane group.
-  const uint lg_rows = (p.logits != 0 && piece == 0) ? rows : 0u;
+  const uint lg_rows = (LG && p.logits != 0 && piece == 0) ? rows : 0u;
   device float* lg = logits + (p.logits != 0 ? head0 * n : 0u);
   if (RES) {  // the pool's keys before the window, then the window's from the ring
     const uint w = min(max(mkv_params::attn_ring_start(n - 1, p.residual, p.ring_lo), begin), end);
-    attn_decode_scan<L, D, R, S>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l,
+    attn_decode_scan<L, D, R, S, LG>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l,
                                  lg, n, lg_rows);
     const AttnKvRing<D, E> rd = AttnKvRing<D, E>::make(p, ring, kv_head, piece_read * E);
-    attn_decode_scan<AttnKvRing<D, E>, D, R, S>(rd, table, w, end, simd, group, prefetch, capped, cap_out, cap_in,
+    attn_decode_scan<AttnKvRing<D, E>, D, R, S, LG>(rd, table, w, end, simd, group, prefetch, capped, cap_out, cap_in,
                                                 qr, acc, m, l, lg, n, lg_rows);
   } else {
-    attn_decode_scan<L, D, R, S>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m,
+    attn_decode_scan<L, D, R, S, LG>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m,
                                  l, lg, n, lg_rows);
   }
 

@@ -253,7 +253,7 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   if (!wraps(layer) && uint64_t(n) + n_new > spec_.capacity)
     fail("layer " + str(layer) + " holds " + str(n) + " tokens; storing " + str(n_new) + " more needs " +
          str(uint64_t(n) + n_new) + " > capacity " + str(spec_.capacity) +
-         " (eviction is not implemented yet; create the cache with a larger capacity)");
+         " (create the cache with a larger capacity, or with an eviction policy: kv_policy)");
   if (uint64_t(lengths_[layer]) + n_new >= (uint64_t(1) << 32))
     fail("layer " + str(layer) + " would pass 2^32 - 1 positions");
   // Room in the pool (shared by every cache of an engine, or this cache's own;

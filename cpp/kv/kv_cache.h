@@ -8,7 +8,7 @@
 // construction for one sequence (kv_layout.h, group_blocks), or shared by
 // every cache of an engine (sized by a memory budget): then the cache holds
 // only the blocks its tables name. Full layers hold capacity tokens and raise
-// on overflow (eviction comes later); a sliding layer's table lets blocks go
+// on overflow (or, with an eviction policy, evict: kv_evict.cpp); a sliding layer's table lets blocks go
 // as its window moves, so it needs about W + 2 * max_chunk slots. Only the
 // blit path's staging buffer and a sliding group's table mirror may grow.
 //

@@ -50,7 +50,7 @@ std::string num(uint64_t v) { return std::to_string(v); }
 const char* kv_kind(const AttentionDesc& d, bool decode = false) {
   using namespace mkv_params;
   if (d.k_format == kKvF16 && d.v_format == kKvF16 && !d.residual) return "f16";
-  if (decode && (d.head_dim == 64 || d.head_dim == 128)) {
+  if (decode && (d.head_dim == 64 || d.head_dim == 128) && !d.logits.buffer) {  // (_lg: f16 or kvq)
     if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
     if (d.k_format == kKvQ4 && d.v_format == kKvQ4) return "q4q4";
     if (d.k_format == kKvQ8 && d.v_format == kKvQ4) return "q8q4";
@@ -220,6 +220,10 @@ std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
   }
   if (!d.decode_variant.empty())
     fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
+  if (d.logits.buffer) {  // an eviction policy's logits: the _lg kernels (8 rows where D allows)
+    if (d.residual) fail(kDecodeOp, "logits (an eviction policy's) and a residual window do not go together");
+    return "_lg";
+  }
   const char* rows = mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
   return (d.residual ? std::string("_res") : std::string()) + rows;
 }
