@@ -184,7 +184,16 @@ def _closing_line(stats: dict, cache) -> str:
     return (f"[{int(stats['prompt_tokens'])} prompt tokens at {stats['prefill_tok_s']:.1f} tok/s, "
             f"{int(stats['generated_tokens'])} generated at {stats['decode_tok_s']:.2f} tok/s; "
             f"finish: {FINISH.get(stats['finish_reason'], stats['finish_reason'])}; "
-            f"context {cache.length(0)}/{cache.capacity} tokens]")
+            f"{_context_used(cache)}]")
+
+
+def _context_used(cache) -> str:
+    """'context 96/4096 tokens', or with an eviction policy what a full layer keeps of its budget."""
+    if cache.policy == "none":
+        return f"context {cache.length(0)}/{cache.capacity} tokens"
+    full = next(l for l in range(cache.n_layers) if cache.evicts(l))
+    return (f"{cache.policy}: {cache.count(full)}/{cache.capacity} tokens kept of {cache.length(full)}, "
+            f"{cache.evicted} evicted")
 
 
 def _stream_reply(engine, prompt, cache, **options) -> None:

@@ -20,6 +20,21 @@ def test_generate(engine, capsys):
                      r"finish: stop \(the model ended its turn\); context \d+/128 tokens\]", err)
 
 
+def test_generate_with_an_eviction_policy_goes_past_its_budget(engine, capsys):
+    """--kv-policy/--kv-budget: 80 tokens of reply through a budget of 80 (the prompt's ~40
+    and the reply pass it): no context_full, what is kept on the closing line, and the same
+    text as the Python API with the same policy."""
+    story = "Tell me a long story about a dragon."
+    args = ["generate", story, "--max-tokens", "80", "--device", "host", "--kv-policy", "streaming",
+            "--kv-budget", "80", "--kv-sinks", "4", "--temperature", "0", "--repetition-penalty", "1.3"]
+    assert cli.main(args) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"finish: length .*; streaming: \d+/80 tokens kept of \d+, [1-9]\d* evicted\]", err), err
+    import metalkv
+    eng = metalkv.Engine.load(device="host", kv_policy="streaming", kv_budget=80, progress=False)
+    assert out == eng.generate(story, max_tokens=80, temperature=0, repetition_penalty=1.3) + "\n"
+
+
 def test_generate_sampling_flags_and_stop(engine, capsys):
     args = ["generate", PROMPT, "--max-tokens", "6", "--device", "host", "--temperature", "0.7", "--top-k", "20",
             "--top-p", "0.9", "--min-p", "0.05", "--repetition-penalty", "1.1", "--seed", "3", "--stop", "Paris"]
@@ -64,6 +79,8 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--context", "0"], "--context 0: expected a positive int (tokens a cache holds)"),
     (["--stop", ""], "--stop ['']: expected a non-empty str or a list of them"),
     (["--no-chat", "--system", "be brief"], "--system needs the chat template; drop --no-chat"),
+    (["--kv-policy", "h2o", "--kv-budget", "1.5"], "kv_budget=1.5: expected None, a token count >= 1 or a fraction"),
+    (["--kv-policy", "h2o", "--kv-sinks", "-1"], "kv_sinks=-1: expected an int >= 0"),
 ])
 def test_flags_are_checked_before_the_model_loads(flags, message, capsys):
     """A model that does not exist would fail the load: the flag error comes first."""
