@@ -1,5 +1,6 @@
 // KVCache: allocation, checks, and the compute and blit store paths.
 #include "kv/kv_cache.h"
+#include "kv/kv_cache_errors.h"
 
 #include <algorithm>
 
@@ -8,15 +9,9 @@
 using mkv::ops::ceil_div;
 
 namespace mkv::kv {
-namespace {
-
-[[noreturn]] void fail(const std::string& message) { ops::fail("kv_cache", message); }
-
-std::string str(uint64_t v) { return std::to_string(v); }
-
-using Lock = std::lock_guard<std::recursive_mutex>;
-
-}  // namespace
+using detail::fail;
+using detail::Lock;
+using detail::str;
 
 StorePath parse_store_path(const std::string& name) {
   if (name == "compute") return StorePath::compute;

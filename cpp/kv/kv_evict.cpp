@@ -24,16 +24,13 @@
 #include <algorithm>
 
 #include "kv/kv_cache.h"
+#include "kv/kv_cache_errors.h"
 #include "ops/kv_evict.h"
 
 namespace mkv::kv {
-namespace {
-
-[[noreturn]] void fail(const std::string& message) { ops::fail("kv_cache", message); }
-std::string str(uint64_t v) { return std::to_string(v); }
-using Lock = std::lock_guard<std::recursive_mutex>;
-
-}  // namespace
+using detail::fail;
+using detail::Lock;
+using detail::str;
 
 void KVCache::init_policy() {
   const KvPolicySpec& p = spec_.policy;

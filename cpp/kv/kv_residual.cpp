@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "kv/kv_cache.h"
+#include "kv/kv_cache_errors.h"
 #include "ops/kv_store.h"
 
 namespace mkv::kv {
@@ -65,11 +66,7 @@ void KVCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
   d.ring = ring(layer);
 }
 
-namespace {
-
-[[noreturn]] void fail(const std::string& message) { ops::fail("kv_cache", message); }
-
-}  // namespace
+using detail::fail;
 
 void KVCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const {
   if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");

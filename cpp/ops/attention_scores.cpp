@@ -9,11 +9,8 @@ namespace {
 constexpr const char* kOp = "attention_scores";
 
 void check_bytes(const char* what, const BufferView& v, uint64_t bytes) {
-  if (!v.buffer) fail(kOp, std::string(what) + " buffer is null");
-  const size_t have = v.offset <= v.buffer->length() ? v.buffer->length() - v.offset : 0;
-  if (have < bytes || v.offset % 4 != 0)
-    fail(kOp, std::string(what) + " needs " + std::to_string(bytes) + " bytes from a 4-byte aligned offset (offset " +
-                  std::to_string(v.offset) + ", " + std::to_string(have) + " there)");
+  ops::check_bytes(kOp, what, v, bytes);
+  if (v.offset % 4 != 0) fail(kOp, std::string(what) + " offset " + std::to_string(v.offset) + " is not 4-byte aligned");
 }
 
 }  // namespace

@@ -11,13 +11,7 @@ namespace {
 
 constexpr const char* kOp = "kv_evict";
 
-void check_bytes(const char* what, const BufferView& v, uint64_t bytes) {
-  if (!v.buffer) fail(kOp, std::string(what) + " buffer is null");
-  const size_t have = v.offset <= v.buffer->length() ? v.buffer->length() - v.offset : 0;
-  if (have < bytes)
-    fail(kOp, std::string(what) + " needs " + std::to_string(bytes) + " bytes from offset " +
-                  std::to_string(v.offset) + " but the buffer has " + std::to_string(have));
-}
+void check_bytes(const char* what, const BufferView& v, uint64_t bytes) { ops::check_bytes(kOp, what, v, bytes); }
 
 }  // namespace
 

@@ -40,4 +40,14 @@ void bind_params(gpu::ComputeEncoder& enc, const P& params, uint32_t index) {
   throw gpu::GpuError(std::string("[") + op + "] " + message);
 }
 
+// Raises "[op] <what> needs N bytes from offset O but the buffer has M" when
+// the view is null or holds fewer than `bytes` bytes.
+inline void check_bytes(const char* op, const std::string& what, const BufferView& v, uint64_t bytes) {
+  if (!v.buffer) fail(op, what + " buffer is null");
+  const size_t have = v.offset <= v.buffer->length() ? v.buffer->length() - v.offset : 0;
+  if (have < bytes)
+    fail(op, what + " needs " + std::to_string(bytes) + " bytes from offset " + std::to_string(v.offset) +
+                 " but the buffer has " + std::to_string(have));
+}
+
 }  // namespace mkv::ops

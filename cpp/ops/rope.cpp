@@ -11,14 +11,6 @@ namespace {
 
 constexpr const char* kOp = "rope";
 
-void check_bytes(const char* op, const char* what, const BufferView& v, uint64_t bytes) {
-  if (!v.buffer) fail(op, std::string(what) + " buffer is null");
-  const size_t have = v.offset <= v.buffer->length() ? v.buffer->length() - v.offset : 0;
-  if (have < bytes)
-    fail(op, std::string(what) + " needs " + std::to_string(bytes) + " bytes from offset " +
-                 std::to_string(v.offset) + " but the buffer has " + std::to_string(have));
-}
-
 }  // namespace
 
 bool hadamard_fits(uint32_t head_dim) { return head_dim >= 2 && head_dim <= 256 && (head_dim & (head_dim - 1)) == 0; }
