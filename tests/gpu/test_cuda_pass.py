@@ -105,7 +105,7 @@ def test_bindings_spelled_out():
         return registered(cu)[name]["specs"]
     assert specs("metal/attention_decode.metal", "attn_decode_f16_d128") == [
         ("bytes", 0, "p"), ("buffer", 1, "q"), ("buffer", 2, "kv"), ("buffer", 3, "sinks"), ("buffer", 4, "out"),
-        ("buffer", 5, "table"), ("buffer", 6, "ring")]
+        ("buffer", 5, "table"), ("buffer", 6, "ring"), ("buffer", 7, "logits")]
     assert specs("metal/test/reduce.metal", "test_reduce_tree") == [
         ("bytes", 0, "p"), ("buffer", 1, "in"), ("buffer", 2, "partial"), ("threadgroup_memory", 0, "scratch")]
     assert specs("metal/test/collectives.metal", "test_simd_reduce_f16") == [
