@@ -66,8 +66,8 @@ kernel void small(constant Params& p [[buffer(0)]],
 PLANTS = [
     # -- clang, through the prelude's address spaces and types --
     ("threadgroup-to-device", "attention_decode.metal",
-     ("attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES>(p, q, kv, table, ring, sinks, out,",
-      "attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES>(p, q, kv, table, ring, sinks, tg_m,  /* PLANTED */"),
+     ("attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES, LG>(p, q, kv, table, ring, sinks, out,",
+      "attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES, LG>(p, q, kv, table, ring, sinks, tg_m,  /* PLANTED */"),
      None, None, "no known conversion from 'threadgroup float[64]' to 'device float *"),
     ("device-to-threadgroup", "sample.metal",
      ("m = group_max(m, slots, simd, lane);", "m = group_max(m, work, simd, lane);  /* PLANTED */"),
