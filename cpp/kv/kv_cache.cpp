@@ -468,16 +468,6 @@ void KVCache::begin_at(const std::vector<uint32_t>& first) {
   ring_lo_ = first;
 }
 
-size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }
-
-size_t KVCache::staging_nbytes() const { return staging_ ? staging_->length() : 0; }
-
-size_t KVCache::table_nbytes() const {
-  size_t total = 0;
-  for (const Group& g : groups_) total += g.mirror->length();
-  return total;
-}
-
 void KVCache::note_stored(uint32_t first, uint32_t n) {
   if (n >= 2 && first == canonical_) canonical_ = first + n;
 }
@@ -499,55 +489,6 @@ void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
   messages_.clear();
   canonical_ = n;
   block_hashes_ = hashes;
-}
-
-std::vector<uint32_t> KVCache::blocks_to_store(uint32_t keep, uint64_t n_store) const {
-  std::vector<uint32_t> out;
-  for (const Group& g : groups_) {
-    const uint64_t stored = n_store > (uint64_t(1) << 40) ? (uint64_t(1) << 40) : n_store;  // no overflow below
-    const uint64_t end = std::min<uint64_t>(keep + stored, g.wraps ? ~uint64_t(0) : spec_.capacity);
-    const uint64_t from = keep / kBlockTokens, to = (end + kBlockTokens - 1) / kBlockTokens;  // from: the tail
-    uint64_t need = to > from ? to - from : 0;                                               // (copied when shared)
-    if (g.window != 0) need = std::min<uint64_t>(need, group_blocks(g.window, spec_.capacity, spec_.max_chunk) + 1);
-    // an evicting group: its budget's blocks and a tail, and a copy of each
-    // block an eviction writes while a checkpoint shares it
-    if (g.evicts) need = std::min<uint64_t>(need, 2 * group_blocks(0, spec_.capacity, spec_.max_chunk) + 1);
-    out.push_back(uint32_t(need));
-  }
-  return out;
-}
-
-bool KVCache::reserve(const std::vector<uint32_t>& per_group) {
-  Lock lock(pool_->mutex());
-  for (size_t g = 0; g < groups_.size(); ++g)
-    if (!groups_[g].table->reserve(per_group.at(g))) {
-      for (size_t h = 0; h < g; ++h) groups_[h].table->unreserve();
-      return false;
-    }
-  return true;
-}
-
-void KVCache::unreserve() {
-  Lock lock(pool_->mutex());
-  for (Group& g : groups_) g.table->unreserve();
-}
-
-size_t KVCache::held_nbytes() const {
-  Lock lock(pool_->mutex());
-  size_t total = 0;
-  for (uint32_t g = 0; g < groups_.size(); ++g) total += groups_[g].table->held_blocks() * pool_->block_bytes(g);
-  return total;
-}
-
-size_t KVCache::nbytes() const {
-  return staging_nbytes() + table_nbytes() + ring_nbytes() + (owns_pool_ ? pool_->nbytes() : 0);
-}
-
-size_t KVCache::bytes_per_token() const {
-  size_t total = 0;
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (!wraps(l)) total += layout(l).slot_bytes(0) + layout(l).slot_bytes(1);
-  return total;
 }
 
 }  // namespace mkv::kv
