@@ -115,14 +115,18 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   // layer's scores read, and written back moved, in one copy each)
   std::vector<float> all_scores(scores_ ? scores_->length() / sizeof(float) : 0);
   if (scores_) scores_->read(0, all_scores.data(), all_scores.size() * sizeof(float));
+  // The positions are worked on in a copy: nothing of the cache changes before
+  // make_writable below has found its blocks (it raises when the pool is short).
+  std::vector<std::vector<uint32_t>> kept_pos(g.layers.size());
   std::vector<uint32_t> moves;  // (head, from, to), layer after layer
   std::vector<size_t> first_move(g.layers.size() + 1, 0);
   std::vector<uint8_t> written(ops::ceil_div(keep, B), 0);  // logical blocks a move writes
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const uint32_t l = g.layers[i];
     first_move[i] = moves.size() / 3;
+    kept_pos[i] = kept_pos_[l];
     for (uint32_t h = 0; h < H; ++h) {
-      uint32_t* pos = kept_pos_[l].data() + size_t(h) * cap;
+      uint32_t* pos = kept_pos[i].data() + size_t(h) * cap;
       float* sc = score_at_[l] >= 0 ? all_scores.data() + size_t(score_at_[l]) * per_layer + size_t(h) * cap : nullptr;
       const std::vector<uint32_t> kept = select_kept(spec_.policy, pos, sc, count, keep);
       std::vector<uint8_t> is_kept(count, 0);
@@ -159,6 +163,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   // 3. the moves (one list for every layer, in a buffer kept for them), then
   // the blocks past keep go
   if (scores_) scores_->write(0, all_scores.data(), all_scores.size() * sizeof(float));
+  for (size_t i = 0; i < g.layers.size(); ++i) kept_pos_[g.layers[i]] = std::move(kept_pos[i]);
   const size_t list_bytes = size_t(g.layers.size()) * per_layer * 3 * sizeof(uint32_t);  // the most moves
   if (!moves_ || moves_->length() < list_bytes) moves_ = device_->new_buffer(list_bytes);
   if (!moves.empty()) moves_->write(0, moves.data(), moves.size() * sizeof(uint32_t));

@@ -211,3 +211,4 @@ def test_an_unevicting_cache_loads_into_an_engine_with_a_policy(tiny_gguf, tmp_p
     cache.save(tmp_path / "plain.safetensors")
     back = load(tiny_gguf, kv_policy="h2o", kv_budget=64).load_cache(tmp_path / "plain.safetensors")
     assert back.policy == "none" and back.length(0) == cache.length(0)
+
