@@ -341,9 +341,18 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
             d["recent"] = p.recent;
             d["window"] = p.window;
             d["pool"] = p.pool;
+            d["budget"] = c.cache->budget();
+            d["prompt"] = p.holds_prompts() ? "whole" : "stream";
             return d;
           },
-          "The eviction policy as KVCache's kv_policy dict (None without one); its budget is capacity.")
+          "The eviction policy as KVCache's kv_policy dict (None without one).")
+      .def_prop_ro("budget", [](const PyKVCache& c) { return c.cache->budget(); },
+                   "Tokens a full layer keeps after an eviction (kv_budget; the capacity without a policy).")
+      .def(
+          "open_prompt", [](PyKVCache& c, uint32_t n) { c.cache->open_prompt(n); }, "n"_a,
+          "The next n tokens stored are one prompt: a policy that holds prompts whole (kv_prompt='whole') "
+          "keeps it all, up to capacity, and compresses to the budget at the first store after it. The engine "
+          "calls it for every call's prompt.")
       .def("slots", [](const PyKVCache& c, uint32_t l) { return c.cache->slots(l); }, "layer"_a)
       .def("window", [](const PyKVCache& c, uint32_t l) { return c.cache->window(l); }, "layer"_a)
       .def("wraps", [](const PyKVCache& c, uint32_t l) { return c.cache->wraps(l); }, "layer"_a,

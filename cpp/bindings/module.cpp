@@ -47,6 +47,18 @@ std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string
   return out;
 }
 
+namespace {
+// kv_policy's "prompt": "whole" (hold each prompt, compress after it),
+// "stream" (evict as it is stored) or None (the policy's default).
+int prompt_arg(nanobind::handle value) {
+  if (value.is_none()) return -1;
+  const std::string v = nanobind::isinstance<nanobind::str>(value) ? nanobind::cast<std::string>(value) : "";
+  if (v == "whole" || v == "stream") return v == "whole";
+  throw gpu::ArgumentError("kv_cache", "kv_prompt", nanobind::cast<std::string>(nanobind::repr(value)),
+                           "None, 'whole' or 'stream'");
+}
+}  // namespace
+
 kv::KvPolicySpec kv_policy_arg(const std::optional<nanobind::dict>& policy) {
   kv::KvPolicySpec p;
   if (!policy) return p;
@@ -58,8 +70,9 @@ kv::KvPolicySpec kv_policy_arg(const std::optional<nanobind::dict>& policy) {
     else if (k == "recent") p.recent = int_arg("kv_cache", "kv_recent", value);
     else if (k == "window") p.window = uint32_t(int_arg("kv_cache", "kv_window", value));
     else if (k == "pool") p.pool = uint32_t(int_arg("kv_cache", "kv_pool", value));
+    else if (k == "prompt") p.whole_prompt = prompt_arg(value);
     else throw gpu::ArgumentError("kv_cache", "kv_policy", "a key '" + k + "'",
-                                  "policy, budget, sinks, recent, window and pool");
+                                  "policy, budget, sinks, recent, window, pool and prompt");
   }
   return p;
 }

@@ -41,8 +41,10 @@ struct EngineOptions {
   std::vector<uint32_t> kv_v;
   bool kv_rotate = false;  // Hadamard-rotate the quantized layers (kv::LayerLayout::rotate)
   uint32_t kv_residual = 0;  // the caches' residual window (kv::KVCacheSpec::residual)
-  // The caches' eviction policy (kv::KVCacheSpec::policy): a cache then holds
-  // kv_policy.budget tokens in its full layers, whatever capacity it asks for.
+  // The caches' eviction policy (kv::KVCacheSpec::policy): a cache then keeps
+  // kv_policy.budget tokens in its full layers, whatever capacity it asks for
+  // (its capacity: the budget, or with a policy that holds prompts whole the
+  // larger of the two, a prompt's peak).
   kv::KvPolicySpec kv_policy;
 };
 

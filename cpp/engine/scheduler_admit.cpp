@@ -58,6 +58,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     r.fed = match.tokens;
     r.stats.prompt_tokens_cached = match.tokens;
   }
+  c.open_prompt(uint32_t(r.n() - r.fed));  // (a policy that holds prompts whole compresses after it)
   if (!c.owns_pool() && !c.reserve(need)) {  // cannot happen: checked above under the same lock
     restore(r);
     return Admission::wait;

@@ -50,9 +50,13 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
     throw gpu::ArgumentError("kv_cache", "kv_residual", str(spec.residual),
                              "0: a residual window keeps recent tokens of a quantized cache in f16, and every "
                              "layer's K and V are f16 already");
-  const KvPolicySpec& policy = spec.policy;
+  KvPolicySpec& policy = spec.policy;
   if (policy.kind != PolicyKind::none) {
-    check_policy(policy, spec.capacity, spec.max_chunk);
+    if (policy.budget == 0) policy.budget = spec.capacity;
+    if (policy.budget > spec.capacity)
+      throw gpu::ArgumentError("kv_cache", "kv_budget", str(policy.budget),
+                               "at most the capacity (" + str(spec.capacity) + " tokens)");
+    check_policy(policy, policy.budget, spec.max_chunk);
     for (uint32_t l = 0; l < spec.n_layers; ++l)
       if (spec.windows[l] == 0 && pool.k_format(l) == mkv_params::kKvQ2K)
         throw gpu::ArgumentError("kv_cache", "kv_k", "'q2'",
@@ -239,7 +243,7 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
          str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
   if (evicts(layer) && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " evicts (kv_policy '" + policy_name(spec_.policy.kind) + "', budget " +
-         str(spec_.capacity) + " tokens); storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
+         str(spec_.policy.budget) + " tokens); storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
          str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
   if (spec_.windows[layer] != 0 && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " is sliding (window " + str(spec_.windows[layer]) + ", " + str(slots(layer)) +
@@ -254,7 +258,7 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   // Room in the pool (shared by every cache of an engine, or this cache's own;
   // an eviction makes its own room, or raises before encoding anything).
   const uint32_t held = group_of(layer).table->length();
-  const bool evicting = evicts(layer) && n + n_new > spec_.capacity;
+  const bool evicting = evicts(layer) && n + n_new > evict_limit(layer);
   if (!evicting && n + n_new > held && !group_of(layer).table->can_append(n + n_new - held)) {
     const uint32_t g = pool_->group_of(layer);
     const BlockPool& blocks = pool_->blocks(g);
@@ -288,7 +292,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   const uint32_t n = lengths_[layer];
   Group& g = group_of(layer);
   // 2. a full budget evicts first (the first layer of the step, for all)
-  if (g.evicts && counts_[layer] + n_new > spec_.capacity) evict(enc, g, n_new);
+  if (g.evicts && counts_[layer] + n_new > evict_limit(layer)) evict(enc, g, n_new);
   const uint32_t index = counts_[layer];
 
   // 3. room in the group's table (the first layer of a step to get here makes
@@ -418,6 +422,7 @@ void KVCache::truncate(uint32_t n) {
       counts_[l] = n;
     }
   std::fill(lengths_.begin(), lengths_.end(), n);
+  prompt_ = {};  // (a call opens its prompt after rolling back)
   for (uint32_t& lo : ring_lo_) lo = std::min(lo, n);
   canonical_ = std::min(canonical_, n);
   if (block_hashes_.size() > n / kBlockTokens) block_hashes_.resize(n / kBlockTokens);
@@ -438,6 +443,7 @@ void KVCache::reset() {
     if (counts_[l]) clear_scores(l, 0);
   counts_ = lengths_;
   evicted_ = 0;
+  prompt_ = {};
   std::fill(ring_lo_.begin(), ring_lo_.end(), 0u);
   tokens_.clear();
   messages_.clear();

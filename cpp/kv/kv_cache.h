@@ -181,6 +181,16 @@ class KVCache {
   // budget (its observation window; an eviction starts it over).
   bool scores_attention(uint32_t layer) const;
   uint32_t score_rows_from(uint32_t layer, uint32_t n_queries) const;
+  // Tokens a full layer keeps after an eviction (kv_budget; the capacity
+  // without a policy or when none was given).
+  uint32_t budget() const { return spec_.policy.budget ? spec_.policy.budget : spec_.capacity; }
+  // The next n tokens stored are one prompt (the engine says so for each
+  // call's prompt). With a policy that holds prompts (KvPolicySpec::
+  // holds_prompts) the full layers then hold it whole, up to capacity, and the
+  // first store after it (or a prompt opened while they hold more than the
+  // budget) compresses them to the budget, chosen by scores that saw the
+  // whole prompt (snapkv: by its last `window` queries). Otherwise a no-op.
+  void open_prompt(uint32_t n);
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -243,6 +253,11 @@ class KVCache {
     std::shared_ptr<KvPool> pool;
     std::vector<std::vector<uint32_t>> ids;  // per group
   };
+  // The prompt open_prompt announced, as positions of the full layers:
+  // [start, end) (end == 0: none).
+  struct OpenPrompt {
+    uint32_t start = 0, end = 0;
+  };
   struct Checkpoint {
     std::vector<uint32_t> lengths;
     std::vector<int32_t> tokens;
@@ -258,6 +273,7 @@ class KVCache {
     std::vector<std::vector<uint32_t>> kept_pos;
     std::vector<float> scores;
     uint64_t evicted = 0;
+    OpenPrompt prompt;
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
@@ -336,6 +352,9 @@ class KVCache {
   // kv_evict.cpp: the policy's state, the eviction before a store, and what a
   // store adds to it (positions, key scores).
   void init_policy();
+  // The count past which a store into an evicting layer evicts first: the
+  // budget, or inside an open prompt what holds it whole (open_prompt).
+  uint32_t evict_limit(uint32_t layer) const;
   void evict(EncoderSession& enc, Group& g, uint32_t n_new);
   void note_policy_store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, uint32_t index, uint32_t n_new);
   void clear_scores(uint32_t layer, uint32_t from);  // zeroes indices from.. of every head
@@ -356,6 +375,7 @@ class KVCache {
   std::vector<int64_t> score_at_;                // per layer: its place in scores_, -1 without
   gpu::BufferPtr moves_;                         // an eviction's kv_move_rows lists, every layer's
   uint64_t evicted_ = 0;
+  OpenPrompt prompt_;
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;
   std::vector<int32_t> tokens_;        // ids fed by an engine

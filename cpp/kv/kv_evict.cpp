@@ -7,9 +7,10 @@
 // a scoring policy a device buffer of one float per (head, index) that the
 // store (keynorm) or the attention (h2o, snapkv) writes.
 //
-// An eviction (before a store of n_new tokens that would pass capacity) runs
+// An eviction (before a store of n_new tokens that would pass the budget, or
+// inside a prompt held whole the prompt's end: evict_limit) runs
 // for every layer of the full group at once (they share the block table): the
-// count drops to keep (kv_policy.h evict_keep: room for the store in whole
+// count drops to keep (kv_policy.h evict_keep of the budget: room for the store in whole
 // blocks, less a step of a sixteenth of the budget when that is more than a
 // block), so decode evicts a block's worth or more at a time, not a token per
 // step: the rule's selection and the copies are paid once per step tokens. Per (layer,
@@ -86,9 +87,34 @@ bool KVCache::scores_attention(uint32_t layer) const {
 uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
   check_layer(layer);
   if (spec_.policy.kind != PolicyKind::snapkv) return 0;
-  const uint32_t first_index = counts_[layer] - n_queries;  // of the step's queries (stored already)
-  const uint32_t observed = spec_.capacity > spec_.policy.window ? spec_.capacity - spec_.policy.window : 0;
+  const uint32_t count = counts_[layer], length = lengths_[layer];  // the step's queries are stored already
+  const uint32_t first_index = count - n_queries;
+  // the observation window: the last `window` indices before the eviction to
+  // come, at the budget or, inside an open prompt, at the prompt's end
+  uint32_t end = budget();
+  if (length > prompt_.start && length <= prompt_.end)
+    end = uint32_t(std::min<uint64_t>(spec_.capacity, uint64_t(count) + (prompt_.end - length)));
+  const uint32_t observed = end > spec_.policy.window ? end - spec_.policy.window : 0;
   return observed > first_index ? std::min(observed - first_index, n_queries) : 0;
+}
+
+void KVCache::open_prompt(uint32_t n) {
+  prompt_ = {};
+  uint32_t full = spec_.n_layers;
+  for (uint32_t l = 0; l < spec_.n_layers && full == spec_.n_layers; ++l)
+    if (evicts(l)) full = l;
+  if (n == 0 || full == spec_.n_layers || !spec_.policy.holds_prompts()) return;
+  prompt_.start = lengths_[full];
+  prompt_.end = uint32_t(std::min<uint64_t>(uint64_t(prompt_.start) + n, ~uint32_t(0)));
+}
+
+uint32_t KVCache::evict_limit(uint32_t layer) const {
+  const uint32_t c = counts_[layer], len = lengths_[layer], b = budget();
+  // inside the open prompt: past its first store, or at it when no earlier
+  // prompt waits to be compressed (a count over the budget) first
+  const bool inside = len >= prompt_.start && len < prompt_.end && (len > prompt_.start || c <= b);
+  if (!inside) return b;
+  return uint32_t(std::max<uint64_t>(b, std::min<uint64_t>(spec_.capacity, uint64_t(c) + (prompt_.end - len))));
 }
 
 void KVCache::clear_scores(uint32_t layer, uint32_t from) {
@@ -107,7 +133,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     if (counts_[l] != count)
       fail("layer " + str(l) + " holds " + str(counts_[l]) + " tokens and layer " + str(g.layers[0]) + " " +
            str(count) + "; an eviction (kv_policy) runs for the full layers together: store them in step");
-  const uint32_t keep = evict_keep(spec_.capacity, n_new);
+  const uint32_t keep = evict_keep(budget(), n_new);
   const uint32_t cap = spec_.capacity, H = spec_.n_kv_heads;
   const size_t per_layer = size_t(H) * cap;
 
@@ -224,6 +250,7 @@ void KVCache::save_policy(Checkpoint& cp) const {
   cp.counts = counts_;
   cp.kept_pos = kept_pos_;
   cp.evicted = evicted_;
+  cp.prompt = prompt_;
   cp.scores.clear();
   if (scores_) {
     cp.scores.resize(scores_->length() / sizeof(float));
@@ -235,6 +262,7 @@ void KVCache::restore_policy(const Checkpoint& cp) {
   counts_ = cp.counts;
   kept_pos_ = cp.kept_pos;
   evicted_ = cp.evicted;
+  prompt_ = cp.prompt;
   if (scores_) scores_->write(0, cp.scores.data(), scores_->length());
 }
 

@@ -19,6 +19,16 @@
 //   snapkv     score = the attention of the last `window` queries, summed over
 //              them and the group's query heads, max-pooled over `pool`
 //              neighbouring positions; recent by default `window`
+//
+// When a policy evicts (KVCache, kv_evict.cpp): a cache holds at most its
+// budget, except while a prompt is open (KVCache::open_prompt, which the
+// engine calls for each call's prompt) with whole_prompt set: then it holds
+// the whole prompt (up to its capacity) and the first store after it compresses
+// to the budget. That is SnapKV as published: the prompt's last `window`
+// queries (typically the question) choose what of it stays, at the price of
+// a prompt-sized peak. Without whole_prompt a prompt is evicted as it is
+// stored (fixed memory from the first token; the choice cannot know the
+// prompt's end). snapkv defaults to whole, the others to streamed.
 #pragma once
 
 #include <algorithm>
@@ -36,7 +46,10 @@ struct KvPolicySpec {
   int64_t recent = -1;   // -1: the policy's default (above)
   uint32_t window = 32;  // snapkv: the observation window (queries)
   uint32_t pool = 7;     // snapkv: max-pooling width over positions (odd; 1: none)
-  uint32_t budget = 0;   // engine options: the tokens a cache keeps (its capacity); 0: the capacity asked for
+  uint32_t budget = 0;   // the tokens a cache keeps; 0: its capacity
+  int whole_prompt = -1;  // hold each prompt whole, compress after it (above); -1: the policy's default
+
+  bool holds_prompts() const { return whole_prompt < 0 ? kind == PolicyKind::snapkv : whole_prompt != 0; }
 };
 
 PolicyKind parse_policy(const std::string& name);  // "" | "none" | "streaming" | ...; ArgumentError otherwise

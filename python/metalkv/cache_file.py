@@ -18,7 +18,8 @@ layers by index instead: `layer.<l>.k`/`v` (and params) hold the rows of its
 count indices in index order, `layer.<l>.positions` (n_kv_heads, count)
 uint32 the position each index holds per KV head, `layer.<l>.scores` the
 policy's float32 scores (a scoring policy); `kv_policy` in the metadata (the
-policy's options, its budget being `capacity`), `counts` per layer. It comes
+policy's options with its budget and prompt mode; files before them: the budget
+is `capacity`, prompts streamed), `counts` per layer. It comes
 back with the same budget, kept tokens, positions and scores.
 
 A cache with a residual window (kv_residual) also keeps, per layer that has
@@ -322,8 +323,9 @@ def _policy(meta: dict, path: str) -> dict:
         return dict(kv_policy="none")
     if not isinstance(opts, dict) or not {"policy", "sinks", "recent", "window"} <= opts.keys():
         raise CacheFileError(f"[cache_file] {path}: kv_policy {meta['kv_policy']} is not a policy's options")
-    return dict(kv_policy=opts["policy"], kv_budget=_field(meta, "capacity", path), kv_sinks=opts["sinks"],
-                kv_recent=None if opts["recent"] < 0 else opts["recent"], kv_window=opts["window"])
+    return dict(kv_policy=opts["policy"], kv_budget=opts.get("budget", _field(meta, "capacity", path)),
+                kv_sinks=opts["sinks"], kv_recent=None if opts["recent"] < 0 else opts["recent"],
+                kv_window=opts["window"], kv_prompt=opts.get("prompt", "stream"))
 
 
 def _kept(tensors: dict, path: str, cache, layer: int, count: int) -> tuple:

@@ -71,6 +71,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="latest tokens always kept (default: the policy's own)")
     p.add_argument("--kv-window", type=int, default=32, metavar="N",
                    help="snapkv: queries whose attention picks what stays (default: 32)")
+    p.add_argument("--kv-prompt", default=None, choices=("whole", "stream"),
+                   help="whole: hold each prompt (up to --context) and compress it once read; stream: evict as "
+                        "it is stored (default: whole for snapkv, stream for the others)")
 
 
 def _budget(text: str) -> int | float:
@@ -173,7 +176,7 @@ def _load(args: argparse.Namespace, **kw):
     kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
     kw.setdefault("kv_rotate", kv.kv_rotate)
     kw.setdefault("kv_residual", kv.kv_residual)
-    for name in ("kv_policy", "kv_budget", "kv_sinks", "kv_recent", "kv_window"):
+    for name in ("kv_policy", "kv_budget", "kv_sinks", "kv_recent", "kv_window", "kv_prompt"):
         kw.setdefault(name, getattr(args, name))
     kw.setdefault("context", args.context)
     return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
@@ -192,7 +195,7 @@ def _context_used(cache) -> str:
     if cache.policy == "none":
         return f"context {cache.length(0)}/{cache.capacity} tokens"
     full = next(l for l in range(cache.n_layers) if cache.evicts(l))
-    return (f"{cache.policy}: {cache.count(full)}/{cache.capacity} tokens kept of {cache.length(full)}, "
+    return (f"{cache.policy}: {cache.count(full)}/{cache.budget} tokens kept of {cache.length(full)}, "
             f"{cache.evicted} evicted")
 
 
@@ -308,11 +311,12 @@ def cmd_ppl(args: argparse.Namespace) -> int:
                                                           kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
                                                           kv_residual=kv.residual(engine.config.n_layers))}
     if args.kv_policy:  # (a fraction of --tokens: the cache the text fills)
-        policy = KvPolicy(args.kv_policy, args.kv_budget, args.kv_sinks, args.kv_recent, args.kv_window).check()
+        policy = KvPolicy(args.kv_policy, args.kv_budget, args.kv_sinks, args.kv_recent, args.kv_window,
+                          args.kv_prompt).check()
         kw = dict(kv_k=kv.kv_k, kv_v=kv.kv_v, kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
                   kv_residual=kv.residual(engine.config.n_layers), kv_policy=policy.kv_policy,
                   kv_budget=policy.budget(args.tokens), kv_sinks=policy.kv_sinks, kv_recent=policy.kv_recent,
-                  kv_window=policy.kv_window)
+                  kv_window=policy.kv_window, kv_prompt=policy.kv_prompt)
         name = policy.describe(args.tokens)
         candidates = {f"{label}; {name}" if kv.quantized else name: kw}
     results = score(engine, ids, candidates, chunk=args.chunk)

