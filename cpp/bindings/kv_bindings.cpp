@@ -226,9 +226,10 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "and queries before storing (append's k and v are scratch then; attention's output needs ops.hadamard). "
           "kv_residual: a residual window of that many recent tokens (a multiple of 32) kept in f16 beside the "
           "quantized layers (q2 needs one); appends then take at most max_chunk tokens. kv_policy: "
-          "dict(policy='streaming'|'keynorm'|'h2o'|'snapkv', sinks=4, recent=-1, window=32, pool=7): the full "
-          "layers then keep at most `capacity` tokens, evicting by that rule (docs/KV_POLICIES.md); appends take "
-          "at most max_chunk tokens.")
+          "dict(policy='streaming'|'keynorm'|'h2o'|'snapkv'|'pyramidkv', budget=capacity, sinks=4, recent=-1, "
+          "window=32, pool=7, prompt=None): the full layers then keep at most `budget` tokens (pyramidkv: a "
+          "budget per layer, `budget` on average; prompt='whole': more while a prompt is open, up to capacity), "
+          "evicting by that rule (docs/KV_POLICIES.md); appends take at most max_chunk tokens.")
       .def("append", &append, "layer"_a, "k"_a, "v"_a, nb::kw_only(), "rope"_a = nb::none(), "q"_a = nb::none(),
            "Stores k, v (n, n_kv_heads, head_dim) float32 at positions length(layer)...; "
            "rope=dict(style='neox'|'interleaved', inv_freq=float32 (rotary_dim/2,), rotary_dim=...) "
@@ -348,6 +349,8 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
           "The eviction policy as KVCache's kv_policy dict (None without one).")
       .def_prop_ro("budget", [](const PyKVCache& c) { return c.cache->budget(); },
                    "Tokens a full layer keeps after an eviction (kv_budget; the capacity without a policy).")
+      .def("layer_budget", [](const PyKVCache& c, uint32_t l) { return c.cache->budget(l); }, "layer"_a,
+           "A full layer's own budget (pyramidkv's fall from the first layer to the last; the others: budget).")
       .def(
           "open_prompt", [](PyKVCache& c, uint32_t n) { c.cache->open_prompt(n); }, "n"_a,
           "The next n tokens stored are one prompt: a policy that holds prompts whole (kv_prompt='whole') "

@@ -56,20 +56,28 @@ std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath 
                                               const std::vector<uint32_t>* kv_v, const bool* kv_rotate,
                                               const uint32_t* kv_residual,
                                               const kv::KvPolicySpec* kv_policy) const {
-  const kv::KvPolicySpec& policy = kv_policy ? *kv_policy : options_.kv_policy;
-  // A policy cache holds its budget (its pool no more), or one that holds its
-  // prompts whole the capacity asked for (a prompt's peak) and keeps its budget.
-  const uint32_t budget = policy.kind != kv::PolicyKind::none && policy.budget ? policy.budget : capacity;
-  capacity = policy.kind != kv::PolicyKind::none && policy.holds_prompts() ? std::max(capacity, budget) : budget;
+  kv::KvPolicySpec policy = kv_policy ? *kv_policy : options_.kv_policy;
+  const bool evicts = policy.kind != kv::PolicyKind::none;
+  if (evicts && !policy.budget) policy.budget = capacity;
   kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store, kv_k ? *kv_k : options_.kv_k,
                                             kv_v ? *kv_v : options_.kv_v, kv_rotate ? *kv_rotate : options_.kv_rotate,
                                             kv_residual ? *kv_residual : options_.kv_residual, policy);
-  // A budget below a prefill chunk's room takes smaller chunks (the scheduler
-  // cuts a policy cache's prompt to its max_chunk) rather than an error.
-  const uint64_t room = uint64_t(policy.sinks) + kv::kBlockTokens;
-  if (policy.kind != kv::PolicyKind::none && budget > room)
-    spec.max_chunk = uint32_t(std::min<uint64_t>(spec.max_chunk, budget - room));
-  if (kv_pool_) {
+  if (evicts) {
+    // A policy cache holds its budget (its largest layer's: pyramidkv), its
+    // pool no more; one that holds its prompts whole the capacity asked for (a
+    // prompt's peak) and keeps its budget.
+    uint32_t least = policy.budget, most = 0;
+    for (uint32_t b : kv::layer_budgets(policy, spec.windows))
+      if (b) least = std::min(least, b), most = std::max(most, b);
+    most = std::max(most, policy.budget);
+    spec.capacity = policy.holds_prompts() ? std::max(capacity, most) : most;
+    // A budget below a prefill chunk's room takes smaller chunks (the scheduler
+    // cuts a policy cache's prompt to its max_chunk) rather than an error.
+    const uint64_t room = uint64_t(policy.sinks) + kv::kBlockTokens;
+    if (least > room) spec.max_chunk = uint32_t(std::min<uint64_t>(spec.max_chunk, least - room));
+  }
+  // (pyramidkv's layers keep blocks of their own: never the engine's shared pool)
+  if (kv_pool_ && policy.kind != kv::PolicyKind::pyramidkv) {
     const kv::KvPoolSpec& p = kv_pool_->spec();
     for (uint32_t l = 0; l < spec.n_layers; ++l)
       if ((spec.k_formats.empty() ? 0u : spec.k_formats[l]) != p.k_format(l) ||

@@ -56,7 +56,15 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
     if (policy.budget > spec.capacity)
       throw gpu::ArgumentError("kv_cache", "kv_budget", str(policy.budget),
                                "at most the capacity (" + str(spec.capacity) + " tokens)");
-    check_policy(policy, policy.budget, spec.max_chunk);
+    // every full layer's budget (pyramidkv's differ) within the rule's limits and the capacity
+    uint32_t least = policy.budget, most = 0;
+    for (uint32_t b : layer_budgets(policy, spec.windows))
+      if (b) least = std::min(least, b), most = std::max(most, b);
+    check_policy(policy, least, spec.max_chunk);
+    if (most > spec.capacity)
+      throw gpu::ArgumentError("kv_cache", "capacity", str(spec.capacity),
+                               "at least the largest layer's budget (" + str(most) + " tokens) with kv_policy='" +
+                                   policy_name(policy.kind) + "'");
     for (uint32_t l = 0; l < spec.n_layers; ++l)
       if (spec.windows[l] == 0 && pool.k_format(l) == mkv_params::kKvQ2K)
         throw gpu::ArgumentError("kv_cache", "kv_k", "'q2'",
@@ -76,10 +84,21 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
 
 std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
   check_spec(device, spec);
-  return std::make_shared<KvPool>(
-      device, KvPoolSpec{spec.n_kv_heads, spec.head_dim, spec.windows,
-                         KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
-                         spec.v_formats, spec.rotate});
+  KvPoolSpec pool{spec.n_kv_heads, spec.head_dim, spec.windows,
+                  KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
+                  spec.v_formats, spec.rotate};
+  const KvPolicySpec& p = spec.policy;
+  if (p.kind == PolicyKind::pyramidkv) {  // each full layer its own blocks: as many as its budget needs
+    pool.split_full = true;
+    const std::vector<uint32_t> group = KvPool::layer_groups(spec.windows, true);
+    const std::vector<uint32_t> budgets = layer_budgets(p, spec.windows);
+    pool.group_blocks.assign(*std::max_element(group.begin(), group.end()) + 1, 0);
+    for (uint32_t l = 0; l < spec.n_layers; ++l) {
+      const uint32_t held = spec.windows[l] || p.holds_prompts() ? spec.capacity : budgets[l];
+      pool.group_blocks[group[l]] = group_blocks(spec.windows[l], held, spec.max_chunk);
+    }
+  }
+  return std::make_shared<KvPool>(device, std::move(pool));
 }
 
 }  // namespace
@@ -109,6 +128,9 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
            kv_format_name(p.v_format(l)) + "; the cache asks for other formats");
   if (p.rotate != spec_.rotate)
     fail(std::string("the shared pool is ") + (p.rotate ? "" : "not ") + "rotated (kv_rotate); the cache asks otherwise");
+  if (p.split_full != (spec_.policy.kind == PolicyKind::pyramidkv))
+    fail("kv_policy='pyramidkv' keeps a budget per layer in blocks of its own: its caches need their own pool, "
+         "and a pool made for one serves no other policy");
   init_groups();
 }
 

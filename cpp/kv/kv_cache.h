@@ -184,6 +184,8 @@ class KVCache {
   // Tokens a full layer keeps after an eviction (kv_budget; the capacity
   // without a policy or when none was given).
   uint32_t budget() const { return spec_.policy.budget ? spec_.policy.budget : spec_.capacity; }
+  // A full layer's own (pyramidkv: kv_policy.h layer_budgets; the others: budget()).
+  uint32_t budget(uint32_t layer) const;
   // The next n tokens stored are one prompt (the engine says so for each
   // call's prompt). With a policy that holds prompts (KvPolicySpec::
   // holds_prompts) the full layers then hold it whole, up to capacity, and the
@@ -333,6 +335,10 @@ class KVCache {
     std::vector<uint32_t> layers;
     std::unique_ptr<BlockTable> table;
     gpu::BufferPtr mirror;  // uint32 per logical block
+    // An eviction's kv_move_rows lists, every layer's: the group's own (the
+    // groups of a pyramidkv cache evict in one step, one command buffer).
+    gpu::BufferPtr moves;
+    gpu::BufferPtr move_table;  // the table as the moves read it (kv_evict.cpp)
   };
   void init_groups();
   void check_layer(uint32_t layer) const;
@@ -370,10 +376,10 @@ class KVCache {
   std::vector<Group> groups_;  // per group of the pool
   std::vector<uint32_t> lengths_;
   std::vector<uint32_t> counts_;                 // per layer: see count()
+  std::vector<uint32_t> budgets_;                // per layer with a policy: budget(layer) (0: sliding)
   std::vector<std::vector<uint32_t>> kept_pos_;  // evicting layers: (n_kv_heads, capacity) positions
   gpu::BufferPtr scores_;                        // a scoring policy's: (n_kv_heads, capacity) float per layer
   std::vector<int64_t> score_at_;                // per layer: its place in scores_, -1 without
-  gpu::BufferPtr moves_;                         // an eviction's kv_move_rows lists, every layer's
   uint64_t evicted_ = 0;
   OpenPrompt prompt_;
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only

@@ -33,8 +33,14 @@ using detail::fail;
 using detail::Lock;
 using detail::str;
 
+uint32_t KVCache::budget(uint32_t layer) const {
+  check_layer(layer);
+  return budgets_.empty() || budgets_[layer] == 0 ? budget() : budgets_[layer];
+}
+
 void KVCache::init_policy() {
   const KvPolicySpec& p = spec_.policy;
+  budgets_ = p.kind == PolicyKind::none ? std::vector<uint32_t>{} : layer_budgets(p, spec_.windows);
   counts_.assign(spec_.n_layers, 0);
   kept_pos_.assign(spec_.n_layers, {});
   score_at_.assign(spec_.n_layers, -1);
@@ -86,12 +92,12 @@ bool KVCache::scores_attention(uint32_t layer) const {
 
 uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
   check_layer(layer);
-  if (spec_.policy.kind != PolicyKind::snapkv) return 0;
+  if (!spec_.policy.observes()) return 0;
   const uint32_t count = counts_[layer], length = lengths_[layer];  // the step's queries are stored already
   const uint32_t first_index = count - n_queries;
   // the observation window: the last `window` indices before the eviction to
   // come, at the budget or, inside an open prompt, at the prompt's end
-  uint32_t end = budget();
+  uint32_t end = budget(layer);
   if (length > prompt_.start && length <= prompt_.end)
     end = uint32_t(std::min<uint64_t>(spec_.capacity, uint64_t(count) + (prompt_.end - length)));
   const uint32_t observed = end > spec_.policy.window ? end - spec_.policy.window : 0;
@@ -109,7 +115,7 @@ void KVCache::open_prompt(uint32_t n) {
 }
 
 uint32_t KVCache::evict_limit(uint32_t layer) const {
-  const uint32_t c = counts_[layer], len = lengths_[layer], b = budget();
+  const uint32_t c = counts_[layer], len = lengths_[layer], b = budget(layer);
   // inside the open prompt: past its first store, or at it when no earlier
   // prompt waits to be compressed (a count over the budget) first
   const bool inside = len >= prompt_.start && len < prompt_.end && (len > prompt_.start || c <= b);
@@ -133,14 +139,19 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     if (counts_[l] != count)
       fail("layer " + str(l) + " holds " + str(counts_[l]) + " tokens and layer " + str(g.layers[0]) + " " +
            str(count) + "; an eviction (kv_policy) runs for the full layers together: store them in step");
-  const uint32_t keep = evict_keep(budget(), n_new);
+  const uint32_t keep = evict_keep(budget(g.layers[0]), n_new);  // (a group's layers share a budget)
   const uint32_t cap = spec_.capacity, H = spec_.n_kv_heads;
   const size_t per_layer = size_t(H) * cap;
 
-  // 1. per layer and head, the rule's choice and the moves it makes (every
-  // layer's scores read, and written back moved, in one copy each)
-  std::vector<float> all_scores(scores_ ? scores_->length() / sizeof(float) : 0);
-  if (scores_) scores_->read(0, all_scores.data(), all_scores.size() * sizeof(float));
+  // 1. per layer and head, the rule's choice and the moves it makes (the
+  // group's layers' scores, one run of the buffer, read and written back
+  // moved in one copy each)
+  int64_t lo = -1, hi = -1;  // the group's layers' places in scores_
+  for (uint32_t l : g.layers)
+    if (score_at_[l] >= 0) lo = lo < 0 ? score_at_[l] : std::min(lo, score_at_[l]), hi = std::max(hi, score_at_[l] + 1);
+  const size_t scores_from = lo < 0 ? 0 : size_t(lo) * per_layer * sizeof(float);
+  std::vector<float> all_scores(lo < 0 ? 0 : size_t(hi - lo) * per_layer);
+  if (!all_scores.empty()) scores_->read(scores_from, all_scores.data(), all_scores.size() * sizeof(float));
   // The positions are worked on in a copy: nothing of the cache changes before
   // make_writable below has found its blocks (it raises when the pool is short).
   std::vector<std::vector<uint32_t>> kept_pos(g.layers.size());
@@ -153,7 +164,8 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     kept_pos[i] = kept_pos_[l];
     for (uint32_t h = 0; h < H; ++h) {
       uint32_t* pos = kept_pos[i].data() + size_t(h) * cap;
-      float* sc = score_at_[l] >= 0 ? all_scores.data() + size_t(score_at_[l]) * per_layer + size_t(h) * cap : nullptr;
+      float* sc = score_at_[l] >= 0 ? all_scores.data() + size_t(score_at_[l] - lo) * per_layer + size_t(h) * cap
+                                    : nullptr;
       const std::vector<uint32_t> kept = select_kept(spec_.policy, pos, sc, count, keep);
       std::vector<uint8_t> is_kept(count, 0);
       for (uint32_t k : kept) is_kept[k] = 1;
@@ -168,7 +180,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
         ++hole;
       }
       // (snapkv observes anew from here on; the others' scores stay with their rows)
-      if (sc) std::fill(sc + (spec_.policy.kind == PolicyKind::snapkv ? 0 : keep), sc + cap, 0.0f);
+      if (sc) std::fill(sc + (spec_.policy.observes() ? 0 : keep), sc + cap, 0.0f);
     }
   }
 
@@ -186,13 +198,23 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   if (!copies.empty()) sync_table(g, 0);
   encode_copies(enc, g, copies);
 
-  // 3. the moves (one list for every layer, in a buffer kept for them), then
+  // 3. the moves (one list for every layer, in the group's buffer), then
   // the blocks past keep go
-  if (scores_) scores_->write(0, all_scores.data(), all_scores.size() * sizeof(float));
+  if (!all_scores.empty()) scores_->write(scores_from, all_scores.data(), all_scores.size() * sizeof(float));
   for (size_t i = 0; i < g.layers.size(); ++i) kept_pos_[g.layers[i]] = std::move(kept_pos[i]);
   const size_t list_bytes = size_t(g.layers.size()) * per_layer * 3 * sizeof(uint32_t);  // the most moves
-  if (!moves_ || moves_->length() < list_bytes) moves_ = device_->new_buffer(list_bytes);
-  if (!moves.empty()) moves_->write(0, moves.data(), moves.size() * sizeof(uint32_t));
+  if (!g.moves || g.moves->length() < list_bytes) g.moves = device_->new_buffer(list_bytes);
+  if (!moves.empty()) g.moves->write(0, moves.data(), moves.size() * sizeof(uint32_t));
+  // The moves read their sources through the table as it is now, in a copy:
+  // the store after this may put another block where the shrink below lets
+  // one go (over a shared pool a checkpoint keeps that one, and the new id
+  // differs), and the mirror it writes is read when the moves run, later.
+  const std::vector<int64_t>& blocks = g.table->blocks();
+  std::vector<uint32_t> ids(blocks.size());
+  for (size_t b = 0; b < ids.size(); ++b) ids[b] = blocks[b] < 0 ? 0u : uint32_t(blocks[b]);
+  if (!g.move_table || g.move_table->length() < ids.size() * sizeof(uint32_t))
+    g.move_table = device_->new_buffer(std::max<size_t>(ids.size(), ops::ceil_div(cap, B)) * sizeof(uint32_t));
+  if (!moves.empty()) g.move_table->write(0, ids.data(), ids.size() * sizeof(uint32_t));
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const uint32_t l = g.layers[i];
     counts_[l] = keep;
@@ -200,11 +222,12 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     if (n_moves == 0) continue;
     const LayerLayout lay = layout(l);
     const ops::KvMoveDesc d{n_moves, H, spec_.head_dim, lay.k_format, lay.v_format, lay.slots, count};
-    ops::kv_move_rows(enc.compute(), *device_, region(l), table(l), {moves_, first_move[i] * 3 * sizeof(uint32_t)}, d);
+    ops::kv_move_rows(enc.compute(), *device_, region(l), {g.move_table, 0}, {g.moves, first_move[i] * 3 * sizeof(uint32_t)},
+                      d);
   }
   {
     Lock lock(pool_->mutex());
-    g.table->shrink(keep);  // the moves read past keep: the pool hands those blocks out after them
+    g.table->shrink(keep);  // (the moves read past keep through move_table: the pool hands those blocks out after them)
   }
   evicted_ += count - keep;
 }

@@ -19,7 +19,8 @@ struct Named {
 constexpr Named kPolicies[] = {{PolicyKind::streaming, "streaming"},
                                {PolicyKind::keynorm, "keynorm"},
                                {PolicyKind::h2o, "h2o"},
-                               {PolicyKind::snapkv, "snapkv"}};
+                               {PolicyKind::snapkv, "snapkv"},
+                               {PolicyKind::pyramidkv, "pyramidkv"}};
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
@@ -46,14 +47,30 @@ std::string policy_names_text() {
 }
 
 bool policy_scores_keys(PolicyKind kind) { return kind == PolicyKind::keynorm; }
-bool policy_scores_attention(PolicyKind kind) { return kind == PolicyKind::h2o || kind == PolicyKind::snapkv; }
+bool policy_scores_attention(PolicyKind kind) {
+  return kind == PolicyKind::h2o || kind == PolicyKind::snapkv || kind == PolicyKind::pyramidkv;
+}
+
+std::vector<uint32_t> layer_budgets(const KvPolicySpec& p, const std::vector<uint32_t>& windows) {
+  std::vector<uint32_t> out(windows.size(), 0);
+  const uint32_t n_full = uint32_t(std::count(windows.begin(), windows.end(), 0u));
+  const uint64_t fixed = std::max<uint64_t>(2 * uint64_t(p.window), uint64_t(p.sinks) + 64);
+  const bool pyramid = p.kind == PolicyKind::pyramidkv && n_full > 1 && p.budget > fixed;
+  const uint64_t free = pyramid ? p.budget - fixed : 0, lo = free / 20, hi = 2 * free - lo;
+  for (uint32_t l = 0, i = 0; l < windows.size(); ++l) {
+    if (windows[l] != 0) continue;
+    out[l] = pyramid ? uint32_t(fixed + hi - i * (hi - lo) / (n_full - 1)) : p.budget;
+    ++i;
+  }
+  return out;
+}
 
 uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep) {
   const uint32_t free = n_keep > p.sinks ? n_keep - p.sinks : 0;
   if (p.kind == PolicyKind::streaming) return free;
   const int64_t want = p.recent >= 0                    ? p.recent
                        : p.kind == PolicyKind::h2o    ? int64_t(n_keep / 2)
-                       : p.kind == PolicyKind::snapkv ? int64_t(p.window)
+                       : p.observes()                 ? int64_t(p.window)
                                                         : 32;
   return uint32_t(std::min<int64_t>(want, free));
 }
@@ -68,9 +85,9 @@ void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk) {
                              "at least kv_sinks + the store's most tokens (max_chunk) + 32 = " + str(least) +
                                  " tokens for kv_policy='" + policy_name(p.kind) +
                                  "' (an eviction keeps room for a whole chunk)");
-  if (p.kind == PolicyKind::snapkv && (p.window == 0 || p.window > budget / 2))
+  if (p.observes() && (p.window == 0 || p.window > budget / 2))
     throw gpu::ArgumentError(kOp, "kv_window", str(p.window), "1 .. kv_budget / 2 (" + str(budget / 2) + ") queries");
-  if (p.kind == PolicyKind::snapkv && (p.pool == 0 || p.pool % 2 == 0))
+  if (p.observes() && (p.pool == 0 || p.pool % 2 == 0))
     throw gpu::ArgumentError(kOp, "kv_pool", str(p.pool), "an odd width >= 1 (1: no pooling)");
   if (p.recent < -1) throw gpu::ArgumentError(kOp, "kv_recent", std::to_string(p.recent), "None or >= 0 tokens");
 }
@@ -109,7 +126,7 @@ std::vector<uint32_t> select_kept(const KvPolicySpec& p, const uint32_t* positio
       take(n_keep - kept, later);
     } else {
       std::vector<float> s(scores, scores + n);
-      if (p.kind == PolicyKind::snapkv && p.pool > 1) {  // max over neighbouring positions
+      if (p.observes() && p.pool > 1) {  // max over neighbouring positions
         std::vector<uint64_t> keyed(n);  // (position, index) in one word: a plain integer sort
         for (uint32_t i = 0; i < n; ++i) keyed[i] = uint64_t(positions[i]) << 32 | i;
         std::sort(keyed.begin(), keyed.end());

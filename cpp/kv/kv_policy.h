@@ -19,6 +19,8 @@
 //   snapkv     score = the attention of the last `window` queries, summed over
 //              them and the group's query heads, max-pooled over `pool`
 //              neighbouring positions; recent by default `window`
+//   pyramidkv  snapkv's score and rule with a budget per full layer (layer_budgets)
+//              that falls from the first to the last, averaging the budget
 //
 // When a policy evicts (KVCache, kv_evict.cpp): a cache holds at most its
 // budget, except while a prompt is open (KVCache::open_prompt, which the
@@ -38,27 +40,35 @@
 
 namespace mkv::kv {
 
-enum class PolicyKind : uint32_t { none, streaming, keynorm, h2o, snapkv };
+enum class PolicyKind : uint32_t { none, streaming, keynorm, h2o, snapkv, pyramidkv };
 
 struct KvPolicySpec {
   PolicyKind kind = PolicyKind::none;
   uint32_t sinks = 4;
   int64_t recent = -1;   // -1: the policy's default (above)
-  uint32_t window = 32;  // snapkv: the observation window (queries)
-  uint32_t pool = 7;     // snapkv: max-pooling width over positions (odd; 1: none)
+  uint32_t window = 32;  // snapkv, pyramidkv: the observation window (queries)
+  uint32_t pool = 7;     // snapkv, pyramidkv: max-pooling width over positions (odd; 1: none)
   uint32_t budget = 0;   // the tokens a cache keeps; 0: its capacity
   int whole_prompt = -1;  // hold each prompt whole, compress after it (above); -1: the policy's default
 
-  bool holds_prompts() const { return whole_prompt < 0 ? kind == PolicyKind::snapkv : whole_prompt != 0; }
+  bool observes() const { return kind == PolicyKind::snapkv || kind == PolicyKind::pyramidkv; }  // a window's scores
+  bool holds_prompts() const { return whole_prompt < 0 ? observes() : whole_prompt != 0; }
 };
 
 PolicyKind parse_policy(const std::string& name);  // "" | "none" | "streaming" | ...; ArgumentError otherwise
 const char* policy_name(PolicyKind kind);
-std::string policy_names_text();  // "streaming, keynorm, h2o or snapkv"
+std::string policy_names_text();  // "streaming, keynorm, h2o, snapkv or pyramidkv"
 // Whether the policy reads a score per token (keynorm: the store writes it;
 // h2o, snapkv: the attention kernels).
 bool policy_scores_keys(PolicyKind kind);
 bool policy_scores_attention(PolicyKind kind);
+// The budget of each layer (windows: per layer, 0 = full; a sliding layer's:
+// 0, it keeps its window). pyramidkv (PyramidKV's arithmetic split): with
+// fixed = max(2 * window, sinks + 64) and free = budget - fixed, the i-th of F
+// full layers gets fixed + hi - i * (hi - lo) / (F - 1), lo = free / 20 and
+// hi = 2 * free - lo: the first twice the free part less a twentieth of it,
+// the last a twentieth, about `budget` on average. The others: budget.
+std::vector<uint32_t> layer_budgets(const KvPolicySpec& p, const std::vector<uint32_t>& windows);
 // The protected recent tokens for a budget of n_keep.
 uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep);
 // ArgumentError for options the policy cannot take with this budget (tokens

@@ -24,6 +24,31 @@ std::vector<uint32_t> group_windows(const std::vector<uint32_t>& windows) {
 
 }  // namespace
 
+std::vector<uint32_t> KvPool::layer_groups(const std::vector<uint32_t>& windows, bool split_full) {
+  std::vector<uint32_t> out, group_window;  // group_window: a sliding group's window (full groups: none)
+  uint32_t n_groups = 0, shared_full = ~0u;
+  for (uint32_t w : windows) {
+    if (w == 0 && split_full) {
+      out.push_back(n_groups++);
+      group_window.push_back(~0u);
+      continue;
+    }
+    if (w == 0 && shared_full != ~0u) {
+      out.push_back(shared_full);
+      continue;
+    }
+    const auto it = std::find(group_window.begin(), group_window.end(), w);
+    if (w != 0 && it != group_window.end()) {
+      out.push_back(uint32_t(it - group_window.begin()));
+      continue;
+    }
+    if (w == 0) shared_full = n_groups;
+    out.push_back(n_groups++);
+    group_window.push_back(w == 0 ? ~0u : w);
+  }
+  return out;
+}
+
 std::vector<uint32_t> KvPool::sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,
                                               uint32_t max_chunk) {
   std::vector<uint32_t> out;
@@ -47,16 +72,15 @@ void KvPoolSpec::check_formats() const {
 }
 
 size_t KvPool::pool_bytes(const KvPoolSpec& spec) {
-  const std::vector<uint32_t> gw = group_windows(spec.windows);
+  const std::vector<uint32_t> group = layer_groups(spec.windows, spec.split_full);
   size_t total = 0;
-  for (uint32_t l = 0; l < spec.windows.size(); ++l) {
-    const size_t g = std::find(gw.begin(), gw.end(), spec.windows[l]) - gw.begin();
-    total += spec.layout(l, spec.group_blocks.at(g) * kBlockTokens).nbytes();
-  }
+  for (uint32_t l = 0; l < spec.windows.size(); ++l)
+    total += spec.layout(l, spec.group_blocks.at(group[l]) * kBlockTokens).nbytes();
   return total;
 }
 
 KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chunk, size_t bytes) {
+  if (s.split_full) fail("a shared pool groups its full layers together (split_full is for a cache's own pool)");
   const std::vector<uint32_t> gw = group_windows(s.windows);
   s.group_blocks = sequence_blocks(s.windows, capacity, max_chunk);
   const std::vector<uint32_t> one = s.group_blocks;
@@ -99,16 +123,16 @@ KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) 
   if (spec_.windows.empty() || spec_.n_kv_heads == 0 || spec_.head_dim == 0)
     fail("n_layers, n_kv_heads and head_dim must be positive");
   spec_.check_formats();
-  const std::vector<uint32_t> gw = group_windows(spec_.windows);
-  if (spec_.group_blocks.size() != gw.size())
-    fail("group_blocks has " + str(spec_.group_blocks.size()) + " entries; the windows make " + str(gw.size()) +
+  group_index_ = layer_groups(spec_.windows, spec_.split_full);
+  const size_t n_groups = group_index_.empty() ? 0 : *std::max_element(group_index_.begin(), group_index_.end()) + 1;
+  if (spec_.group_blocks.size() != n_groups)
+    fail("group_blocks has " + str(spec_.group_blocks.size()) + " entries; the windows make " + str(n_groups) +
          " groups");
-  for (size_t g = 0; g < gw.size(); ++g)
-    groups_.push_back(Group{gw[g], {}, std::make_unique<BlockPool>(spec_.group_blocks[g])});
+  for (size_t g = 0; g < n_groups; ++g) groups_.push_back(Group{0, {}, std::make_unique<BlockPool>(spec_.group_blocks[g])});
   for (uint32_t l = 0; l < spec_.windows.size(); ++l) {
-    const uint32_t g = uint32_t(std::find(gw.begin(), gw.end(), spec_.windows[l]) - gw.begin());
+    const uint32_t g = group_index_[l];
+    groups_[g].window = spec_.windows[l];
     groups_[g].layers.push_back(l);
-    group_index_.push_back(g);
     const LayerLayout lay = layout(l);
     // The kernels address a layer's pool with 32-bit byte offsets.
     if (lay.nbytes() >= (uint64_t(1) << 32))

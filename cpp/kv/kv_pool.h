@@ -31,6 +31,7 @@ struct KvPoolSpec {
   std::vector<uint32_t> k_formats;     // per layer (metal/kv_format.h); empty: all f16
   std::vector<uint32_t> v_formats;
   bool rotate = false;                 // Hadamard-rotate the layers whose K or V is quantized
+  bool split_full = false;             // each full layer a group of its own (per-layer budgets: pyramidkv)
 
   uint32_t k_format(uint32_t layer) const { return k_formats.empty() ? 0u : k_formats.at(layer); }
   uint32_t v_format(uint32_t layer) const { return v_formats.empty() ? 0u : v_formats.at(layer); }
@@ -47,6 +48,9 @@ class KvPool {
  public:
   KvPool(gpu::DevicePtr device, KvPoolSpec spec);  // raises GpuError "[kv_pool] ..."
 
+  // The group of each layer: by window, in order of first appearance, or with
+  // split_full each full layer its own group.
+  static std::vector<uint32_t> layer_groups(const std::vector<uint32_t>& windows, bool split_full = false);
   // The blocks one sequence of `capacity` tokens needs in each group (see
   // kv_layout.h group_blocks), groups in order of first appearance.
   static std::vector<uint32_t> sequence_blocks(const std::vector<uint32_t>& windows, uint32_t capacity,

@@ -70,10 +70,10 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-recent", type=int, default=None, metavar="N",
                    help="latest tokens always kept (default: the policy's own)")
     p.add_argument("--kv-window", type=int, default=32, metavar="N",
-                   help="snapkv: queries whose attention picks what stays (default: 32)")
+                   help="snapkv, pyramidkv: queries whose attention picks what stays (default: 32)")
     p.add_argument("--kv-prompt", default=None, choices=("whole", "stream"),
                    help="whole: hold each prompt (up to --context) and compress it once read; stream: evict as "
-                        "it is stored (default: whole for snapkv, stream for the others)")
+                        "it is stored (default: whole for snapkv and pyramidkv, stream for the others)")
 
 
 def _budget(text: str) -> int | float:

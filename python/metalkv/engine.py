@@ -118,13 +118,14 @@ class Engine:
         queries Hadamard-rotated, which spreads outlier channels; kv_residual: each query reads
         its last kv_residual positions (a multiple of 32) as f16 rows kept beside the quantized
         cache (None: 128 with q2, which needs a window, else 0) (docs/KV_QUANT.md).
-        kv_policy: None, 'streaming', 'keynorm', 'h2o' or 'snapkv': every cache's full layers keep
+        kv_policy: None, 'streaming', 'keynorm', 'h2o', 'snapkv' or 'pyramidkv' (snapkv's with a budget
+        per layer, falling from the first to the last, kv_budget on average): every cache's full layers keep
         at most kv_budget tokens (an int, or a fraction of `context`; default a quarter), evicting
         what the policy ranks lowest, so generation never stops for a full cache; kv_sinks: first
         positions always kept; kv_recent: latest tokens always kept (None: the policy's default);
         kv_window: snapkv's observation window; kv_prompt: 'whole' (hold each prompt, up to `context`,
-        and compress it to the budget once read, chosen by scores that saw all of it; snapkv's
-        default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md)."""
+        and compress it to the budget once read, chosen by scores that saw all of it; snapkv's and
+        pyramidkv's default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)

@@ -96,7 +96,7 @@ class KvFormats:
         return {"kv_k": k, "kv_v": v, "kv_rotate": self.kv_rotate, "kv_residual": self.residual(n_layers)}
 
 
-KV_POLICIES = ("streaming", "keynorm", "h2o", "snapkv")
+KV_POLICIES = ("streaming", "keynorm", "h2o", "snapkv", "pyramidkv")
 
 
 @dataclass(frozen=True)
@@ -110,12 +110,12 @@ class KvPolicy:
                                context (0.25); None: a quarter of the context
         kv_sinks=4             the first positions, always kept
         kv_recent=None         the latest tokens always kept (None: the policy's default)
-        kv_window=32           snapkv: the queries whose attention picks what stays
+        kv_window=32           snapkv, pyramidkv: the queries whose attention picks what stays
         kv_prompt=None         'whole': hold each prompt whole (up to the cache's capacity) and
                                compress to the budget after it, the choice made by scores that
                                saw all of it (SnapKV as published; a prompt-sized peak);
                                'stream': evict as the prompt is stored (the budget from the
-                               first token); None: snapkv whole, the others stream
+                               first token); None: snapkv and pyramidkv whole, the others stream
     """
     kv_policy: str | None = None
     kv_budget: int | float | None = None

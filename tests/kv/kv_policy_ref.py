@@ -16,7 +16,8 @@ def default_recent(policy: dict, n_keep: int) -> int:
         return free
     recent = policy.get("recent", -1)
     if recent < 0:
-        recent = {"h2o": n_keep // 2, "snapkv": policy.get("window", 32)}.get(name, 32)
+        recent = {"h2o": n_keep // 2, "snapkv": policy.get("window", 32),
+                  "pyramidkv": policy.get("window", 32)}.get(name, 32)
     return min(recent, free)
 
 
@@ -24,7 +25,7 @@ def pooled(policy: dict, positions: np.ndarray, scores: np.ndarray) -> np.ndarra
     """snapkv: each score replaced by the largest within `pool` neighbouring
     positions (pool // 2 on each side, in position order)."""
     width = policy.get("pool", 7)
-    if policy["policy"] != "snapkv" or width <= 1:
+    if policy["policy"] not in ("snapkv", "pyramidkv") or width <= 1:
         return scores
     order = np.argsort(positions)
     s = scores[order]
@@ -52,6 +53,27 @@ def select_kept(policy: dict, positions, scores, n_keep: int) -> list[int]:
         rest = sorted((i for i in range(n) if i not in keep), key=lambda i: (-s[i], -positions[i]))
         keep |= set(rest[:n_keep - len(keep)])
     return sorted(keep)
+
+
+def layer_budgets(policy: dict, windows: list[int]) -> list[int]:
+    """Each layer's budget (0 for a sliding one). pyramidkv: PyramidKV's
+    arithmetic split over the full layers, the first the most: above a fixed
+    part (twice the window, and at least the sinks and 64), the last layer
+    gets a twentieth of what is free and the first twice it less that, so the
+    layers average the budget."""
+    budget, full = policy["budget"], [l for l, w in enumerate(windows) if w == 0]
+    out = [0] * len(windows)
+    fixed = max(2 * policy.get("window", 32), policy.get("sinks", 4) + 64)
+    if policy["policy"] != "pyramidkv" or len(full) < 2 or budget <= fixed:
+        for l in full:
+            out[l] = budget
+        return out
+    free = budget - fixed
+    lo = free // 20
+    hi = 2 * free - lo
+    for i, l in enumerate(full):
+        out[l] = fixed + hi - i * (hi - lo) // (len(full) - 1)
+    return out
 
 
 def keep_after_eviction(budget: int, n_new: int) -> int:

@@ -142,6 +142,40 @@ def test_a_prompt_held_whole_is_compressed_after_it(dev):
         metalkv.KVCache(dev, 1, n_kv, d, 256, max_chunk=chunk, kv_policy=dict(policy, budget=300))
 
 
+@pytest.mark.parametrize("budget,window", [(400, 32), (96, 8), (60, 8)])
+def test_pyramidkv_gives_each_layer_its_budget_and_its_own_blocks(dev, budget, window):
+    """pyramidkv over 5 full layers and a sliding one: each full layer's budget
+    is the reference's split (falling, averaging the budget; below the fixed
+    part all equal), its pool holds that budget's blocks (prompts streamed), and
+    through 500 tokens each layer keeps at most its own budget, evicting when it
+    reaches it, by the rule (no attention here: ties, the latest)."""
+    windows = [0, 0, 16, 0, 0, 0]
+    policy = {"policy": "pyramidkv", "budget": budget, "sinks": 4, "window": window, "prompt": "stream"}
+    want = ref.layer_budgets(policy, windows)
+    cap = max(want + [128])  # (a sliding layer wraps in a cache of more than its window's blocks)
+    cache = metalkv.KVCache(dev, 6, 1, 8, cap, windows=windows, max_chunk=8, kv_policy=policy)
+    assert [cache.layer_budget(l) for l in (0, 1, 3, 4, 5)] == [want[l] for l in (0, 1, 3, 4, 5)]
+    full = [want[l] for l in (0, 1, 3, 4, 5)]
+    if budget > 2 * window + 64:
+        assert full == sorted(full, reverse=True) and full[0] > full[-1]
+        assert abs(np.mean(full) - budget) <= 1
+    else:
+        assert full == [budget] * 5
+    for l in (0, 1, 3, 4, 5):
+        assert cache.slots(l) == -(-want[l] // B) * B  # its own blocks, its budget's
+    rng = np.random.default_rng(4)
+    states = {l: ref.HeadState(dict(policy, policy="streaming"), want[l]) for l in (0, 1, 3, 4, 5)}
+    while cache.length(0) < 500:
+        n = int(rng.integers(1, 9))
+        k = rows(rng, 6, n, 1, 8)
+        cache.append_all_layers(k, k)
+        for l, st in states.items():
+            st.store(n)  # (zero scores, ties to the latest: what streaming keeps, with snapkv's recent)
+            assert cache.count(l) <= want[l] and cache.count(l) == len(st.held)
+            assert sorted(cache.kept_positions(l)) == st.held
+    assert cache.count(5) < cache.count(0) or budget <= 2 * window + 64
+
+
 @pytest.mark.parametrize("kv", ["q8", "q4"])
 def test_quantized_rows_move_with_their_parameters(dev, kv):
     """A quantized cache that evicts holds, per kept index, the very bytes the
