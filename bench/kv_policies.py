@@ -33,22 +33,22 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = ROOT.parent / "shared" / "data" / "pride_and_prejudice.txt"
-POLICIES = ["streaming", "keynorm", "h2o", "snapkv"]
+POLICIES = ["streaming", "keynorm", "h2o", "snapkv", "pyramidkv"]
 SHARES = [0.25, 0.5]
 FORMATS = [("q8", "q8", False), ("q4", "q4", True)]  # (K, V, rotated) beside f16, with h2o and snapkv at 25 %
 
 
-def ppl_rows(engine, ids, chunk: int, full_grid: bool) -> list[dict]:
+def ppl_rows(engine, ids, chunk: int, full_grid: bool, policies: list[str], formats: bool) -> list[dict]:
     from metalkv.ppl import format_table, score
 
     n = len(ids) - 1
     cands = {}
     for share in SHARES:
-        for policy in POLICIES:
+        for policy in policies:
             # (prompts streamed: each chunk is a call, and the text is read as decoding reads it)
             cands[f"{policy} {int(100 * share)}%"] = dict(kv_policy=policy, kv_budget=int(share * n), kv_prompt="stream")
-    for k, v, rot in FORMATS:
-        for policy in POLICIES if full_grid else ["h2o", "snapkv"]:
+    for k, v, rot in FORMATS if formats else []:
+        for policy in policies if full_grid else [p for p in policies if p in ("h2o", "snapkv")]:
             for share in SHARES if full_grid else [0.25]:
                 cands[f"{policy} {int(100 * share)}% {k}/{v}{' rot' if rot else ''}"] = dict(
                     kv_policy=policy, kv_budget=int(share * n), kv_prompt="stream", kv_k=k, kv_v=v, kv_rotate=rot)
@@ -144,6 +144,9 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=4096)
     p.add_argument("--chunk", type=int, default=32)
     p.add_argument("--full-grid", action="store_true", help="every policy and share for each quantized format")
+    p.add_argument("--ppl-policies", nargs="+", default=POLICIES, choices=POLICIES,
+                   help="the policies the PPL table runs (default: all)")
+    p.add_argument("--no-formats", action="store_true", help="no quantized-format rows in the PPL table")
     p.add_argument("--placements", type=int, default=50)
     p.add_argument("--length", type=int, default=512)
     p.add_argument("--retrieval-policies", nargs="+", default=["full", "streaming", "h2o", "snapkv"],
@@ -169,7 +172,7 @@ def main() -> int:
     if a.ppl:
         engine = metalkv.Engine.load(device="auto", context=a.tokens + 16, kv_memory=None, progress=False)
         ids = text_ids(engine, str(TEXT), a.tokens)
-        rows = ppl_rows(engine, ids, a.chunk, a.full_grid)
+        rows = ppl_rows(engine, ids, a.chunk, a.full_grid, a.ppl_policies, not a.no_formats)
         ref = llamacpp_f16(ids, a.chunk, engine.config)
         result["ppl"] = dict(command=" ".join(sys.argv), tokens=a.tokens, chunk=a.chunk, rows=rows, llamacpp_f16=ref)
         if a.plot:

@@ -5,7 +5,7 @@ the tokens/s of the last stretch and whether the logits are finite. Memory
 should stay flat once the budget is reached; without a policy the same cache
 would stop at its context (context_full).
 
-    python bench/kv_policy_stress.py --tokens 20000 --policy streaming h2o snapkv keynorm
+    python bench/kv_policy_stress.py --tokens 20000 --policy streaming h2o snapkv keynorm pyramidkv
     python bench/kv_policy_stress.py --quick                  # CI: 600 tokens, default model
     python bench/kv_policy_stress.py --device cuda --random    # a random-weight Llama built with transformers
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ffn", type=int, default=8192)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--policy", nargs="+", default=["streaming", "keynorm", "h2o", "snapkv"])
+    ap.add_argument("--policy", nargs="+", default=["streaming", "keynorm", "h2o", "snapkv", "pyramidkv"])
     ap.add_argument("--tokens", type=int, default=20000, help="tokens generated per policy (default 20000)")
     ap.add_argument("--context", type=int, default=2048, help="context the budget is a share of (default 2048)")
     ap.add_argument("--budget", type=float, default=0.5, help="kv_budget: tokens, or a fraction of --context")

@@ -192,7 +192,7 @@ stage_test_kv_policy() {
 stage_stress_kv_policy() {
   step "eviction policies: flat memory over ${STRESS_TOKENS:-20000} tokens"
   timeout ${ENGINE_S:-420} python3 bench/kv_policy_stress.py --device cuda --random --tokens ${STRESS_TOKENS:-20000} \
-    --context 4096 --budget 0.5 --every 1000 --policy none streaming keynorm h2o snapkv --json "$OUT/kv_policy_stress.json" \
+    --context 4096 --budget 0.5 --every 1000 --policy none streaming keynorm h2o snapkv pyramidkv --json "$OUT/kv_policy_stress.json" \
     > "$OUT/kv_policy_stress.txt" 2>&1
   note "bench/kv_policy_stress.py: rc=$?"
   tail -8 "$OUT/kv_policy_stress.txt"
