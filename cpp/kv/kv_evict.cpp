@@ -11,8 +11,8 @@
 // inside a prompt held whole the prompt's end: evict_limit) runs
 // for every layer of the full group at once (they share the block table): the
 // count drops to keep (kv_policy.h evict_keep of the budget: room for the store in whole
-// blocks, less a step of a sixteenth of the budget when that is more than a
-// block), so decode evicts a block's worth or more at a time, not a token per
+// blocks, and at most the budget less a step of a sixteenth of it, in whole
+// blocks), so decode evicts a block's worth or more at a time, not a token per
 // step: the rule's selection and the copies are paid once per step tokens. Per (layer,
 // head) the rule picks keep indices; the kept rows at indices >= keep move into
 // the dropped ones below keep (one kv_move_rows dispatch per layer, a move per

@@ -76,13 +76,16 @@ uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep);
 void check_policy(const KvPolicySpec& p, uint32_t budget, uint32_t max_chunk);
 
 // Tokens an eviction before a store of n_new keeps of a budget: room for the
-// store in whole blocks, less (step - one block), step = the budget / 16 in
-// whole blocks, at least one: a budget of 2,048 evicts 128 tokens at a time,
-// one of 512 (or below 1,024) 32. check_policy makes it more than the sinks.
+// store in whole blocks, and no more than the budget less a step (in whole
+// blocks), step = the budget / 16 in whole blocks, at least one: a budget of
+// 2,048 evicts 128 tokens at a time, one of 512 (or below 1,024) 32, one of
+// 167 (pyramidkv's top layers) 39, not the 7 to its last whole block. At
+// least a block where the room allows (check_policy makes that more than the sinks).
 inline uint32_t evict_step(uint32_t budget) { return std::max<uint32_t>(32, budget / 16 / 32 * 32); }
 inline uint32_t evict_keep(uint32_t budget, uint32_t n_new) {
-  const uint32_t room = (budget - n_new) / 32 * 32, less = evict_step(budget) - 32;
-  return room > less + 32 ? room - less : std::min<uint32_t>(room, 32);
+  const uint32_t room = (budget - n_new) / 32 * 32, step = evict_step(budget);
+  const uint32_t below = budget > step ? (budget - step) / 32 * 32 : 0;
+  return std::max(std::min(room, below), std::min<uint32_t>(room, 32));
 }
 
 // The kept indices (ascending) of one KV head holding n tokens: positions[i]

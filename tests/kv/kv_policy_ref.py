@@ -78,11 +78,14 @@ def layer_budgets(policy: dict, windows: list[int]) -> list[int]:
 
 def keep_after_eviction(budget: int, n_new: int) -> int:
     """Tokens an eviction before a store of n_new keeps: room for the store in
-    whole blocks, less a step of budget / 16 (whole blocks, at least one) beyond
-    the first block: big budgets evict more at a time."""
+    whole blocks, and at most the budget less a step of budget / 16 (whole
+    blocks, at least one), rounded down to a block: big budgets evict more at a
+    time, and one that is not a whole number of blocks still evicts a step.
+    At least one block where the room has it."""
     step = max(B, budget // 16 // B * B)
     room = (budget - n_new) // B * B
-    return room - (step - B) if room > step else min(room, B)
+    below = max(0, budget - step) // B * B
+    return max(min(room, below), min(room, B))
 
 
 class HeadState:
