@@ -159,7 +159,18 @@ def main() -> int:
                    help="the retrieval test's policies hold the prompt whole, stream it, or both (the default)")
     p.add_argument("--out", default=None, help="directory for kv_policies.json")
     p.add_argument("--plot", default=None, help="PNG of PPL change against KV memory held")
+    p.add_argument("--plot-rows", nargs="+", default=None, metavar="JSON",
+                   help="plot --plot from the PPL rows of these kv_policies.json files (no model run; a label "
+                        "in several files: the last file's row)")
     a = p.parse_args()
+    if a.plot_rows:
+        rows = {}
+        for f in a.plot_rows:
+            for r in json.loads(pathlib.Path(f).read_text())["ppl"]["rows"]:
+                rows[r["label"]] = r
+        plot(list(rows.values()), pathlib.Path(a.plot), "metalkv eviction policies, 4,096 tokens of Pride and "
+                                                          "Prejudice, SmolLM2-135M-Instruct (chunks of 32)")
+        return 0
     import metalkv
     from metalkv.ppl import text_ids
 

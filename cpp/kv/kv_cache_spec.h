@@ -1,0 +1,18 @@
+// KVCache's construction helpers (kv_cache_spec.cpp): the checks of a spec
+// that need no pool, and the pool a cache of its own allocates.
+#pragma once
+
+#include <memory>
+
+#include "kv/kv_cache.h"
+
+namespace mkv::kv::detail {
+
+// Raises (ArgumentError for options, GpuError "[kv_cache] ..." otherwise);
+// fills in windows and a policy's budget.
+void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec);
+// check_spec, then the pool one sequence of spec's capacity needs
+// (pyramidkv: each full layer its own group, its budget's blocks).
+std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec);
+
+}  // namespace mkv::kv::detail
