@@ -37,6 +37,9 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
   if (!device_) fail("device is null");
   if (options_.prefill_chunk == 0) fail("prefill_chunk must be at least 1");
   if (options_.max_seqs == 0) fail("max_seqs must be at least 1");
+  // pyramidkv's caches keep their own pools (new_cache): no default shared one beside them
+  if (options_.kv_memory == kKvMemoryAuto && options_.kv_policy.kind == kv::PolicyKind::pyramidkv)
+    options_.kv_memory = 0;
   if (options_.kv_memory) {
     if (options_.kv_context == 0) fail("kv_memory needs kv_context (the tokens of a sequence it is sized for)");
     if (options_.kv_memory == kKvMemoryAuto)

@@ -110,7 +110,7 @@ class Engine:
         prompt prefixes (docs/KV_CACHE.md "One pool for many caches"); 'auto' (the default): a
         quarter of the device's memory, at most what 16 sequences of `context` tokens need; None
         or 0: no shared pool, each cache allocates its own, sized for its capacity (no prefix
-        cache). max_seqs: calls that run at once, batched into shared steps; more wait in a
+        cache; with kv_policy='pyramidkv', whose caches own their pools, 'auto' makes none). max_seqs: calls that run at once, batched into shared steps; more wait in a
         queue, as do calls the pool has no room for yet (docs/BATCHING.md).
         kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8', 'q4' or 'q2' (or
         one per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16

@@ -245,6 +245,21 @@ def test_policy_arguments_are_checked(tiny_gguf):
     assert own.policy == "snapkv"
 
 
+def test_pyramidkv_caches_own_their_pools(tiny_gguf):
+    """pyramidkv keeps a group of blocks per layer: its caches never take the
+    engine's shared pool (whose full layers share one table), so an engine
+    made for it makes none by default, and one given kv_memory still serves
+    other policies' caches from it."""
+    eng = load(tiny_gguf, kv_policy="pyramidkv", kv_budget=96, kv_memory="auto")
+    assert eng.kv_pool is None
+    shared = load(tiny_gguf, kv_policy="pyramidkv", kv_budget=96, kv_memory="4MB")
+    own, other = shared.new_cache(), shared.new_cache(kv_policy="h2o", kv_budget=64)
+    assert shared.kv_pool is not None and not own.shares_pool and other.shares_pool
+    ids = shared.generate_ids(IDS[:30], max_tokens=100, cache=own, temperature=0.0)
+    assert ids == eng.generate_ids(IDS[:30], max_tokens=100, cache=eng.new_cache(), temperature=0.0)
+    assert own.count(0) > own.count(1)  # (budgets 123 and 69: the first layer keeps more)
+
+
 @pytest.mark.parametrize("name,kv", [("h2o", "f16"), ("streaming", "q8"), ("snapkv", "f16")])
 def test_a_saved_cache_comes_back_with_its_kept_tokens(tiny_gguf, tmp_path, name, kv):
     """A cache that evicted, saved and read back: the same count, positions,
