@@ -8,8 +8,9 @@
 // store (keynorm) or the attention (h2o, snapkv) writes.
 //
 // An eviction (before a store of n_new tokens that would pass the budget, or
-// inside a prompt held whole the prompt's end: evict_limit) runs
-// for every layer of the full group at once (they share the block table): the
+// inside a prompt held whole the prompt's end: evict_limit) runs for every
+// layer of its group at once (the full layers share a block table; pyramidkv's
+// are a group each, with budgets of their own): the
 // count drops to keep (kv_policy.h evict_keep of the budget: room for the store in whole
 // blocks, and at most the budget less a step of a sixteenth of it, in whole
 // blocks), so decode evicts a block's worth or more at a time, not a token per
