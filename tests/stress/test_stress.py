@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from devices import TEST_DEVICE  # tests/ is on sys.path
+
 from .conftest import load, report, rss_bytes, size
 
 B = 32  # metalkv._core.BLOCK_TOKENS, restated
@@ -201,3 +203,37 @@ def test_requests_arriving_at_random(tiny_text):
             assert out == alone, i
     report("random arrivals", calls=n, cancelled=sum(p[2] for p in plan))
     pool_settled(engine)
+
+
+def test_every_eviction_policy_generates_on_in_flat_memory(tiny_text):
+    """bench/kv_policy_stress.py's run, per policy (issue 15): a cache with a
+    budget of half its 256-token context generates 600 tokens (long: 20,000)
+    in calls of 100, each call continuing the last; it never stops for a full
+    cache, its logits stay finite, the KV bytes its blocks hold stay within
+    the budget's blocks and do not grow over the second half, and RSS grows by
+    less than 32 MB. Without a policy the same cache stops at its context."""
+    import argparse
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "kv_policy_stress.py"
+    spec = importlib.util.spec_from_file_location("kv_policy_stress", path)
+    stress = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stress)
+    a = argparse.Namespace(device=TEST_DEVICE, context=256, prefill_chunk=16, budget=0.5, kv_memory=None,
+                           tokens=size(600, 20000), every=size(100, 1000), prompt=40, temperature=0.8,
+                           verbose=False)
+    none = stress.run(a, str(tiny_text), None)
+    assert none["stopped"] == "context_full" and none["tokens"] < a.tokens
+    first = none["samples"][0]
+    per_block = first["held_bytes"] / -(-first["length"] // B)  # one block in every layer
+    budget_blocks = 128 // B
+    for policy in ("streaming", "keynorm", "h2o", "snapkv", "pyramidkv"):
+        r = stress.run(a, str(tiny_text), policy)
+        report(f"kv policy {policy}", tokens=r["tokens"], held_max=r["held_max"], tok_s=round(r["tok_s_steady"], 1))
+        assert r["tokens"] == a.tokens and r["stopped"] == "length" and r["all_finite"], policy
+        assert r["held_flat"] and r["rss_growth"] < 32e6, (policy, r["held_range"], r["rss_growth"])
+        # snapkv and pyramidkv hold each call's prompt (one token here) whole, up to a block past
+        # the budget; pyramidkv's layers round their own budgets up to blocks, one more at most
+        whole = policy in ("snapkv", "pyramidkv")
+        assert r["held_max"] <= per_block * (budget_blocks + whole), (policy, r["held_max"], per_block)
