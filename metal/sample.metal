@@ -39,6 +39,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        const device uint* penalty_ids [[buffer(2)]],    // (n_penalty_ids)
                        device float* work [[buffer(3)]],                // (vocab) scratch
                        device uint* token [[buffer(4)]],                // (1) result
+                       const device uint2* counted [[buffer(5)]],       // (n_counted) (id, count)
                        uint tid [[thread_index_in_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
@@ -61,6 +62,17 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
     }
   }
   threadgroup_barrier(mem_flags::mem_device);
+
+  // 1b. Presence and frequency penalties (OpenAI's) over what this call
+  //     generated, on top of the repetition penalty; each id comes once in
+  //     `counted`, so no two threads write one logit.
+  if (p.n_counted > 0) {
+    for (uint j = tid; j < p.n_counted; j += kThreads) {
+      const uint2 c = counted[j];
+      if (c.x < p.vocab && c.y > 0) work[c.x] -= float(c.y) * p.frequency_penalty + p.presence_penalty;
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+  }
 
   // 2. Greedy: argmax, lowest index on ties.
   if (p.temperature <= 0.0f) {

@@ -6,20 +6,29 @@
 namespace mkv_params {
 
 // One threadgroup samples one row of logits. Filters follow transformers'
-// order: repetition penalty, temperature, top-k, top-p, min-p.
+// order: repetition penalty, presence/frequency penalties (OpenAI's), then
+// temperature, top-k, top-p, min-p.
 struct Sample {
   uint32_t vocab;
   uint32_t n_penalty_ids;      // ids whose logits the repetition penalty scales
   uint32_t top_k;              // 0 = off
-  float temperature;           // 0 = greedy (argmax after the penalty)
+  float temperature;           // 0 = greedy (argmax after the penalties)
   float top_p;                 // 1 = off
   float min_p;                 // 0 = off
   float repetition_penalty;    // 1 = off
   float uniform;               // the draw, in [0, 1)
+  // logit[id] -= count * frequency_penalty + presence_penalty over the
+  // n_counted (id, count) pairs of buffer 5: the ids this call generated, each once.
+  uint32_t n_counted;          // 0 = off (both penalties 0, or nothing generated yet)
+  float presence_penalty;      // 0 = off
+  float frequency_penalty;     // 0 = off
+  uint32_t pad;                // to 48 bytes: a multiple of 16, as Metal's constant buffers like
 };
 
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::Sample) == 32, "Sample params layout");
+#include <cstddef>
+static_assert(sizeof(mkv_params::Sample) == 48, "Sample params layout");
+static_assert(offsetof(mkv_params::Sample, n_counted) == 32, "Sample params layout");
 #endif

@@ -42,7 +42,8 @@ double number_arg(const char* op, const char* name, nb::handle v) {
 
 engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle temperature, nb::handle top_k,
                                          nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty,
-                                         nb::handle seed) {
+                                         nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
+                                         nb::handle logprobs) {
   engine::GenerateOptions o;
   o.max_tokens = int_arg("generate", "max_tokens", max_tokens);
   o.sampling.temperature = number_arg("sampling", "temperature", temperature);
@@ -50,6 +51,13 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
   o.sampling.top_p = number_arg("sampling", "top_p", top_p);
   o.sampling.min_p = number_arg("sampling", "min_p", min_p);
   o.sampling.repetition_penalty = number_arg("sampling", "repetition_penalty", repetition_penalty);
+  o.sampling.presence_penalty = number_arg("sampling", "presence_penalty", presence_penalty);
+  o.sampling.frequency_penalty = number_arg("sampling", "frequency_penalty", frequency_penalty);
+  if (!logprobs.is_none()) {
+    const int64_t n = int_arg("generate", "logprobs", logprobs);
+    engine::check_logprobs(n);  // before narrowing: 2**40 is reported as given
+    o.logprobs = int32_t(n);
+  }
   // the seed's range is its type's: checked here, where Python's int meets uint64
   if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr())) bad_type("generate", "seed", seed, "an int in [0, 2**64)");
   nb::object index = nb::steal(PyNumber_Index(seed.ptr()));

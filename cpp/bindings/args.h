@@ -23,7 +23,9 @@ double number_arg(const char* op, const char* name, nanobind::handle v);
 // checked (types here, ranges by engine::check_generate_options).
 engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::handle temperature,
                                          nanobind::handle top_k, nanobind::handle top_p, nanobind::handle min_p,
-                                         nanobind::handle repetition_penalty, nanobind::handle seed);
+                                         nanobind::handle repetition_penalty, nanobind::handle presence_penalty,
+                                         nanobind::handle frequency_penalty, nanobind::handle seed,
+                                         nanobind::handle logprobs);
 
 // Token ids: a 1-D sequence of ints, each inside the vocabulary.
 std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);

@@ -132,11 +132,14 @@ void bind_engine(nb::module_& m, nb::module_&) {
   m.def(
       "check_generate",
       [](nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p, nb::handle min_p,
-         nb::handle repetition_penalty, nb::handle seed) {
-        generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
+         nb::handle repetition_penalty, nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
+         nb::handle logprobs) {
+        generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                         frequency_penalty, seed, logprobs);
       },
       nb::kw_only(), "max_tokens"_a = 256, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
-      "repetition_penalty"_a = 1.0, "seed"_a = 0,
+      "repetition_penalty"_a = 1.0, "presence_penalty"_a = 0.0, "frequency_penalty"_a = 0.0, "seed"_a = 0,
+      "logprobs"_a.none() = nb::none(),
       "The checks Engine.generate makes of its options, without a model: raises ArgumentError (a ValueError "
       "naming the argument) for a value of the wrong type or range.");
 
@@ -192,6 +195,17 @@ void bind_engine(nb::module_& m, nb::module_&) {
                    "Waiting before the step hold_at_step named (tests).")
       .def("resume", [](PyRequest& r) { r.request->resume(); }, "Lets a held call go on.")
       .def_prop_ro("ids", [](const PyRequest& r) { return r.request->ids(); })
+      .def(
+          "logprobs",
+          [](const PyRequest& r, size_t start) {
+            std::vector<std::pair<float, std::vector<std::pair<int32_t, float>>>> out;
+            for (engine::TokenLogprob& e : r.request->logprobs(start)) out.emplace_back(e.logprob, std::move(e.top));
+            return out;
+          },
+          "start"_a = 0,
+          "With submit(logprobs=n): [(logprob, [(id, logprob), ...n, highest first, ties by lower id]), ...] for\n"
+          "ids start.. (one entry per id generated so far, in order; a stop id has none): log-softmax of the raw\n"
+          "logits row each id was sampled from (before penalties and temperature). Without logprobs: [].")
       .def_prop_ro("stats", [](const PyRequest& r) { return stats_dict(r.request->stats()); })
       .def_prop_ro("finish_reason", [](const PyRequest& r) { return r.request->stats().finish_reason; })
       .def("result",
@@ -310,12 +324,14 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "submit",
           [](nb::handle self, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
-             nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty, nb::handle seed,
+             nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty,
+             nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
-             PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits) {
+             PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs) {
             PyEngine& e = nb::cast<PyEngine&>(self);
-            engine::GenerateOptions o =
-                generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed);
+            engine::GenerateOptions o = generate_options(max_tokens, temperature, top_k, top_p, min_p,
+                                                         repetition_penalty, presence_penalty, frequency_penalty,
+                                                         seed, logprobs);
             o.stop_ids = stop_ids;
             o.keep = keep;
             o.paced = paced;
@@ -328,9 +344,10 @@ void bind_engine(nb::module_& m, nb::module_&) {
             return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
           },
           "cache"_a, "prompt"_a, nb::kw_only(), "max_tokens"_a, "temperature"_a = 0.0, "top_k"_a = 0,
-          "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0, "seed"_a = 0,
-          "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(), "paced"_a = false, "prefix_cache"_a = true,
-          "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false, "keep_logits"_a = false,
+          "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0, "presence_penalty"_a = 0.0,
+          "frequency_penalty"_a = 0.0, "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(),
+          "paced"_a = false, "prefix_cache"_a = true, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0,
+          "ephemeral"_a = false, "keep_logits"_a = false, "logprobs"_a.none() = nb::none(),
           "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
           "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
           "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
@@ -339,7 +356,12 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "None), which wakes the caller's wait. hold_at_step (tests): the call waits before its k-th step\n"
           "until resume(), cancel() or abort() (Request.held says it is there). ephemeral: the cache is the\n"
           "call's alone and is emptied when it ends, its blocks back in the pool at once. keep_logits: logits()\n"
-          "gives the (steps, vocab) logits each id was sampled from (decode-time logits, as a ppl needs).")
+          "gives the (steps, vocab) logits each id was sampled from (decode-time logits, as a ppl needs).\n"
+          "presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], 0 = off): over the ids this call generated\n"
+          "(not the prompt), id j generated c times loses frequency_penalty * c + presence_penalty * (c > 0)\n"
+          "from its logit, after the repetition penalty and before temperature (greedy included). logprobs\n"
+          "(None or -1: off; 0..20): Request.logprobs() gives, for each id, its log-probability under the raw\n"
+          "logits it was sampled from (before penalties and temperature) and the top `logprobs` ids with theirs.")
       .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
                    "Calls waiting for admission (max_seqs running, or the KV pool without room).")
       .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })

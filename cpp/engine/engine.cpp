@@ -20,6 +20,12 @@ void check_generate_options(const GenerateOptions& o) {
   if (o.max_tokens < 0)
     throw gpu::ArgumentError("generate", "max_tokens", str(o.max_tokens), "an int >= 0");
   ops::validate_sampling(o.sampling);
+  check_logprobs(o.logprobs);
+}
+
+void check_logprobs(int64_t n) {
+  if (n < -1 || n > 20)  // 20: OpenAI's most top_logprobs
+    throw gpu::ArgumentError("generate", "logprobs", str(n), "an int in 0..20, or -1/None for off");
 }
 
 size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t kv_context, uint32_t max_chunk,

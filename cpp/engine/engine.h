@@ -61,6 +61,9 @@ size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t k
 // The one check of a generate call's options (sampling included): raises
 // ArgumentError naming the argument.
 void check_generate_options(const GenerateOptions& o);
+// GenerateOptions::logprobs's range, -1..20 (taken as int64, so a binding checks
+// a Python int before narrowing it).
+void check_logprobs(int64_t n);
 
 // Every id must be a row of the vocabulary; raises ArgumentError("token_ids").
 template <class Int>

@@ -80,10 +80,17 @@ std::vector<float> Request::take_logits() {
   return std::move(logits_);
 }
 
-void Request::push(int32_t id) {
+std::vector<TokenLogprob> Request::logprobs(size_t start) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (start >= logprobs_.size()) return {};
+  return std::vector<TokenLogprob>(logprobs_.begin() + ptrdiff_t(start), logprobs_.end());
+}
+
+void Request::push(int32_t id, std::optional<TokenLogprob> logprob) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ids_.push_back(id);
+    if (logprob) logprobs_.push_back(std::move(*logprob));
   }
   channel_->notify();
 }
@@ -91,6 +98,7 @@ void Request::push(int32_t id) {
 void Request::drop_after(uint64_t n_keep) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ids_.size() > n_keep) ids_.resize(n_keep);
+  if (logprobs_.size() > n_keep) logprobs_.resize(n_keep);
   if (taken_ > ids_.size()) taken_ = ids_.size();
 }
 

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/device.h"
@@ -54,6 +55,10 @@ struct GenerateOptions {
   bool paced = false;                // the caller reads ids as they come (see Request)
   bool prefix_cache = true;          // a new sequence may start from cached prefix blocks
   bool keep_logits = false;          // the request keeps each sampled row's logits (logits())
+  // -1: off; 0..20: each emitted id's log-probability under the raw logits it
+  // was sampled from (before penalties and temperature), and the top `logprobs`
+  // ids with theirs (Request::logprobs).
+  int32_t logprobs = -1;
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its
                                      // blocks go back at once, for the calls waiting for them)
   // Tests: the scheduler holds the call before its k-th step (1 = the first)
@@ -81,6 +86,14 @@ struct Stats {
   std::string finish_reason;
 };
 
+// One emitted id's log-probability (log-softmax of the raw logits row it was
+// sampled from), and the `logprobs` most likely ids of that row with theirs,
+// highest first (ties: lower id first).
+struct TokenLogprob {
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 class Request {
  public:
   // ---- the caller's side (any thread) ----
@@ -100,6 +113,9 @@ class Request {
   void rethrow() const;
   Stats stats() const;
   std::vector<int32_t> ids() const;
+  // With GenerateOptions::logprobs >= 0: the entries of ids start.. (one per
+  // id, in order); otherwise empty.
+  std::vector<TokenLogprob> logprobs(size_t start = 0) const;
   // A logits call's rows (n, vocab), or with keep_logits the logits each
   // token was sampled from (one row per sampling step, a stop id's included).
   std::vector<float> take_logits();
@@ -121,8 +137,9 @@ class Request {
   bool aborted() const { return abort_; }
   int64_t stop_index() const { return stop_after_; }  // -1: none
   uint64_t taken() const { return taken_; }           // ids the caller has read
-  void push(int32_t id);
-  void drop_after(uint64_t n_keep);                   // ids past n_keep go (stop_after's rollback)
+  // An emitted id, with its entry when the call records log-probabilities.
+  void push(int32_t id, std::optional<TokenLogprob> logprob = std::nullopt);
+  void drop_after(uint64_t n_keep);                   // ids (and entries) past n_keep go (stop_after's rollback)
   void finish(Stats stats, std::exception_ptr error = nullptr);
   void set_logits(std::vector<float> rows) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -134,6 +151,7 @@ class Request {
   std::shared_ptr<Channel> scheduler_;
   mutable std::mutex mutex_;
   std::vector<int32_t> ids_;
+  std::vector<TokenLogprob> logprobs_;  // parallel to ids_ when the call records them, else empty
   std::atomic<uint64_t> taken_{0};
   bool done_ = false;
   Stats stats_;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/scheduler_running.h"
+#include "engine/token_logprob.h"
 #include "kv/prefix_cache.h"
 
 namespace mkv::engine {
@@ -187,7 +188,8 @@ bool Scheduler::step() {
     else
       ids.insert(ids.end(), r.job.prompt.begin() + r.fed, r.job.prompt.begin() + r.fed + p.n);
     if (p.sample)  // a draw wherever a token is sampled: the same seed, the same draws, whatever the chunks
-      samplers.push_back({&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, r.draw()});
+      samplers.push_back({&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()},
+                          r.draw()});
   }
   std::vector<int32_t> sampled;
   gpu::Counters counters;
@@ -243,8 +245,16 @@ bool Scheduler::step() {
       finish(r, "stop");
       continue;
     }
+    std::optional<TokenLogprob> logprob;
+    if (r.job.options.logprobs >= 0) {  // of the raw row: before penalties and temperature
+      const uint32_t vocab = model_->spec().vocab;
+      r.row.resize(vocab);
+      runner_.read_logits(r.row.data(), 1, logit_row);
+      logprob = token_logprob(r.row.data(), vocab, id, uint32_t(r.job.options.logprobs));
+    }
     r.out.push_back(id);
-    r.job.request->push(id);
+    r.job.request->push(id, std::move(logprob));
+    if (r.job.options.sampling.counts_on()) r.count(*device_, id);
     if (r.penalty_on()) {  // the penalty looks at what was generated too
       const size_t have = r.penalty->length() / sizeof(uint32_t);
       if (r.n_penalty + 1 > have) {

@@ -64,7 +64,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     return Admission::wait;
   }
 
-  // 3. sampling state: the draws, the ids repetition penalty looks at, pacing
+  // 3. sampling state: the draws, the ids the penalties look at, pacing
   r.rng.seed(o.seed);
   if (r.penalty_on()) {
     std::vector<uint32_t> pen(c.tokens().begin(), c.tokens().end());
@@ -73,6 +73,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     r.penalty = device_->new_buffer(std::max<size_t>(pen.size() + 64, 1) * sizeof(uint32_t));
     r.penalty->write(0, pen.data(), pen.size() * sizeof(uint32_t));
   }
+  if (o.sampling.counts_on()) r.counted = device_->new_buffer(16 * 2 * sizeof(uint32_t));  // 16 ids, then doubled
   if (o.paced) {
     r.ahead = 8;  // a sliding layer rolls back at most max_chunk + 1 one-token steps
     for (uint32_t w : c.spec().windows)

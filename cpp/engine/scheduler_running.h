@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -33,6 +34,13 @@ struct Scheduler::Running {
   std::vector<int32_t> out;   // generated ids
   gpu::BufferPtr penalty;     // uint32 ids repetition penalty looks at (when it is on)
   uint32_t n_penalty = 0;
+  // Presence/frequency penalties (when on): the generated ids' unique (id,
+  // count) pairs, (capacity, 2) uint32 on the device for the sampler; the host
+  // keeps their counts and each id's pair index, so a repeat rewrites one count.
+  gpu::BufferPtr counted;
+  std::vector<uint32_t> pairs;  // (n_counted, 2): the host's copy of what `counted` holds
+  std::unordered_map<int32_t, uint32_t> counted_at;
+  std::vector<float> row;     // one logits row, for logprobs
   uint32_t ahead = std::numeric_limits<uint32_t>::max();  // ids it may run ahead of a paced caller
   Stats stats;
   std::vector<float> logits;  // a logits call's rows
@@ -48,6 +56,25 @@ struct Scheduler::Running {
   uint32_t n() const { return uint32_t(job.prompt.size()); }
   float draw() { return float(rng() >> 40) * 0x1.0p-24f; }  // uniform in [0, 1), 24 bits
   bool penalty_on() const { return job.options.sampling.repetition_penalty != 1.0; }
+  uint32_t n_counted() const { return uint32_t(pairs.size() / 2); }
+  // One more `id` generated, for the presence/frequency penalties (between
+  // steps: the device is not reading `counted` now).
+  void count(gpu::Device& dev, int32_t id) {
+    const auto [at, fresh] = counted_at.try_emplace(id, n_counted());
+    const size_t k = at->second;
+    if (!fresh) {
+      ++pairs[2 * k + 1];
+      counted->write((2 * k + 1) * sizeof(uint32_t), &pairs[2 * k + 1], sizeof(uint32_t));
+      return;
+    }
+    pairs.insert(pairs.end(), {uint32_t(id), 1u});
+    if (pairs.size() * sizeof(uint32_t) > counted->length()) {  // full: double, so appends stay O(1) amortized
+      counted = dev.new_buffer(2 * counted->length());
+      counted->write(0, pairs.data(), pairs.size() * sizeof(uint32_t));
+    } else {
+      counted->write(2 * k * sizeof(uint32_t), &pairs[2 * k], 2 * sizeof(uint32_t));
+    }
+  }
 };
 
 }  // namespace mkv::engine

@@ -33,8 +33,8 @@ gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const
       if (s.params->greedy())
         ops::argmax(*device_, enc, logits, token, 1, vocab);
       else
-        ops::sample(*device_, enc, logits, s.penalty_ids, s.n_penalty, {work_, size_t(r) * vocab * sizeof(float)},
-                    token, vocab, *s.params, s.uniform);
+        ops::sample(*device_, enc, logits, s.penalty_ids, s.n_penalty, s.counted,
+                    {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform);
     }
     counters = session.finish();
   }

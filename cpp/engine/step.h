@@ -1,7 +1,7 @@
 // StepRunner: runs one model step over the segments of several sequences in
 // one command buffer, then samples a token for every segment that asked for
-// its last row's logits (each with its own sampling parameters, penalty ids and
-// draw), and waits: one CPU wait per step, whatever the batch.
+// its last row's logits (each with its own sampling parameters, penalty ids,
+// generated-id counts and draw), and waits: one CPU wait per step, whatever the batch.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@ struct Sampler {
   const ops::SamplingParams* params = nullptr;
   ops::BufferView penalty_ids;   // uint32 ids repetition penalty looks at (read only when it is on)
   uint32_t n_penalty = 0;
+  ops::GeneratedCounts counted;  // (id, count) of the ids generated so far (read when presence/frequency is on)
   float uniform = 0.0f;          // the draw in [0, 1) (unused when greedy)
 };
 

@@ -19,25 +19,41 @@ void validate_sampling(const SamplingParams& s) {
   if (!(s.min_p >= 0.0 && s.min_p <= 1.0)) bad("min_p", s.min_p, "a number in [0, 1] (0 = off)");
   if (!(s.repetition_penalty > 0.0) || !std::isfinite(s.repetition_penalty))
     bad("repetition_penalty", s.repetition_penalty, "a finite number > 0 (1 = off)");
+  if (!(s.presence_penalty >= -2.0 && s.presence_penalty <= 2.0))  // OpenAI's range; NaN fails too
+    bad("presence_penalty", s.presence_penalty, "a finite number in [-2, 2] (0 = off)");
+  if (!(s.frequency_penalty >= -2.0 && s.frequency_penalty <= 2.0))
+    bad("frequency_penalty", s.frequency_penalty, "a finite number in [-2, 2] (0 = off)");
 }
 
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
-            const BufferView& penalty_ids, uint32_t n_penalty_ids, const BufferView& work,
-            const BufferView& token, uint32_t vocab, const SamplingParams& s, float uniform) {
+            const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
+            const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
+            float uniform) {
   validate_sampling(s);
   if (vocab == 0) fail("sample", "vocab must be > 0");
   if (!(uniform >= 0.0f && uniform < 1.0f))
     fail("sample", "uniform draw must be in [0, 1), got " + std::to_string(uniform));
-  // top_k beyond the vocabulary keeps everything, as top_k = 0 does
-  const uint32_t top_k = uint32_t(std::min<int64_t>(s.top_k, vocab));
-  const mkv_params::Sample p{vocab,        n_penalty_ids,        top_k, float(s.temperature), float(s.top_p),
-                             float(s.min_p), float(s.repetition_penalty), uniform};
+  if (s.counts_on() && counted.n && !counted.pairs.buffer) fail("sample", "counted pairs given without a buffer");
+  mkv_params::Sample p{};
+  p.vocab = vocab;
+  p.n_penalty_ids = n_penalty_ids;
+  p.top_k = uint32_t(std::min<int64_t>(s.top_k, vocab));  // beyond the vocabulary keeps everything, as 0 does
+  p.temperature = float(s.temperature);
+  p.top_p = float(s.top_p);
+  p.min_p = float(s.min_p);
+  p.repetition_penalty = float(s.repetition_penalty);
+  p.uniform = uniform;
+  p.n_counted = s.counts_on() ? counted.n : 0;
+  p.presence_penalty = float(s.presence_penalty);
+  p.frequency_penalty = float(s.frequency_penalty);
+
   enc.set_pipeline(dev.pipeline("sample_f32"));
   bind_params(enc, p, 0);
   bind(enc, logits, 1);
   bind(enc, penalty_ids.buffer ? penalty_ids : logits, 2);  // unused when n_penalty_ids == 0
   bind(enc, work, 3);
   bind(enc, token, 4);
+  bind(enc, counted.pairs.buffer ? counted.pairs : logits, 5);  // unused when n_counted == 0
   enc.dispatch_threadgroups({1, 1, 1}, {1024, 1, 1});
 }
 

@@ -13,8 +13,14 @@ struct SamplingParams {
   double top_p = 1.0;               // 1 = off
   double min_p = 0.0;               // 0 = off
   double repetition_penalty = 1.0;  // 1 = off
+  // OpenAI's, over the ids this call generated (not the prompt), c[j] times id j:
+  // logit[j] -= frequency_penalty * c[j] + presence_penalty * (c[j] > 0).
+  double presence_penalty = 0.0;    // 0 = off
+  double frequency_penalty = 0.0;   // 0 = off
 
-  bool greedy() const { return temperature == 0.0 && repetition_penalty == 1.0; }
+  bool counts_on() const { return presence_penalty != 0.0 || frequency_penalty != 0.0; }
+  // A plain argmax of the logits (no penalty changes them).
+  bool greedy() const { return temperature == 0.0 && repetition_penalty == 1.0 && !counts_on(); }
 };
 
 // The one check of the sampling arguments, wherever they come from (Python's
@@ -22,11 +28,20 @@ struct SamplingParams {
 // ArgumentError("[sampling] top_p=1.5: expected a number in (0, 1] (1 = off)").
 void validate_sampling(const SamplingParams& s);
 
+// The ids the presence and frequency penalties look at: n unique (id, count)
+// pairs, uint32 each, (n, 2) on the device (may be empty).
+struct GeneratedCounts {
+  BufferView pairs;
+  uint32_t n = 0;
+};
+
 // token[0] = a token drawn from logits (vocab floats) with the filters of s;
 // uniform in [0, 1) is the draw (ignored when greedy). work: vocab floats of
-// scratch. penalty_ids: n_penalty_ids uint32 token ids (may be empty).
+// scratch. penalty_ids: n_penalty_ids uint32 token ids (may be empty), read
+// when repetition_penalty != 1; counted: read when presence or frequency is on.
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
-            const BufferView& penalty_ids, uint32_t n_penalty_ids, const BufferView& work,
-            const BufferView& token, uint32_t vocab, const SamplingParams& s, float uniform);
+            const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
+            const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
+            float uniform);
 
 }  // namespace mkv::ops

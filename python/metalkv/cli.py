@@ -99,6 +99,10 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=d.min_p, help="0 = off (default: %(default)s)")
     p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (default: %(default)s)")
+    p.add_argument("--presence-penalty", type=float, default=d.presence_penalty,
+                   help="OpenAI's, in [-2, 2], over the generated tokens; 0 = off (default: %(default)s)")
+    p.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty,
+                   help="OpenAI's, in [-2, 2], over the generated tokens; 0 = off (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     p.add_argument("--load-cache", default=None, metavar="FILE",

@@ -43,6 +43,8 @@ class Sampling:
     top_p: float = 1.0                # 1 = off
     min_p: float = 0.0                # 0 = off
     repetition_penalty: float = 1.0   # 1 = off
+    presence_penalty: float = 0.0     # 0 = off
+    frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
 
     @classmethod

@@ -76,6 +76,8 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--max-tokens", "-1"], "--max-tokens -1: expected an int >= 0"),
     (["--max-tokens", str(10**20)], f"--max-tokens {10**20}: expected an int between"),
     (["--repetition-penalty", "0"], "--repetition-penalty 0.0: expected a finite number > 0"),
+    (["--presence-penalty", "3"], "--presence-penalty 3.0: expected a finite number in [-2, 2] (0 = off)"),
+    (["--frequency-penalty", "nan"], "--frequency-penalty nan: expected a finite number in [-2, 2] (0 = off)"),
     (["--seed", "-1"], "--seed -1: expected an int in [0, 2**64)"),
     (["--context", "0"], "--context 0: expected a positive int (tokens a cache holds)"),
     (["--stop", ""], "--stop ['']: expected a non-empty str or a list of them"),

@@ -1,19 +1,33 @@
 """The device sampler against a numpy model of transformers' logits processors
-(repetition penalty, temperature, top-k, top-p, min-p) and inverse-CDF draw."""
+(repetition penalty, temperature, top-k, top-p, min-p) and inverse-CDF draw,
+with OpenAI's presence and frequency penalties after the repetition penalty;
+then the engine's generation with those penalties against a loop over
+Engine.logits that applies them in numpy."""
 import numpy as np
 import pytest
 
 import metalkv
+from metalkv import cli
 from metalkv._core import ops
-from devices import test_device  # tests/ is on sys.path
+from devices import TEST_DEVICE, test_device  # tests/ is on sys.path
 
 
-def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-                    repetition_penalty=1.0, penalty_ids=()):
-    """Probabilities after the filters, float64, in transformers' order."""
+def penalized(logits, repetition_penalty=1.0, penalty_ids=(), presence_penalty=0.0, frequency_penalty=0.0,
+              generated=()):
+    """The logits after the penalties, float64: repetition (transformers': every id
+    of penalty_ids once), then OpenAI's over `generated`, c[j] = times id j was
+    generated: logit[j] -= frequency_penalty * c[j] + presence_penalty * (c[j] > 0)."""
     x = logits.astype(np.float64).copy()
     for i in set(int(i) for i in penalty_ids):
         x[i] = x[i] / repetition_penalty if x[i] > 0 else x[i] * repetition_penalty
+    c = np.bincount(np.asarray(generated, np.int64), minlength=len(x))
+    return x - frequency_penalty * c - presence_penalty * (c > 0)
+
+
+def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+                    penalty_ids=(), presence_penalty=0.0, frequency_penalty=0.0, generated=()):
+    """Probabilities after the filters, float64, in transformers' order."""
+    x = penalized(logits, repetition_penalty, penalty_ids, presence_penalty, frequency_penalty, generated)
     x = x / temperature
     keep = np.ones_like(x, bool)
     if top_k:
@@ -35,6 +49,19 @@ def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
 
 def draw(probs, u):
     return int(np.searchsorted(np.cumsum(probs), u * probs.sum(), side="right"))
+
+
+def counted_pairs(generated) -> np.ndarray:
+    """What the engine keeps for the kernel: (id, count) uint32 pairs, each id once,
+    in order of first appearance."""
+    ids, first, counts = np.unique(np.asarray(generated, np.int64), return_index=True, return_counts=True)
+    order = np.argsort(first)
+    return np.stack([ids[order], counts[order]], axis=1).astype(np.uint32)
+
+
+def counted_args(host, generated) -> dict:
+    pairs = counted_pairs(generated)
+    return dict(counted=host.buffer_from(pairs.reshape(-1)), n_counted=len(pairs))
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +88,50 @@ def test_repetition_penalty_changes_the_greedy_choice(host):
     assert tok == 9  # 5/2 = 2.5 < 4
 
 
+def test_presence_and_frequency_penalties_change_the_greedy_choice(host):
+    x = np.zeros(1000, np.float32)
+    x[7], x[9], x[11] = 5.0, 4.8, 5.2
+    kw = counted_args(host, [7, 7, 7, 9])  # c[7] = 3, c[9] = 1; 11 was not generated
+    buf = host.buffer_from(x)
+    assert ops.sample(host, buf, 1000, **kw) == 11  # penalties off: the counts are not read
+    assert ops.sample(host, buf, 1000, presence_penalty=0.1, **kw) == 11  # 4.9, 4.7, 5.2
+    assert ops.sample(host, buf, 1000, presence_penalty=-0.5, **kw) == 7  # 5.5, 5.3, 5.2
+    assert ops.sample(host, buf, 1000, frequency_penalty=-0.2, **kw) == 7  # 5.6, 5.0, 5.2
+    assert ops.sample(host, buf, 1000, presence_penalty=-1.0, frequency_penalty=0.5, **kw) == 9  # 4.5, 5.3, 5.2
+
+
+@pytest.mark.parametrize("penalties", [dict(presence_penalty=0.7), dict(frequency_penalty=1.1),
+                                       dict(presence_penalty=-0.8, frequency_penalty=-0.4),
+                                       dict(presence_penalty=2.0, frequency_penalty=-2.0, repetition_penalty=1.4)])
+def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties):
+    """Over a real-sized row, with repeats in the generated ids and ids both in the
+    repetition list and the counted one."""
+    vocab = 49152
+    rng = np.random.default_rng(7)
+    changed = 0
+    for trial in range(6):
+        x = logits_row(vocab, 10 + trial)
+        top = np.argsort(-x)
+        # favourites, several of them more than once, and ids anywhere
+        generated = np.concatenate([top[rng.integers(0, 6, 12)], rng.integers(0, vocab, 20)])
+        penalty_ids = top[3:40].astype(np.uint32)  # overlaps the generated favourites
+        ref = penalized(x, penalty_ids=penalty_ids, generated=generated, **penalties)
+        first, second = np.sort(ref)[::-1][:2]
+        assert first - second > 1e-4, "a near tie: pick another row"  # f32 on the device vs f64 here
+        got = ops.sample(host, host.buffer_from(x), vocab, penalty_ids=host.buffer_from(penalty_ids),
+                         n_penalty_ids=len(penalty_ids), **counted_args(host, generated), **penalties)
+        assert got == int(np.argmax(ref)), (trial, penalties)
+        changed += got != int(np.argmax(x))
+    assert changed >= 1  # the penalties decided some of these rows
+
+
 CASES = [dict(temperature=0.8), dict(temperature=1.0, top_k=40), dict(temperature=0.7, top_p=0.9),
          dict(temperature=1.2, min_p=0.05), dict(temperature=0.9, top_k=50, top_p=0.8, min_p=0.02),
-         dict(temperature=1.0, repetition_penalty=1.3)]
+         dict(temperature=1.0, repetition_penalty=1.3),
+         dict(temperature=1.0, presence_penalty=0.8, frequency_penalty=0.5),
+         dict(temperature=0.7, top_p=0.9, presence_penalty=-0.5, frequency_penalty=-0.3),
+         dict(temperature=1.1, top_k=30, min_p=0.01, repetition_penalty=1.3, presence_penalty=1.5,
+              frequency_penalty=2.0)]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -73,7 +141,12 @@ def test_draws_match_inverse_cdf_of_reference(host, case):
     ids = np.argsort(-x)[:20].astype(np.uint32)  # penalise the current favourites
     extra = dict(penalty_ids=host.buffer_from(ids), n_penalty_ids=len(ids)) \
         if "repetition_penalty" in case else {}
-    probs = reference_probs(x, penalty_ids=ids if extra else (), **case)
+    # generated: favourites (in the repetition list too), some repeated, and ids further down
+    generated = np.concatenate([ids[5:15], ids[5:8], ids[5:6], np.argsort(-x)[20:30]]) \
+        if "presence_penalty" in case else []
+    if len(generated):
+        extra.update(counted_args(host, generated))
+    probs = reference_probs(x, penalty_ids=ids if "repetition_penalty" in case else (), generated=generated, **case)
     cdf = np.cumsum(probs)
     buf = host.buffer_from(x)
     for u in np.random.default_rng(2).uniform(0, 1, 25):
@@ -104,6 +177,8 @@ def test_min_p_one_keeps_only_the_most_likely(host):
     (dict(temperature=1.0, min_p=1.5), r"min_p=1.5: expected a number in \[0, 1\]"),
     (dict(repetition_penalty=0.0), r"repetition_penalty=0.0: expected a finite number > 0"),
     (dict(top_k=-2), r"top_k=-2: expected an int >= 0"),
+    (dict(presence_penalty=2.5), r"presence_penalty=2.5: expected a finite number in \[-2, 2\] \(0 = off\)"),
+    (dict(frequency_penalty=float("nan")), r"frequency_penalty=nan: expected a finite number in \[-2, 2\]"),
 ])
 def test_bad_sampling_arguments(host, bad, match):
     """The op checks its arguments with the same function the engine uses."""
@@ -116,3 +191,58 @@ def test_bad_sampling_arguments(host, bad, match):
 def test_bad_uniform_draw(host):
     with pytest.raises(metalkv.GpuError, match="uniform draw must be in"):
         ops.sample(host, host.buffer_from(logits_row(100, 4)), 100, uniform=1.0, temperature=1.0)
+
+
+# ---- the engine: generation with presence and frequency penalties --------------------
+@pytest.fixture(scope="module")
+def tiny(tiny_gguf):
+    return metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=64, progress=False)
+
+
+PROMPT = [3, 14, 15, 9, 26]
+
+
+def reference_greedy(engine, prompt: list[int], n: int, repetition_penalty=1.0, **penalties) -> list[int]:
+    """Greedy ids, each the argmax of Engine.logits of the sequence so far with the
+    penalties applied here: repetition over every id fed (prompt and generated),
+    presence/frequency over the generated ones only."""
+    out: list[int] = []
+    for _ in range(n):
+        row = engine.logits(prompt + out)[-1]
+        out.append(int(np.argmax(penalized(row, repetition_penalty, prompt + out, generated=out, **penalties))))
+    return out
+
+
+@pytest.mark.parametrize("penalties", [dict(frequency_penalty=0.7), dict(presence_penalty=1.5, frequency_penalty=2.0),
+                                       dict(presence_penalty=-0.5, frequency_penalty=-0.3),
+                                       dict(presence_penalty=-0.7, frequency_penalty=0.4, repetition_penalty=1.3)])
+def test_greedy_generation_with_penalties_is_argmax_of_penalized_logits(tiny, penalties):
+    """40 ids: more distinct ids than the engine's first (id, count) buffer holds, so it grows."""
+    got = tiny.generate_ids(PROMPT, max_tokens=40, stop_ids=(), **penalties)
+    assert got == reference_greedy(tiny, PROMPT, 40, **penalties)
+    plain = tiny.generate_ids(PROMPT, max_tokens=40, stop_ids=(),
+                              repetition_penalty=penalties.get("repetition_penalty", 1.0))
+    assert got != plain  # the presence/frequency penalties changed what was generated
+
+
+def test_a_batch_with_different_penalties_gets_what_each_gets_alone(tiny):
+    options = [dict(), dict(frequency_penalty=0.7), dict(presence_penalty=-0.5, frequency_penalty=-0.3),
+               dict(presence_penalty=1.2, temperature=0.9, seed=5),
+               dict(frequency_penalty=2.0, repetition_penalty=1.2, temperature=1.1, top_k=20, seed=9)]
+    prompts = [PROMPT, [1, 2, 3], list(range(10, 30)), [7] * 6, [40, 41]]
+
+    def submit(prompt, kw):
+        return tiny._core.submit(tiny.new_cache(), np.asarray(prompt, np.int64), max_tokens=30, ephemeral=True, **kw)
+    together = [submit(p, kw) for p, kw in zip(prompts, options)]
+    together_ids = [r.result() for r in together]
+    assert max(r.stats["max_batch"] for r in together) > 1  # they really shared steps
+    assert together_ids == [submit(p, kw).result() for p, kw in zip(prompts, options)]
+
+
+def test_penalty_flags_reach_the_sampling_options():
+    """cli._sampling picks the Sampling fields up by name: the new flags included."""
+    args = cli._parser().parse_args(["generate", "hi", "--presence-penalty", "0.5", "--frequency-penalty", "-1.25"])
+    s = cli._sampling(args)
+    assert s["presence_penalty"] == 0.5 and s["frequency_penalty"] == -1.25
+    d = cli._sampling(cli._parser().parse_args(["generate", "hi"]))
+    assert d["presence_penalty"] == metalkv.Sampling().presence_penalty == 0.0 == d["frequency_penalty"]
