@@ -62,15 +62,18 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def random_llama(shape: str, device: str) -> Path:
+def random_llama(shape: str, device: str, vocab: int | None = None) -> Path:
+    """A random-weight Llama of `shape` ('8b' or '1b'), built with transformers and saved
+    once under /tmp (vocab: bench/gpu/engine.py's default, Llama 3's, unless given)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
     import engine as gpu_engine  # bench/gpu/engine.py
 
     args = ["--layers", "32"] if shape == "8b" else ["--layers", "16", "--hidden", "2048", "--heads", "32",
                                                      "--kv-heads", "8", "--ffn", "8192"]
+    args += ["--vocab", str(vocab)] if vocab else []
     a = gpu_engine.parse_args(args + ["--device", device])
     tdev = "cuda" if device == "cuda" else "cpu"
-    path = Path(a.dir or f"/tmp/metalkv-batching-llama-{shape}")
+    path = Path(a.dir or f"/tmp/metalkv-batching-llama-{shape}" + (f"-v{vocab}" if vocab else ""))
     if not (path / "config.json").exists():
         model = gpu_engine.build_model(a, tdev)
         gpu_engine.save_model(model, path, gpu_engine.weight_fingerprint(model))

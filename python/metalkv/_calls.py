@@ -45,12 +45,15 @@ class Call:
     """One request and what turns its ids into text. done() once the engine is
     finished with it and every piece has been handed out."""
 
-    def __init__(self, request, detokenizer, stops: list[str], on_done: Callable[["Call"], None] | None = None):
+    def __init__(self, request, detokenizer, stops: list[str], on_done: Callable[["Call"], None] | None = None,
+                 logprobs: bool = False):
         self.request = request
         self.detok = detokenizer
         self.matcher = StopMatcher(stops)
         self.ids: list[int] = []       # every id the engine generated, up to a stop
         self.text: list[str] = []
+        # with logprobs: (logprob, [(id, logprob), ...]) of each of self.ids
+        self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = [] if logprobs else None
         self.finished = False
         self.on_done = on_done
 
@@ -58,6 +61,7 @@ class Call:
         """Text pieces since the last call, and whether the call is over."""
         new, done = self.request.take()
         out = []
+        had = len(self.ids)
         for token in new:
             if self.matcher.stopped:
                 break
@@ -69,6 +73,8 @@ class Call:
                 out.append(piece)
             if self.matcher.stopped:  # the engine keeps ids 0..k, the cache as if k were the last
                 self.request.stop_after(len(self.ids) - 1)
+        if self.logprobs is not None and len(self.ids) > had:  # recorded with the ids, so there already
+            self.logprobs.extend(self.request.logprobs(had)[:len(self.ids) - had])
         if done and not self.finished:
             self.finished = True
             if self.detok is not None and not self.matcher.stopped:
@@ -123,3 +129,30 @@ def _wait(call: Call) -> None:
     except Exception:  # noqa: BLE001 - the caller is already leaving with its own exception
         pass
     call.pieces()
+
+
+def request_stats(raw: dict) -> dict:
+    """A request's stats (Call.stats()) with rates and per-token counts."""
+    st = dict(raw)
+    p = st["prompt_tokens"]
+    st["prefill_tok_s"] = p / st["prefill_seconds"] if st["prefill_seconds"] else 0.0
+    # decode steps feed one token each; the first generated token came with the prefill
+    steps = st["decode_steps"]
+    st["decode_tok_s"] = steps / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
+    for k in ("dispatches", "compute_encoders", "blit_encoders", "command_buffers_committed", "waits"):
+        st[f"{k}_per_token"] = st.get(f"decode_{k}", 0) / steps if steps else 0.0
+    for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "prefill_steps", "decode_steps",
+              "max_batch"):
+        st[k] = int(st[k])
+    return st
+
+
+def call_stats(calls: list[Call], many: bool) -> dict:
+    """One call's stats, or for a list: totals, the largest batch, and each request's."""
+    each = [request_stats(c.stats()) for c in calls]
+    if not many:
+        return each[0]
+    total = {k: sum(st[k] for st in each) for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens")}
+    total["max_batch"] = max(st["max_batch"] for st in each)
+    total["requests"] = each
+    return total

@@ -87,29 +87,63 @@ def _budget(text: str) -> int | float:
             raise argparse.ArgumentTypeError(f"{text!r}: expected a token count or a fraction such as 0.25") from None
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
+def _add_sampling_flags(p: argparse.ArgumentParser, *, unset: bool = False) -> None:
+    """The Sampling fields as flags; unset: each defaults to None (a server's requests then
+    decide, or metalkv.Sampling's default)."""
     from .engine import Sampling
 
     d = Sampling()
+
+    def default(name: str):
+        return None if unset else getattr(d, name)
+
+    shown = " (default: %(default)s)" if not unset else ""
+    p.add_argument("--max-tokens", type=int, default=default("max_tokens"),
+                   help="most tokens to generate per reply" + (shown if not unset else
+                                                                 " (default: what the context has room for)"))
+    p.add_argument("--temperature", type=float, default=default("temperature"), help="0 = greedy" + shown)
+    p.add_argument("--top-k", type=int, default=default("top_k"), help="0 = off" + shown)
+    p.add_argument("--top-p", type=float, default=default("top_p"), help="1 = off" + shown)
+    p.add_argument("--min-p", type=float, default=default("min_p"), help="0 = off" + shown)
+    p.add_argument("--repetition-penalty", type=float, default=default("repetition_penalty"),
+                   help="1 = off" + shown)
+    p.add_argument("--presence-penalty", type=float, default=default("presence_penalty"),
+                   help="subtracted from the logit of every token the reply has used, in [-2, 2]; 0 = off"
+                        + shown)
+    p.add_argument("--frequency-penalty", type=float, default=default("frequency_penalty"),
+                   help="subtracted once per use from the logit of tokens the reply has used, in [-2, 2]; "
+                        "0 = off" + shown)
+    p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
     _add_engine_flags(p)
     p.add_argument("--system", default=None, help="system prompt of the chat")
-    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="most tokens to generate per reply (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off (default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off (default: %(default)s)")
-    p.add_argument("--min-p", type=float, default=d.min_p, help="0 = off (default: %(default)s)")
-    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (default: %(default)s)")
-    p.add_argument("--presence-penalty", type=float, default=d.presence_penalty,
-                   help="OpenAI's, in [-2, 2], over the generated tokens; 0 = off (default: %(default)s)")
-    p.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty,
-                   help="OpenAI's, in [-2, 2], over the generated tokens; 0 = off (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
+    _add_sampling_flags(p)
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     p.add_argument("--load-cache", default=None, metavar="FILE",
                    help="start from a KV cache saved with --save-cache (the same model): its conversation goes on")
     p.add_argument("--save-cache", default=None, metavar="FILE",
                    help="save the KV cache to FILE (safetensors, written atomically) after the reply"
                         " (chat: after every reply)")
+
+
+def _add_serve_flags(p: argparse.ArgumentParser) -> None:
+    _add_engine_flags(p)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: %(default)s, this machine only; 0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: $METALKV_API_KEY if set, else no key)")
+    p.add_argument("--model-name", default=None,
+                   help="the model's id in /v1/models and requests (default: the model file's name)")
+    p.add_argument("--max-seqs", type=int, default=64, help="replies batched into one step (default: %(default)s)")
+    p.add_argument("--max-calls", type=int, default=256,
+                   help="replies in flight, running or queued, before a request is refused with 429 "
+                        "(default: %(default)s)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="seconds replies in flight get to finish after SIGINT/SIGTERM (default: %(default)s)")
+    _add_sampling_flags(p, unset=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     ppl.add_argument("--json", action="store_true", help="print the rows as JSON")
     _add_engine_flags(ppl)
     ppl.set_defaults(fn=cmd_ppl)
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (docs/SERVER.md)")
+    _add_serve_flags(serve)
+    serve.set_defaults(fn=cmd_serve)
     sub.add_parser("devices", help="list the devices metalkv can run on").set_defaults(fn=cmd_devices)
     return parser
 
@@ -238,16 +275,24 @@ def _first_cache(engine, args: argparse.Namespace):
 CHAT_HELP = "type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops a reply."
 
 
+def _opening_messages(cache, system: str | None) -> list[dict]:
+    """The conversation a chat starts from: the loaded cache's, with --system (if given) as its system prompt."""
+    messages = [m for m in cache.messages if system is None or m["role"] != "system"]
+    return ([{"role": "system", "content": system}] if system is not None else []) + messages
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from .errors import ArgumentError
 
     options = _sampling(args)
+    system = options.pop("system")
     engine = _load(args)
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
     cache = _first_cache(engine, args)
+    messages = _opening_messages(cache, system)
     print(f"metalkv chat: {CHAT_HELP}", file=sys.stderr)
     while True:
         try:
@@ -263,18 +308,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return 0
         if command == "/reset":
             cache.reset()
-            print("[conversation cleared" + (", system prompt kept]" if args.system else "]"), file=sys.stderr)
+            messages = _opening_messages(cache, system)
+            print("[conversation cleared" + (", system prompt kept]" if system else "]"), file=sys.stderr)
             continue
         if command in ("/help", "/?"):
             print(f"[{CHAT_HELP}]", file=sys.stderr)
             continue
         if not command:
             continue
-        try:
-            _stream_reply(engine, line, cache, chat=True, **options)
+        try:  # the cache holds the conversation so far: only the new message is computed
+            for piece in engine.chat_stream(messages + [{"role": "user", "content": line}], cache=cache, **options):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            sys.stdout.flush()
         except KeyboardInterrupt:
             sys.stdout.write("\n")
             kept = engine.last_stats.get("generated_tokens", 0) > 0
+            messages = list(cache.messages) if kept else messages
             print("[interrupted: " + ("your message and the reply so far stay in the conversation]" if kept
                                       else "nothing of this turn was kept]"), file=sys.stderr)
             continue
@@ -284,6 +335,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(f"[this message does not fit: the context holds {cache.capacity} tokens and "
                   f"{cache.length(0)} are used. /reset starts over; --context sets a larger cache]", file=sys.stderr)
             continue
+        messages = list(cache.messages)  # the turn, its reply included
         print(_closing_line(engine.last_stats, cache), file=sys.stderr)
         if args.save_cache:
             cache.save(args.save_cache)
@@ -328,6 +380,40 @@ def cmd_ppl(args: argparse.Namespace) -> int:
         print(json.dumps([r.row() for r in results], indent=1))
     else:
         print(format_table(results))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import dataclasses as dc
+
+    from .engine import Sampling
+    from .errors import ArgumentError
+
+    try:
+        from .server import serve
+    except ImportError as e:
+        raise CliError(f"metalkv serve needs the server extra ({e.name} is missing): pip install 'metalkv[server]'")
+    defaults = {f.name: getattr(args, f.name) for f in dc.fields(Sampling)
+                if f.name != "max_tokens" and getattr(args, f.name, None) is not None}
+    try:
+        Sampling(**defaults).check()
+        if args.max_tokens is not None and args.max_tokens < 1:
+            raise CliError(f"--max-tokens {args.max_tokens}: expected a positive int")
+    except ArgumentError as e:
+        raise CliError(f"{_flag(e.argument)} {e.value}: expected {e.expected}") from None
+    if not 0 < args.port < 65536:
+        raise CliError(f"--port {args.port}: expected 1..65535")
+    if args.max_calls < 1:
+        raise CliError(f"--max-calls {args.max_calls}: expected a positive int")
+    api_key = args.api_key or os.environ.get("METALKV_API_KEY") or None
+    engine = _load(args, max_seqs=args.max_seqs)
+    name = args.model_name or engine.model_path.name.removesuffix(".gguf")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        print(f"metalkv serve: warning: listening on {args.host} with no --api-key: anyone who reaches this "
+              f"machine can use the model", file=sys.stderr)
+    print(f"metalkv serve: {name} at http://{args.host}:{args.port}/v1 (Ctrl-C stops)", file=sys.stderr)
+    serve(engine, host=args.host, port=args.port, shutdown_timeout=args.shutdown_timeout, model_name=name,
+          api_key=api_key, max_calls=args.max_calls, defaults=defaults, max_tokens=args.max_tokens)
     return 0
 
 

@@ -23,10 +23,11 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import _core
-from ._calls import Call, drive
+from ._calls import Call, call_stats, drive, request_stats
 from ._device import open_device
 from .errors import ArgumentError, argument_error
 from .kv_options import KvFormats, KvPolicy
+from .messages import normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
                          model_fingerprint, parse_kv_memory)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
@@ -166,6 +167,11 @@ class Engine:
         return self._loaded.tokenizer
 
     @property
+    def model_path(self):
+        """The model file or directory this engine loaded."""
+        return self._loaded.path
+
+    @property
     def chat_template(self):
         return self._loaded.chat_template
 
@@ -281,21 +287,19 @@ class Engine:
         call = Call(self._core.submit_logits(cache, ids, channel=channel, ephemeral=ephemeral), None, [])
         for _ in drive([call], channel, on_interrupt="abort"):
             pass
-        self.last_stats = _stats(call.stats(), call.stats()["finish_reason"])
+        self.last_stats = request_stats(call.stats())
         return call.request.logits()
 
     # ---- generation -------------------------------------------------------------------
     def _turn(self, prompt, chat: bool, system: str | None, cache) -> tuple[np.ndarray, int | None, list | None]:
         """(ids to feed, tokens of the cache to keep (None: all), the chat messages
         the cache will render, None when not a chat)."""
+        if isinstance(prompt, _Conversation):
+            return self._chat_turn(prompt.messages, cache)
         if not isinstance(prompt, str):
             return self._ids(prompt), None, None
-        held = list(cache.tokens)
         if not chat:
-            return self._ids(self.tokenizer.encode(prompt, add_special=not held)), None, None
-        if cache.length(0) > len(held):
-            raise ArgumentError(f"[generate] the cache holds {cache.length(0)} tokens that no Engine fed; pass a "
-                                f"new cache for a chat")
+            return self._ids(self.tokenizer.encode(prompt, add_special=not list(cache.tokens))), None, None
         messages = list(cache.messages)
         if system is not None:
             if not isinstance(system, str):
@@ -303,7 +307,15 @@ class Engine:
             messages = [m for m in messages if m["role"] != "system"]
             messages.insert(0, {"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        ids = self.tokenizer.encode(self.chat_template.render(messages, add_generation_prompt=True))
+        return self._chat_turn(messages, cache)
+
+    def _chat_turn(self, messages: list, cache) -> tuple[np.ndarray, int, list]:
+        """The turn that makes `cache` hold `messages` and the reply to come."""
+        held = list(cache.tokens)
+        if cache.length(0) > len(held):
+            raise ArgumentError(f"[generate] the cache holds {cache.length(0)} tokens that no Engine fed; pass a "
+                                f"new cache for a chat")
+        ids = self.chat_ids(messages)
         # Feed only what follows the longest common prefix with the cache; the C++
         # engine rolls the rest back (re-tokenized replies can differ from the sampled ids).
         common = 0
@@ -317,8 +329,14 @@ class Engine:
                                 f"rendered; continue it with chat=False or token ids, or pass a new cache")
         return np.asarray(ids[common:], np.int64), common, messages
 
+    def chat_ids(self, messages) -> list[int]:
+        """The prompt ids of `messages` (checked as Engine.chat takes them) under the
+        model's chat template, ready for the assistant's reply."""
+        return self.tokenizer.encode(self.chat_template.render(normalize_messages(messages),
+                                                               add_generation_prompt=True))
+
     def _submit(self, prompt, *, cache, chat: bool, system: str | None, s: Sampling, stops: list[str],
-                channel) -> Call:
+                channel, logprobs: int | None = None) -> Call:
         """Queues one text call; its Call turns ids into text and records the chat turn."""
         ephemeral = cache is None  # the call's alone: emptied when it ends
         if ephemeral:
@@ -326,8 +344,10 @@ class Engine:
         ids, keep, messages = self._turn(prompt, chat, system, cache)
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
+        extra = {} if logprobs is None else {"logprobs": logprobs}
         request = self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=list(self.config.eos_ids),
-                                    keep=keep, paced=detok is not None, channel=channel, ephemeral=ephemeral)
+                                    keep=keep, paced=detok is not None, channel=channel, ephemeral=ephemeral,
+                                    **extra)
 
         def record_turn(call: Call) -> None:  # the cache holds this turn (unless nothing of it was kept)
             cancelled_before_reply = call.request.finish_reason in ("cancelled", "aborted") and not call.ids
@@ -335,7 +355,7 @@ class Engine:
                     and call.request.finish_reason != "aborted"):
                 cache.messages = messages + [{"role": "assistant", "content": "".join(call.text)}]
 
-        return Call(request, detok, stops, on_done=record_turn)
+        return Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
 
     def _calls(self, prompts, options: dict, what: str) -> tuple[list[Call], object, bool]:
         """(the calls, their channel, whether prompts was a list of prompts)."""
@@ -372,7 +392,8 @@ class Engine:
         token, a stop string (not included), max_tokens, or a full cache. With
         cache=, continues the conversation or text the cache holds; system= sets
         the chat's system prompt. sampling: the fields of metalkv.Sampling
-        (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed).
+        (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
+        presence_penalty, frequency_penalty, seed).
         A list of prompts runs them together (batched into shared steps) and returns
         a list of texts; cache= is then None or a list of caches, one per prompt.
         Calls from several threads are batched the same way; each gets exactly what
@@ -382,7 +403,7 @@ class Engine:
         calls, channel, many = self._calls(prompt, options, "generate")
         for _ in drive(calls, channel, on_interrupt="abort"):
             pass
-        self.last_stats = _call_stats(calls, many)
+        self.last_stats = call_stats(calls, many)
         texts = ["".join(c.text) for c in calls]
         return texts if many else texts[0]
 
@@ -395,12 +416,40 @@ class Engine:
         calls, channel, many = self._calls(prompt, options, "stream")
         return self._stream(calls, channel, many)
 
+    def chat(self, messages, *, cache=None, stop: str | Sequence[str] | None = None, **sampling) -> str:
+        """The assistant's reply to `messages`, OpenAI's shape: [{"role": "system" | "user" |
+        "assistant", "content": str or a list of text parts}, ...], rendered with the model's
+        chat template. Without a cache each call is whole in itself (a shared pool's prefix
+        cache spares recomputing what an earlier call began with); with cache= the cache is
+        brought to hold `messages` and the reply, feeding only what it does not hold yet.
+        sampling: as generate takes it."""
+        return self.generate(_Conversation(messages), cache=cache, stop=stop, **sampling)
+
+    def chat_stream(self, messages, **options) -> Iterator[str]:
+        """chat(), yielding the reply's text pieces as they are decoded (as stream does)."""
+        return self.stream(_Conversation(messages), **options)
+
+    def start(self, prompt: str | Sequence[int], *, channel, cache=None, chat: bool = False,
+              system: str | None = None, stop: str | Sequence[str] | None = None, logprobs: int | None = None,
+              **sampling) -> Call:
+        """Queues one call and returns at once, for callers with a loop of their own (the
+        server): `channel` (a metalkv._core.Channel, shared by any number of calls) wakes
+        when one of them made progress; Call.pieces() then hands out its new text. prompt:
+        as generate takes it (chat=False by default: text fed as it is, or token ids, e.g.
+        chat_ids(messages)). logprobs: None, or 0..20 to record each generated token's
+        log-probability and that many alternatives (Call.logprobs). The caller cancels
+        (call.request.cancel()) what it no longer wants."""
+        s = Sampling.of(sampling, "start")
+        stops = _check_stop(stop)
+        return self._submit(prompt, cache=cache, chat=chat, system=system, s=s, stops=stops, channel=channel,
+                            logprobs=logprobs)
+
     def _stream(self, calls: list[Call], channel, many: bool) -> Iterator:
         try:
             for i, piece in drive(calls, channel, on_interrupt="cancel"):
                 yield (i, piece) if many else piece
         finally:
-            self.last_stats = _call_stats(calls, many)
+            self.last_stats = call_stats(calls, many)
 
     def generate_ids(self, prompt_ids: Sequence[int] | Sequence[Sequence[int]], *,
                      stop_ids: Sequence[int] | None = None, cache=None, **sampling) -> list[int] | list[list[int]]:
@@ -429,11 +478,18 @@ class Engine:
             raise
         for _ in drive(calls, channel, on_interrupt="abort"):
             pass
-        self.last_stats = _call_stats(calls, many)
+        self.last_stats = call_stats(calls, many)
         return [c.ids for c in calls] if many else calls[0].ids
 
 
 _SAMPLING_FIELDS = {f.name for f in fields(Sampling)}
+
+
+class _Conversation:
+    """Messages given to chat(): rendered whole with the chat template."""
+
+    def __init__(self, messages):
+        self.messages = normalize_messages(messages)
 
 
 def _is_prompt_list(prompts) -> bool:
@@ -442,31 +498,3 @@ def _is_prompt_list(prompts) -> bool:
         return False
     return len(prompts) == 0 or all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and
                                                             not isinstance(p, str)) for p in prompts)
-
-
-def _stats(raw: dict, finish_reason: str) -> dict:
-    """A request's stats with rates and per-token counts."""
-    st = dict(raw)
-    st["finish_reason"] = finish_reason
-    p = st["prompt_tokens"]
-    st["prefill_tok_s"] = p / st["prefill_seconds"] if st["prefill_seconds"] else 0.0
-    # decode steps feed one token each; the first generated token came with the prefill
-    steps = st["decode_steps"]
-    st["decode_tok_s"] = steps / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
-    for k in ("dispatches", "compute_encoders", "blit_encoders", "command_buffers_committed", "waits"):
-        st[f"{k}_per_token"] = st.get(f"decode_{k}", 0) / steps if steps else 0.0
-    for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "prefill_steps", "decode_steps",
-              "max_batch"):
-        st[k] = int(st[k])
-    return st
-
-
-def _call_stats(calls: list[Call], many: bool) -> dict:
-    """One call's stats, or for a list: totals, the largest batch, and each request's."""
-    each = [_stats(st, st["finish_reason"]) for st in (c.stats() for c in calls)]
-    if not many:
-        return each[0]
-    total = {k: sum(st[k] for st in each) for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens")}
-    total["max_batch"] = max(st["max_batch"] for st in each)
-    total["requests"] = each
-    return total

@@ -1,0 +1,297 @@
+"""The OpenAI-compatible HTTP app: routes, authentication, replies whole or streamed.
+
+Starlette, not FastAPI: the checks of a body are protocol.py's, written to answer
+with OpenAI's error objects and to name the field, so pydantic models would be a
+second, disagreeing owner of them; Starlette's routing, requests and streaming
+responses are all this needs, and uvicorn (its ASGI server) gives graceful
+shutdown on SIGINT/SIGTERM.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import ArgumentError
+from . import protocol as proto
+from .bridge import Bridge, Overloaded, Run
+
+MAX_BODY_BYTES = 32 << 20
+DISCONNECT_CHECK_SECONDS = 0.5
+DEFAULT_MAX_CALLS = 256  # replies in flight (running or queued in the engine) before a request gets 429  # how often a request answered whole looks for a client that has gone
+
+
+class Server:
+    """What the app's handlers share: the engine, its bridge and the server's defaults."""
+
+    def __init__(self, engine, *, model_name: str, api_key: str | None = None, max_calls: int | None = None,
+                 defaults: dict | None = None, max_tokens: int | None = None):
+        self.engine = engine
+        self.model_name = model_name
+        self.api_key = api_key
+        self.defaults = dict(defaults or {})  # Sampling fields a request leaves out
+        self.max_tokens = max_tokens          # None: what the context has room for
+        self.bridge = Bridge(engine, max_calls or DEFAULT_MAX_CALLS)
+        self.created = int(time.time())
+
+    # ---- requests -----------------------------------------------------------------------
+    def check_auth(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+            raise proto.ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                                 code="invalid_api_key")
+
+    async def body(self, request: Request) -> object:
+        self.check_auth(request)
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise proto.ApiError(413, f"the body is over {MAX_BODY_BYTES >> 20} MiB")
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise proto.bad("", f"the body is not valid JSON ({e})") from None  # param: none, the body itself
+
+    def specs(self, job: proto.Job) -> list[dict]:
+        """Engine.start's arguments for each choice: prompt p's choice j at p * n + j."""
+        specs = []
+        for ids in job.prompts:
+            room = self.engine.context - len(ids)
+            if room < 1 and self.engine.kv_policy.kv_policy is None:
+                raise proto.bad("messages" if job.kind == "chat" else "prompt",
+                                f"this model's context holds {self.engine.context} tokens, but the prompt has "
+                                f"{len(ids)}; shorten it (the server's --context sets the limit)",
+                                code="context_length_exceeded")
+            max_tokens = job.max_tokens or self.max_tokens or max(room, 1)
+            for j in range(job.n):
+                sampling = dict(self.defaults, **job.sampling, max_tokens=max_tokens)
+                if sampling.get("seed") is not None:  # choices differ, each reproducible
+                    sampling["seed"] = (sampling["seed"] + j) % 2**64
+                specs.append(dict(prompt=ids, stop=job.stop, logprobs=job.logprobs, **sampling))
+        return specs
+
+    def start(self, job: proto.Job) -> Run:
+        try:
+            return self.bridge.start(self.specs(job))
+        except Overloaded:
+            raise proto.ApiError(429, f"the server is busy: {self.bridge.max_calls} replies are in flight; retry "
+                                      f"shortly", type="rate_limit_error", code="server_busy",
+                                 headers={"Retry-After": "1"}) from None
+        except ArgumentError as e:  # the engine's own checks (sampling values, the prompt's room)
+            if e.argument == "prompt":
+                raise proto.bad("messages" if job.kind == "chat" else "prompt", str(e),
+                                code="context_length_exceeded") from None
+            raise proto.bad(e.argument, str(e)) from None
+
+    def token_text(self, token: int) -> str:
+        return self.engine.tokenizer.decode([token])
+
+    # ---- replies ------------------------------------------------------------------------
+    def _logprobs(self, job: proto.Job, run: Run, i: int, start: int, offset: int = 0) -> dict | None:
+        call = run.calls[i]
+        if call.logprobs is None:
+            return None
+        entries = list(zip(call.ids[start:], call.logprobs[start:]))
+        if job.kind == "chat":
+            return proto.chat_logprobs(entries, self.token_text)
+        return proto.completion_logprobs(entries, self.token_text, offset)
+
+    def usage(self, job: proto.Job, run: Run) -> dict:
+        firsts = [run.calls[p * job.n].stats() for p in range(len(job.prompts))]
+        return proto.usage(sum(len(ids) for ids in job.prompts), sum(len(c.ids) for c in run.calls),
+                           sum(int(st["prompt_tokens_cached"]) for st in firsts))
+
+    @staticmethod
+    def check_ended(run: Run, i: int) -> str:
+        """Call i's finish reason in OpenAI's words; an error of the engine's as a 500."""
+        call = run.calls[i]
+        try:
+            call.request.result()
+        except Exception as e:  # noqa: BLE001 - the engine failed this call: the client is told, the server goes on
+            raise proto.ApiError(500, f"the engine failed this reply: {e}", type="server_error") from None
+        reason = call.stats()["finish_reason"]
+        if reason in ("cancelled", "aborted"):
+            raise proto.ApiError(503, "the server is shutting down: the reply was cut short", type="server_error")
+        return proto.finish_reason(reason)
+
+    async def whole(self, request: Request, job: proto.Job, run: Run) -> Response:
+        texts = [[] for _ in run.calls]
+        try:
+            while not all(run.reported):
+                progress = await self._next(request, run)
+                if progress is None:  # the client has gone
+                    return Response(status_code=499)
+                for i, text, _ in progress:
+                    texts[i].append(text)
+        finally:
+            if not run.done:
+                run.cancel()
+        choices = []
+        for i in range(len(run.calls)):
+            reason = self.check_ended(run, i)
+            text = "".join(texts[i])
+            if job.kind == "chat":
+                choice = {"index": i, "message": {"role": "assistant", "content": text}}
+            else:
+                echo = job.prompt_texts[i // job.n] if job.echo else ""
+                choice = {"index": i, "text": echo + text}
+            choice["logprobs"] = self._logprobs(job, run, i, 0)
+            choice["finish_reason"] = reason
+            choices.append(choice)
+        return JSONResponse(dict(proto.envelope(job, chunk=False), choices=choices, usage=self.usage(job, run)))
+
+    async def _next(self, request: Request, run: Run):
+        """The run's next progress, or None once the client has disconnected."""
+        waiter = asyncio.ensure_future(self.bridge.wait(run))
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=DISCONNECT_CHECK_SECONDS)
+                if done:
+                    return waiter.result()
+                if await request.is_disconnected():
+                    return None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    async def events(self, job: proto.Job, run: Run):
+        """Server-sent events: a chunk per piece of text, each choice's end, usage if asked,
+        then [DONE]. If the client goes away, the generator is closed: its calls are cancelled."""
+        def event(choices: list, **extra) -> str:
+            chunk = dict(proto.envelope(job, chunk=True), choices=choices, **extra)
+            if job.include_usage and "usage" not in chunk:
+                chunk["usage"] = None
+            return f"data: {json.dumps(chunk, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+        chat = job.kind == "chat"
+        sent = [0] * len(run.calls)    # ids whose logprobs went out
+        offset = [0] * len(run.calls)  # text sent (completions' text_offset)
+        try:
+            for i in range(len(run.calls)):
+                if chat:
+                    yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None}])
+                elif job.echo:
+                    text = job.prompt_texts[i // job.n]
+                    offset[i] = len(text)
+                    yield event([{"index": i, "text": text, "logprobs": None, "finish_reason": None}])
+            while not all(run.reported):
+                for i, text, finished in await self.bridge.wait(run):
+                    call = run.calls[i]
+                    logprobs = self._logprobs(job, run, i, sent[i], offset[i])
+                    sent[i] = len(call.ids)
+                    if text or logprobs:
+                        body = {"delta": {"content": text}} if chat else {"text": text}
+                        yield event([dict({"index": i}, **body, logprobs=logprobs, finish_reason=None)])
+                        offset[i] += len(text)
+                    if finished:
+                        try:
+                            reason = self.check_ended(run, i)
+                        except proto.ApiError as e:
+                            yield f"data: {json.dumps(e.body())}\n\n"
+                            continue
+                        body = {"delta": {}} if chat else {"text": ""}
+                        yield event([dict({"index": i}, **body, logprobs=None, finish_reason=reason)])
+            if job.include_usage:
+                yield event([], usage=self.usage(job, run))
+            yield "data: [DONE]\n\n"
+        finally:
+            if not run.done:
+                run.cancel()
+
+
+class QuietCancel:
+    """Past the shutdown grace uvicorn cancels the replies still running (their calls are
+    cancelled on the way out: Server.events' finally): a request ended that way is the
+    shutdown working, not an error of the app, so it ends without uvicorn's traceback."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if scope["type"] != "http":
+                raise
+
+
+def create_app(engine, **options) -> Starlette:
+    """The app for `engine` (Server's options: model_name, api_key, max_calls, defaults, max_tokens)."""
+    server = Server(engine, **options)
+
+    async def respond(request: Request, parse) -> Response:
+        job = parse(await server.body(request))
+        run = server.start(job)
+        if job.stream:
+            return StreamingResponse(server.events(job, run), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await server.whole(request, job, run)
+
+    async def chat_completions(request: Request) -> Response:
+        return await respond(request, lambda body: proto.parse_chat(body, server.model_name, engine.chat_ids))
+
+    async def completions(request: Request) -> Response:
+        tokenizer = engine.tokenizer
+        return await respond(request, lambda body: proto.parse_completion(
+            body, server.model_name, lambda text: tokenizer.encode(text), engine.config.vocab))
+
+    def model_entry() -> dict:
+        return {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "metalkv"}
+
+    async def models(request: Request) -> Response:
+        server.check_auth(request)
+        return JSONResponse({"object": "list", "data": [model_entry()]})
+
+    async def model(request: Request) -> Response:
+        server.check_auth(request)
+        if request.path_params["model"] != server.model_name:
+            raise proto.ApiError(404, f"The model '{request.path_params['model']}' does not exist",
+                                 param="model", code="model_not_found")
+        return JSONResponse(model_entry())
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": server.model_name,
+                             "calls_in_flight": server.bridge.calls_in_flight,
+                             "calls_cancelled": server.bridge.cancelled, "max_batch": server.bridge.max_batch})
+
+    async def api_error(request: Request, e: proto.ApiError) -> Response:
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    async def http_error(request: Request, e: HTTPException) -> Response:  # unknown routes, wrong methods
+        return JSONResponse(proto.ApiError(e.status_code, f"{request.method} {request.url.path}: {e.detail}").body(),
+                            status_code=e.status_code, headers=getattr(e, "headers", None))
+
+    async def internal_error(request: Request, e: Exception) -> Response:
+        return JSONResponse(proto.ApiError(500, f"internal error: {type(e).__name__}: {e}",
+                                           type="server_error").body(), status_code=500)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        server.bridge.open()
+        try:
+            yield
+        finally:
+            await server.bridge.close()
+
+    app = Starlette(routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ], exception_handlers={proto.ApiError: api_error, HTTPException: http_error, Exception: internal_error},
+        middleware=[Middleware(QuietCancel)], lifespan=lifespan)
+    app.state.server = server
+    return app

