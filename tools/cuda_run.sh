@@ -7,7 +7,7 @@
 #   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
-#                                                  test-kv-policy stress-kv-policy
+#                                                  test-kv-policy stress-kv-policy test-server bench-server
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -204,6 +204,24 @@ stage_bench_kv_quant() {
     > "$OUT/bench_kv_quant.txt" 2>&1
   note "metalkv-bench --filter kv_quant: rc=$?"
   tail -30 "$OUT/bench_kv_quant.txt"
+}
+
+# The server suites on the cuda device (the tiny model's: the default model is not on that machine)
+# and the engine suites the server relies on (penalties, logprobs, the messages API).
+stage_test_server() {
+  step "server and sampling suites on the cuda device"
+  pytest_cuda server tests/server tests/engine/test_sampling.py tests/engine/test_logprobs.py tests/engine/test_chat_api.py
+}
+
+# metalkv serve on a random-weight Llama (SERVER_SHAPE, default 8b) with the default model's
+# tokenizer (.whl/tokenizer.json, carried: `python bench/server.py --export-tokenizer`), 1/8/32 clients.
+stage_bench_server() {
+  step "bench/server.py: metalkv serve on the cuda device, random Llama ${SERVER_SHAPE:-8b}"
+  timeout ${BENCH_S:-400} python3 bench/server.py --servers metalkv --device cuda --random-llama ${SERVER_SHAPE:-8b} \
+    --tokenizer .whl/tokenizer.json ${SERVER_ARGS:---concurrency 1 8 32 --requests 2 --max-tokens 64} \
+    --json "$OUT/bench_server.json" > "$OUT/bench_server.txt" 2>&1
+  note "bench/server.py: rc=$?"
+  tail -8 "$OUT/bench_server.txt"
 }
 
 # Aggregate decode tok/s at 1..64 sequences, weight bytes per token, cached-prefix TTFT.

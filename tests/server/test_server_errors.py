@@ -176,3 +176,19 @@ def test_many_bad_requests_while_good_ones_run(tiny):
         assert post(tiny, "/v1/completions", {"model": "tiny", "prompt": "x", "top_p": 7}).status_code == 400
     t.join(timeout=120)
     assert result["text"] == expected
+
+
+def test_a_reply_that_fails_is_a_500_and_the_server_goes_on(tiny, monkeypatch):
+    class Broken:  # a detokenizer that fails on the first token
+        def add(self, token):
+            raise RuntimeError("the detokenizer broke")
+
+        def flush(self):
+            return ""
+
+    monkeypatch.setattr(tiny.engine.tokenizer, "detokenizer", lambda **kw: Broken())
+    err = assert_error(post(tiny, "/v1/completions", {"model": "tiny", "prompt": "abc", "max_tokens": 5}), 500)
+    assert "the detokenizer broke" in err["message"] and err["type"] == "server_error"
+    monkeypatch.undo()
+    tiny.settled()
+    assert tiny.client().completions.create(model="tiny", prompt="abc", max_tokens=3).choices[0].finish_reason

@@ -117,6 +117,8 @@ class Server:
         """Call i's finish reason in OpenAI's words; an error of the engine's as a 500."""
         call = run.calls[i]
         try:
+            if run.errors[i] is not None:
+                raise run.errors[i]
             call.request.result()
         except Exception as e:  # noqa: BLE001 - the engine failed this call: the client is told, the server goes on
             raise proto.ApiError(500, f"the engine failed this reply: {e}", type="server_error") from None

@@ -30,6 +30,7 @@ class Run:
         self.finished = [False] * len(calls)
         self.reported = [False] * len(calls)  # its end handed out
         self.abandoned = False  # cancelled for a client that has gone: nobody takes its pieces
+        self.errors: list[Exception | None] = [None] * len(calls)  # a call whose text could not be made
         self.changed = asyncio.Event()
 
     @property
@@ -40,7 +41,11 @@ class Run:
         for i, call in enumerate(self.calls):
             if self.finished[i]:
                 continue
-            out, done = call.pieces()
+            try:
+                out, done = call.pieces()
+            except Exception as e:  # noqa: BLE001 - this reply fails (a 500), the others go on
+                call.request.abort()
+                out, done, self.errors[i] = [], True, e
             if out or done:
                 self.pending[i].extend(out)
                 self.finished[i] = done
