@@ -13,14 +13,15 @@ import time
 
 import pytest
 
-pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'metalkv[server]'")
-openai = pytest.importorskip("openai", reason="the openai client is not installed (the test extra)")
+import metalkv
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
-import uvicorn  # noqa: E402
 
-import metalkv  # noqa: E402
-from devices import TEST_DEVICE  # noqa: E402  (tests/ is on sys.path)
-from metalkv.server import create_app  # noqa: E402
+def needs_server_packages():
+    """Skips (the test module that calls it) without the server extra and the test extra's clients."""
+    pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'metalkv[server]'")
+    pytest.importorskip("openai", reason="the openai client is not installed (the test extra)")
+    pytest.importorskip("httpx", reason="httpx is not installed (the test extra)")
 
 
 def free_port() -> int:
@@ -33,6 +34,10 @@ class LiveServer:
     """create_app(engine, **options) served on 127.0.0.1 until close()."""
 
     def __init__(self, engine, **options):
+        import uvicorn
+
+        from metalkv.server import create_app
+
         self.engine = engine
         self.app = create_app(engine, **options)
         self.port = free_port()
@@ -51,7 +56,10 @@ class LiveServer:
     def server(self):
         return self.app.state.server
 
-    def client(self, **kw) -> "openai.OpenAI":
+    def client(self, **kw):
+        """The openai client, pointed at this server."""
+        import openai
+
         kw.setdefault("api_key", "unused")
         kw.setdefault("max_retries", 0)  # a test sees the first answer, not the client's retries
         kw.setdefault("timeout", 300)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from .conftest import needs_server_packages
+
+needs_server_packages()
+
 QUESTION = [{"role": "user", "content": "Name three colours."}]
 
 

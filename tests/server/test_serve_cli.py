@@ -6,6 +6,10 @@ import sys
 
 import pytest
 
+from .conftest import needs_server_packages
+
+needs_server_packages()
+
 
 @pytest.mark.parametrize("flags, says", [
     (["--temperature", "-1"], "--temperature"),

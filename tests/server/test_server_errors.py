@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import threading
 
-import httpx
-import openai
 import pytest
 
-from .conftest import LiveServer
+from .conftest import LiveServer, needs_server_packages
+
+needs_server_packages()
+import httpx  # noqa: E402
+import openai  # noqa: E402
 
 HELLO = [{"role": "user", "content": "hello"}]
 

@@ -12,8 +12,12 @@ import random
 import threading
 import time
 
-import httpx
 import pytest
+
+from .conftest import needs_server_packages
+
+needs_server_packages()
+import httpx  # noqa: E402
 
 LONG = os.environ.get("METALKV_STRESS", "quick") == "long"
 CLIENTS = 32

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
-from .conftest import free_port
+from .conftest import free_port, needs_server_packages
+
+needs_server_packages()
+import httpx  # noqa: E402
 
 
 @pytest.fixture
