@@ -14,7 +14,8 @@ reply is a cached copy of another). Measured at the client, from the server-sent
   ITL    gaps between later pieces (a piece is a token, or a few when a server holds
          back text that may start a stop string or an incomplete character);
   tok/s  every reply's completion tokens (the usage the server reports, else its
-         pieces) over the wall time of the whole level.
+         pieces) over the wall time of the whole level;
+  done   replies that ended by their length or the model's stop, of those requested.
 Both servers run in one invocation on one machine, one at a time. Installed packages
 only; a server that is not installed is reported as such.
 
@@ -72,7 +73,8 @@ def command(server: str, args, port: int) -> list[str] | None:
         return None
     return [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--port", str(port), "--n_ctx",
             str(args.context), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-            "--model_alias", "bench"]
+            "--model_alias", "bench",
+            "--interrupt_requests", "False"]  # its default cuts a running reply short when another request comes
 
 
 class Started:
@@ -106,7 +108,7 @@ async def one_request(client: httpx.AsyncClient, url: str, i: int, max_tokens: i
     body = {"model": "bench", "prompt": prompt(i), "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
-    arrivals, tokens = [], None
+    arrivals, tokens, finish = [], None, None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -117,10 +119,12 @@ async def one_request(client: httpx.AsyncClient, url: str, i: int, max_tokens: i
                 tokens = chunk["usage"]["completion_tokens"]
             if chunk.get("choices") and chunk["choices"][0].get("text"):
                 arrivals.append(time.perf_counter())
+            if chunk.get("choices") and chunk["choices"][0].get("finish_reason"):
+                finish = chunk["choices"][0]["finish_reason"]
     if not arrivals:
         raise RuntimeError(f"request {i}: no text came back")
     return {"ttft": arrivals[0] - t0, "gaps": [b - a for a, b in zip(arrivals, arrivals[1:])],
-            "tokens": tokens if tokens is not None else len(arrivals)}
+            "tokens": tokens if tokens is not None else len(arrivals), "finish": finish}
 
 
 async def level(url: str, clients: int, requests: int, max_tokens: int, first: int) -> dict:
@@ -140,7 +144,9 @@ async def level(url: str, clients: int, requests: int, max_tokens: int, first: i
     def pct(xs: list[float], p: float) -> float:
         return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
-    return {"clients": clients, "requests": len(replies), "tokens": tokens, "wall_s": wall,
+    # complete: ended by its length or the model's own stop (a reply cut short by the server is not)
+    complete = sum(r["finish"] in ("length", "stop") for r in replies)
+    return {"clients": clients, "requests": len(replies), "complete": complete, "tokens": tokens, "wall_s": wall,
             "tok_s": tokens / wall, "req_s": len(replies) / wall,
             "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90), "ttft_p99": pct(ttft, 99),
             "itl_p50": pct(gaps, 50), "itl_p90": pct(gaps, 90), "itl_p99": pct(gaps, 99),
@@ -148,14 +154,15 @@ async def level(url: str, clients: int, requests: int, max_tokens: int, first: i
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'server':<18} {'clients':>7} {'reqs':>5} {'tok/s':>8} {'TTFT p50':>9} {'p90':>7} {'p99':>7} "
+    head = (f"{'server':<18} {'clients':>7} {'done':>7} {'tok/s':>8} {'TTFT p50':>9} {'p90':>7} {'p99':>7} "
             f"{'ITL p50':>8} {'p90':>7} {'p99':>7}  (seconds)")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['server']:<18} {r.get('clients', ''):>7} {r['error']}")
             continue
-        lines.append(f"{r['server']:<18} {r['clients']:>7} {r['requests']:>5} {r['tok_s']:>8.1f} "
+        done = f"{r['complete']}/{r['requests']}"
+        lines.append(f"{r['server']:<18} {r['clients']:>7} {done:>7} {r['tok_s']:>8.1f} "
                      f"{r['ttft_p50']:>9.3f} {r['ttft_p90']:>7.3f} {r['ttft_p99']:>7.3f} "
                      f"{r['itl_p50']:>8.3f} {r['itl_p90']:>7.3f} {r['itl_p99']:>7.3f}")
     return "\n".join(lines)
