@@ -5,14 +5,14 @@ the same floats, so a float32 rounding apart) and against the logits path
 (Engine.logits of the sequence so far: other kernels, so a looser tolerance)."""
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 import metalkv
 from metalkv import _core
 from devices import TEST_DEVICE  # tests/ is on sys.path
+
+from .test_cache_state import held
 
 PROMPT = [3, 14, 15, 9, 26]
 
@@ -106,16 +106,6 @@ def test_no_entry_for_a_stop_id(tiny):
     r = submit(tiny, PROMPT, max_tokens=12, stop_ids=[stop], logprobs=2)
     assert r.result() == whole[:k] and r.finish_reason == "stop"
     assert len(r.logprobs()) == k
-
-
-def held(request):
-    """Waits until the engine holds the request at its hold_at_step."""
-    for _ in range(6000):
-        if request.held or request.done:
-            break
-        time.sleep(0.005)
-    assert request.held and not request.done
-    return request
 
 
 def test_stop_after_drops_the_entries_with_the_ids(tiny):

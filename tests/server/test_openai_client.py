@@ -151,3 +151,20 @@ def test_models_health_and_the_model_by_name(smol):
 
     health = httpx.get(f"{smol.url}/health").json()
     assert health["status"] == "ok" and health["model"] == "smol"
+
+
+def test_logprobs_streamed_and_in_completions(smol):
+    client = smol.client()
+    whole = client.chat.completions.create(model="smol", messages=QUESTION, max_tokens=6, temperature=0,
+                                           logprobs=True, top_logprobs=2)
+    chunks = list(client.chat.completions.create(model="smol", messages=QUESTION, max_tokens=6, temperature=0,
+                                                 logprobs=True, top_logprobs=2, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in whole.choices[0].logprobs.content]
+    legacy = client.completions.create(model="smol", prompt="The sky is", max_tokens=5, temperature=0, logprobs=3)
+    lp = legacy.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 5
+    assert "".join(lp.tokens) == legacy.choices[0].text
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(5)]
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) == 3 and max(top.values()) == pytest.approx(logprob)  # greedy: the best is the one taken

@@ -191,7 +191,8 @@ class Server:
             while not all(run.reported):
                 for i, text, finished in await self.bridge.wait(run):
                     call = run.calls[i]
-                    logprobs = self._logprobs(job, run, i, sent[i], offset[i])
+                    fresh = len(call.ids) > sent[i]  # ids whose logprobs have not gone out yet
+                    logprobs = self._logprobs(job, run, i, sent[i], offset[i]) if fresh else None
                     sent[i] = len(call.ids)
                     if text or logprobs:
                         body = {"delta": {"content": text}} if chat else {"text": text}
