@@ -214,11 +214,13 @@ stage_test_server() {
 }
 
 # metalkv serve on a random-weight Llama (SERVER_SHAPE, default 8b) with the default model's
-# tokenizer (.whl/tokenizer.json, carried: `python bench/server.py --export-tokenizer`), 1/8/32 clients.
+# tokenizer (.whl/tokenizer.json or .json.gz, carried: `python bench/server.py --export-tokenizer`), 1/8/32 clients.
 stage_bench_server() {
   step "bench/server.py: metalkv serve on the cuda device, random Llama ${SERVER_SHAPE:-8b}"
+  local tok=.whl/tokenizer.json
+  [ -f $tok ] || { gunzip -c $tok.gz > /tmp/tokenizer.json && tok=/tmp/tokenizer.json; }  # carried gzipped
   timeout ${BENCH_S:-400} python3 bench/server.py --servers metalkv --device cuda --random-llama ${SERVER_SHAPE:-8b} \
-    --tokenizer .whl/tokenizer.json ${SERVER_ARGS:---concurrency 1 8 32 --requests 2 --max-tokens 64} \
+    --tokenizer $tok ${SERVER_ARGS:---concurrency 1 8 32 --requests 2 --max-tokens 64} \
     --json "$OUT/bench_server.json" > "$OUT/bench_server.txt" 2>&1
   note "bench/server.py: rc=$?"
   tail -8 "$OUT/bench_server.txt"
