@@ -42,8 +42,9 @@ class LiveServer:
         self.app = create_app(engine, **options)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # a grace past which close() cancels what still runs, as `metalkv serve` does
         self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                     log_level="warning"))
+                                                     log_level="warning", timeout_graceful_shutdown=5))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30

@@ -129,9 +129,10 @@ class Server:
 
     async def whole(self, request: Request, job: proto.Job, run: Run) -> Response:
         texts = [[] for _ in run.calls]
+        watch = _ClientWatch(request)
         try:
             while not all(run.reported):
-                progress = await self._next(request, run)
+                progress = await watch.next(self.bridge.wait(run))
                 if progress is None:  # the client has gone
                     return Response(status_code=499)
                 for i, text, _ in progress:
@@ -152,20 +153,6 @@ class Server:
             choice["finish_reason"] = reason
             choices.append(choice)
         return JSONResponse(dict(proto.envelope(job, chunk=False), choices=choices, usage=self.usage(job, run)))
-
-    async def _next(self, request: Request, run: Run):
-        """The run's next progress, or None once the client has disconnected."""
-        waiter = asyncio.ensure_future(self.bridge.wait(run))
-        try:
-            while True:
-                done, _ = await asyncio.wait({waiter}, timeout=DISCONNECT_CHECK_SECONDS)
-                if done:
-                    return waiter.result()
-                if await request.is_disconnected():
-                    return None
-        finally:
-            if not waiter.done():
-                waiter.cancel()
 
     async def events(self, job: proto.Job, run: Run):
         """Server-sent events: a chunk per piece of text, each choice's end, usage if asked,
@@ -230,6 +217,45 @@ class QuietCancel:
                 raise
 
 
+class _EventStream(StreamingResponse):
+    """A streaming response that closes its generator when it ends, however it ends: when
+    the client has gone, Starlette stops at the failed send and leaves the generator to the
+    garbage collector, whose timing (a reference cycle through the exception) would decide
+    when the reply's call is cancelled."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+class _ClientWatch:
+    """Looks for a client that has gone every DISCONNECT_CHECK_SECONDS while a whole reply
+    is made, however often the reply makes progress (a stream's client is seen by its send)."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.check_at = asyncio.get_running_loop().time() + DISCONNECT_CHECK_SECONDS
+
+    async def next(self, progress):
+        """What the awaitable `progress` gives, or None once the client has disconnected."""
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.ensure_future(progress)
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=max(0.0, self.check_at - loop.time()))
+                if loop.time() >= self.check_at:
+                    self.check_at = loop.time() + DISCONNECT_CHECK_SECONDS
+                    if await self.request.is_disconnected():
+                        return None
+                if done:
+                    return waiter.result()
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+
 def create_app(engine, **options) -> Starlette:
     """The app for `engine` (Server's options: model_name, api_key, max_calls, defaults, max_tokens)."""
     server = Server(engine, **options)
@@ -238,7 +264,7 @@ def create_app(engine, **options) -> Starlette:
         job = parse(await server.body(request))
         run = server.start(job)
         if job.stream:
-            return StreamingResponse(server.events(job, run), media_type="text/event-stream",
+            return _EventStream(server.events(job, run), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await server.whole(request, job, run)
 
