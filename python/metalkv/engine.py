@@ -315,7 +315,7 @@ class Engine:
         if cache.length(0) > len(held):
             raise ArgumentError(f"[generate] the cache holds {cache.length(0)} tokens that no Engine fed; pass a "
                                 f"new cache for a chat")
-        ids = self.chat_ids(messages)
+        ids = self._template_ids(messages)
         # Feed only what follows the longest common prefix with the cache; the C++
         # engine rolls the rest back (re-tokenized replies can differ from the sampled ids).
         common = 0
@@ -332,8 +332,11 @@ class Engine:
     def chat_ids(self, messages) -> list[int]:
         """The prompt ids of `messages` (checked as Engine.chat takes them) under the
         model's chat template, ready for the assistant's reply."""
-        return self.tokenizer.encode(self.chat_template.render(normalize_messages(messages),
-                                                               add_generation_prompt=True))
+        return self._template_ids(normalize_messages(messages))
+
+    def _template_ids(self, messages: list) -> list[int]:
+        """chat_ids of messages already checked (normalize_messages, or this engine's own turns)."""
+        return self.tokenizer.encode(self.chat_template.render(messages, add_generation_prompt=True))
 
     def _submit(self, prompt, *, cache, chat: bool, system: str | None, s: Sampling, stops: list[str],
                 channel, logprobs: int | None = None) -> Call:

@@ -1,8 +1,9 @@
 """OpenAI's wire format: request bodies checked into Jobs, Jobs' results into responses.
 
-Every check a body goes through is here, each failure an ApiError that the app
-answers with OpenAI's error object ({"error": {"message", "type", "param", "code"}}),
-naming the field. Unknown fields are ignored, as OpenAI's own API and vLLM's do;
+Every field's type is checked here, each failure an ApiError that the app answers
+with OpenAI's error object ({"error": {"message", "type", "param", "code"}}), naming
+the field; the sampling values' ranges are the engine's own checks (an ArgumentError
+naming the argument, answered the same way). Unknown fields are ignored, as OpenAI's own API and vLLM's do;
 fields a text model served here cannot honour (tools, images, logit_bias, suffix, ...)
 are refused by name rather than dropped.
 """
@@ -38,14 +39,16 @@ def bad(param: str, message: str, code: str | None = None) -> ApiError:
 
 
 # ---- field checks ------------------------------------------------------------------------
-def _number(body: dict, name: str, lo: float, hi: float, *, lo_open: bool = False) -> float | None:
+def _number(body: dict, name: str, lo: float | None = None, hi: float | None = None) -> float | None:
+    """A JSON number (or null). Ranges are the engine's to check (Sampling.check, one owner),
+    but for limits OpenAI sets and the engine does not (temperature <= 2)."""
     v = body.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise bad(name, f"expected a number, got {v!r}")
-    if v < lo or v > hi or (lo_open and v == lo):
-        raise bad(name, f"{v!r} is out of range: expected a number in {'(' if lo_open else '['}{lo}, {hi}]")
+    if lo is not None and not lo <= v <= hi:
+        raise bad(name, f"{v!r} is out of range: expected a number in [{lo}, {hi}]")
     return float(v)
 
 
@@ -119,15 +122,10 @@ def _common(body: Any, kind: str, served: str) -> Job:
         raise ApiError(404, f"The model '{model}' does not exist; this server serves '{served}' (GET /v1/models)",
                        param="model", code="model_not_found")
     job = Job(kind, served, [])
-    sampling = {
-        "temperature": _number(body, "temperature", 0.0, 2.0),
-        "top_p": _number(body, "top_p", 0.0, 1.0, lo_open=True),
-        "min_p": _number(body, "min_p", 0.0, 1.0),
-        "repetition_penalty": _number(body, "repetition_penalty", 0.0, 10.0, lo_open=True),
-        "presence_penalty": _number(body, "presence_penalty", -2.0, 2.0),
-        "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0),
-        "seed": _int(body, "seed", -2**63, 2**64 - 1),
-    }
+    sampling = {name: _number(body, name) for name in ("top_p", "min_p", "repetition_penalty", "presence_penalty",
+                                                        "frequency_penalty")}
+    sampling["temperature"] = _number(body, "temperature", 0.0, 2.0)
+    sampling["seed"] = _int(body, "seed", -2**63, 2**64 - 1)
     top_k = _int(body, "top_k", -1)
     sampling["top_k"] = None if top_k is None else max(top_k, 0)  # vLLM's -1 = off, as our 0
     if sampling["seed"] is not None:
