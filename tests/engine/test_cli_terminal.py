@@ -15,9 +15,23 @@ ENV = {**os.environ, "METALKV_NO_PROGRESS": "1", "SKBUILD_EDITABLE_VERBOSE": "0"
 CLI = [sys.executable, "-m", "metalkv.cli"]
 
 
+_children = []
+
+
+@pytest.fixture(autouse=True)
+def _no_child_left():
+    """A test that fails half-way must not leave its CLI running (it would load the next tests)."""
+    yield
+    while _children:
+        child = _children.pop()
+        if child.isalive():
+            child.terminate(force=True)
+
+
 def spawn(*args: str, timeout: float = 120):
     child = pexpect.spawn(CLI[0], CLI[1:] + list(args), env=ENV, encoding="utf-8", timeout=timeout,
                           dimensions=(40, 200))
+    _children.append(child)
     return child
 
 
