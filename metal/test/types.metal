@@ -59,3 +59,33 @@ kernel void test_atomics(const device uint* bins_in [[buffer(0)]],
                               atomic_load_explicit(&local[tid], memory_order_relaxed),
                               memory_order_relaxed);
 }
+
+// The operators that the host computes on its native vectors, beside those it
+// keeps per element (integer / and %, 8-bit shifts, 3-vectors): each mirrors a
+// numpy expression in tests/gpu/test_types.py (wrap-around, rounding, NaN).
+kernel void test_vector_ops(const device uint4* u_in [[buffer(0)]],
+                            const device float4* f_in [[buffer(1)]],
+                            device uint4* u_out [[buffer(2)]],
+                            device float4* f_out [[buffer(3)]],
+                            uint i [[thread_position_in_grid]],
+                            uint n [[threads_per_grid]]) {
+  const uint4 a = u_in[2 * i], b = u_in[2 * i + 1];
+  const float4 x = f_in[2 * i], y = f_in[2 * i + 1];
+  u_out[0 * n + i] = a + b * 3u - (a ^ b);                  // wraps mod 2^32
+  u_out[1 * n + i] = (a << (b & 31u)) | (a >> 7u);
+  u_out[2 * n + i] = ~a & (b | 0xF0F0F0F0u);
+  u_out[3 * n + i] = a / (b | 1u) + a % (b | 1u);          // per element
+  u_out[4 * n + i] = uint4(as_type<int4>(a) / int4(-3) - as_type<int4>(b) * 2);
+  const uchar4 c = as_type<uchar4>(a.x), d = as_type<uchar4>(b.x);
+  u_out[5 * n + i] = uint4(as_type<uint>(uchar4(c + d)), as_type<uint>(uchar4(c << uchar4(1))),
+                           as_type<uint>(uchar4(c * d)), uint(c.x) + uint(d.w));
+  u_out[6 * n + i] = select(uint4(0u), uint4(1u), x < y) + select(uint4(0u), uint4(2u), a >= b) +
+                     select(uint4(0u), uint4(4u), x != x) + select(uint4(0u), uint4(8u), -x == y);
+  u_out[7 * n + i] = uint4(x);                               // truncation (inputs are in range)
+  f_out[0 * n + i] = x * y + 2.5f - y / (abs(x) + 1.0f);
+  f_out[1 * n + i] = float4(a);                              // rounds large uints
+  f_out[2 * n + i] = float4(half4(x * 1000.0f));             // round to nearest even
+  f_out[3 * n + i] = float4(dot(x, y), dot(x.xy, y.zw), -x.z, float(uint4(c).w));
+  const float3 x3 = x.xyz;
+  f_out[4 * n + i] = float4(x3 * 2.0f + y.xyz, 0.0f);        // a 3-vector, per element
+}

@@ -49,3 +49,49 @@ def test_atomics_across_threadgroups(dev):
     np.testing.assert_array_equal(hist, expect)
     np.testing.assert_array_equal(tg_hist, expect)
     assert total[0] == int((bins % 16).astype(np.int64).sum() - 8 * n)
+
+
+def test_vector_operators_match_numpy(dev):
+    """The operators the host runs on the compiler's vectors (mkv_prelude_native.h)
+    and those it keeps per element, against numpy: integer wrap-around, shifts,
+    division, uchar arithmetic, comparisons with NaN into bool vectors,
+    conversions (uint to float rounds, float to half to nearest even)."""
+    rng = np.random.default_rng(3)
+    n = 512
+    u = rng.integers(0, 2**32, (2 * n, 4), dtype=np.uint64).astype(np.uint32)
+    f = rng.uniform(-8, 8, (2 * n, 4)).astype(np.float32)
+    f[::7, 1] = np.nan
+    f[1::2][::5, 2] = -f[::2][::5, 2]  # -x == y somewhere
+    _, _, uo, fo = run(dev, "test_vector_ops", [u, np.abs(f) * (u < 2**31) + f * (u >= 2**31),
+                                                 np.zeros((8 * n, 4), np.uint32), np.zeros((5 * n, 4), np.float32)],
+                       n // 128, 128)
+    fi = np.abs(f) * (u < 2**31) + f * (u >= 2**31)  # non-negative where the test truncates to uint
+    a, b, x, y = u[0::2], u[1::2], fi[0::2], fi[1::2]
+    uo, fo = uo.reshape(8, n, 4), fo.reshape(5, n, 4)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(uo[0], a + b * np.uint32(3) - (a ^ b))
+        np.testing.assert_array_equal(uo[1], (a << (b & 31)) | (a >> 7))
+        np.testing.assert_array_equal(uo[2], ~a & (b | np.uint32(0xF0F0F0F0)))
+        np.testing.assert_array_equal(uo[3], a // (b | 1) + a % (b | 1))
+        ai, bi = a.view(np.int32).astype(np.int64), b.view(np.int32).astype(np.int64)
+        q = np.trunc(ai / -3).astype(np.int64)  # C division truncates toward zero
+        np.testing.assert_array_equal(uo[4], ((q - bi * 2) % 2**32).astype(np.uint32))
+        c, d = a[:, 0].copy().view(np.uint8).reshape(n, 4), b[:, 0].copy().view(np.uint8).reshape(n, 4)
+        np.testing.assert_array_equal(uo[5, :, 0], (c + d).view(np.uint32).ravel())
+        np.testing.assert_array_equal(uo[5, :, 1], (c << 1).astype(np.uint8).view(np.uint32).ravel())
+        np.testing.assert_array_equal(uo[5, :, 2], (c * d).view(np.uint32).ravel())
+        np.testing.assert_array_equal(uo[5, :, 3], c[:, 0].astype(np.uint32) + d[:, 3])
+        flags = (x < y) * 1 + (a >= b) * 2 + (x != x) * 4 + (-x == y) * 8
+        np.testing.assert_array_equal(uo[6], flags.astype(np.uint32))
+        ok = ~np.isnan(x)
+        np.testing.assert_array_equal(uo[7][ok], np.trunc(x[ok]).astype(np.uint32))
+        ref0 = x * y + np.float32(2.5) - y / (np.abs(x) + np.float32(1))
+        np.testing.assert_array_equal(fo[0], ref0)
+        np.testing.assert_array_equal(fo[1], a.astype(np.float32))
+        np.testing.assert_array_equal(fo[2], (x * np.float32(1000)).astype(np.float16).astype(np.float32))
+        dots = (x * y).astype(np.float32)
+        np.testing.assert_array_equal(fo[3, :, 0], ((dots[:, 0] + dots[:, 1]) + dots[:, 2]) + dots[:, 3])
+        np.testing.assert_array_equal(fo[3, :, 1], x[:, 0] * y[:, 2] + x[:, 1] * y[:, 3])
+        np.testing.assert_array_equal(fo[3, :, 2], -x[:, 2])
+        np.testing.assert_array_equal(fo[3, :, 3], c[:, 3].astype(np.float32))
+        np.testing.assert_array_equal(fo[4, :, :3], x[:, :3] * np.float32(2) + y[:, :3])

@@ -11,6 +11,9 @@
 namespace metal {
 namespace mkv_detail {
 
+// The MSL vector operators, for each prelude's map_op<vop>.
+enum class vop : unsigned char { add, sub, mul, div, mod, band, bor, bxor, shl, shr, cmp, logic, neg, bnot };
+
 template <class... X> struct first_vec { using type = void; };
 template <class X, class... R> struct first_vec<X, R...> {
   using type = std::conditional_t<is_vec_like_v<X>, X, typename first_vec<R...>::type>;

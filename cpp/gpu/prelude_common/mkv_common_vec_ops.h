@@ -13,6 +13,8 @@
 //   - results are computed per element and converted back to the element
 //     type (uchar4 + uchar4 wraps; half4 ops round to half per element);
 //   - comparisons and && || ! give boolN.
+// Each operator goes through the prelude's map_op<vop>, which may compute it
+// on native vectors (the host's mkv_prelude_native.h) or per element (map).
 #pragma once
 
 #include "mkv_common_vec_operands.h"
@@ -21,38 +23,40 @@ namespace metal {
 
 // Arithmetic and bitwise: result has the operands' element type. (x op y)
 // promotes small integers and half to int/float; the cast brings it back.
-#define MKV_VEC_ARITH(op)                                                             \
+#define MKV_VEC_ARITH(op, kind)                                                       \
   template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>                    \
   MKV_FN auto operator op(const A& a, const B& b) {                                   \
-    return mkv_detail::map([](auto x, auto y) { return static_cast<decltype(x)>(x op y); }, a, b); \
+    return mkv_detail::map_op<mkv_detail::vop::kind>(                                 \
+        [](auto x, auto y) { return static_cast<decltype(x)>(x op y); }, a, b);       \
   }
-MKV_VEC_ARITH(+)
-MKV_VEC_ARITH(-)
-MKV_VEC_ARITH(*)
-MKV_VEC_ARITH(/)
-MKV_VEC_ARITH(%)
-MKV_VEC_ARITH(&)
-MKV_VEC_ARITH(|)
-MKV_VEC_ARITH(^)
-MKV_VEC_ARITH(<<)
-MKV_VEC_ARITH(>>)
+MKV_VEC_ARITH(+, add)
+MKV_VEC_ARITH(-, sub)
+MKV_VEC_ARITH(*, mul)
+MKV_VEC_ARITH(/, div)
+MKV_VEC_ARITH(%, mod)
+MKV_VEC_ARITH(&, band)
+MKV_VEC_ARITH(|, bor)
+MKV_VEC_ARITH(^, bxor)
+MKV_VEC_ARITH(<<, shl)
+MKV_VEC_ARITH(>>, shr)
 #undef MKV_VEC_ARITH
 
 // Comparisons and logical and/or: boolN. && and || evaluate both sides, as
-// they must for vectors.
-#define MKV_VEC_BOOL(op)                                                              \
+// they must for vectors. (No `-> bool` on the lambda: on native vectors a
+// comparison gives a mask, which map_op turns into bools.)
+#define MKV_VEC_BOOL(op, kind)                                                        \
   template <class A, class B, mkv_detail::enable_vec_op<A, B> = 0>                    \
   MKV_FN auto operator op(const A& a, const B& b) {                                   \
-    return mkv_detail::map([](auto x, auto y) -> bool { return x op y; }, a, b);      \
+    return mkv_detail::map_op<mkv_detail::vop::kind>([](auto x, auto y) { return x op y; }, a, b); \
   }
-MKV_VEC_BOOL(==)
-MKV_VEC_BOOL(!=)
-MKV_VEC_BOOL(<)
-MKV_VEC_BOOL(<=)
-MKV_VEC_BOOL(>)
-MKV_VEC_BOOL(>=)
-MKV_VEC_BOOL(&&)
-MKV_VEC_BOOL(||)
+MKV_VEC_BOOL(==, cmp)
+MKV_VEC_BOOL(!=, cmp)
+MKV_VEC_BOOL(<, cmp)
+MKV_VEC_BOOL(<=, cmp)
+MKV_VEC_BOOL(>, cmp)
+MKV_VEC_BOOL(>=, cmp)
+MKV_VEC_BOOL(&&, logic)
+MKV_VEC_BOOL(||, logic)
 #undef MKV_VEC_BOOL
 
 // Compound assignment for vectors, swizzle proxies (assigns only the named
@@ -80,11 +84,11 @@ template <class A, mkv_detail::enable_vec_op<A> = 0> MKV_FN auto operator+(const
   return mkv_detail::map([](auto x) { return x; }, a);
 }
 template <class A, mkv_detail::enable_vec_op<A> = 0> MKV_FN auto operator-(const A& a) {
-  return mkv_detail::map([](auto x) { return static_cast<decltype(x)>(-x); }, a);
+  return mkv_detail::map_op<mkv_detail::vop::neg>([](auto x) { return static_cast<decltype(x)>(-x); }, a);
 }
 template <class A, mkv_detail::enable_vec_op<A> = 0> MKV_FN auto operator~(const A& a) {
   static_assert(std::is_integral<typename mkv_detail::vec_traits<A>::elem>::value, "MSL: ~ needs an integer vector");
-  return mkv_detail::map([](auto x) { return static_cast<decltype(x)>(~x); }, a);
+  return mkv_detail::map_op<mkv_detail::vop::bnot>([](auto x) { return static_cast<decltype(x)>(~x); }, a);
 }
 template <class A, mkv_detail::enable_vec_op<A> = 0> MKV_FN auto operator!(const A& a) {
   return mkv_detail::map([](auto x) -> bool { return !x; }, a);

@@ -42,6 +42,9 @@ template <class F, class A, class B, class D> MKV_HD auto map(F f, const A& a0, 
   return r;
 }
 
+// Every operator runs per element (nvcc's vector loads are the wide part).
+template <vop K, class F, class... X> MKV_HD auto map_op(F f, const X&... x) { return map(f, x...); }
+
 }  // namespace mkv_detail
 }  // namespace metal
 

@@ -155,7 +155,13 @@ template <class A, class B, mkv_detail::enable_float_op<A, B> = 0> inline auto d
   static_assert(mkv_detail::is_vec_like_v<A> && mkv_detail::is_vec_like_v<B>, "dot takes two vectors");
   using C = mkv_detail::common<A, B>;
   float s = 0.0f;
-  for (int i = 0; i < C::size; ++i) s += static_cast<float>(a[i]) * static_cast<float>(b[i]);
+  if constexpr (std::is_same<typename C::elem, float>::value && C::size != 3) {
+    // The products in one native multiply, summed in the same order.
+    const auto p = mkv_detail::native_arg<float, C::size>(a) * mkv_detail::native_arg<float, C::size>(b);
+    for (int i = 0; i < C::size; ++i) s += p[i];
+  } else {
+    for (int i = 0; i < C::size; ++i) s += static_cast<float>(a[i]) * static_cast<float>(b[i]);
+  }
   return static_cast<typename C::elem>(s);
 }
 
