@@ -67,7 +67,8 @@ std::string loc_text(const SourceLoc& loc) {
 }
 
 bool same_site(const Lane& a, const Lane& b) {
-  return a.op == b.op && a.loc.line == b.loc.line && std::strcmp(a.loc.file, b.loc.file) == 0;
+  return a.op == b.op && a.loc.line == b.loc.line &&
+         (a.loc.file == b.loc.file || std::strcmp(a.loc.file, b.loc.file) == 0);
 }
 
 // "threads 0-15, 17, 20-21"
