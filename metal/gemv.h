@@ -61,7 +61,10 @@ inline void gemv_apply(thread const typename F::Raw* raw, thread const float4* x
 // a GPU needs several loads in flight per lane to cover DRAM latency, and nvcc
 // otherwise sinks each load next to its use. Several tokens are loads in
 // flight of their own; the host shapes step one chunk at a time.
-template <typename F, uint kRows, uint kTokens, bool kGpuShape>
+//
+// kStep: the lane's chunks are lane, lane + kStep, ...; 32 spreads a row over
+// the SIMD-group, 1 (with lane 0) gives one lane the whole row (gemv_lanes).
+template <typename F, uint kRows, uint kTokens, bool kGpuShape, uint kStep = 32>
 void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* rows, const device float* x,
                     thread const ulong* xoff, uint n_tok, uint n_in, uint lane, thread float* acc) {
   // Chunks per step: 4 of 4-8 weights, 2 of 16 (two buffers of them stay in registers).
@@ -69,16 +72,17 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
                            : F::kChunk >= 16           ? mkv_params::kGemvUnrollQuant
                                                        : mkv_params::kGemvUnroll;
   constexpr uint kX = F::kChunk / 4;
+  static_assert(kStep == 32 || kUnroll == 1, "gemv_fetch steps unrolled chunks 32 apart");
   for (uint i = 0; i < kTokens * kRows; ++i) acc[i] = 0.0f;
   const uint n_chunks = n_in / F::kChunk;
   uint c = lane;
-  if (kUnroll > 1 && c + 32 * (kUnroll - 1) < n_chunks) {
+  if (kUnroll > 1 && c + kStep * (kUnroll - 1) < n_chunks) {
     typename F::Raw raw[kUnroll * kRows];
     float4 xc[kTokens * kUnroll * kX];
     gemv_fetch<F, kRows, kTokens, kUnroll>(w, row_bytes, n_in, rows, x, xoff, n_tok, c, raw, xc);
     for (;;) {
-      const uint next = c + 32 * kUnroll;
-      if (next + 32 * (kUnroll - 1) >= n_chunks) {
+      const uint next = c + kStep * kUnroll;
+      if (next + kStep * (kUnroll - 1) >= n_chunks) {
         gemv_apply<F, kRows, kTokens, kUnroll>(raw, xc, n_tok, acc);
         c = next;
         break;
@@ -93,7 +97,7 @@ void gemv_lane_dots(const device uchar* w, ulong row_bytes, thread const ulong* 
     }
   }
   // The rest (all of it on the host and several-token shapes): one chunk at a time.
-  for (; c < n_chunks; c += 32) {
+  for (; c < n_chunks; c += kStep) {
     typename F::Raw raw[kRows];
     float4 xc[kTokens * kX];
     gemv_fetch<F, kRows, kTokens, 1>(w, row_bytes, n_in, rows, x, xoff, n_tok, c, raw, xc);
@@ -195,6 +199,58 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
   }
 }
 
+// The host's wide shape (gemv_<fmt>_r32, kGemvRowsWide rows, one SIMD-group):
+// lane l owns row row0 + l whole and sums its chunks in order, so no lane ever
+// waits for another. On the host executor every simd_sum is a rendezvous of 32
+// fibers, a switch in and out per lane, which cost more than the arithmetic of
+// the 32-row simd_sum form this replaced (docs/KERNELS.md, "Decode step on the
+// host executor"); here a lane runs from start to return. Each (token, row)
+// sums the same chunks in the same order whatever kTokens, so the several-token
+// form is bit-identical to one token (batch invariance within this shape; the
+// simd_sum shapes above are a family of their own). A GPU would read a row per
+// lane, strided: GPUs never pick this shape.
+template <typename F, uint kTokens>
+MKV_MAX_THREADS(mkv_params::kGemvRowsWide) kernel void gemv_lanes(constant mkv_params::Matmul& p [[buffer(0)]],
+                 const device uchar* w [[buffer(1)]],      // (n_out, n_in) in format F
+                 const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                 device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                 const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
+                 uint2 tg [[threadgroup_position_in_grid]],
+                 uint lane [[thread_index_in_threadgroup]]) {
+  const uint row = tg.x * mkv_params::kGemvRowsWide + lane;
+  if (row >= p.n_out) return;
+  const ulong rows[1] = {row};
+  ulong xoff[kTokens];
+  uint n_tok;
+  const uint t0 = gemv_tokens<kTokens>(tg.y, p.n_tokens, p.n_in, xoff, n_tok);
+  float acc[kTokens];
+  gemv_lane_dots<F, 1, kTokens, false, 1>(w, F::row_bytes(p.n_in), rows, x, xoff, n_tok, p.n_in, 0, acc);
+  for (uint t = 0; t < n_tok; ++t) {
+    device float* yt = y + ulong(t0 + t) * p.n_out;
+    const float out = acc[t] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
+    yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;
+  }
+}
+
+// gemv_glu in the same form: lane l owns gate row row0 + l and its up row.
+template <typename F, typename Act, uint kTokens>
+MKV_MAX_THREADS(mkv_params::kGemvRowsWide) kernel void gemv_glu_lanes(constant mkv_params::Matmul& p [[buffer(0)]],
+                     const device uchar* w [[buffer(1)]],      // (2 n_out, n_in) in format F
+                     const device float* x [[buffer(2)]],      // (n_tokens, n_in)
+                     device float* y [[buffer(3)]],            // (n_tokens, n_out)
+                     uint2 tg [[threadgroup_position_in_grid]],
+                     uint lane [[thread_index_in_threadgroup]]) {
+  const uint row = tg.x * mkv_params::kGemvRowsWide + lane;
+  if (row >= p.n_out) return;
+  const ulong rows[2] = {row, ulong(p.n_out) + row};  // gate, up
+  ulong xoff[kTokens];
+  uint n_tok;
+  const uint t0 = gemv_tokens<kTokens>(tg.y, p.n_tokens, p.n_in, xoff, n_tok);
+  float acc[kTokens * 2];
+  gemv_lane_dots<F, 2, kTokens, false, 1>(w, F::row_bytes(p.n_in), rows, x, xoff, n_tok, p.n_in, 0, acc);
+  for (uint t = 0; t < n_tok; ++t) y[ulong(t0 + t) * p.n_out + row] = Act::apply(acc[t * 2]) * acc[t * 2 + 1];
+}
+
 // Instantiation: MKV_GEMV_SHAPE(q4_1_r2, FmtQ4_1, 2, 1) makes gemv_q4_1_r2,
 // gemv_swiglu_q4_1_r2 and gemv_geglu_q4_1_r2 (the host builds the same names:
 // cpp/ops/linear.cpp gemv_name). Names are single literals (stringized after pasting).
@@ -203,6 +259,11 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv_glu(constant mkv_p
   MKV_GEMV(gemv_##name, gemv<F, R, T>)                         \
   MKV_GEMV(gemv_swiglu_##name, gemv_glu<F, ActSilu, R, T>)     \
   MKV_GEMV(gemv_geglu_##name, gemv_glu<F, ActGeluTanh, R, T>)
+// The wide shape: MKV_GEMV_LANES_SHAPE(q4_1_r32, FmtQ4_1, 1) makes gemv_q4_1_r32, ...
+#define MKV_GEMV_LANES_SHAPE(name, F, T)                          \
+  MKV_GEMV(gemv_##name, gemv_lanes<F, T>)                         \
+  MKV_GEMV(gemv_swiglu_##name, gemv_glu_lanes<F, ActSilu, T>)     \
+  MKV_GEMV(gemv_geglu_##name, gemv_glu_lanes<F, ActGeluTanh, T>)
 // The format the GPU shapes read: f16 and bf16 in 8-weight chunks.
 #define MKV_GEMV_GPU_FORMAT_f32(F) F
 #define MKV_GEMV_GPU_FORMAT_f16(F) FmtF16x8

@@ -13,7 +13,7 @@
 // kernels of the build.
 #define MKV_GEMV_TOKENS_HOST(fmt, F, T)                             \
   MKV_GEMV_SHAPE(fmt##_t##T, F, mkv_params::kGemvRows, T)            \
-  MKV_GEMV(gemv_##fmt##_r32_t##T, gemv<F, mkv_params::kGemvRowsWide, T>)
+  MKV_GEMV_LANES_SHAPE(fmt##_r32_t##T, F, T)
 #define MKV_GEMV_TOKENS_GPU(fmt, F, T)     \
   MKV_GEMV_SHAPE(fmt##_r1_t##T, F, 1, T)  \
   MKV_GEMV_SHAPE(fmt##_r2_t##T, F, 2, T)

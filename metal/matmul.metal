@@ -113,7 +113,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
   MKV_GEMV_SHAPE(fmt##_r4, F, 4, 1)
 #define MKV_GEMV_FORMAT(fmt, F)                               \
   MKV_GEMV_SHAPE(fmt, F, mkv_params::kGemvRows, 1)            \
-  MKV_GEMV_SHAPE(fmt##_r32, F, mkv_params::kGemvRowsWide, 1)  \
+  MKV_GEMV_LANES_SHAPE(fmt##_r32, F, 1)                       \
   MKV_GEMV_GPU_SHAPES(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F))
 #define MKV_GEMM_FORMAT(fmt, F) MKV_GEMV(gemm_##fmt, gemm<F>)
 MKV_FOR_EACH_FORMAT(MKV_GEMV_FORMAT)

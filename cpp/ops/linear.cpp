@@ -199,19 +199,13 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
   // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
   // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).
-  // The GLU forms have no 32-row several-token shape: a forced 32 runs one token a threadgroup row.
-  const uint32_t asked_tokens = a.gemv_tokens == 0 && a.gemv_rows == mkv_params::kGemvRowsWide ? 1 : a.gemv_tokens;
-  const uint32_t tokens = pick_gemv_tokens(op, device, asked_tokens, a.gemv_rows, a.n_tokens);
+  const uint32_t tokens = pick_gemv_tokens(op, device, a.gemv_tokens, a.gemv_rows, a.n_tokens);
   uint32_t rows = a.gemv_rows;
   if (rows == 0) {
     rows = gemv_rows(device, a.wtype, 2 * a.n_out, ceil_div(a.n_tokens, tokens));
     if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
-    if (tokens == mkv_params::kGemvTokensHost) rows = mkv_params::kGemvRows;  // metal/gemv_tokens.metal
   }
   rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens, tokens);
-  if (tokens == mkv_params::kGemvTokensHost && rows != mkv_params::kGemvRows)
-    fail(op, "gemv_tokens " + std::to_string(tokens) + " is built for " + std::to_string(mkv_params::kGemvRows) +
-                 " gemv_rows in the GLU forms, got " + std::to_string(rows));
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
   enc.set_pipeline(
       device.pipeline(gemv_name(act, a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)));

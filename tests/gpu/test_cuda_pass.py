@@ -49,8 +49,8 @@ def test_only_the_8_token_gemv_shapes_are_host_only():
                                str(ROOT))
     names = [k.host_name for k in kernel_source.find_kernels(src)[0]]
     host_only = [n for n in names if HOST_ONLY.match(n)]
-    # 11 formats x (8 rows x 3 (gemv, swiglu, geglu) + 32 rows, gemv only)
-    assert len(host_only) == 44 and sum("_r32_t8" in n for n in host_only) == 11
+    # 11 formats x (8 rows, 32 rows) x 3 (gemv, swiglu, geglu)
+    assert len(host_only) == 66 and sum("_r32_t8" in n for n in host_only) == 33
     assert len(names) - len(host_only) == 78  # the GPU shapes: (11 formats + f16/bf16 c4) x 2 widths x 3
 
 
