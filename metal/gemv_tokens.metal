@@ -1,8 +1,8 @@
 // Several-token gemv shapes (metal/gemv.h with kTokens > 1): a batched decode
 // step's projections, each weight byte read once per kTokens tokens, each
 // (token, row) bit-identical to the one-token shapes of matmul.metal.
-// gemv_<fmt>_t<T> (8 rows, the host's f16 shape) and gemv_<fmt>_r32_t<T>
-// (32 rows, its other formats) with T = kGemvTokensHost, built for the host
+// gemv_<fmt>_t<T> (8 rows, simd_sum: a variant) and gemv_<fmt>_r32_t<T>
+// (32 rows, a row a lane: the host's pick) with T = kGemvTokensHost, built for the host
 // executor only; the GPU shapes gemv_<fmt>_r1_t<T>, _r2_t<T> with
 // T = kGemvTokensGpu (cpp/ops/linear.cpp picks them: gemv_rows, gemv_tokens).
 #include "mkv_kernel.h"

@@ -46,9 +46,9 @@ MKV_CONSTANT uint32_t kQ6_KPlaneD = 208;       // ... d at 208·nb
 // GPUs run R = 1, 2 or 4 (cpp/ops/linear.cpp: gemv_rows picks it from the
 // device's wave); the host executor, where every lane is a fiber that costs its
 // setup and switches whatever it does, runs fewer lanes with more rows:
-MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv_<fmt>: 8 rows (the host's f16 shape, g++ vectorizes it)
+MKV_CONSTANT uint32_t kGemvRows = 8;           // gemv_<fmt>: 8 rows, simd_sum (a host variant, no longer its pick)
 MKV_CONSTANT uint32_t kGemvRowsWide = 32;      // gemv_<fmt>_r32: 32 rows, 1 SIMD-group, a row a lane (gemv.h
-                                               // gemv_lanes: no simd_sum; the host's other formats)
+                                               // gemv_lanes: no simd_sum; the host's shape for every format)
 MKV_CONSTANT uint32_t kGemvRowsMaxGpu = 4;     // gemv_<fmt>_r1, _r2, _r4: the GPU shapes ...
 MKV_CONSTANT uint32_t kGemvRowsDefaultGpu = 2; // ... of which gemv_rows() picks 1 or 2 (r4: a bench variant)
 MKV_CONSTANT uint32_t kGemvSimds = 2;          // SIMD-groups per threadgroup (all shapes but _r32)

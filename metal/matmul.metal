@@ -102,8 +102,8 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
 // One instance per kernel shape, weight format and gemv width, one token per
 // threadgroup row (gemv_tokens.metal has the several-token shapes); the host
 // builds the same names (cpp/ops/linear.cpp: gemv_name). gemv_<fmt> has 8 rows
-// per SIMD-group (the host executor's f16 shape), gemv_<fmt>_r32 32 (its shape
-// for the other formats); gemv_<fmt>_r1, _r2, _r4 are the GPU shapes (the op
+// per SIMD-group (simd_sum; a host variant), gemv_<fmt>_r32 32, a row a lane
+// (the host executor's shape); gemv_<fmt>_r1, _r2, _r4 are the GPU shapes (the op
 // picks R from the device's wave). On those, f16 and bf16 read 8-weight
 // chunks with one 16-byte load (FmtF16x8) and need 16-byte aligned rows;
 // gemv_f16_c4_r<R> is the 4-weight fallback for other rows. e.g. "gemv_swiglu_q4_1_r32".

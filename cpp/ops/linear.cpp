@@ -38,8 +38,9 @@ std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool 
 }  // namespace
 
 uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens) {
-  if (device.kind() == "host")
-    return wtype == WeightType::f16 ? mkv_params::kGemvRows : mkv_params::kGemvRowsWide;
+  // The host: a row a lane, no collective (gemv_lanes), for every format; the 8-row
+  // simd_sum shape stays as a bench and test variant (docs/KERNELS.md, issue 17).
+  if (device.kind() == "host") return mkv_params::kGemvRowsWide;
   // SIMD-groups the device holds at once (the R = 1 shape; R = 2, 4 use a few more registers).
   const uint32_t simds = gemv_simds(1);
   const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false, 1));
