@@ -164,7 +164,9 @@ def test_a_client_that_gives_up_on_a_whole_reply_cancels_its_call(smol):
 def test_a_full_server_answers_429_and_recovers(smol_engine, no_gc):
     s = LiveServer(smol_engine, model_name="smol", max_calls=1)
     try:
-        body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 300, "stream": True}
+        # Greedy: 300 tokens without an end of text (sampled, a reply could end before the
+        # second request arrives and free its slot; after tests/stress it did).
+        body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "stream": True}
         with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=60) as r:
             next(r.iter_lines())
             with pytest.raises(openai.RateLimitError) as e:
