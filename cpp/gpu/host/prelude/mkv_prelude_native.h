@@ -45,8 +45,9 @@ template <class T, int N> inline native_t<T, N> native_splat(T s) {
   }
 }
 
-// Element-type conversions done natively: between float and the 32-bit
-// integers, and widening/narrowing between integer types, 2 or 4 elements.
+// Element-type conversions done natively (__builtin_convertvector, which
+// converts as static_cast does): any two element types but bool and half
+// (half <-> float: below), 2 or 4 elements.
 template <class To, class From, int N> constexpr bool native_convert_v =
     N != 3 && !std::is_same<To, bool>::value && !std::is_same<From, bool>::value &&
     !std::is_same<To, _Float16>::value && !std::is_same<From, _Float16>::value;
