@@ -81,7 +81,8 @@ kernel void test_vector_ops(const device uint4* u_in [[buffer(0)]],
                            as_type<uint>(uchar4(c * d)), uint(c.x) + uint(d.w));
   u_out[6 * n + i] = select(uint4(0u), uint4(1u), x < y) + select(uint4(0u), uint4(2u), a >= b) +
                      select(uint4(0u), uint4(4u), x != x) + select(uint4(0u), uint4(8u), -x == y);
-  u_out[7 * n + i] = uint4(x);                               // truncation (inputs are in range)
+  u_out[7 * n + i] = uint4(select(abs(x), float4(0.0f), isnan(x)));  // truncation, in range (negative
+                                                             // or NaN to uint is undefined)
   f_out[0 * n + i] = x * y + 2.5f - y / (abs(x) + 1.0f);
   f_out[1 * n + i] = float4(a);                              // rounds large uints
   f_out[2 * n + i] = float4(half4(x * 1000.0f));             // round to nearest even
