@@ -22,6 +22,12 @@
 // (m, l, acc) per row with one rescale per block. At the end the lane groups
 // merge by shuffles, the SIMD-groups through threadgroup memory.
 //
+// The host executor's shape (the _h kernels, attention_decode_host.metal)
+// is the same code with two parameters changed: a lane holds EL =
+// attn_decode_host_lane_elems(D) elements of each row (EL / E pieces, read
+// through EL / E readers), so fewer lanes share a key and its scores take
+// fewer shuffle steps, and a threadgroup is one SIMD-group.
+//
 // Scores are kept in the log2 domain (q is pre-scaled by scale * log2(e), so
 // exp becomes exp2); m in the split partials is log2-scaled too.
 //
@@ -86,6 +92,7 @@ inline float attn_merge_weight(float m, float m_all) {
 // Both read lane piece `elem` of KV head `head` of the slot they are given.
 template <uint D, uint E>
 struct AttnKvF16 {
+  enum { kElems = E };
   typedef typename AttnPiece<E>::type Piece;
   typedef Piece KPiece;
   typedef Piece VPiece;
@@ -150,6 +157,7 @@ struct AttnKvSection<F, E, true> {
 
 template <uint D, uint E, uint KF = kKvAnyFormat, uint VF = kKvAnyFormat>
 struct AttnKvQuant {
+  enum { kElems = E };
   typedef AttnKvSection<KF, E> KS;
   typedef AttnKvSection<VF, E> VS;
   typedef typename KS::Piece KPiece;
@@ -179,10 +187,11 @@ struct AttnKvQuant {
 };
 
 // The K and V pieces of lane group `group` for the block of positions at i:
-// positions i + u*G + group (u < U), clamped to the chunk's last one.
-template <typename L, uint U, uint G>
-inline void attn_decode_load_block(thread const L& ld, const device uint* table, uint i, uint group, uint end,
-                                   thread typename L::KPiece (&kw)[U], thread typename L::VPiece (&vw)[U]) {
+// positions i + u*G + group (u < U), clamped to the chunk's last one; the
+// lane's P pieces of each row through its P readers.
+template <typename L, uint U, uint G, uint P>
+inline void attn_decode_load_block(thread const L (&ld)[P], const device uint* table, uint i, uint group, uint end,
+                                   thread typename L::KPiece (&kw)[U][P], thread typename L::VPiece (&vw)[U][P]) {
   // The U positions span (U - 1) * G + 1 <= 13 < kKvBlockTokens: at most two
   // table entries, loaded once for the block.
   const uint first = min(i + group, end - 1);
@@ -190,22 +199,39 @@ inline void attn_decode_load_block(thread const L& ld, const device uint* table,
   const uint e0 = table[b0], e1 = table[kv_block(min(i + (U - 1) * G + group, end - 1))];
   MKV_UNROLL for (uint u = 0; u < U; ++u) {
     const uint pos = min(i + u * G + group, end - 1);
-    ld.load(ld.slot(kv_block(pos) == b0 ? e0 : e1, pos), kw[u], vw[u]);
+    const uint slot = ld[0].slot(kv_block(pos) == b0 ? e0 : e1, pos);
+    MKV_UNROLL for (uint j = 0; j < P; ++j) ld[j].load(slot, kw[u][j], vw[u][j]);
+  }
+}
+
+// A lane's EL elements of a row from its P = EL / E pieces.
+template <typename L, uint P, uint EL, typename W>
+inline void attn_unpack_k(thread const L (&ld)[P], thread const W (&w)[P], thread float (&out)[EL]) {
+  MKV_UNROLL for (uint j = 0; j < P; ++j) {
+    float x[L::kElems];
+    ld[j].unpack_k(w[j], x);
+    MKV_UNROLL for (uint e = 0; e < L::kElems; ++e) out[j * L::kElems + e] = x[e];
+  }
+}
+template <typename L, uint P, uint EL, typename W>
+inline void attn_unpack_v(thread const L (&ld)[P], thread const W (&w)[P], thread float (&out)[EL]) {
+  MKV_UNROLL for (uint j = 0; j < P; ++j) {
+    float x[L::kElems];
+    ld[j].unpack_v(w[j], x);
+    MKV_UNROLL for (uint e = 0; e < L::kElems; ++e) out[j * L::kElems + e] = x[e];
   }
 }
 
 // One SIMD-group's online softmax over positions [begin, end) of a chunk
 // through reader ld (blocks of BLOCK positions, one every S blocks), into
 // its lane group's (m, l, acc) per query row.
-template <typename L, uint D, uint R, uint S, bool LG>
-inline void attn_decode_scan(thread const L& ld, const device uint* table, uint begin, uint end, uint simd,
+template <typename L, uint D, uint EL, uint R, uint S, bool LG, uint P = EL / L::kElems>
+inline void attn_decode_scan(thread const L (&ld)[P], const device uint* table, uint begin, uint end, uint simd,
                              uint group, bool prefetch, bool capped, float cap_out, float cap_in,
-                             thread const float (&qr)[R][mkv_params::attn_decode_lane_elems(D)],
-                             thread float (&acc)[R][mkv_params::attn_decode_lane_elems(D)],
+                             thread const float (&qr)[R][EL], thread float (&acc)[R][EL],
                              thread float (&m)[R], thread float (&l)[R],
                              device float* lg, uint lg_stride, uint lg_rows) {
-  constexpr uint E = mkv_params::attn_decode_lane_elems(D);
-  constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
+  constexpr uint KL = mkv_params::attn_decode_key_lanes_for(D, EL);
   constexpr uint G = 32 / KL;
   constexpr uint U = mkv_params::kAttnDecodeBlockKeys;
   constexpr uint BLOCK = G * U;
@@ -215,28 +241,28 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
   // chunk's end read its last row again (masked below). `prefetch` also
   // issues the next block's loads before this block's math (2 U E / 2 more
   // registers).
-  KPiece kw[U];
-  VPiece vw[U];
-  KPiece kn[U];
-  VPiece vn[U];
+  KPiece kw[U][P];
+  VPiece vw[U][P];
+  KPiece kn[U][P];
+  VPiece vn[U][P];
   const uint first = begin + simd * BLOCK;
-  if (prefetch && first < end) attn_decode_load_block<L, U, G>(ld, table, first, group, end, kw, vw);
+  if (prefetch && first < end) attn_decode_load_block<L, U, G, P>(ld, table, first, group, end, kw, vw);
   for (uint i = first; i < end; i += S * BLOCK) {
     if (prefetch) {
       if (i + S * BLOCK < end)
-        attn_decode_load_block<L, U, G>(ld, table, i + S * BLOCK, group, end, kn, vn);
+        attn_decode_load_block<L, U, G, P>(ld, table, i + S * BLOCK, group, end, kn, vn);
     } else {
-      attn_decode_load_block<L, U, G>(ld, table, i, group, end, kw, vw);
+      attn_decode_load_block<L, U, G, P>(ld, table, i, group, end, kw, vw);
     }
     // Partial dots, then the sum over the lane group (the xor masks stay inside it).
     float4 s[R];
     MKV_UNROLL for (uint r = 0; r < R; ++r) s[r] = float4(0.0f);
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
-      float k[E];
-      ld.unpack_k(kw[u], k);
+      float k[EL];
+      attn_unpack_k<L, P, EL>(ld, kw[u], k);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
         float d = 0.0f;
-        MKV_UNROLL for (uint e = 0; e < E; ++e) d += qr[r][e] * k[e];
+        MKV_UNROLL for (uint e = 0; e < EL; ++e) d += qr[r][e] * k[e];
         s[r][u] = d;
       }
     }
@@ -261,19 +287,21 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
       pr[r] = exp2(sr - m_use);
       l[r] = l[r] * factor + ((pr[r].x + pr[r].y) + (pr[r].z + pr[r].w));
       m[r] = m_new;
-      MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] *= factor;
+      MKV_UNROLL for (uint e = 0; e < EL; ++e) acc[r][e] *= factor;
     }
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
-      float v[E];
-      ld.unpack_v(vw[u], v);
+      float v[EL];
+      attn_unpack_v<L, P, EL>(ld, vw[u], v);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
-        MKV_UNROLL for (uint e = 0; e < E; ++e) acc[r][e] += pr[r][u] * v[e];
+        MKV_UNROLL for (uint e = 0; e < EL; ++e) acc[r][e] += pr[r][u] * v[e];
       }
     }
     if (prefetch) {
       MKV_UNROLL for (uint u = 0; u < U; ++u) {
-        kw[u] = kn[u];
-        vw[u] = vn[u];
+        MKV_UNROLL for (uint j = 0; j < P; ++j) {
+          kw[u][j] = kn[u][j];
+          vw[u][j] = vn[u][j];
+        }
       }
     }
   }
@@ -288,8 +316,10 @@ inline void attn_decode_scan(thread const L& ld, const device uint* table, uint 
 // (keys from S(n - 1) on are read from the ring); LG: the _lg kernels, which
 // also write every key's logit for an eviction policy when p.logits (a
 // compile-time choice: the write costs the other kernels registers and so
-// occupancy, measured on the H200: 45.4 -> 51.4 us at 8B/32k f16).
-template <typename L, uint D, uint R, uint S, bool RES = false, bool LG = false>
+// occupancy, measured on the H200: 45.4 -> 51.4 us at 8B/32k f16); EL: the
+// elements of a row each lane holds, EL / E of the reader's pieces (the GPU
+// shape: one piece; the host's: attn_decode_host_lane_elems).
+template <typename L, uint D, uint R, uint S, bool RES = false, bool LG = false, uint EL = L::kElems>
 inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              const device float* q,      // (n_q_heads, D)
                              const device uchar* kv,     // the layer's pool: K section, V section
@@ -305,8 +335,10 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
                              threadgroup float* tg_acc,  // (S, D)
                              uint2 tg, uint tid, uint simd, uint lane, bool split,
                              bool prefetch) {
-  constexpr uint E = mkv_params::attn_decode_lane_elems(D);
-  constexpr uint KL = mkv_params::attn_decode_key_lanes(D);
+  constexpr uint E = L::kElems;                             // elements of a piece
+  constexpr uint P = EL / E;                                // pieces a lane holds
+  static_assert(P * E == EL && D % EL == 0, "a lane holds whole pieces, a row whole lanes' worth");
+  constexpr uint KL = mkv_params::attn_decode_key_lanes_for(D, EL);
   constexpr uint G = 32 / KL;                               // keys per load instruction
   constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
   constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
@@ -316,7 +348,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
   const uint group = lane / KL, piece = lane % KL;
-  const bool owns = KL * E == D || piece * E < D;  // folds to true when D / E is a power of two
+  const bool owns = KL * EL == D || piece * EL < D;  // folds to true when D / EL is a power of two
 
   // Visible positions [lo, n): the whole history, or the last `window`.
   const uint n = p.n_tokens;
@@ -325,8 +357,9 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const uint end = min(begin + p.chunk_keys, n);
   // Idle lanes load their group's last piece again (same row, no extra
   // traffic) so every load is unconditional; their q is 0, and they never store.
-  const uint piece_read = owns ? piece : D / E - 1;
-  const L ld = L::make(p, kv, kv_head, piece_read * E);
+  const uint piece_read = owns ? piece : D / EL - 1;
+  L ld[P];
+  MKV_UNROLL for (uint j = 0; j < P; ++j) ld[j] = L::make(p, kv, kv_head, piece_read * EL + j * E);
 
   // q pre-scaled: scores come out in the log2 domain, or (softcap) in the
   // natural one for tanh, scaled by log2(e) after it.
@@ -334,13 +367,13 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   const float q_scale = capped ? p.scale : p.scale * LOG2E;
   const float cap_out = p.softcap * LOG2E;
   const float cap_in = capped ? 1.0f / p.softcap : 0.0f;
-  float qr[R][E];
-  float acc[R][E];
+  float qr[R][EL];
+  float acc[R][EL];
   float m[R];
   float l[R];
   MKV_UNROLL for (uint r = 0; r < R; ++r) {
-    MKV_UNROLL for (uint e = 0; e < E; ++e) {
-      qr[r][e] = (r < rows && owns) ? q[(head0 + r) * D + piece * E + e] * q_scale : 0.0f;
+    MKV_UNROLL for (uint e = 0; e < EL; ++e) {
+      qr[r][e] = (r < rows && owns) ? q[(head0 + r) * D + piece * EL + e] * q_scale : 0.0f;
       acc[r][e] = 0.0f;
     }
     m[r] = -INFINITY;
@@ -352,28 +385,29 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   device float* lg = logits + (p.logits != 0 ? head0 * n : 0u);
   if (RES) {  // the pool's keys before the window, then the window's from the ring
     const uint w = min(max(mkv_params::attn_ring_start(n - 1, p.residual, p.ring_lo), begin), end);
-    attn_decode_scan<L, D, R, S, LG>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m, l,
-                                 lg, n, lg_rows);
-    const AttnKvRing<D, E> rd = AttnKvRing<D, E>::make(p, ring, kv_head, piece_read * E);
-    attn_decode_scan<AttnKvRing<D, E>, D, R, S, LG>(rd, table, w, end, simd, group, prefetch, capped, cap_out, cap_in,
-                                                qr, acc, m, l, lg, n, lg_rows);
+    attn_decode_scan<L, D, EL, R, S, LG>(ld, table, begin, w, simd, group, prefetch, capped, cap_out, cap_in, qr, acc,
+                                         m, l, lg, n, lg_rows);
+    AttnKvRing<D, E> rd[P];
+    MKV_UNROLL for (uint j = 0; j < P; ++j) rd[j] = AttnKvRing<D, E>::make(p, ring, kv_head, piece_read * EL + j * E);
+    attn_decode_scan<AttnKvRing<D, E>, D, EL, R, S, LG>(rd, table, w, end, simd, group, prefetch, capped, cap_out,
+                                                        cap_in, qr, acc, m, l, lg, n, lg_rows);
   } else {
-    attn_decode_scan<L, D, R, S, LG>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc, m,
-                                 l, lg, n, lg_rows);
+    attn_decode_scan<L, D, EL, R, S, LG>(ld, table, begin, end, simd, group, prefetch, capped, cap_out, cap_in, qr, acc,
+                                         m, l, lg, n, lg_rows);
   }
 
   // Merge the G lane groups of the SIMD-group (same elements, other keys).
   // (m, l) travel as a float2 and acc four elements at a time: the same values
   // and arithmetic as one shuffle each, in a third of the shuffle calls (each
   // one a rendezvous of 32 fibers on the host executor).
-  static_assert(E % 4 == 0, "acc travels as float4s");
+  static_assert(EL % 4 == 0, "acc travels as float4s");
   MKV_UNROLL for (uint x = KL; x < 32; x *= 2) {
     MKV_UNROLL for (uint r = 0; r < R; ++r) {
       const float2 ml_o = simd_shuffle_xor(float2(m[r], l[r]), ushort(x));
       const float m_all = max(m[r], ml_o.x);
       const float w = attn_merge_weight(m[r], m_all), w_o = attn_merge_weight(ml_o.x, m_all);
       l[r] = l[r] * w + ml_o.y * w_o;
-      MKV_UNROLL for (uint e = 0; e < E; e += 4) {
+      MKV_UNROLL for (uint e = 0; e < EL; e += 4) {
         const float4 a_o = simd_shuffle_xor(float4(acc[r][e], acc[r][e + 1], acc[r][e + 2], acc[r][e + 3]), ushort(x));
         MKV_UNROLL for (uint j = 0; j < 4; ++j) acc[r][e + j] = acc[r][e + j] * w + a_o[j] * w_o;
       }
@@ -396,7 +430,7 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
       for (uint g = 0; g < S; ++g) m_all = max(m_all, tg_m[g * R + r]);
       const float w = attn_merge_weight(m[r], m_all);
       if (group == 0 && owns)
-        for (uint e = 0; e < E; ++e) tg_acc[simd * D + piece * E + e] = acc[r][e] * w;
+        for (uint e = 0; e < EL; ++e) tg_acc[simd * D + piece * EL + e] = acc[r][e] * w;
       threadgroup_barrier(mem_flags::mem_threadgroup);
       float l_all = 0.0f;
       for (uint g = 0; g < S; ++g) l_all += tg_l[g * R + r] * attn_merge_weight(tg_m[g * R + r], m_all);

@@ -59,12 +59,29 @@ constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <=
 //   keys/load   4  2  2  2   2   2   1   1   1
 //   rows        8  8  4  4   4   4   4   4   4
 constexpr uint32_t attn_decode_lane_elems(uint32_t head_dim) { return head_dim <= 64 ? 4 : 8; }
-constexpr uint32_t attn_decode_key_lanes(uint32_t head_dim) {
+// Lanes sharing one key when each lane holds lane_elems elements of a row.
+constexpr uint32_t attn_decode_key_lanes_for(uint32_t head_dim, uint32_t lane_elems) {
   uint32_t lanes = 1;
-  while (lanes * attn_decode_lane_elems(head_dim) < head_dim) lanes *= 2;
+  while (lanes * lane_elems < head_dim) lanes *= 2;
   return lanes;
 }
+constexpr uint32_t attn_decode_key_lanes(uint32_t head_dim) {
+  return attn_decode_key_lanes_for(head_dim, attn_decode_lane_elems(head_dim));
+}
 constexpr uint32_t attn_decode_rows(uint32_t head_dim) { return 32 / attn_decode_lane_elems(head_dim); }
+
+// The host executor's decode shape (the _h kernels, built for it only): every
+// shuffle is a rendezvous of 32 fibers there and registers are free, so a lane
+// holds several pieces, attn_decode_host_lane_elems(D) elements of each row (16;
+// 8 at D = 32), and a threadgroup is one SIMD-group (no merge of idle groups).
+// Per 4-key block a lane group's scores need log2(key lanes) shuffle steps per
+// row: at D = 64, 2 steps per 32 keys where the GPU shape takes 4 per 8.
+//   D          32 64 80 96 112 128 160 192 256
+//   elements    8 16 16 16  16  16  16  16  16
+//   key lanes   4  4  8  8   8   8  16  16  16
+// Rows and head blocks are the GPU shape's (attn_decode_rows).
+MKV_CONSTANT uint32_t kAttnDecodeHostSimdgroups = 1;
+constexpr uint32_t attn_decode_host_lane_elems(uint32_t head_dim) { return head_dim <= 32 ? 8 : 16; }
 
 // SIMD-groups per threadgroup of the split-K first pass (128 threads): at
 // the ~130-190 registers the decode kernels take, a 128-thread threadgroup

@@ -23,7 +23,7 @@
 // machine); GPU compilers only theirs: a host shape holds 8 tokens x 32 rows (x2
 // for GLU) of accumulators, would never be picked there, and cost nvcc over 20
 // minutes per architecture.
-#if defined(__METALKV_HOST__)
+#if defined(MKV_HOST_SHAPES)
 #define MKV_GEMV_TOKENS_FORMAT(fmt, F) \
   MKV_GEMV_TOKENS_HOST(fmt, F, 8)      \
   MKV_GEMV_TOKENS_GPU(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F), 4)

@@ -22,6 +22,14 @@ using namespace metal;
 #define MKV_UNROLL _Pragma("unroll")
 #endif
 
+// MKV_HOST_SHAPES: the host executor's own shapes are instantiated
+// (gemv_tokens.metal's 8-token gemvs, attention_decode_host.metal): in the host
+// build, and in tools/check_msl.py's check (-DMKV_CHECK_HOST_SHAPES), which holds
+// them to what Apple's compiler accepts like every other kernel.
+#if defined(__METALKV_HOST__) || defined(MKV_CHECK_HOST_SHAPES)
+#define MKV_HOST_SHAPES 1
+#endif
+
 // MKV_MAX_THREADS(n) before a kernel dispatched with a fixed threadgroup size:
 // Apple's compiler may then use more registers per thread; every device reports
 // n as the pipeline's max_total_threads_per_threadgroup and refuses a larger

@@ -67,6 +67,7 @@ CLANG_FLAGS = [
     "-__opencl_c_device_enqueue,-__opencl_c_pipes",
     "-fsyntax-only",
     "-D__METAL_VERSION__=310", "-D__METAL_MACOS__=1",  # what Apple's compiler predefines
+    "-DMKV_CHECK_HOST_SHAPES",  # the host executor's shapes too (metal/mkv_kernel.h)
     "-Wno-unknown-attributes",  # [[buffer(0)]] and the rest: the lint checks their names
     "-Werror=infinite-recursion",
     "-fno-color-diagnostics", "-fno-caret-diagnostics", "-ferror-limit=50",

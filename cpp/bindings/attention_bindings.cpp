@@ -154,8 +154,9 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "scale defaults to 1/sqrt(head_dim); softcap 0 = off; window 0 = full attention;\n"
       "sinks: (n_q_heads) f32 buffer or None. split: 'auto' (heuristic), 'never' or\n"
       "'always' (chunks: number of key chunks, 0 = the rule). scratch is allocated\n"
-      "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' or 'nopf'\n"
-      "(a compile-time variant of the kernels, head_dim 128). kv_k, kv_v: the pool's K and V\n"
+      "when not given (see attention_decode_plan()['scratch_bytes']). variant: '' (the device's\n"
+      "shape), 'gpu' (the GPU shape, also on the host), 'host' (the host executor's) or 'nopf' (the GPU\n"
+      "shape without prefetch, head_dim 128). kv_k, kv_v: the pool's K and V\n"
       "formats ('f16', 'q8', 'q4', 'q2'; docs/KV_QUANT.md), read and dequantized in the kernels.\n"
       "residual > 0: a residual window; the keys from max(ring_lo, floor((n_tokens - residual) / 32) * 32)\n"
       "on are read from ring (K (ring_slots, n_kv_heads, head_dim) f16, then V; position p at slot\n"
@@ -185,6 +186,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         r["n_chunks"] = p.n_chunks;
         r["chunk_keys"] = p.chunk_keys;
         r["threadgroups"] = p.threadgroups;
+        r["threads"] = p.threads;
         r["wave"] = p.wave;
         r["scratch_bytes"] = p.scratch_bytes;
         r["scratch_bound"] = ops::attention_decode_scratch_bytes(d);

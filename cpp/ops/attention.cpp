@@ -17,6 +17,7 @@ namespace {
 
 constexpr uint32_t kThreads = mkv_params::kAttnSimdgroups * 32;                  // single pass, prefill
 constexpr uint32_t kSplitThreads = mkv_params::kAttnDecodeSplitSimdgroups * 32;  // split-K first pass
+constexpr uint32_t kHostThreads = mkv_params::kAttnDecodeHostSimdgroups * 32;    // the host's decode shape
 
 // What the kernels assume of every head_dim they are built for.
 constexpr bool head_dims_fit() {
@@ -29,6 +30,12 @@ constexpr bool head_dims_fit() {
     // A lane group's keys of one block lie in at most two table blocks (attn_decode_load_block).
     if ((mkv_params::kAttnDecodeBlockKeys - 1) * (32 / mkv_params::attn_decode_key_lanes(d)) + 1 >
         mkv_params::kKvBlockTokens)
+      return false;
+    // The host's decode shape: whole pieces a lane, whole lanes a row, the same two-entry rule.
+    const uint32_t he = mkv_params::attn_decode_host_lane_elems(d);
+    const uint32_t hkl = mkv_params::attn_decode_key_lanes_for(d, he);
+    if (hkl > 32 || he % de != 0 || d % he != 0 ||
+        (mkv_params::kAttnDecodeBlockKeys - 1) * (32 / hkl) + 1 > mkv_params::kKvBlockTokens)
       return false;
     if ((mkv_params::kAttnReduceThreads / (d / 4)) * d > mkv_params::kAttnReduceOutFloats) return false;
     if (mkv_params::attn_lanes(d) > 32 || d % e != 0) return false;  // one SIMD-group spans a row
@@ -59,9 +66,9 @@ const char* kv_kind(const AttentionDesc& d, bool decode = false) {
   return "kvq";
 }
 
-std::string family(const char* stem, const AttentionDesc& d) {
-  const bool decode = std::string(stem).rfind("attn_decode", 0) == 0;
-  return std::string(stem) + "_" + kv_kind(d, decode);
+// pairs: the fixed-format pairs' kernels may be picked (decode, GPU shape).
+std::string family(const char* stem, const AttentionDesc& d, bool pairs = false) {
+  return std::string(stem) + "_" + kv_kind(d, pairs);
 }
 
 // Bytes of one key's K and V rows of one KV head: codes and group parameters.
@@ -208,34 +215,56 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
   return n_keys;
 }
 
-// The kernel name's variant suffix (metal/attention_decode.metal): the 4-row
-// kernels where D allows 8 rows but the head block needs at most 4 (half the
-// q/acc registers), or a requested compile-time variant.
-std::string decode_suffix(const AttentionDesc& d, uint32_t per_block) {
+// Whether decode runs the host executor's shape (metal/attention_decode_host.metal,
+// the _h kernels): the default on the host, never elsewhere; decode_variant
+// "gpu" (or "nopf") asks for the GPU shape, "host" for the host's. device_kind:
+// the device the call runs on, or nullptr for a plan without one.
+bool decode_host_shape(const AttentionDesc& d, const char* device_kind) {
+  const std::string& v = d.decode_variant;
+  const bool on_host = device_kind && std::string(device_kind) == "host";
+  if (v.empty()) return on_host;
+  if (v == "gpu" || v == "nopf") return false;
+  if (v != "host")
+    fail(kDecodeOp, "decode_variant '" + v + "' is not one of '' (the device's shape), 'gpu', 'host' or 'nopf'");
+  if (device_kind && !on_host)
+    fail(kDecodeOp, "decode_variant 'host' is the host executor's shape, not built for " + std::string(device_kind));
+  return true;
+}
+
+// The kernel name after its family: the 4-row kernels where D allows 8 rows
+// but the head block needs at most 4 (half the q/acc registers), the residual
+// window's and a policy's logits' kernels, a requested compile-time variant;
+// "_h" for the host's shape.
+std::string decode_suffix(const AttentionDesc& d, uint32_t per_block, bool host) {
   if (d.decode_variant == "nopf") {
     if (d.head_dim != 128)
       fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(d.head_dim));
     if (std::string(kv_kind(d)) != "f16") fail(kDecodeOp, "decode_variant 'nopf' exists for f16 K and V only");
     return "_nopf";
   }
-  if (!d.decode_variant.empty())
-    fail(kDecodeOp, "decode_variant '" + d.decode_variant + "' is not one of '' (default) or 'nopf'");
+  const char* shape = host ? "_h" : "";
   if (d.logits.buffer) {  // an eviction policy's logits: the _lg kernels (8 rows where D allows)
     if (d.residual) fail(kDecodeOp, "logits (an eviction policy's) and a residual window do not go together");
-    return "_lg";
+    return std::string("_lg") + shape;
   }
   const char* rows = mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
-  return (d.residual ? std::string("_res") : std::string()) + rows;
+  return (d.residual ? std::string("_res") : std::string()) + rows + shape;
+}
+
+// The first kernel of a decode call: its family (the fixed-format pairs in the
+// GPU shape only: the host's reads every pair through kvq) and suffix.
+std::string decode_kernel(const AttentionDesc& d, bool split, uint32_t per_block, bool host) {
+  return attention_kernel_name(family(split ? "attn_decode_split" : "attn_decode", d, !host).c_str(), d.head_dim) +
+         decode_suffix(d, per_block, host);
 }
 
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
 
-}  // namespace
-
-AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave) {
+AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const char* device_kind) {
   AttentionDecodePlan plan;
+  const bool host = decode_host_shape(d, device_kind);
   plan.n_keys = decode_shape(d, plan.heads_per_block, plan.head_blocks);
   plan.wave = std::max(wave, 1u);
 
@@ -252,21 +281,28 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
   plan.chunk_keys = ceil_div(plan.n_keys, chunks);
   plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
   plan.threadgroups = base * plan.n_chunks;
-  plan.kernel = attention_kernel_name(family(plan.split ? "attn_decode_split" : "attn_decode", d).c_str(),
-                                      d.head_dim) + decode_suffix(d, plan.heads_per_block);
+  plan.kernel = decode_kernel(d, plan.split, plan.heads_per_block, host);
+  plan.threads = host ? kHostThreads : plan.split ? kSplitThreads : kThreads;
   if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   return plan;
 }
 
+}  // namespace
+
+AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave) {
+  return decode_plan(d, wave, nullptr);
+}
+
 AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
   uint32_t per_block = 0, blocks = 0;
   decode_shape(d, per_block, blocks);
-  const gpu::PipelinePtr split = dev.pipeline(
-      attention_kernel_name(family("attn_decode_split", d).c_str(), d.head_dim) + decode_suffix(d, per_block));
+  const std::string kind = dev.kind();
+  const bool host = decode_host_shape(d, kind.c_str());
+  const gpu::PipelinePtr split = dev.pipeline(decode_kernel(d, true, per_block, host));
   // device_wave is cheap per call: the CUDA pipeline keeps its occupancy answers.
-  return attention_decode_plan(d, device_wave(dev, *split, kSplitThreads));
+  return decode_plan(d, device_wave(dev, *split, host ? kHostThreads : kSplitThreads), kind.c_str());
 }
 
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
@@ -326,7 +362,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   if (!plan.split) {
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);
-    enc.dispatch_threadgroups(grid, {kThreads, 1, 1});
+    enc.dispatch_threadgroups(grid, {plan.threads, 1, 1});
     return;
   }
   // Split-K: partial acc (n_q_heads, n_chunks, D), then (m, l) (n_q_heads, n_chunks, 2).
@@ -336,7 +372,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
                            scratch.offset + size_t(d.n_q_heads) * plan.n_chunks * d.head_dim * 4};
   bind(enc, part_o, 3);
   bind(enc, part_ml, 4);
-  enc.dispatch_threadgroups(grid, {kSplitThreads, 1, 1});
+  enc.dispatch_threadgroups(grid, {plan.threads, 1, 1});
 
   const mkv_params::AttnDecodeReduce r{d.n_q_heads, plan.n_chunks, p.has_sinks};
   enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_decode_reduce", d.head_dim)));

@@ -47,9 +47,12 @@ struct AttentionDesc {
   bool has_sinks = false;    // sinks: per-query-head logit of a zero-value virtual key (gpt-oss)
   AttentionSplit split = AttentionSplit::automatic;  // decode only
   uint32_t split_chunks = 0;  // decode with split == always: chunks (0: the rule, >= 2; <= 512)
-  // Decode: a compile-time variant of the kernels, for benchmarks: "" (the
-  // default) or "nopf" (no prefetch: a block's loads wait for the previous
-  // block's math; D = 128).
+  // Decode: the kernels' shape or a compile-time variant: "" (the device's
+  // shape: the host executor's _h kernels on the host, the GPU shape
+  // elsewhere), "gpu" (the GPU shape, also on the host: how the host
+  // validates what a GPU runs), "host" (the host's shape; the host only) or
+  // "nopf" (the GPU shape without prefetch, for benchmarks: a block's loads
+  // wait for the previous block's math; D = 128).
   std::string decode_variant;
   // The formats of the pool's K and V sections (metal/kv_format.h:
   // mkv_params::kKvF16, kKvQ8, kKvQ4, kKvQ2K for K, kKvQ2V for V). Any
@@ -100,6 +103,7 @@ struct AttentionDecodePlan {
   uint32_t n_chunks = 1;
   uint32_t chunk_keys = 0;
   uint32_t threadgroups = 0;   // of the first kernel
+  uint32_t threads = 0;        // per threadgroup of the first kernel (the shape's SIMD-groups x 32)
   uint32_t wave = 0;           // threadgroups of the split kernel the device runs at once
   size_t scratch_bytes = 0;    // 0 unless split
   // K/V bytes loaded per step, from the kernel's access pattern: each

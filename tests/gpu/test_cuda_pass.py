@@ -34,8 +34,9 @@ DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "(
                   r"reinterpret_cast<const void\*>\(&(\w+)\), (\w+), (\d+), (.*)\};")
 
 
-# metal/gemv_tokens.metal builds its 8-token shapes for the host executor only.
-HOST_ONLY = re.compile(r"^gemv_\w+_t8$")
+# metal/gemv_tokens.metal builds its 8-token shapes for the host executor only,
+# metal/attention_decode_host.metal its decode shape (the _h kernels).
+HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_decode_\w+_h$")
 
 
 def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:
@@ -52,6 +53,20 @@ def test_only_the_8_token_gemv_shapes_are_host_only():
     # 11 formats x (8 rows, 32 rows) x 3 (gemv, swiglu, geglu)
     assert len(host_only) == 66 and sum("_r32_t8" in n for n in host_only) == 33
     assert len(names) - len(host_only) == 78  # the GPU shapes: (11 formats + f16/bf16 c4) x 2 widths x 3
+
+
+def test_host_decode_shape_is_host_only():
+    """Every kernel of attention_decode_host.metal is an _h kernel, and each
+    is the host form of a kernel every device has (attention_decode.metal's,
+    fixed-format pairs read through kvq)."""
+    def names(f):
+        src = kernel_source.Source(kernel_source.preprocess(CXX, str(METAL / f), [str(METAL)]), str(ROOT))
+        return [k.host_name for k in kernel_source.find_kernels(src)[0]]
+    host = names("attention_decode_host.metal")
+    everywhere = set(names("attention_decode.metal"))
+    # f16 9 D x (plain, _lg), kvq 5 D x (plain, _res, _lg), _r4 2 D x (f16, kvq, kvq_res): x (single, split)
+    assert len(host) == 2 * (18 + 15 + 6) and all(HOST_ONLY.match(n) for n in host)
+    assert {n[:-len("_h")] for n in host} <= everywhere
 
 
 def expected_specs(k: kernel_source.Kernel) -> list[tuple[str, int, str]]:

@@ -4,10 +4,22 @@ from __future__ import annotations
 import pytest
 
 import metalkv
-from devices import test_device  # tests/ is on sys.path
+from devices import TEST_DEVICE, test_device  # tests/ is on sys.path
 
 
 @pytest.fixture
 def host() -> metalkv.Device:
     """One host device, for tests that only check bookkeeping and errors."""
     return test_device()
+
+
+# The decode kernels' shapes a test runs (ops.attention_decode's variant): on the
+# host its own ("", the _h kernels of metal/attention_decode_host.metal) and the
+# GPU's ("gpu"), which only the host validates where no GPU is; elsewhere the
+# device's own.
+DECODE_SHAPES = ["", "gpu"] if TEST_DEVICE == "host" else [""]
+
+
+@pytest.fixture(params=DECODE_SHAPES, ids=lambda v: f"{v or 'device'}-shape")
+def shape(request) -> str:
+    return request.param

@@ -25,7 +25,7 @@ import pytest
 from metalkv._core import ops
 
 from .attention_ref import B, Paged, attention, build_cache
-from devices import test_device  # tests/ is on sys.path
+from devices import host_only, test_device  # tests/ is on sys.path
 
 ATOL = 2e-5
 RTOL = 1e-5
@@ -115,18 +115,18 @@ def decode_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,n", list(decode_sweep()))
-def test_decode_matches_reference(dev, d, ratio, n):
+def test_decode_matches_reference(dev, shape, d, ratio, n):
     rng = np.random.default_rng(1000 * d + n)
     n_q_heads, n_kv = heads(ratio)
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d,
-                                     n_tokens=n, slots=-(-n // B) * B, device=dev)
+                                     n_tokens=n, slots=-(-n // B) * B, device=dev, variant=shape)
     assert plan["n_chunks"] == rule_chunks(n, n_kv * plan["head_blocks"], plan["wave"])
     # The host's wave (its thread count) rarely asks for a split: the long
     # context runs split-K as a GPU's wave would cut it (33 chunks: 264 / 8).
     split, chunks = ("always", 33) if n == 4096 else ("auto", 0)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
     cache = build_cache(k, v, spare=2)  # the tail of the last block and 2 spare blocks are poison
-    got = decode(dev, q, cache, n_tokens=n, split=split, chunks=chunks)
+    got = decode(dev, q, cache, n_tokens=n, split=split, chunks=chunks, variant=shape)
     ref = attention(q, k, v, n - 1, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
@@ -136,13 +136,13 @@ def test_decode_matches_reference(dev, d, ratio, n):
 @pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 9, 1), (128, 32, 1), (256, 10, 2), (256, 40, 1),
                                                (32, 12, 1), (80, 17, 1), (112, 24, 2), (160, 10, 2),
                                                (192, 9, 1)])
-def test_many_query_heads_per_kv_head(dev, d, n_q_heads, n_kv):
+def test_many_query_heads_per_kv_head(dev, shape, d, n_q_heads, n_kv):
     n, n_q = 70, 12
     rng = np.random.default_rng(n_q_heads)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
     cache = build_cache(k, v)
     for split in ["never", "always"]:
-        got = decode(dev, q[-1], cache, n_tokens=n, split=split)
+        got = decode(dev, q[-1], cache, n_tokens=n, split=split, variant=shape)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, scale=d ** -0.5)[0],
                                    atol=ATOL, rtol=RTOL)
     got = prefill(dev, q, cache, q_pos0=n - n_q)
@@ -176,19 +176,19 @@ def sliding_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,n,window,split", list(sliding_sweep()))
-def test_decode_sliding_window(dev, d, ratio, n, window, split):
+def test_decode_sliding_window(dev, shape, d, ratio, n, window, split):
     rng = np.random.default_rng(n + window)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
     cache = build_cache(k, v, first=max(0, n - window))
     got = decode(dev, q, cache, n_tokens=n, window=window, split=split,
-                 chunks=5 if split == "always" else 0)
+                 chunks=5 if split == "always" else 0, variant=shape)
     ref = attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("d", [64, 80])
-def test_decode_reads_only_visible_slots(dev, d):
+def test_decode_reads_only_visible_slots(dev, shape, d):
     """Everything but the window's positions is NaN — the earlier positions of
     its first block, the blocks before it (their entries name a NaN block), the
     tail: never read, in one pass or split."""
@@ -198,12 +198,12 @@ def test_decode_reads_only_visible_slots(dev, d):
     cache = build_cache(k, v, first=n - window)
     assert np.isnan(cache.pool).sum() > cache.pool.size // 2
     for split in ["never", "always"]:
-        got = decode(dev, q, cache, n_tokens=n, window=window, split=split)
+        got = decode(dev, q, cache, n_tokens=n, window=window, split=split, variant=shape)
         np.testing.assert_allclose(got, attention(q, k, v, n - 1, scale=d ** -0.5, window=window)[0],
                                    atol=ATOL, rtol=RTOL)
 
 
-def test_decode_through_a_table_of_any_order(dev):
+def test_decode_through_a_table_of_any_order(dev, shape):
     """The same keys in pools of several block orders (a reversed pool, shuffles,
     blocks sharing nothing) give the same output, equal to the reference."""
     d, n = 64, 300
@@ -217,14 +217,14 @@ def test_decode_through_a_table_of_any_order(dev):
         for i, b in enumerate(order):
             pool[:, b * B:(b + 1) * B] = base.pool[:, i * B:(i + 1) * B]
         cache = Paged(pool, order.astype(np.uint32))
-        outs.append(decode(dev, q, cache, n_tokens=n, split="never"))
+        outs.append(decode(dev, q, cache, n_tokens=n, split="never", variant=shape))
         np.testing.assert_allclose(outs[-1], ref, atol=ATOL, rtol=RTOL)
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])  # the same sums in the same order
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_reads_stay_inside_rows(dev, d):
+def test_reads_stay_inside_rows(dev, shape, d):
     """The cache sits in a buffer between NaN halfs (16 bytes before, a row
     after): a lane that loads past its row's D elements, as the idle lanes of
     D = 80 and 112 would on the last KV head of the last slot, turns the output
@@ -243,7 +243,7 @@ def test_reads_stay_inside_rows(dev, d):
         out = dev.buffer(3 * d * 4)
         ops.attention_decode(dev, dev.buffer_from(np.ascontiguousarray(q[-1])), kv, table, out,
                              n_q_heads=3, n_kv_heads=1, head_dim=d, n_tokens=n, slots=n,
-                             split=split, kv_offset=16)
+                             split=split, kv_offset=16, variant=shape)
         got = out.numpy().view(np.float32).reshape(3, d)
         np.testing.assert_allclose(got, ref[-1], atol=ATOL, rtol=RTOL, err_msg=split)
     out = dev.buffer(q.nbytes)
@@ -265,14 +265,14 @@ def split_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,chunks", list(split_sweep()))
-def test_split_equals_single_pass(dev, d, ratio, chunks):
+def test_split_equals_single_pass(dev, shape, d, ratio, chunks):
     n = 257
     rng = np.random.default_rng(chunks)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
     cache = build_cache(k, v)
-    single = decode(dev, q, cache, n_tokens=n, split="never")
-    split = decode(dev, q, cache, n_tokens=n, split="always", chunks=chunks)
+    single = decode(dev, q, cache, n_tokens=n, split="never", variant=shape)
+    split = decode(dev, q, cache, n_tokens=n, split="always", chunks=chunks, variant=shape)
     np.testing.assert_allclose(split, single, atol=CLOSE, rtol=CLOSE)
     np.testing.assert_allclose(split, attention(q, k, v, n - 1, scale=d ** -0.5)[0], atol=ATOL,
                                rtol=RTOL)
@@ -287,6 +287,54 @@ def test_decode_kernel_by_rows(d, n_q_heads, n_kv, kernel):
     p = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=4096,
                                   slots=4096, split="always", wave=264)
     assert p["kernel"] == kernel
+
+
+def test_host_shape_plan():
+    """The host's shape: every name the op picks, '_h' appended (fixed-format
+    pairs read by kvq), one SIMD-group a threadgroup; the GPU shape otherwise."""
+    def plan(**kw):
+        base = dict(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=4096, slots=4096, wave=264)
+        return ops.attention_decode_plan(**dict(base, **kw))
+    assert (plan()["kernel"], plan()["threads"]) == ("attn_decode_split_f16_d64_r4", 128)
+    assert (plan(split="never")["kernel"], plan(split="never")["threads"]) == ("attn_decode_f16_d64_r4", 256)
+    h = plan(variant="host")
+    assert (h["kernel"], h["threads"]) == ("attn_decode_split_f16_d64_r4_h", 32)
+    # The same chunks, head blocks and bytes: only the kernels' insides differ.
+    assert {k: v for k, v in h.items() if k not in ("kernel", "threads")} == \
+        {k: v for k, v in plan().items() if k not in ("kernel", "threads")}
+    assert plan(variant="gpu")["kernel"] == plan()["kernel"]
+    assert plan(kv_k="q8", kv_v="q8")["kernel"] == "attn_decode_split_q8q8_d64_r4"
+    assert plan(kv_k="q8", kv_v="q8", variant="host")["kernel"] == "attn_decode_split_kvq_d64_r4_h"
+    assert plan(n_q_heads=24, head_dim=32, split="never", variant="host")["kernel"] == "attn_decode_f16_d32_h"
+    assert plan(n_q_heads=24, n_kv_heads=8, head_dim=128, variant="host")["kernel"] == \
+        "attn_decode_split_f16_d128_h"
+
+
+@host_only
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_host_picks_its_shape(d):
+    dev = test_device()
+    p = ops.attention_decode_plan(n_q_heads=8, n_kv_heads=2, head_dim=d, n_tokens=300, slots=320, device=dev)
+    assert p["kernel"].endswith("_h") and p["threads"] == 32
+    g = ops.attention_decode_plan(n_q_heads=8, n_kv_heads=2, head_dim=d, n_tokens=300, slots=320, device=dev,
+                                  variant="gpu")
+    assert not g["kernel"].endswith("_h") and g["threads"] in (128, 256)
+
+
+@host_only
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("n", [5, 200, 1500])
+def test_host_shape_equals_gpu_shape(d, n):
+    """Both shapes sum the same terms, grouped differently: equal to CLOSE."""
+    dev = test_device()
+    rng = np.random.default_rng(d * n)
+    n_q_heads, n_kv = heads(ratio_for(d))
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v)
+    for split in ("never", "always"):
+        host = decode(dev, q, cache, n_tokens=n, split=split, variant="host")
+        gpu = decode(dev, q, cache, n_tokens=n, split=split, variant="gpu")
+        np.testing.assert_allclose(host, gpu, atol=CLOSE, rtol=CLOSE, err_msg=split)
 
 
 @pytest.mark.parametrize("n,window,split,chunks", [
@@ -446,7 +494,7 @@ def sinks_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,sink_scale,softcap", list(sinks_sweep()))
-def test_sinks_and_softcap(dev, d, ratio, sink_scale, softcap):
+def test_sinks_and_softcap(dev, shape, d, ratio, sink_scale, softcap):
     rng = np.random.default_rng([int(abs(sink_scale)), int(softcap)])
     n_q_heads, n_kv = heads(ratio)
     sinks = None if sink_scale == 0.0 else sink_scale * np.abs(rng.standard_normal(n_q_heads)) + \
@@ -457,7 +505,7 @@ def test_sinks_and_softcap(dev, d, ratio, sink_scale, softcap):
     opts = dict(scale=d ** -0.5, softcap=softcap, sinks=sinks)
     for split in ["never", "always"]:
         got = decode(dev, q[-1], cache, n_tokens=n, softcap=softcap, sinks=sinks,
-                     split=split)
+                     split=split, variant=shape)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, **opts)[0], atol=ATOL,
                                    rtol=RTOL)
     got = prefill(dev, q, cache, q_pos0=n - n_q, softcap=softcap, sinks=sinks)

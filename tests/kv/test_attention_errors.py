@@ -31,7 +31,7 @@ def _decode_kwargs(**over):
     (dict(chunks=3), r"split_chunks 3 applies only with split 'always'"),
     (dict(chunks=513, split="always"), r"split_chunks 513 is more than the 512 chunks the reduce merges"),
     (dict(variant="nopf"), r"decode_variant 'nopf' exists for head_dim 128 only, not 64"),
-    (dict(variant="u8"), r"decode_variant 'u8' is not one of"),
+    (dict(variant="u8"), r"decode_variant 'u8' is not one of '' \(the device's shape\), 'gpu', 'host' or 'nopf'"),
 ])
 def test_decode_bad_shapes(over, message):
     dev = test_device()
@@ -39,6 +39,20 @@ def test_decode_bad_shapes(over, message):
     buf = dev.buffer(1 << 16)
     with pytest.raises(metalkv.GpuError, match=message):
         ops.attention_decode(dev, buf, buf, buf, buf, **kw)
+
+
+def test_host_shape_is_the_host_executors_only():
+    """variant 'host' (the _h kernels) runs where they are built, the host
+    executor; any other device refuses it by name."""
+    dev = test_device()
+    kw = _decode_kwargs()
+    buf = dev.buffer(1 << 16)
+    if dev.kind == "host":
+        ops.attention_decode(dev, buf, buf, buf, buf, variant="host", **kw)
+    else:
+        with pytest.raises(metalkv.GpuError, match=r"decode_variant 'host' is the host executor's shape, "
+                                                   r"not built for " + dev.kind):
+            ops.attention_decode(dev, buf, buf, buf, buf, variant="host", **kw)
 
 
 def test_decode_bad_buffers():

@@ -47,7 +47,7 @@ def inputs(rng, n_q, n_q_heads, n_kv, d, n):
 @pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 8, 2), (128, 8, 1), (64, 3, 3)])
 @pytest.mark.parametrize("split", ["never", "always"])
 @pytest.mark.parametrize("kv_k", ["f16", "q8"])
-def test_decode_writes_the_logits_and_the_scores(dev, d, n_q_heads, n_kv, split, kv_k):
+def test_decode_writes_the_logits_and_the_scores(dev, shape, d, n_q_heads, n_kv, split, kv_k):
     rng = np.random.default_rng(d + n_q_heads)
     n, scale, softcap = 300, 1 / np.sqrt(d), 30.0
     q, k, v = inputs(rng, 1, n_q_heads, n_kv, d, n)
@@ -64,7 +64,7 @@ def test_decode_writes_the_logits_and_the_scores(dev, d, n_q_heads, n_kv, split,
     ops.attention_decode(dev, dev.buffer_from(q[0]), dev.buffer_from(pool), dev.buffer_from(table), out,
                          n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n, slots=slots, split=split,
                          chunks=3 if split == "always" else 0, softcap=softcap, kv_k=kv_k, logits=logits,
-                         scores=scores, score_stride=n + 7)
+                         scores=scores, score_stride=n + 7, variant=shape)
     want = logits_ref(q, kk, n - 1, scale, softcap)
     got = logits.numpy().view(np.float32).reshape(1, n_q_heads, n)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -240,25 +240,25 @@ def decode_cases():
 
 @pytest.mark.parametrize("kv_k,kv_v,d,heads", list(decode_cases()))
 @pytest.mark.parametrize("n,split", [(45, "never"), (700, "always")])
-def test_decode_reads_quantized_kv(dev, kv_k, kv_v, d, heads, n, split):
+def test_decode_reads_quantized_kv(dev, shape, kv_k, kv_v, d, heads, n, split):
     n_q_heads, n_kv = heads
     q, k, v = inputs(d + n, 1, n_q_heads, n_kv, d, n)
     pool, table, slots = quant_pool(k, v, kv_k, kv_v, spare=2)
-    got = run_decode(dev, q[0], pool, table, slots, n_kv, n, kv_k, kv_v, split=split)
+    got = run_decode(dev, q[0], pool, table, slots, n_kv, n, kv_k, kv_v, split=split, variant=shape)
     ref = attention(q, qr.roundtrip(k, kv_k), qr.roundtrip(v, kv_v), n - 1, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
 @pytest.mark.parametrize("d", [64, 128])
-def test_decode_quantized_with_window_sinks_and_softcap(dev, kv_k, kv_v, d):
+def test_decode_quantized_with_window_sinks_and_softcap(dev, shape, kv_k, kv_v, d):
     n, window, n_kv = 300, 100, 2
     q, k, v = inputs(d, 1, 6, n_kv, d, n)
     first = n - window  # blocks wholly before the window are poison: never read
     pool, table, slots = quant_pool(k, v, kv_k, kv_v, first=first // B * B)
     sinks = np.linspace(-1, 2, 6).astype(np.float32)
     got = run_decode(dev, q[0], pool, table, slots, n_kv, n, kv_k, kv_v, window=window, softcap=30.0,
-                     sinks=dev.buffer_from(sinks))
+                     sinks=dev.buffer_from(sinks), variant=shape)
     ref = attention(q, qr.roundtrip(k, kv_k), qr.roundtrip(v, kv_v), n - 1, scale=d ** -0.5, window=window,
                     softcap=30.0, sinks=sinks)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)

@@ -81,20 +81,20 @@ def prefill(dev, q, pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, **kw)
 @pytest.mark.parametrize("d", [64, 128])  # groups of 3: the 4-row kernels at 64
 @pytest.mark.parametrize("n,split,lossy", [(40, "never", False), (301, "never", False), (700, "always", False),
                                            (301, "never", True)])
-def test_decode_reads_the_window_from_the_ring(kv_k, kv_v, d, n, split, lossy):
+def test_decode_reads_the_window_from_the_ring(shape, kv_k, kv_v, d, n, split, lossy):
     dev = test_device()
     q, k, v = inputs(d + n, 1, 6, 2, d, n)
     ring_slots = 2 * R + B
     ring_lo = n - 20 if lossy else max(0, n - ring_slots)  # lossy: a prefix the ring never held
     pool, table, slots, ring = pool_and_ring(k, v, kv_k, kv_v, ring_slots, ring_lo)
-    got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, ring_lo, split=split)
+    got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, ring_lo, split=split, variant=shape)
     ref = reference(q, k, v, kv_k, kv_v, n - 1, ring_lo, scale=d ** -0.5)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
 @pytest.mark.parametrize("d", [32, 64])
-def test_decode_with_eight_query_heads_a_kv_head(kv_k, kv_v, d):
+def test_decode_with_eight_query_heads_a_kv_head(shape, kv_k, kv_v, d):
     """The 8-row kernels (a group of 8; groups <= 4 take the 4-row ones above)."""
     dev = test_device()
     n = 333
@@ -102,7 +102,8 @@ def test_decode_with_eight_query_heads_a_kv_head(kv_k, kv_v, d):
     ring_slots = 2 * R + B
     pool, table, slots, ring = pool_and_ring(k, v, kv_k, kv_v, ring_slots, n - ring_slots)
     for split in ("never", "always"):
-        got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, n - ring_slots, split=split)
+        got = decode(dev, q[0], pool, table, slots, ring, n, kv_k, kv_v, n - ring_slots, split=split,
+                     variant=shape)
         ref = reference(q, k, v, kv_k, kv_v, n - 1, n - ring_slots, scale=d ** -0.5)[0]
         np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
@@ -134,7 +135,7 @@ def test_prefill_gives_each_query_its_own_window(kv_k, kv_v, d):
     np.testing.assert_array_equal(np.concatenate([a, b]), got)
 
 
-def test_window_with_sliding_mask_sinks_and_softcap():
+def test_window_with_sliding_mask_sinks_and_softcap(shape):
     dev = test_device()
     d, n, window = 64, 260, 100
     q, k, v = inputs(5, 1, 4, 1, d, n)
@@ -143,7 +144,8 @@ def test_window_with_sliding_mask_sinks_and_softcap():
     pool, table, slots, ring = pool_and_ring(k, v, "q4", "q8", ring_slots, ring_lo)
     sinks = np.linspace(-1, 1, 4).astype(np.float32)
     kw = dict(window=window, softcap=25.0)
-    got = decode(dev, q[0], pool, table, slots, ring, n, "q4", "q8", ring_lo, sinks=dev.buffer_from(sinks), **kw)
+    got = decode(dev, q[0], pool, table, slots, ring, n, "q4", "q8", ring_lo, sinks=dev.buffer_from(sinks),
+                 variant=shape, **kw)
     ref = reference(q, k, v, "q4", "q8", n - 1, ring_lo, scale=d ** -0.5, sinks=sinks, **kw)[0]
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 

@@ -65,9 +65,9 @@ kernel void small(constant Params& p [[buffer(0)]],
 # `file` is a real kernel file (copied) or "small.metal" (SMALL).
 PLANTS = [
     # -- clang, through the prelude's address spaces and types --
-    ("threadgroup-to-device", "attention_decode.metal",
-     ("attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES, LG>(p, q, kv, table, ring, sinks, out,",
-      "attn_decode_body<L, D, R, mkv_params::kAttnSimdgroups, RES, LG>(p, q, kv, table, ring, sinks, tg_m,  /* PLANTED */"),
+    ("threadgroup-to-device", "attention_decode_kernels.h",
+     ("attn_decode_body<L, D, R, S, RES, LG, EL>(p, q, kv, table, ring, sinks, out,",
+      "attn_decode_body<L, D, R, S, RES, LG, EL>(p, q, kv, table, ring, sinks, tg_m,  /* PLANTED */"),
      None, None, "no known conversion from 'threadgroup float[64]' to 'device float *"),
     ("device-to-threadgroup", "sample.metal",
      ("m = group_max(m, slots, simd, lane);", "m = group_max(m, work, simd, lane);  /* PLANTED */"),
@@ -164,7 +164,7 @@ PLANTS = [
      None, None, "[attribute] [[threadgroup_position_in_gird]] is not an MSL attribute"),
 ]
 # The real kernel file that includes each planted header.
-INCLUDER = {"attention.h": "attention_decode.metal"}
+INCLUDER = {"attention.h": "attention_decode.metal", "attention_decode_kernels.h": "attention_decode.metal"}
 
 
 def plant(root: Path, spec) -> tuple[Path, Path, int]:

@@ -1,0 +1,56 @@
+// The host executor's decode attention shape: every kernel name the op picks
+// on the host (attention_decode.metal's, fixed-format pairs read through the
+// kvq kernels) with "_h" appended, built for the host executor only. Same
+// bodies, two parameters changed (attention_params.h,
+// attn_decode_host_lane_elems): a lane holds 16 elements of a row (8 at
+// D = 32), so a key's lanes are 4-16 and its scores take 2-4 shuffle steps
+// where the GPU shape takes 3-5, and a threadgroup is one SIMD-group. Each
+// shuffle is a rendezvous of 32 fibers on the host; registers cost nothing there.
+// GPU compilers see an empty file: the GPU shapes are the ones that fit their
+// registers (docs/ATTENTION.md), and the host also builds and tests those.
+#include "mkv_kernel.h"
+#include "attention_decode_kernels.h"
+
+#if defined(MKV_HOST_SHAPES)
+// Single pass and split-K first pass of one (reader, rows, window, logits)
+// choice: attn_decode_<kind>_d<D><suffix>_h and attn_decode_split_<kind>_d<D><suffix>_h.
+#define MKV_ATTN_DECODE_HOST(D, R, kind, reader, RES, LG, suffix)                                          \
+  MKV_KERNEL(MKV_STR(attn_decode_##kind##_d##D##suffix##_h),                                                \
+             attn_decode<reader<D, mkv_params::attn_decode_lane_elems(D)>, D, R, false, RES, LG,            \
+                         mkv_params::kAttnDecodeHostSimdgroups, mkv_params::attn_decode_host_lane_elems(D)>) \
+  MKV_KERNEL(MKV_STR(attn_decode_split_##kind##_d##D##suffix##_h),                                          \
+             attn_decode_split<reader<D, mkv_params::attn_decode_lane_elems(D)>, D, R, false, RES, LG,      \
+                               mkv_params::kAttnDecodeHostSimdgroups,                                       \
+                               mkv_params::attn_decode_host_lane_elems(D)>)
+// f16 K and V (and an eviction policy's logits) at every head_dim.
+#define MKV_ATTN_DECODE_HOST_F16(D)                                                               \
+  MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), f16, AttnKvF16, false, false, )        \
+  MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), f16, AttnKvF16, false, true, _lg)
+// Quantized K and/or V, with a residual window, with logits: the head_dims kv_format_fits takes.
+#define MKV_ATTN_DECODE_HOST_KVQ(D)                                                               \
+  MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, false, false, )      \
+  MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, true, false, _res)   \
+  MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, false, true, _lg)
+// The 4-row forms where D allows 8 rows (the op's pick for head blocks of <= 4).
+#define MKV_ATTN_DECODE_HOST_R4(D)                                                \
+  MKV_ATTN_DECODE_HOST(D, 4, f16, AttnKvF16, false, false, _r4)                  \
+  MKV_ATTN_DECODE_HOST(D, 4, kvq, AttnKvQuant, false, false, _r4)                \
+  MKV_ATTN_DECODE_HOST(D, 4, kvq, AttnKvQuant, true, false, _res_r4)
+
+MKV_ATTN_DECODE_HOST_F16(32)
+MKV_ATTN_DECODE_HOST_F16(64)
+MKV_ATTN_DECODE_HOST_F16(80)
+MKV_ATTN_DECODE_HOST_F16(96)
+MKV_ATTN_DECODE_HOST_F16(112)
+MKV_ATTN_DECODE_HOST_F16(128)
+MKV_ATTN_DECODE_HOST_F16(160)
+MKV_ATTN_DECODE_HOST_F16(192)
+MKV_ATTN_DECODE_HOST_F16(256)
+MKV_ATTN_DECODE_HOST_KVQ(32)
+MKV_ATTN_DECODE_HOST_KVQ(64)
+MKV_ATTN_DECODE_HOST_KVQ(128)
+MKV_ATTN_DECODE_HOST_KVQ(192)
+MKV_ATTN_DECODE_HOST_KVQ(256)
+MKV_ATTN_DECODE_HOST_R4(32)
+MKV_ATTN_DECODE_HOST_R4(64)
+#endif
