@@ -1,7 +1,8 @@
 // Decode attention on the bench's device (the host executor unless --device):
 // one pass, split-K, one pass through a shuffled block table (a paged cache:
 // the same bytes read, in blocks scattered over the pool) and a sliding
-// layer, over contexts 256 .. 32k, for
+// layer, over contexts 256 .. 32k (on the host also one pass in the GPU shape,
+// beside its own: ops::AttentionDesc::decode_variant), for
 // SmolLM2's shape (D=64, 9 query heads, 3 KV heads) and a Llama-3-8B layer
 // (D=128, 32/8). ms is the wall time of one command buffer holding one call,
 // commit and wait included (for GPU kernel times: the gpu_kernels group).
@@ -39,6 +40,7 @@ struct Mode {
   ops::AttentionSplit split;
   uint32_t window;  // 0: full layer
   bool shuffled = false;  // the table scatters the blocks over the pool
+  const char* variant = "";  // AttentionDesc::decode_variant ("gpu": the GPU shape on the host)
 };
 
 // Halfs in [-1, 1) from a cheap generator: filling 128 MB must not dominate.
@@ -57,7 +59,9 @@ std::vector<Result> decode_attention(const Context& ctx) {
   const Mode modes[] = {{"single", ops::AttentionSplit::never, 0},
                         {"split", ops::AttentionSplit::always, 0},
                         {"paged", ops::AttentionSplit::automatic, 0, true},
-                        {"sliding1k", ops::AttentionSplit::automatic, 1024}};
+                        {"sliding1k", ops::AttentionSplit::automatic, 1024},
+                        // on the host: its own shape (the rows above) against the GPU shape
+                        {"single_gpu_shape", ops::AttentionSplit::never, 0, false, "gpu"}};
   const uint32_t contexts[] = {256, 1024, 4096, 8192, 32768};
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
   const uint32_t prefill_chunk = 512;  // a sliding pool: kv::group_blocks
@@ -76,6 +80,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
     auto out = dev->new_buffer(size_t(s.n_q_heads) * s.head_dim * 4);
 
     for (const Mode& m : modes) {
+      if (*m.variant && !ctx.is_host()) continue;  // elsewhere the rows above are the GPU shape
       for (uint32_t n : contexts) {
         ops::AttentionDesc d;
         d.n_q_heads = s.n_q_heads;
@@ -89,6 +94,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
         const gpu::BufferPtr table = block_table(*dev, n, blocks, m.shuffled);
         d.scale = 1.0f / std::sqrt(float(s.head_dim));
         d.split = m.split;
+        d.decode_variant = m.variant;
         const ops::AttentionDecodePlan plan = ops::attention_decode_plan(*dev, d);
         auto scratch = plan.scratch_bytes ? dev->new_buffer(plan.scratch_bytes) : nullptr;
         const double ms = median_ms(n >= 32768 ? 1 : ctx.repeat, [&] {

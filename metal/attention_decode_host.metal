@@ -2,10 +2,11 @@
 // on the host (attention_decode.metal's, fixed-format pairs read through the
 // kvq kernels) with "_h" appended, built for the host executor only. Same
 // bodies, two parameters changed (attention_params.h,
-// attn_decode_host_lane_elems): a lane holds 16 elements of a row (8 at
-// D = 32), so a key's lanes are 4-16 and its scores take 2-4 shuffle steps
-// where the GPU shape takes 3-5, and a threadgroup is one SIMD-group. Each
-// shuffle is a rendezvous of 32 fibers on the host; registers cost nothing there.
+// attn_decode_host_lane_elems): a lane holds a quarter of a row (16 elements
+// at D = 80, 112), so 4 lanes share a key (8 at 80, 112) and its scores take 2
+// shuffle steps where the GPU shape takes 3-5, and a threadgroup is one
+// SIMD-group. Each shuffle is a rendezvous of 32 fibers on the host; registers
+// cost nothing there.
 // GPU compilers see an empty file: the GPU shapes are the ones that fit their
 // registers (docs/ATTENTION.md), and the host also builds and tests those.
 #include "mkv_kernel.h"

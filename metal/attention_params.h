@@ -72,16 +72,19 @@ constexpr uint32_t attn_decode_rows(uint32_t head_dim) { return 32 / attn_decode
 
 // The host executor's decode shape (the _h kernels, built for it only): every
 // shuffle is a rendezvous of 32 fibers there and registers are free, so a lane
-// holds several pieces, attn_decode_host_lane_elems(D) elements of each row (16;
-// 8 at D = 32), and a threadgroup is one SIMD-group (no merge of idle groups).
-// Per 4-key block a lane group's scores need log2(key lanes) shuffle steps per
-// row: at D = 64, 2 steps per 32 keys where the GPU shape takes 4 per 8.
+// holds several pieces, attn_decode_host_lane_elems(D) = D / 4 elements of each
+// row (16 at D = 80 and 112, where D / 4 is no whole number of 8-element pieces),
+// and a threadgroup is one SIMD-group (no merge of idle groups). A key's scores
+// then take log2(4) = 2 shuffle steps a row per block of 32 keys, where the GPU
+// shape takes 3-5 per block of 4-16 keys.
 //   D          32 64 80 96 112 128 160 192 256
-//   elements    8 16 16 16  16  16  16  16  16
-//   key lanes   4  4  8  8   8   8  16  16  16
+//   elements    8 16 16 24  16  32  40  48  64
+//   key lanes   4  4  8  4   8   4   4   4   4
 // Rows and head blocks are the GPU shape's (attn_decode_rows).
 MKV_CONSTANT uint32_t kAttnDecodeHostSimdgroups = 1;
-constexpr uint32_t attn_decode_host_lane_elems(uint32_t head_dim) { return head_dim <= 32 ? 8 : 16; }
+constexpr uint32_t attn_decode_host_lane_elems(uint32_t head_dim) {
+  return (head_dim / 4) % attn_decode_lane_elems(head_dim) == 0 ? head_dim / 4 : 16;
+}
 
 // SIMD-groups per threadgroup of the split-K first pass (128 threads): at
 // the ~130-190 registers the decode kernels take, a 128-thread threadgroup
