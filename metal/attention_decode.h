@@ -204,20 +204,22 @@ inline void attn_decode_load_block(thread const L (&ld)[P], const device uint* t
   }
 }
 
-// A lane's EL elements of a row from its P = EL / E pieces.
-template <typename L, uint P, uint EL, typename W>
-inline void attn_unpack_k(thread const L (&ld)[P], thread const W (&w)[P], thread float (&out)[EL]) {
+// Which of a reader's pieces attn_unpack_lane widens: K's or V's.
+struct AttnSideK {
+  template <typename L, typename W>
+  static void widen(thread const L& ld, W w, thread float (&x)[L::kElems]) { ld.unpack_k(w, x); }
+};
+struct AttnSideV {
+  template <typename L, typename W>
+  static void widen(thread const L& ld, W w, thread float (&x)[L::kElems]) { ld.unpack_v(w, x); }
+};
+
+// A lane's EL elements of a row from its P = EL / E pieces (Side: K or V).
+template <typename Side, typename L, uint P, uint EL, typename W>
+inline void attn_unpack_lane(thread const L (&ld)[P], thread const W (&w)[P], thread float (&out)[EL]) {
   MKV_UNROLL for (uint j = 0; j < P; ++j) {
     float x[L::kElems];
-    ld[j].unpack_k(w[j], x);
-    MKV_UNROLL for (uint e = 0; e < L::kElems; ++e) out[j * L::kElems + e] = x[e];
-  }
-}
-template <typename L, uint P, uint EL, typename W>
-inline void attn_unpack_v(thread const L (&ld)[P], thread const W (&w)[P], thread float (&out)[EL]) {
-  MKV_UNROLL for (uint j = 0; j < P; ++j) {
-    float x[L::kElems];
-    ld[j].unpack_v(w[j], x);
+    Side::widen(ld[j], w[j], x);
     MKV_UNROLL for (uint e = 0; e < L::kElems; ++e) out[j * L::kElems + e] = x[e];
   }
 }
@@ -259,7 +261,7 @@ inline void attn_decode_scan(thread const L (&ld)[P], const device uint* table, 
     MKV_UNROLL for (uint r = 0; r < R; ++r) s[r] = float4(0.0f);
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
       float k[EL];
-      attn_unpack_k<L, P, EL>(ld, kw[u], k);
+      attn_unpack_lane<AttnSideK, L, P, EL>(ld, kw[u], k);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
         float d = 0.0f;
         MKV_UNROLL for (uint e = 0; e < EL; ++e) d += qr[r][e] * k[e];
@@ -291,7 +293,7 @@ inline void attn_decode_scan(thread const L (&ld)[P], const device uint* table, 
     }
     MKV_UNROLL for (uint u = 0; u < U; ++u) {
       float v[EL];
-      attn_unpack_v<L, P, EL>(ld, vw[u], v);
+      attn_unpack_lane<AttnSideV, L, P, EL>(ld, vw[u], v);
       MKV_UNROLL for (uint r = 0; r < R; ++r) {
         MKV_UNROLL for (uint e = 0; e < EL; ++e) acc[r][e] += pr[r][u] * v[e];
       }
