@@ -255,12 +255,10 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 
   // 4. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
-  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, index, rope_k, queries, table(layer),
-                     lay.k_format, lay.v_format, lay.rotate};
-  if (has_ring(layer)) {
-    d.ring_slots = ring_slots_;
-    d.ring = ring(layer);
-  }
+  const bool with_ring = has_ring(layer);
+  ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, index, rope_k, queries,
+                     table(layer), lay.k_format, lay.v_format, lay.rotate, with_ring ? ring_slots_ : 0u,
+                     with_ring ? ring(layer) : ops::BufferView{}};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
   } else {
