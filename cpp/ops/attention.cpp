@@ -54,10 +54,10 @@ std::string num(uint64_t v) { return std::to_string(v); }
 // (metal/attention_decode.metal MKV_ATTN_DECODE_KVQ_PAIRS and, with a residual
 // window, MKV_ATTN_DECODE_RES_PAIRS: decode at D = 64 and 128); else kvq,
 // whose kernels read any pair.
-const char* kv_kind(const AttentionDesc& d, bool decode = false) {
+const char* kv_kind(const AttentionDesc& d, bool pairs = false) {
   using namespace mkv_params;
   if (d.k_format == kKvF16 && d.v_format == kKvF16 && !d.residual) return "f16";
-  if (decode && (d.head_dim == 64 || d.head_dim == 128) && !d.logits.buffer) {  // (_lg: f16 or kvq)
+  if (pairs && (d.head_dim == 64 || d.head_dim == 128) && !d.logits.buffer) {  // (_lg: f16 or kvq)
     if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
     if (d.k_format == kKvQ4 && d.v_format == kKvQ4) return "q4q4";
     if (d.k_format == kKvQ8 && d.v_format == kKvQ4) return "q8q4";
