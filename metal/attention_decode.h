@@ -183,13 +183,8 @@ inline void attn_decode_body(constant mkv_params::AttnDecode& p,
   constexpr uint E = L::kElems;                             // elements of a piece
   constexpr uint P = EL / E;                                // pieces a lane holds
   static_assert(P * E == EL && D % EL == 0, "a lane holds whole pieces, a row whole lanes' worth");
-  constexpr uint KL = mkv_params::attn_decode_key_lanes_for(D, EL);
-  constexpr uint G = 32 / KL;                               // keys per load instruction
-  constexpr uint U = mkv_params::kAttnDecodeBlockKeys;      // keys per lane group per block
-  constexpr uint BLOCK = G * U;                             // positions per SIMD-group block
+  constexpr uint KL = mkv_params::attn_decode_key_lanes_for(D, EL);  // lanes a key (the scan's geometry)
   constexpr float LOG2E = 1.4426950408889634f;
-  typedef typename L::KPiece KPiece;
-  typedef typename L::VPiece VPiece;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   const uint kv_head = hb.kv_head, head0 = hb.head0, rows = hb.count;
   const uint group = lane / KL, piece = lane % KL;
