@@ -2,7 +2,9 @@
 executor, so a missing barrier or an order-dependent race fails somewhere."""
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
 
 import pytest
 
@@ -11,6 +13,41 @@ from devices import TEST_DEVICE, test_device
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIBER_ORDERS = ["forward", "reverse", "random"]
+
+# No test may change sys.path or the environment for the tests after it: bench/gpu put on
+# sys.path once let its kernels.py shadow the PyPI package `kernels`, which transformers
+# imports, and every transformers test after it failed. pytest itself adds test directories.
+_SYS_PATH = list(sys.path)
+_ENVIRON = dict(os.environ)
+
+
+def _sys_path_leaks() -> list[str]:
+    tests = ROOT / "tests"
+    return [p for p in sys.path if p not in _SYS_PATH
+            and not (pathlib.Path(p).resolve() == tests or tests in pathlib.Path(p).resolve().parents)]
+
+
+def pytest_collection_finish(session):
+    leaks = _sys_path_leaks()
+    if leaks:
+        raise pytest.UsageError(f"collecting the tests put {leaks} on sys.path; load such a module by its path "
+                                "(importlib.util.spec_from_file_location) instead")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks_between_tests():
+    yield
+    leaks = _sys_path_leaks()
+    env = {k for k in set(os.environ) | set(_ENVIRON)
+           if os.environ.get(k) != _ENVIRON.get(k) and k != "PYTEST_CURRENT_TEST"}  # (pytest's own)
+    sys.path[:] = [p for p in sys.path if p not in leaks]
+    for k in env:
+        if k in _ENVIRON:
+            os.environ[k] = _ENVIRON[k]
+        else:
+            del os.environ[k]
+    assert not leaks and not env, (f"this test left {leaks} on sys.path and changed the environment's {sorted(env)}: "
+                                   "use monkeypatch (it undoes both)")
 
 
 @pytest.fixture(params=FIBER_ORDERS if TEST_DEVICE == "host" else [TEST_DEVICE])

@@ -3,6 +3,7 @@
 table, and the error JSON when ncu is not there."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,8 +12,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench" / "gpu"))
-import ncu  # noqa: E402
+
+
+def bench_gpu_module(name: str):
+    """bench/gpu/<name>.py, loaded by its path. Its scripts import each other through sys.path,
+    which is restored afterwards, and the siblings they imported leave sys.modules: left there,
+    bench/gpu/kernels.py would shadow the PyPI package `kernels` (which transformers imports)
+    for every later test."""
+    folder = str(ROOT / "bench" / "gpu")
+    path, modules = list(sys.path), set(sys.modules)
+    spec = importlib.util.spec_from_file_location(f"metalkv_bench_{name}", f"{folder}/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.path.insert(0, folder)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+        for m in set(sys.modules) - modules:
+            if (getattr(sys.modules[m], "__file__", None) or "").startswith(folder):
+                del sys.modules[m]
+    return module
+
+
+ncu = bench_gpu_module("ncu")
 
 SAMPLE = ROOT / "tests" / "data" / "ncu_sample.csv"
 # The sample's launch order: 3 calls of split-K attention (2 kernels each), then 3 of a gemv.
@@ -83,7 +105,7 @@ def test_cli_from_csv_and_without_ncu(tmp_path):
 def test_engine_step_table_reproduces_the_recorded_run():
     """bench/gpu/engine_kernels.py on the CSV ncu wrote on the H200 gives the table that run
     printed (recorded by the script's earlier, separate CSV reader)."""
-    from engine_kernels import summary
+    summary = bench_gpu_module("engine_kernels").summary
 
     run = ROOT / "bench" / "results" / "h200-2026-12-01-issue12b" / "final2"
     rows = ncu.parse_csv((run / "engine_kernels.csv").read_text())
