@@ -100,7 +100,7 @@ class Source:
 
 
 def preprocess(cxx: str, path: str, includes: list[str], device_macro: str = "__METALKV_HOST__") -> str:
-    """`cxx -E` over a kernel file with the metal_* headers stubbed out;
+    """`cxx -E` over a kernel file with the metal_* headers stubbed out (named "<stub>/...");
     `device_macro` (=1) says which device the text is for."""
     with tempfile.TemporaryDirectory() as stub:
         for name in STUB_HEADERS:
@@ -113,7 +113,9 @@ def preprocess(cxx: str, path: str, includes: list[str], device_macro: str = "__
         res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise PassError(res.stderr.strip())
-    return res.stdout
+    # the stubs lived in a temporary directory: name them by a fixed path, so the output
+    # (and a compiler cache's key) does not change from run to run
+    return res.stdout.replace(f'"{stub}/', '"<stub>/')
 
 
 def matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
