@@ -130,6 +130,9 @@ std::shared_ptr<engine::Channel> channel_arg(PyChannel* c) {
 
 void bind_engine(nb::module_& m, nb::module_&) {
   m.def(
+      "check_max_seqs", [](nb::handle n) { engine::check_max_seqs(int_arg("engine", "max_seqs", n)); }, "max_seqs"_a,
+      "Raises ArgumentError unless max_seqs is an int in 1..4096 (Engine.load checks it before reading a model).");
+  m.def(
       "check_generate",
       [](nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p, nb::handle min_p,
          nb::handle repetition_penalty, nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
@@ -235,32 +238,25 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "__init__",
           [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk,
-             std::optional<size_t> kv_memory, uint32_t kv_context, uint32_t max_seqs, uint32_t step_tokens,
-             const std::optional<std::vector<std::string>>& kv_k, const std::optional<std::vector<std::string>>& kv_v,
-             bool kv_rotate, uint32_t kv_residual, const std::optional<nb::dict>& kv_policy) {
+             uint32_t kv_context, uint32_t max_seqs, uint32_t step_tokens, const std::optional<kv::KvOptions>& kv) {
             if (!weights.weights) throw nb::value_error("[engine] these weights were given to an Engine already");
             if (weights.dev.device != dev.device)
               throw nb::value_error("[engine] the weights live on another device");
             const size_t bytes = weights.weights->nbytes();
             auto mdl = std::make_shared<model::Model>(dev.device, parse_spec(spec), std::move(*weights.weights));
             weights.weights.reset();
-            const engine::EngineOptions o{prefill_chunk, kv_memory.value_or(engine::kKvMemoryAuto), kv_context,
-                                          max_seqs, step_tokens, kv_formats_arg(kv_k, "kv_k"),
-                                          kv_formats_arg(kv_v, "kv_v"), kv_rotate, kv_residual,
-                                          kv_policy_arg(kv_policy)};
+            const engine::EngineOptions o{prefill_chunk, kv_context, max_seqs, step_tokens, kv.value_or(kv::KvOptions{})};
             new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl), o), bytes};
           },
-          "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_memory"_a = 0, "kv_context"_a = 0,
-          "max_seqs"_a = 64, "step_tokens"_a = 0, "kv_k"_a = nb::none(), "kv_v"_a = nb::none(),
-          "kv_rotate"_a = false, "kv_residual"_a = 0, "kv_policy"_a = nb::none(),
-          "Takes the weights (the Weights object is empty afterwards). kv_memory > 0: one KV pool of at most\n"
-          "that many bytes shared by every cache, sized for sequences of kv_context tokens; None: the default\n"
-          "share of the device's memory (engine.h auto_kv_memory); 0: each cache its own pool. max_seqs: calls\n"
+          "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_context"_a = 0, "max_seqs"_a = 64,
+          "step_tokens"_a = 0, "kv"_a = nb::none(),
+          "Takes the weights (the Weights object is empty afterwards). kv_context: tokens a cache holds by\n"
+          "default (a budget's fraction is of it; the shared pool is sized for sequences of it). max_seqs: calls\n"
           "running at once (more wait); step_tokens: rows one step feeds (0: prefill_chunk + max_seqs).\n"
-          "kv_k, kv_v: the caches' K and V format per layer ('f16', 'q8', 'q4'); None: all f16. kv_rotate:\n"
-          "Hadamard-rotate the quantized layers. kv_residual: the caches' residual window (tokens kept in f16\n"
-          "beside a quantized cache, a multiple of 32; 0: none). kv_policy: the caches' eviction policy\n"
-          "(KVCache's kv_policy, with budget: the tokens each keeps in its full layers).")
+          "kv: the caches' KvOptions (formats, residual window, eviction policy, kv_memory: the shared pool's\n"
+          "bytes, 'auto' by default); None: the defaults.")
+      .def_prop_ro("kv_options", [](const PyEngine& e) { return e.engine->options().kv; },
+                   "The KvOptions new caches get (kv_memory as the bytes the pool got).")
       .def_prop_ro(
           "kv_pool",
           [](const PyEngine& e) -> nb::object {
@@ -291,20 +287,10 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store,
-             const std::optional<std::vector<std::string>>& kv_k, const std::optional<std::vector<std::string>>& kv_v,
-             std::optional<bool> kv_rotate, std::optional<uint32_t> kv_residual,
-             const std::optional<nb::dict>& kv_policy) {
-            const std::vector<uint32_t> k = kv_formats_arg(kv_k, "kv_k"), v = kv_formats_arg(kv_v, "kv_v");
-            const bool rotate = kv_rotate.value_or(false);
-            const uint32_t residual = kv_residual.value_or(0);
-            const kv::KvPolicySpec policy = kv_policy_arg(kv_policy);
-            return new PyKVCache{e.dev, e.engine->new_cache(capacity, kv::parse_store_path(store), kv_k ? &k : nullptr,
-                                                            kv_v ? &v : nullptr, kv_rotate ? &rotate : nullptr,
-                                                            kv_residual ? &residual : nullptr,
-                                                            kv_policy ? &policy : nullptr), {}};
+             const std::optional<kv::KvOptions>& kv) {
+            return new PyKVCache{e.dev, e.engine->new_cache(capacity, kv::parse_store_path(store), kv ? &*kv : nullptr), {}};
           },
-          "capacity"_a, "store"_a = "compute", "kv_k"_a = nb::none(), "kv_v"_a = nb::none(), "kv_rotate"_a = nb::none(),
-          "kv_residual"_a = nb::none(), "kv_policy"_a = nb::none(),
+          "capacity"_a, "store"_a = "compute", "kv"_a = nb::none(),
           nb::rv_policy::take_ownership)
       .def(
           "submit_logits",

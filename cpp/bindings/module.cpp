@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "bindings.h"
+#include "kv/kv_options.h"
 
 namespace mkv::bindings {
 namespace {
@@ -52,10 +53,10 @@ namespace {
 // "stream" (evict as it is stored) or None (the policy's default).
 int prompt_arg(nanobind::handle value) {
   if (value.is_none()) return -1;
-  const std::string v = nanobind::isinstance<nanobind::str>(value) ? nanobind::cast<std::string>(value) : "";
-  if (v == "whole" || v == "stream") return v == "whole";
-  throw gpu::ArgumentError("kv_cache", "kv_prompt", nanobind::cast<std::string>(nanobind::repr(value)),
-                           "None, 'whole' or 'stream'");
+  if (!nanobind::isinstance<nanobind::str>(value))
+    throw gpu::ArgumentError("kv_cache", "kv_prompt", nanobind::cast<std::string>(nanobind::repr(value)),
+                             "None, 'whole' or 'stream'");
+  return int(kv::parse_prompt_mode(nanobind::cast<std::string>(value)));
 }
 }  // namespace
 

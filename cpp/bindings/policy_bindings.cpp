@@ -31,7 +31,7 @@ void bind_policy(nb::module_& m, nb::module_& ops_m) {
       "policy"_a, "positions"_a, "scores"_a = nb::none(), "n_keep"_a,
       "The indices (ascending) that policy (KVCache's kv_policy dict) keeps of one KV head's tokens: positions\n"
       "uint32 and scores float32 per index (None for streaming).");
-  m.attr("KV_POLICIES") = kv::policy_names_text();
+  m.attr("KV_POLICIES") = nb::tuple(nb::cast(kv::policy_names()));  // the CLI's choices
 }
 
 }  // namespace

@@ -23,6 +23,11 @@ void check_generate_options(const GenerateOptions& o) {
   check_logprobs(o.logprobs);
 }
 
+void check_max_seqs(int64_t n) {
+  if (n < 1 || n > kMaxSeqs)
+    throw gpu::ArgumentError("engine", "max_seqs", str(n), "an int in 1.." + str(kMaxSeqs) + " (calls batched at once)");
+}
+
 void check_logprobs(int64_t n) {
   if (n < -1 || n > 20)  // 20: OpenAI's most top_logprobs
     throw gpu::ArgumentError("generate", "logprobs", str(n), "an int in 0..20, or -1/None for off");
@@ -42,60 +47,33 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
     : device_(std::move(device)), model_(std::move(model)), options_(options) {
   if (!device_) fail("device is null");
   if (options_.prefill_chunk == 0) fail("prefill_chunk must be at least 1");
-  if (options_.max_seqs == 0) fail("max_seqs must be at least 1");
-  // pyramidkv's caches keep their own pools (new_cache): no default shared one beside them
-  if (options_.kv_memory == kKvMemoryAuto && options_.kv_policy.kind == kv::PolicyKind::pyramidkv)
-    options_.kv_memory = 0;
-  if (options_.kv_memory) {
+  check_max_seqs(options_.max_seqs);
+  kv_ = kv::resolve(options_.kv, model_->spec().n_layers, options_.kv_context);
+  size_t& memory = options_.kv.memory;
+  // a policy with per-layer budgets keeps each cache's own pool: no default shared one beside them
+  if (memory == kv::kKvMemoryAuto && kv_.policy.traits().budget_per_layer) memory = 0;
+  if (memory) {
     if (options_.kv_context == 0) fail("kv_memory needs kv_context (the tokens of a sequence it is sized for)");
-    if (options_.kv_memory == kKvMemoryAuto)
-      options_.kv_memory = auto_kv_memory(*device_, *model_, options_.kv_context, options_.prefill_chunk,
-                                         options_.kv_k, options_.kv_v);
+    if (memory == kv::kKvMemoryAuto)
+      memory = auto_kv_memory(*device_, *model_, options_.kv_context, options_.prefill_chunk, kv_.k_formats,
+                              kv_.v_formats);
     const kv::KVCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute,
-                                                 options_.kv_k, options_.kv_v, options_.kv_rotate);
+                                                 kv_.k_formats, kv_.v_formats, kv_.rotate);
     kv_pool_ = std::make_shared<kv::KvPool>(
         device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
-                                        c.capacity, c.max_chunk, options_.kv_memory));
+                                        c.capacity, c.max_chunk, memory));
   }
   scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_));
 }
 
-std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store,
-                                              const std::vector<uint32_t>* kv_k,
-                                              const std::vector<uint32_t>* kv_v, const bool* kv_rotate,
-                                              const uint32_t* kv_residual,
-                                              const kv::KvPolicySpec* kv_policy) const {
-  kv::KvPolicySpec policy = kv_policy ? *kv_policy : options_.kv_policy;
-  const bool evicts = policy.kind != kv::PolicyKind::none;
-  if (evicts && !policy.budget) policy.budget = capacity;
-  kv::KVCacheSpec spec = model_->cache_spec(capacity, options_.prefill_chunk, store, kv_k ? *kv_k : options_.kv_k,
-                                            kv_v ? *kv_v : options_.kv_v, kv_rotate ? *kv_rotate : options_.kv_rotate,
-                                            kv_residual ? *kv_residual : options_.kv_residual, policy);
-  if (evicts) {
-    // A policy cache holds its budget (its largest layer's: pyramidkv), its
-    // pool no more; one that holds its prompts whole the capacity asked for (a
-    // prompt's peak) and keeps its budget.
-    uint32_t least = policy.budget, most = 0;
-    for (uint32_t b : kv::layer_budgets(policy, spec.windows))
-      if (b) least = std::min(least, b), most = std::max(most, b);
-    most = std::max(most, policy.budget);
-    spec.capacity = policy.holds_prompts() ? std::max(capacity, most) : most;
-    // A budget below a prefill chunk's room takes smaller chunks (the scheduler
-    // cuts a policy cache's prompt to its max_chunk) rather than an error.
-    const uint64_t room = uint64_t(policy.sinks) + kv::kBlockTokens;
-    if (least > room) spec.max_chunk = uint32_t(std::min<uint64_t>(spec.max_chunk, least - room));
-  }
-  // (pyramidkv's layers keep blocks of their own: never the engine's shared pool)
-  if (kv_pool_ && policy.kind != kv::PolicyKind::pyramidkv) {
-    const kv::KvPoolSpec& p = kv_pool_->spec();
-    for (uint32_t l = 0; l < spec.n_layers; ++l)
-      if ((spec.k_formats.empty() ? 0u : spec.k_formats[l]) != p.k_format(l) ||
-          (spec.v_formats.empty() ? 0u : spec.v_formats[l]) != p.v_format(l) || spec.rotate != p.rotate)
-        throw gpu::ArgumentError("engine", "kv_k", "the engine's shared KV pool (kv_memory) stores layer " + str(l) +
-                                 " as K " + kv::kv_format_name(p.k_format(l)) + ", V " +
-                                 kv::kv_format_name(p.v_format(l)) + (p.rotate ? ", rotated" : "") +
-                                 "; its caches take those formats (load the engine with other kv_k/kv_v/kv_rotate, "
-                                 "or without kv_memory)");
+std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {
+  // a cache's own eviction options take its budget's fraction of its capacity, the engine's of kv_context
+  const kv::KvResolved r = !own ? kv_
+                           : kv::resolve(own->over(options_.kv), model_->spec().n_layers,
+                                         own->policy_given() ? capacity : options_.kv_context, "new_cache");
+  kv::KVCacheSpec spec = kv::cache_spec(model_->cache_spec(capacity, options_.prefill_chunk, store), r, capacity);
+  if (kv_pool_ && !r.policy.traits().budget_per_layer) {
+    kv_pool_->spec().check_serves(spec.k_formats, spec.v_formats, spec.rotate, "engine");
     return std::make_unique<kv::KVCache>(device_, kv_pool_, std::move(spec));
   }
   return std::make_unique<kv::KVCache>(device_, std::move(spec));

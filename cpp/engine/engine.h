@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "gpu/device.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_options.h"
 #include "model/model.h"
 #include "ops/sample.h"
 
@@ -27,28 +28,20 @@ namespace mkv::engine {
 
 struct EngineOptions {
   uint32_t prefill_chunk = 128;  // most prompt tokens of one sequence in one step
-  // One KV pool shared by every cache of the engine, of at most kv_memory
-  // bytes, sized for sequences of kv_context tokens (kv::KvPool::for_budget);
-  // 0: each cache gets its own pool, sized for its capacity; kKvMemoryAuto:
-  // auto_kv_memory().
-  size_t kv_memory = 0;
-  uint32_t kv_context = 0;
-  uint32_t max_seqs = 64;     // sequences running at once; more wait in a queue
-  uint32_t step_tokens = 0;   // rows one step may feed; 0: prefill_chunk + max_seqs
-  // The KV formats of the engine's caches (and its shared pool), per layer
-  // (mkv_params::kKvF16, kKvQ8, kKvQ4); empty: f16.
-  std::vector<uint32_t> kv_k;
-  std::vector<uint32_t> kv_v;
-  bool kv_rotate = false;  // Hadamard-rotate the quantized layers (kv::LayerLayout::rotate)
-  uint32_t kv_residual = 0;  // the caches' residual window (kv::KVCacheSpec::residual)
-  // The caches' eviction policy (kv::KVCacheSpec::policy): a cache then keeps
-  // kv_policy.budget tokens in its full layers, whatever capacity it asks for
-  // (its capacity: the budget, or with a policy that holds prompts whole the
-  // larger of the two, a prompt's peak).
-  kv::KvPolicySpec kv_policy;
+  uint32_t kv_context = 0;       // tokens a cache holds by default (the shared pool is sized for such sequences)
+  uint32_t max_seqs = 64;        // sequences running at once (1..kMaxSeqs); more wait in a queue
+  uint32_t step_tokens = 0;      // rows one step may feed; 0: prefill_chunk + max_seqs
+  // The caches' KV options (kv::KvOptions: formats, residual window, eviction
+  // policy, and `memory`: one KV pool shared by every cache of the engine, of
+  // at most that many bytes, sized for sequences of kv_context tokens
+  // (kv::KvPool::for_budget); 0: each cache gets its own pool, sized for its
+  // capacity; kv::kKvMemoryAuto: auto_kv_memory()). With a policy a cache keeps
+  // its budget in its full layers, whatever capacity it asks for.
+  kv::KvOptions kv;
 };
 
-inline constexpr size_t kKvMemoryAuto = ~size_t(0);
+inline constexpr uint32_t kMaxSeqs = 4096;
+void check_max_seqs(int64_t n);  // 1..kMaxSeqs; ArgumentError("max_seqs") (int64: a binding checks before narrowing)
 // The default KV budget: a quarter of the device's memory (DeviceProperties::
 // memory_bytes: on a Mac the GPU's recommended working set, shared with
 // everything else the user runs), at most what kAutoKvSequences sequences of
@@ -87,14 +80,13 @@ class Engine {
 
   // A cache for this model holding `capacity` tokens in its full layers: over
   // the engine's shared pool if it has one, else with a pool of its own.
-  // kv_k, kv_v: per-layer formats other than the engine's (nullptr: the
-  // engine's); a shared pool holds only its own formats (ArgumentError).
+  // own: KV options of its own, over the engine's (kv::KvOptions::over; an
+  // eviction option given makes the budget's fraction one of `capacity`); a
+  // shared pool holds only its own formats (ArgumentError).
   std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
-                                         const std::vector<uint32_t>* kv_k = nullptr,
-                                         const std::vector<uint32_t>* kv_v = nullptr,
-                                         const bool* kv_rotate = nullptr,
-                                         const uint32_t* kv_residual = nullptr,
-                                         const kv::KvPolicySpec* kv_policy = nullptr) const;
+                                         const kv::KvOptions* own = nullptr) const;
+  // The engine's KV options resolved for its model and kv_context (what new caches get).
+  const kv::KvResolved& kv() const { return kv_; }
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
 
   // Checks a generate call (options, ids, room in the cache) and queues it;
@@ -121,7 +113,8 @@ class Engine {
   gpu::DevicePtr device_;
   std::shared_ptr<const model::Model> model_;
   EngineOptions options_;
-  std::shared_ptr<kv::KvPool> kv_pool_;  // with options.kv_memory
+  kv::KvResolved kv_;
+  std::shared_ptr<kv::KvPool> kv_pool_;  // with options.kv.memory
   std::unique_ptr<Scheduler> scheduler_;
 };
 

@@ -44,16 +44,10 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
   const KvPoolSpec& p = pool_->spec();
   if (p.windows != spec_.windows || p.n_kv_heads != spec_.n_kv_heads || p.head_dim != spec_.head_dim)
     fail("the shared pool is for other layers (its windows, n_kv_heads or head_dim differ from the cache's)");
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (p.k_format(l) != (spec_.k_formats.empty() ? 0u : spec_.k_formats[l]) ||
-        p.v_format(l) != (spec_.v_formats.empty() ? 0u : spec_.v_formats[l]))
-      fail("the shared pool stores layer " + str(l) + " as K " + kv_format_name(p.k_format(l)) + ", V " +
-           kv_format_name(p.v_format(l)) + "; the cache asks for other formats");
-  if (p.rotate != spec_.rotate)
-    fail(std::string("the shared pool is ") + (p.rotate ? "" : "not ") + "rotated (kv_rotate); the cache asks otherwise");
-  if (p.split_full != (spec_.policy.kind == PolicyKind::pyramidkv))
-    fail("kv_policy='pyramidkv' keeps a budget per layer in blocks of its own: its caches need their own pool, "
-         "and a pool made for one serves no other policy");
+  p.check_serves(spec_.k_formats, spec_.v_formats, spec_.rotate, "kv_cache");
+  if (p.split_full != spec_.policy.traits().budget_per_layer)
+    fail(std::string("kv_policy='") + policy_name(spec_.policy.kind) + "' and the pool disagree on budgets per "
+         "layer: a policy with one keeps each layer in blocks of its own, so its caches need their own pool");
   init_groups();
 }
 
@@ -67,7 +61,7 @@ void KVCache::init_groups() {
   for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
     Group group;
     group.window = pool_->group_window(g);
-    group.evicts = group.window == 0 && spec_.policy.kind != PolicyKind::none;
+    group.evicts = group.window == 0 && spec_.policy.evicts();
     group.wraps = group.evicts || layer_wraps(group.window, spec_.capacity, spec_.max_chunk);
     group.layers = pool_->group_layers(g);
     group.table = std::make_unique<BlockTable>(pool_->blocks(g), group.window, spec_.max_chunk);

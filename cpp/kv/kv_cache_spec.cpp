@@ -36,19 +36,17 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
                              "0: a residual window keeps recent tokens of a quantized cache in f16, and every "
                              "layer's K and V are f16 already");
   KvPolicySpec& policy = spec.policy;
-  if (policy.kind != PolicyKind::none) {
+  if (policy.evicts()) {
     if (policy.budget == 0) policy.budget = spec.capacity;
     if (policy.budget > spec.capacity)
       throw gpu::ArgumentError("kv_cache", "kv_budget", str(policy.budget),
                                "at most the capacity (" + str(spec.capacity) + " tokens)");
-    // every full layer's budget (pyramidkv's differ) within the rule's limits and the capacity
-    uint32_t least = policy.budget, most = 0;
-    for (uint32_t b : layer_budgets(policy, spec.windows))
-      if (b) least = std::min(least, b), most = std::max(most, b);
-    check_policy(policy, least, spec.max_chunk);
-    if (most > spec.capacity)
+    // every full layer's budget (a per-layer policy's differ) within the rule's limits and the capacity
+    const BudgetRange b = budget_range(policy, spec.windows);
+    check_policy(policy, b.least, spec.max_chunk);
+    if (b.most > spec.capacity)
       throw gpu::ArgumentError("kv_cache", "capacity", str(spec.capacity),
-                               "at least the largest layer's budget (" + str(most) + " tokens) with kv_policy='" +
+                               "at least the largest layer's budget (" + str(b.most) + " tokens) with kv_policy='" +
                                    policy_name(policy.kind) + "'");
     for (uint32_t l = 0; l < spec.n_layers; ++l)
       if (spec.windows[l] == 0 && pool.k_format(l) == mkv_params::kKvQ2K)
@@ -73,7 +71,7 @@ std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec
                   KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
                   spec.v_formats, spec.rotate};
   const KvPolicySpec& p = spec.policy;
-  if (p.kind == PolicyKind::pyramidkv) {  // each full layer its own blocks: as many as its budget needs
+  if (p.traits().budget_per_layer) {  // each full layer its own blocks: as many as its budget needs
     pool.split_full = true;
     const std::vector<uint32_t> group = KvPool::layer_groups(spec.windows, true);
     const std::vector<uint32_t> budgets = layer_budgets(p, spec.windows);

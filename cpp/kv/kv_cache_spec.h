@@ -12,7 +12,7 @@ namespace mkv::kv::detail {
 // fills in windows and a policy's budget.
 void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec);
 // check_spec, then the pool one sequence of spec's capacity needs
-// (pyramidkv: each full layer its own group, its budget's blocks).
+// (a per-layer budget policy: each full layer its own group, its budget's blocks).
 std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec);
 
 }  // namespace mkv::kv::detail

@@ -12,31 +12,39 @@ namespace {
 
 constexpr const char* kOp = "kv_policy";
 
-struct Named {
-  PolicyKind kind;
-  const char* name;
-};
-constexpr Named kPolicies[] = {{PolicyKind::streaming, "streaming"},
-                               {PolicyKind::keynorm, "keynorm"},
-                               {PolicyKind::h2o, "h2o"},
-                               {PolicyKind::snapkv, "snapkv"},
-                               {PolicyKind::pyramidkv, "pyramidkv"}};
+// One row per policy (PolicyTraits): every difference between policies is here.
+//   kind, name, scores_keys, scores_attention, observes, whole_prompt, budget_per_layer, recent
+constexpr PolicyTraits kNone{PolicyKind::none, "none", false, false, false, false, false, RecentRule::fixed_32};
+constexpr PolicyTraits kPolicies[] = {
+    {PolicyKind::streaming, "streaming", false, false, false, false, false, RecentRule::all},
+    {PolicyKind::keynorm, "keynorm", true, false, false, false, false, RecentRule::fixed_32},
+    {PolicyKind::h2o, "h2o", false, true, false, false, false, RecentRule::half_budget},
+    {PolicyKind::snapkv, "snapkv", false, true, true, true, false, RecentRule::window},
+    {PolicyKind::pyramidkv, "pyramidkv", false, true, true, true, true, RecentRule::window}};
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
+const PolicyTraits& policy_traits(PolicyKind kind) {
+  for (const PolicyTraits& p : kPolicies)
+    if (kind == p.kind) return p;
+  return kNone;
+}
+
 PolicyKind parse_policy(const std::string& name) {
   if (name.empty() || name == "none") return PolicyKind::none;
-  for (const Named& p : kPolicies)
+  for (const PolicyTraits& p : kPolicies)
     if (name == p.name) return p.kind;
   throw gpu::ArgumentError(kOp, "kv_policy", "'" + name + "'", "None or one of " + policy_names_text());
 }
 
-const char* policy_name(PolicyKind kind) {
-  for (const Named& p : kPolicies)
-    if (kind == p.kind) return p.name;
-  return "none";
+const char* policy_name(PolicyKind kind) { return policy_traits(kind).name; }
+
+std::vector<std::string> policy_names() {
+  std::vector<std::string> out;
+  for (const PolicyTraits& p : kPolicies) out.push_back(p.name);
+  return out;
 }
 
 std::string policy_names_text() {
@@ -46,16 +54,11 @@ std::string policy_names_text() {
   return out;
 }
 
-bool policy_scores_keys(PolicyKind kind) { return kind == PolicyKind::keynorm; }
-bool policy_scores_attention(PolicyKind kind) {
-  return kind == PolicyKind::h2o || kind == PolicyKind::snapkv || kind == PolicyKind::pyramidkv;
-}
-
 std::vector<uint32_t> layer_budgets(const KvPolicySpec& p, const std::vector<uint32_t>& windows) {
   std::vector<uint32_t> out(windows.size(), 0);
   const uint32_t n_full = uint32_t(std::count(windows.begin(), windows.end(), 0u));
   const uint64_t fixed = std::max<uint64_t>(2 * uint64_t(p.window), uint64_t(p.sinks) + 64);
-  const bool pyramid = p.kind == PolicyKind::pyramidkv && n_full > 1 && p.budget > fixed;
+  const bool pyramid = p.traits().budget_per_layer && n_full > 1 && p.budget > fixed;
   const uint64_t free = pyramid ? p.budget - fixed : 0, lo = free / 20, hi = 2 * free - lo;
   for (uint32_t l = 0, i = 0; l < windows.size(); ++l) {
     if (windows[l] != 0) continue;
@@ -65,13 +68,21 @@ std::vector<uint32_t> layer_budgets(const KvPolicySpec& p, const std::vector<uin
   return out;
 }
 
+BudgetRange budget_range(const KvPolicySpec& p, const std::vector<uint32_t>& windows) {
+  BudgetRange r{p.budget, 0};
+  for (uint32_t b : layer_budgets(p, windows))
+    if (b) r.least = std::min(r.least, b), r.most = std::max(r.most, b);
+  return r;
+}
+
 uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep) {
   const uint32_t free = n_keep > p.sinks ? n_keep - p.sinks : 0;
-  if (p.kind == PolicyKind::streaming) return free;
-  const int64_t want = p.recent >= 0                    ? p.recent
-                       : p.kind == PolicyKind::h2o    ? int64_t(n_keep / 2)
-                       : p.observes()                 ? int64_t(p.window)
-                                                        : 32;
+  const RecentRule rule = p.traits().recent;
+  if (rule == RecentRule::all) return free;
+  const int64_t want = p.recent >= 0                        ? p.recent
+                       : rule == RecentRule::half_budget ? int64_t(n_keep / 2)
+                       : rule == RecentRule::window      ? int64_t(p.window)
+                                                           : 32;
   return uint32_t(std::min<int64_t>(want, free));
 }
 
@@ -100,7 +111,7 @@ std::vector<uint32_t> select_kept(const KvPolicySpec& p, const uint32_t* positio
     std::iota(out.begin(), out.end(), 0u);
     return out;
   }
-  if (!scores && p.kind != PolicyKind::streaming)
+  if (!scores && p.traits().recent != RecentRule::all)
     throw gpu::GpuError(std::string("[") + kOp + "] " + policy_name(p.kind) + " selects by score; none given");
   // Selections, not sorts: an eviction runs this for every head of every layer.
   std::vector<uint8_t> keep(n, 0);

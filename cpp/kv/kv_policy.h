@@ -42,6 +42,25 @@ namespace mkv::kv {
 
 enum class PolicyKind : uint32_t { none, streaming, keynorm, h2o, snapkv, pyramidkv };
 
+// The protected recent tokens a policy keeps by default (KvPolicySpec::recent = -1).
+enum class RecentRule : uint8_t { all, half_budget, window, fixed_32 };
+
+// What sets one policy apart: a row each in kv_policy.cpp's table. Code outside
+// that table asks these traits, never for a policy by name; a new policy is a
+// new row (docs/KV_CACHE.md "Adding an eviction policy").
+struct PolicyTraits {
+  PolicyKind kind;
+  const char* name;
+  bool scores_keys;       // the store writes a score per token (keynorm: -|k|)
+  bool scores_attention;  // the attention kernels add to a score per token
+  bool observes;          // only the last `window` queries score, max-pooled over `pool` (snapkv's window)
+  bool whole_prompt;      // holds each prompt whole by default (KvPolicySpec::whole_prompt = -1)
+  bool budget_per_layer;  // a budget per full layer (layer_budgets), each layer in blocks of its own: its
+                          // caches keep their own pools, never an engine's shared one
+  RecentRule recent;
+};
+const PolicyTraits& policy_traits(PolicyKind kind);
+
 struct KvPolicySpec {
   PolicyKind kind = PolicyKind::none;
   uint32_t sinks = 4;
@@ -51,17 +70,20 @@ struct KvPolicySpec {
   uint32_t budget = 0;   // the tokens a cache keeps; 0: its capacity
   int whole_prompt = -1;  // hold each prompt whole, compress after it (above); -1: the policy's default
 
-  bool observes() const { return kind == PolicyKind::snapkv || kind == PolicyKind::pyramidkv; }  // a window's scores
-  bool holds_prompts() const { return whole_prompt < 0 ? observes() : whole_prompt != 0; }
+  const PolicyTraits& traits() const { return policy_traits(kind); }
+  bool evicts() const { return kind != PolicyKind::none; }
+  bool observes() const { return traits().observes; }  // a window's scores
+  bool holds_prompts() const { return whole_prompt < 0 ? traits().whole_prompt : whole_prompt != 0; }
 };
 
 PolicyKind parse_policy(const std::string& name);  // "" | "none" | "streaming" | ...; ArgumentError otherwise
 const char* policy_name(PolicyKind kind);
-std::string policy_names_text();  // "streaming, keynorm, h2o, snapkv or pyramidkv"
+std::vector<std::string> policy_names();  // every policy but none, in the table's order
+std::string policy_names_text();         // "streaming, keynorm, h2o, snapkv or pyramidkv"
 // Whether the policy reads a score per token (keynorm: the store writes it;
 // h2o, snapkv: the attention kernels).
-bool policy_scores_keys(PolicyKind kind);
-bool policy_scores_attention(PolicyKind kind);
+inline bool policy_scores_keys(PolicyKind kind) { return policy_traits(kind).scores_keys; }
+inline bool policy_scores_attention(PolicyKind kind) { return policy_traits(kind).scores_attention; }
 // The budget of each layer (windows: per layer, 0 = full; a sliding layer's:
 // 0, it keeps its window). pyramidkv (PyramidKV's arithmetic split): with
 // fixed = max(2 * window, sinks + 64) and free = budget - fixed, the i-th of F
@@ -69,6 +91,11 @@ bool policy_scores_attention(PolicyKind kind);
 // hi = 2 * free - lo: the first twice the free part less a twentieth of it,
 // the last a twentieth, about `budget` on average. The others: budget.
 std::vector<uint32_t> layer_budgets(const KvPolicySpec& p, const std::vector<uint32_t>& windows);
+// The smallest and largest full layer's budget (least = p.budget, most = 0 without a full layer).
+struct BudgetRange {
+  uint32_t least, most;
+};
+BudgetRange budget_range(const KvPolicySpec& p, const std::vector<uint32_t>& windows);
 // The protected recent tokens for a budget of n_keep.
 uint32_t policy_recent(const KvPolicySpec& p, uint32_t n_keep);
 // ArgumentError for options the policy cannot take with this budget (tokens

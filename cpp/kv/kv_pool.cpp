@@ -71,6 +71,17 @@ void KvPoolSpec::check_formats() const {
                              "transform's size), not " + str(head_dim) + "; quantize without rotation");
 }
 
+void KvPoolSpec::check_serves(const std::vector<uint32_t>& k, const std::vector<uint32_t>& v, bool rotated,
+                              const std::string& op) const {
+  for (uint32_t l = 0; l < windows.size(); ++l)
+    if ((k.empty() ? 0u : k.at(l)) != k_format(l) || (v.empty() ? 0u : v.at(l)) != v_format(l) || rotated != rotate)
+      throw gpu::ArgumentError(op, "kv_k", "the engine's shared KV pool (kv_memory) stores layer " + str(l) +
+                               " as K " + kv_format_name(k_format(l)) + ", V " + kv_format_name(v_format(l)) +
+                               (rotate ? ", rotated" : "") +
+                               "; its caches take those formats (load the engine with other kv_k/kv_v/kv_rotate, "
+                               "or without kv_memory)");
+}
+
 size_t KvPool::pool_bytes(const KvPoolSpec& spec) {
   const std::vector<uint32_t> group = layer_groups(spec.windows, spec.split_full);
   size_t total = 0;

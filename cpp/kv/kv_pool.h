@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "gpu/device.h"
@@ -42,6 +43,10 @@ struct KvPoolSpec {
   }
   // Raises ArgumentError for formats that do not fit (or per-layer lists of the wrong length).
   void check_formats() const;
+  // Raises ArgumentError("[op] the engine's shared KV pool ...") unless a cache of these formats
+  // (per layer; empty: f16) and rotation can live in this pool (a pool holds only its own).
+  void check_serves(const std::vector<uint32_t>& k, const std::vector<uint32_t>& v, bool rotated,
+                    const std::string& op) const;
 };
 
 class KvPool {

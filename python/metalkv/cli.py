@@ -35,7 +35,6 @@ def _flag(argument: str) -> str:
 
 # ---- flags -------------------------------------------------------------------------------
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
-    from .kv_options import KV_FORMATS, KV_POLICIES
     from .model_spec import DEFAULT_CONTEXT
 
     p.add_argument("--model", default=None,
@@ -50,30 +49,38 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
                         "(default: weights as stored)")
-    p.add_argument("--kv-k", default="f16", choices=KV_FORMATS,
-                   help="the KV cache's K format: f16, or q8/q4/q2 read in place by the attention kernels "
-                        "(docs/KV_QUANT.md; default: %(default)s)")
-    p.add_argument("--kv-v", default="f16", choices=KV_FORMATS, help="the V format, as --kv-k (default: %(default)s)")
-    p.add_argument("--kv-f16-layers", default="", metavar="L,L,...",
-                   help="layers whose K and V stay f16 whatever --kv-k/--kv-v say, e.g. 0,-1 (first and last)")
-    p.add_argument("--kv-rotate", action="store_true",
-                   help="store the quantized layers' K, V and queries Hadamard-rotated (spreads outlier channels)")
-    p.add_argument("--kv-residual", type=int, default=None, metavar="N",
-                   help="keep each query's last N positions (a multiple of 32) in f16 beside a quantized cache "
-                        "(default: 128 with q2, else 0)")
-    p.add_argument("--kv-policy", default=None, choices=KV_POLICIES,
-                   help="evict to keep each full layer within --kv-budget tokens, so generation never stops for "
-                        "a full cache (docs/KV_POLICIES.md; default: keep everything)")
-    p.add_argument("--kv-budget", type=_budget, default=None, metavar="N|F",
-                   help="tokens a full layer keeps with --kv-policy, or a fraction of --context (default: 0.25)")
-    p.add_argument("--kv-sinks", type=int, default=4, metavar="N", help="first positions always kept (default: 4)")
-    p.add_argument("--kv-recent", type=int, default=None, metavar="N",
-                   help="latest tokens always kept (default: the policy's own)")
-    p.add_argument("--kv-window", type=int, default=32, metavar="N",
-                   help="snapkv, pyramidkv: queries whose attention picks what stays (default: 32)")
-    p.add_argument("--kv-prompt", default=None, choices=("whole", "stream"),
-                   help="whole: hold each prompt (up to --context) and compress it once read; stream: evict as "
-                        "it is stored (default: whole for snapkv and pyramidkv, stream for the others)")
+    _add_kv_flags(p)
+
+
+def _add_kv_flags(p: argparse.ArgumentParser) -> None:
+    """A --kv-* flag per KV option, as the C++ core lists them (_core.KV_OPTIONS): names,
+    choices, defaults and help live there. A flag left out is not given (the core's default)."""
+    from .kv_options import KV_OPTIONS
+
+    types = {"str": str, "int": int, "ints": str, "budget": _budget}  # ints: read by _kv_given
+    for row in KV_OPTIONS:
+        text = row["help"] + (f" (default: {row['default']})" if row["default"] else "")
+        if row["type"] == "bool":
+            p.add_argument(_flag(row["name"]), action="store_true", default=None, help=text)
+        else:
+            p.add_argument(_flag(row["name"]), default=None, type=types[row["type"]],
+                           choices=row["choices"] or None, metavar=row["metavar"] or None, help=text)
+
+
+def _kv_given(args: argparse.Namespace) -> dict:
+    """The --kv-* flags given, as Engine.load's keywords."""
+    from .kv_options import KV_OPTIONS
+
+    given = {row["name"]: getattr(args, row["name"]) for row in KV_OPTIONS
+             if getattr(args, row["name"], None) is not None}
+    for row in KV_OPTIONS:
+        if row["type"] == "ints" and row["name"] in given:  # "0,-1"
+            text = given[row["name"]]
+            try:
+                given[row["name"]] = tuple(int(x) for x in text.split(",") if x.strip())
+            except ValueError:
+                raise CliError(f"{_flag(row['name'])} {text!r}: expected layer indices such as 0,-1") from None
+    return given
 
 
 def _budget(text: str) -> int | float:
@@ -197,28 +204,11 @@ def _sampling(args: argparse.Namespace) -> dict:
     return dict(s, stop=args.stop, system=args.system)
 
 
-def _kv_formats(args: argparse.Namespace):
-    """The --kv-* flags as a checked KvFormats."""
-    from .kv_options import KvFormats
-
-    try:
-        layers = tuple(int(x) for x in args.kv_f16_layers.split(",") if x.strip())
-    except ValueError:
-        raise CliError(f"--kv-f16-layers {args.kv_f16_layers!r}: expected layer indices such as 0,-1") from None
-    return KvFormats(args.kv_k, args.kv_v, layers, args.kv_rotate, args.kv_residual).check()
-
-
-def _load(args: argparse.Namespace, **kw):
+def _load(args: argparse.Namespace, kv: bool = True, **kw):
+    """Engine.load with the engine flags (kv: the --kv-* ones too); kw overrides them."""
     import metalkv
 
-    kv = _kv_formats(args)
-    kw.setdefault("kv_k", kv.kv_k)
-    kw.setdefault("kv_v", kv.kv_v)
-    kw.setdefault("kv_f16_layers", kv.kv_f16_layers)
-    kw.setdefault("kv_rotate", kv.kv_rotate)
-    kw.setdefault("kv_residual", kv.kv_residual)
-    for name in ("kv_policy", "kv_budget", "kv_sinks", "kv_recent", "kv_window", "kv_prompt"):
-        kw.setdefault(name, getattr(args, name))
+    kw = dict(_kv_given(args) if kv else {}, **kw)
     kw.setdefault("context", args.context)
     return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
 
@@ -347,34 +337,28 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_ppl(args: argparse.Namespace) -> int:
     import json
 
-    from .kv_options import KvPolicy
+    from .kv_options import kv_options
     from .ppl import format_table, score, text_ids
 
     if args.tokens < 1 or args.chunk < 1:
         raise CliError("--tokens and --chunk must be positive")
-    kv = _kv_formats(args)
+    given = {k: v for k, v in _kv_given(args).items() if k != "kv_memory"}
+    opts = kv_options("ppl", **given)  # checked before the model is read
     if not os.path.isfile(args.text):
         raise CliError(f"{args.text}: no such file")
-    # caches of several formats from one engine: each its own pool
-    engine = _load(args, kv_memory=None, context=max(args.context or 0, args.tokens + 1), kv_k="f16", kv_v="f16",
-                   kv_f16_layers=(), kv_rotate=False, kv_residual=0, kv_policy=None)
+    # caches of several formats from one engine: each its own pool; the engine's own are f16
+    engine = _load(args, kv=False, kv_memory=None, context=max(args.context or 0, args.tokens + 1))
     try:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
         raise CliError(str(e)) from None
-    label = kv.describe(engine.config.n_layers)
-    candidates = {} if not kv.quantized else {label: dict(kv_k=kv.kv_k, kv_v=kv.kv_v,
-                                                          kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
-                                                          kv_residual=kv.residual(engine.config.n_layers))}
-    if args.kv_policy:  # (a fraction of --tokens: the cache the text fills)
-        policy = KvPolicy(args.kv_policy, args.kv_budget, args.kv_sinks, args.kv_recent, args.kv_window,
-                          args.kv_prompt).check()
-        kw = dict(kv_k=kv.kv_k, kv_v=kv.kv_v, kv_f16_layers=kv.kv_f16_layers, kv_rotate=kv.kv_rotate,
-                  kv_residual=kv.residual(engine.config.n_layers), kv_policy=policy.kv_policy,
-                  kv_budget=policy.budget(args.tokens), kv_sinks=policy.kv_sinks, kv_recent=policy.kv_recent,
-                  kv_window=policy.kv_window, kv_prompt=policy.kv_prompt)
-        name = policy.describe(args.tokens)
-        candidates = {f"{label}; {name}" if kv.quantized else name: kw}
+    n_layers = engine.config.n_layers
+    resolved = opts.resolve(n_layers, args.tokens)  # (a budget's fraction: of --tokens, the cache the text fills)
+    candidates = {}
+    if resolved["quantized"] or resolved["kv_policy"] != "none":
+        if resolved["kv_policy"] != "none":
+            given["kv_budget"] = resolved["kv_budget"]
+        candidates = {opts.describe(n_layers, args.tokens): given}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -26,10 +26,10 @@ from . import _core
 from ._calls import Call, call_stats, drive, request_stats
 from ._device import open_device
 from .errors import ArgumentError, argument_error
-from .kv_options import KvFormats, KvPolicy
+from .kv_options import kv_options
 from .messages import normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
-                         model_fingerprint, parse_kv_memory)
+                         model_fingerprint)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 
 
@@ -79,11 +79,8 @@ class Engine:
     """A model on a device. Build with Engine.load()."""
 
     def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
-                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = "",
-                 kv: KvFormats = KvFormats(), policy: KvPolicy = KvPolicy()):
+                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = ""):
         self._loaded = loaded
-        self._kv = kv
-        self._policy = policy
         self._fingerprint = fingerprint
         self._core = core
         self._capacity = capacity
@@ -133,28 +130,25 @@ class Engine:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
-        kv_bytes = parse_kv_memory(kv_memory)
-        kv = KvFormats(kv_k, kv_v, tuple(kv_f16_layers) if isinstance(kv_f16_layers, list) else kv_f16_layers,
-                       kv_rotate, kv_residual).check()
-        policy = KvPolicy(kv_policy, kv_budget, kv_sinks, kv_recent, kv_window, kv_prompt).check()
-        if not isinstance(max_seqs, int) or isinstance(max_seqs, bool) or not 0 < max_seqs <= 4096:
-            raise argument_error("engine", "max_seqs", max_seqs, "an int in 1..4096 (calls batched at once)")
+        _core.check_max_seqs(max_seqs)
+        # every KV option checked (in C++) before the model is read
+        kv = kv_options("engine", kv_memory=kv_memory, kv_k=kv_k, kv_v=kv_v, kv_f16_layers=kv_f16_layers,
+                        kv_rotate=kv_rotate, kv_residual=kv_residual, kv_policy=kv_policy, kv_budget=kv_budget,
+                        kv_sinks=kv_sinks, kv_recent=kv_recent, kv_window=kv_window, kv_prompt=kv_prompt)
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
-                                prefill_chunk=prefill_chunk, kv_memory=kv_bytes, kv_context=capacity,
-                                max_seqs=max_seqs, kv_policy=policy.core(capacity),
-                                **kv.cache_kwargs(loaded.config.n_layers))
-        except _core.ArgumentError:  # kv_memory: too small for this model
+                                prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv)
+        except _core.ArgumentError:  # the caller's (kv_memory too small for this model, a kv_f16_layers index)
             raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
-        return cls(loaded, core, capacity, tensors, fingerprint, kv, policy)
+        return cls(loaded, core, capacity, tensors, fingerprint)
 
     @property
     def config(self) -> ModelConfig:
@@ -206,44 +200,27 @@ class Engine:
         self._local.stats = value
 
     @property
-    def kv_formats(self) -> KvFormats:
-        """The KV formats new caches get (Engine.load's kv_k, kv_v, kv_f16_layers)."""
-        return self._kv
+    def kv_options(self) -> "_core.KvOptions":
+        """The KV options new caches get (Engine.load's kv_*; .describe(n_layers, context) says them)."""
+        return self._core.kv_options
 
-    @property
-    def kv_policy(self) -> KvPolicy:
-        """The eviction policy new caches get (Engine.load's kv_policy, kv_budget, ...)."""
-        return self._policy
-
-    def new_cache(self, *, capacity: int | None = None, store: str = "compute", kv_k=None, kv_v=None,
-                  kv_f16_layers=None, kv_rotate=None, kv_residual=None, kv_policy=None,
-                  kv_budget=None, kv_sinks=None, kv_recent=None, kv_window=None,
-                  kv_prompt=None) -> "_core.KVCache":
+    def new_cache(self, *, capacity: int | None = None, store: str = "compute", **kv) -> "_core.KVCache":
         """A KV cache for this model holding `capacity` tokens (default: the engine's
         context), over the engine's shared pool if it has one. Pass it as cache= to
-        continue from what it holds. kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual: formats other than the
-        engine's (as Engine.load takes them; a shared pool holds only its own: load the
-        engine with kv_memory=None for caches of other formats). kv_policy, kv_budget, kv_sinks,
-        kv_recent, kv_window, kv_prompt: an eviction policy other than the engine's (kv_budget as a
-        fraction is of `capacity`); with one the cache keeps its budget whatever capacity says (its
-        capacity: the budget, or with kv_prompt='whole' the larger of the two)."""
+        continue from what it holds. kv: Engine.load's kv_* options for this cache alone
+        (kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual, kv_policy, kv_budget, kv_sinks,
+        kv_recent, kv_window, kv_prompt); those not given (or None) are the engine's. A shared
+        pool holds only its own formats (load the engine with kv_memory=None for caches of other
+        formats). With a policy of its own, kv_budget as a fraction is of `capacity`, and the cache
+        keeps its budget whatever capacity says (its capacity: the budget, or with kv_prompt='whole'
+        the larger of the two)."""
         cap = self._capacity if capacity is None else capacity
         if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap < 2**32:
             raise argument_error("engine", "capacity", capacity, "a positive int (tokens the cache holds)")
-        kw = {}
-        if (kv_k, kv_v, kv_f16_layers, kv_rotate, kv_residual) != (None, None, None, None, None):
-            own = KvFormats(self._kv.kv_k if kv_k is None else kv_k, self._kv.kv_v if kv_v is None else kv_v,
-                            self._kv.kv_f16_layers if kv_f16_layers is None else tuple(kv_f16_layers),
-                            self._kv.kv_rotate if kv_rotate is None else kv_rotate,
-                            self._kv.kv_residual if kv_residual is None else kv_residual).check("new_cache")
-            kw = own.cache_kwargs(self.config.n_layers, "new_cache")
-        given = dict(kv_policy=kv_policy, kv_budget=kv_budget, kv_sinks=kv_sinks, kv_recent=kv_recent,
-                     kv_window=kv_window, kv_prompt=kv_prompt)
-        if any(v is not None for v in given.values()):
-            own_policy = replace(
-                self._policy, **{k: v for k, v in given.items() if v is not None}).check("new_cache")
-            kw["kv_policy"] = own_policy.core(cap)
-        cache = self._core.new_cache(cap, store, **kw)
+        if "kv_memory" in kv:
+            raise TypeError("new_cache() takes no kv_memory: the shared pool is the engine's (Engine.load)")
+        own = kv_options("new_cache", **kv) if any(v is not None for v in kv.values()) else None
+        cache = self._core.new_cache(cap, store, kv=own)
         cache.model_fingerprint = self._fingerprint
         return cache
 

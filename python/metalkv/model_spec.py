@@ -225,36 +225,6 @@ def model_fingerprint(loaded: LoadedModel, quantize: str | None) -> str:
     return h.hexdigest()[:32]
 
 
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_kv_memory(kv_memory) -> int | None:
-    """kv_memory as bytes: 'auto' -> None (the engine's default share of device memory),
-    None or 0 -> 0 (each cache its own pool), an int > 0, or a string such as "4GB",
-    "512 MiB", "1.5gb" (decimal kB/MB/GB/TB, binary KiB..TiB)."""
-    import re
-
-    expected = "'auto', None or 0 (no shared pool), a positive int (bytes) or a size such as '4GB' or '512MiB'"
-    if kv_memory is None or (isinstance(kv_memory, int) and not isinstance(kv_memory, bool) and kv_memory == 0):
-        return 0
-    if isinstance(kv_memory, str) and kv_memory.strip().lower() == "auto":
-        return None
-    if isinstance(kv_memory, bool):
-        raise argument_error("engine", "kv_memory", kv_memory, expected)
-    if isinstance(kv_memory, int):
-        if kv_memory < 0:
-            raise argument_error("engine", "kv_memory", kv_memory, expected)
-        return kv_memory
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", kv_memory) if isinstance(kv_memory, str) else None
-    if m is None or m.group(2).lower() not in _BYTE_UNITS:
-        raise argument_error("engine", "kv_memory", kv_memory, expected)
-    n = int(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
-    if n <= 0:
-        raise argument_error("engine", "kv_memory", kv_memory, expected)
-    return n
-
-
 def default_capacity(cfg: ModelConfig, context: int | None) -> int:
     check_context(context)
     if context is not None:

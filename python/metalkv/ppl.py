@@ -91,7 +91,7 @@ def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16) -> list[
         raise ValueError("[ppl] at least 2 ids are needed (the first is only context)")
     cap = len(ids)
     runs = [_Run("f16", engine.new_cache(capacity=cap, kv_k="f16", kv_v="f16", kv_f16_layers=(), kv_rotate=False,
-                                         kv_residual=0))]
+                                         kv_residual=0, kv_policy="none"))]
     runs += [_Run(label, engine.new_cache(capacity=cap, **kw)) for label, kw in candidates.items()]
     for lo in range(0, len(ids) - 1, chunk):
         hi = min(lo + chunk, len(ids) - 1)  # feed ids[lo:hi], predict ids[lo+1:hi+1]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import metalkv
-from metalkv.model_spec import parse_kv_memory
+from metalkv.kv_options import kv_options
 from devices import TEST_DEVICE  # tests/ is on sys.path
 
 B = 32  # metalkv._core.BLOCK_TOKENS, restated
@@ -136,7 +136,7 @@ def test_a_call_waits_for_blocks_a_running_call_gives_back(tiny_paths):
     (None, 0), (0, 0), ("auto", None), ("AUTO", None), (4096, 4096), ("4GB", 4 * 10**9), ("512 MiB", 512 * 2**20), ("1.5gb", 1_500_000_000),
     ("64kib", 65536), (" 7 ", 7)])
 def test_kv_memory_sizes(value, expected):
-    assert parse_kv_memory(value) == expected
+    assert kv_options(kv_memory=value).given["kv_memory"] == ("auto" if expected is None else expected)
 
 
 @pytest.mark.parametrize("value", [-5, True, "4 parsecs", "GB", "", 3.5, "0MB"])

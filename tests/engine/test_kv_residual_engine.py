@@ -106,7 +106,7 @@ def test_residual_arguments_are_checked(tiny_gguf):
     with pytest.raises(metalkv.ArgumentError, match="every layer's K and V are f16 already"):
         load(tiny_gguf, kv_residual=64).new_cache()
     eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32)
-    assert eng.kv_formats.describe(eng.config.n_layers) == "K q4, V q4, residual 32"
+    assert eng.kv_options.describe(eng.config.n_layers, eng.context) == "K q4, V q4, residual 32"
     c = eng.new_cache()
     assert c.ring_nbytes == c.n_layers * 2 * c.ring_slots * c.n_kv_heads * c.head_dim * 2
     assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))

@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, argument_error
 from . import protocol as proto
 from .bridge import Bridge, Overloaded, Run
 
 MAX_BODY_BYTES = 32 << 20
-DISCONNECT_CHECK_SECONDS = 0.5
-DEFAULT_MAX_CALLS = 256  # replies in flight (running or queued in the engine) before a request gets 429  # how often a request answered whole looks for a client that has gone
+DISCONNECT_CHECK_SECONDS = 0.5  # how often a request answered whole looks for a client that has gone
+DEFAULT_MAX_CALLS = 256  # replies in flight (running or queued in the engine) before a request gets 429
 
 
 class Server:
@@ -40,7 +40,11 @@ class Server:
         self.api_key = api_key
         self.defaults = dict(defaults or {})  # Sampling fields a request leaves out
         self.max_tokens = max_tokens          # None: what the context has room for
-        self.bridge = Bridge(engine, max_calls or DEFAULT_MAX_CALLS)
+        if max_calls is None:
+            max_calls = DEFAULT_MAX_CALLS
+        if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 1:
+            raise argument_error("serve", "max_calls", max_calls, "an int >= 1 (replies in flight before a 429)")
+        self.bridge = Bridge(engine, max_calls)
         self.created = int(time.time())
 
     # ---- requests -----------------------------------------------------------------------
@@ -66,13 +70,8 @@ class Server:
     def specs(self, job: proto.Job) -> list[dict]:
         """Engine.start's arguments for each choice: prompt p's choice j at p * n + j."""
         specs = []
-        for ids in job.prompts:
+        for ids in job.prompts:  # (whether the prompt fits is the engine's check: start())
             room = self.engine.context - len(ids)
-            if room < 1 and self.engine.kv_policy.kv_policy is None:
-                raise proto.bad("messages" if job.kind == "chat" else "prompt",
-                                f"this model's context holds {self.engine.context} tokens, but the prompt has "
-                                f"{len(ids)}; shorten it (the server's --context sets the limit)",
-                                code="context_length_exceeded")
             max_tokens = job.max_tokens or self.max_tokens or max(room, 1)
             for j in range(job.n):
                 sampling = dict(self.defaults, **job.sampling, max_tokens=max_tokens)
@@ -90,7 +89,10 @@ class Server:
                                  headers={"Retry-After": "1"}) from None
         except ArgumentError as e:  # the engine's own checks (sampling values, the prompt's room)
             if e.argument == "prompt":
-                raise proto.bad("messages" if job.kind == "chat" else "prompt", str(e),
+                longest = max(len(ids) for ids in job.prompts)
+                raise proto.bad("messages" if job.kind == "chat" else "prompt",
+                                f"this model's context holds {self.engine.context} tokens, but the prompt has "
+                                f"{longest}; shorten it (the server's --context sets the limit)",
                                 code="context_length_exceeded") from None
             raise proto.bad(e.argument, str(e)) from None
 
