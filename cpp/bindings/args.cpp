@@ -67,7 +67,6 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
     bad_type("generate", "seed", seed, "an int in [0, 2**64)");
   }
   o.seed = s;
-  engine::check_generate_options(o);
   return o;
 }
 

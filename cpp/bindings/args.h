@@ -19,8 +19,8 @@ int64_t int_arg(const char* op, const char* name, nanobind::handle v);
 // A number (int or float, not a bool or a str); np.floating counts.
 double number_arg(const char* op, const char* name, nanobind::handle v);
 
-// GenerateOptions from the keyword arguments of generate/check_generate,
-// checked (types here, ranges by engine::check_generate_options).
+// GenerateOptions from the keyword arguments of generate/check_generate: types
+// checked here; ranges are engine::check_generate_options's (Engine::submit runs it).
 engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::handle temperature,
                                          nanobind::handle top_k, nanobind::handle top_p, nanobind::handle min_p,
                                          nanobind::handle repetition_penalty, nanobind::handle presence_penalty,

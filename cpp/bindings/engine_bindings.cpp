@@ -129,6 +129,7 @@ std::shared_ptr<engine::Channel> channel_arg(PyChannel* c) {
 }
 
 void bind_engine(nb::module_& m, nb::module_&) {
+  m.attr("DEFAULT_MAX_TOKENS") = engine::GenerateOptions{}.max_tokens;  // metalkv.Sampling's default
   m.def(
       "check_max_seqs", [](nb::handle n) { engine::check_max_seqs(int_arg("engine", "max_seqs", n)); }, "max_seqs"_a,
       "Raises ArgumentError unless max_seqs is an int in 1..4096 (Engine.load checks it before reading a model).");
@@ -137,10 +138,11 @@ void bind_engine(nb::module_& m, nb::module_&) {
       [](nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p, nb::handle min_p,
          nb::handle repetition_penalty, nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
          nb::handle logprobs) {
-        generate_options(max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-                         frequency_penalty, seed, logprobs);
+        engine::check_generate_options(generate_options(max_tokens, temperature, top_k, top_p, min_p,
+                                                        repetition_penalty, presence_penalty, frequency_penalty,
+                                                        seed, logprobs));
       },
-      nb::kw_only(), "max_tokens"_a = 256, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
+      nb::kw_only(), "max_tokens"_a = engine::GenerateOptions{}.max_tokens, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
       "repetition_penalty"_a = 1.0, "presence_penalty"_a = 0.0, "frequency_penalty"_a = 0.0, "seed"_a = 0,
       "logprobs"_a.none() = nb::none(),
       "The checks Engine.generate makes of its options, without a model: raises ArgumentError (a ValueError "

@@ -62,7 +62,7 @@ struct KVCacheSpec {
   uint32_t max_chunk = 1;         // most tokens one store() may put in a sliding layer, and
                                   // how far before its last store a sliding layer can truncate()
   StorePath store = StorePath::compute;
-  std::vector<uint32_t> k_formats;  // per layer: mkv_params::kKvF16, kKvQ8, kKvQ4; empty = all f16
+  std::vector<uint32_t> k_formats;  // per layer: mkv_params::kKvF16, kKvQ8, kKvQ4, kKvQ2K (V: kKvQ2V); empty = all f16
   std::vector<uint32_t> v_formats;
   bool rotate = false;              // Hadamard-rotate the quantized layers (LayerLayout::rotate)
   // The residual window (kv_residual; 0: none), a multiple of kBlockTokens.

@@ -65,8 +65,7 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
                              "channel over whole blocks, so the recent tokens stay f16 until their block is full");
 }
 
-std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec) {
-  check_spec(device, spec);
+std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, const KVCacheSpec& spec) {
   KvPoolSpec pool{spec.n_kv_heads, spec.head_dim, spec.windows,
                   KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
                   spec.v_formats, spec.rotate};

