@@ -3,7 +3,6 @@
 table, and the error JSON when ncu is not there."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,27 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from scripts import load_script  # tests/ is on sys.path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench_gpu_module(name: str):
-    """bench/gpu/<name>.py, loaded by its path. Its scripts import each other through sys.path,
-    which is restored afterwards, and the siblings they imported leave sys.modules: left there,
-    bench/gpu/kernels.py would shadow the PyPI package `kernels` (which transformers imports)
-    for every later test."""
-    folder = str(ROOT / "bench" / "gpu")
-    path, modules = list(sys.path), set(sys.modules)
-    spec = importlib.util.spec_from_file_location(f"metalkv_bench_{name}", f"{folder}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        sys.path.insert(0, folder)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-        for m in set(sys.modules) - modules:
-            if (getattr(sys.modules[m], "__file__", None) or "").startswith(folder):
-                del sys.modules[m]
-    return module
+    return load_script(ROOT / "bench" / "gpu" / f"{name}.py")[0]
 
 
 ncu = bench_gpu_module("ncu")

@@ -18,10 +18,11 @@ import sys
 
 import pytest
 
+from scripts import load_script  # tests/ is on sys.path
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "cpp" / "gpu" / "cuda"))
-import cuda_pass  # noqa: E402  (puts cpp/gpu on sys.path for kernel_source)
-import kernel_source  # noqa: E402
+cuda_pass, _siblings = load_script(ROOT / "cpp" / "gpu" / "cuda" / "cuda_pass.py", ROOT / "cpp" / "gpu")
+kernel_source = _siblings["kernel_source"]
 
 CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 METAL = ROOT / "metal"
