@@ -37,7 +37,7 @@ nanobind::ndarray<nanobind::numpy> host_array(nanobind::handle owner, gpu::Buffe
                                               std::vector<size_t> shape,
                                               nanobind::dlpack::dtype dtype = nanobind::dtype<uint8_t>());
 
-// Per-layer KV format names ('f16', 'q8', 'q4') as kv_format.h numbers; an
+// Per-layer KV format names ('f16', 'q8', 'q4', 'q2') as kv_format.h numbers; an
 // empty list for None. Raises ArgumentError(what) naming the formats.
 std::vector<uint32_t> kv_formats_arg(const std::optional<std::vector<std::string>>& names, const char* what);
 

@@ -1,9 +1,10 @@
 // Blocks of the paged KV cache (issue 13; ../shared/DESIGN.md, "The KV cache,
 // next: blocks"): the host-side bookkeeping, no device memory.
 //
-// A layer's pool is its region (2, n_blocks * kBlockTokens, n_kv_heads,
-// head_dim) half — today's layout, so a slot is still a row index — cut into
-// blocks of kBlockTokens consecutive slots. BlockPool hands out block ids with
+// A layer's pool is its region: a K section then a V section of
+// n_blocks * kBlockTokens slots each, in the layer's formats (kv/kv_layout.h),
+// cut into blocks of kBlockTokens consecutive slots, each block one contiguous
+// range of each section. BlockPool hands out block ids with
 // reference counts (several sequences may share a prefix's blocks); a
 // BlockTable maps one sequence's positions to slots: position p lives in
 // slot blocks[p / B] * B + p % B. Layers of one window share one table (the

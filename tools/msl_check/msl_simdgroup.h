@@ -1,5 +1,7 @@
 // MSL check prelude, part 3: SIMD-group and quad-group functions, barriers,
-// atomics. Declarations only (the check is -fsyntax-only).
+// atomics. Declarations only (the check is -fsyntax-only). mem_flags repeats
+// cpp/gpu/prelude_common/mkv_common_simd_types.h on purpose: this prelude
+// models Apple's declarations, so it takes nothing from the executors' preludes.
 #pragma once
 
 namespace metal {

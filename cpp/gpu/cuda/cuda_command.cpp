@@ -17,7 +17,6 @@ namespace {
 using mkv::cuda::KernelDesc;
 using mkv::cuda::ParamSpec;
 
-constexpr size_t kMaxSetBytes = 4096;            // Metal's setBytes limit
 constexpr size_t kMaxThreadgroupMemory = 32768;  // Metal's, so kernels stay portable
 
 // Command buffers run as CUDA graphs unless METALKV_CUDA_GRAPHS=0 (read when a
@@ -81,33 +80,27 @@ struct Stream {
 
 class CudaCommandBuffer;
 
-class CudaComputeEncoder final : public ComputeEncoder {
+class CudaComputeEncoder final : public RecordingEncoder<ComputeEncoder, CudaCommandBuffer, EncoderKind::compute> {
  public:
-  explicit CudaComputeEncoder(CudaCommandBuffer& cb) : cb_(cb) {}
+  using RecordingEncoder::RecordingEncoder;
   void begin() {
-    open_ = true;
     pipeline_ = nullptr;
     for (Binding& b : bindings_) b = Binding{};
     for (size_t& t : tg_bytes_) t = 0;
   }
-  bool open() const { return open_; }
   void set_pipeline(const PipelinePtr& pipeline) override {
     check_open();
-    if (!pipeline) fail("set_pipeline: pipeline is null");
+    state_.check_set_pipeline(pipeline);
     pipeline_ = &static_cast<const CudaPipeline&>(*pipeline);
   }
   void set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) override;
   void set_bytes(const void* data, size_t length, uint32_t index) override;
   void set_threadgroup_memory_length(size_t length, uint32_t index) override {
     check_open();
-    check_index(index, mkv::cuda::kMaxThreadgroupBindings, "threadgroup memory");
+    state_.check_index(index, mkv::cuda::kMaxThreadgroupBindings, "threadgroup memory");
     tg_bytes_[index] = (length + 15) / 16 * 16;
   }
   void dispatch_threadgroups(Size3 threadgroups, Size3 threads) override;
-  void end_encoding() override {
-    check_open();
-    open_ = false;
-  }
 
  private:
   struct Binding {
@@ -116,113 +109,79 @@ class CudaComputeEncoder final : public ComputeEncoder {
     size_t offset = 0;
     std::vector<unsigned char> data;
   };
-  void check_open() const {
-    if (!open_) fail("the compute encoder has ended; ask the command buffer for a new one");
-  }
-  static void check_index(uint32_t index, int limit, const char* what) {
-    if (int(index) >= limit)
-      fail(std::string(what) + " index " + std::to_string(index) + " is out of range; Metal allows 0.." +
-           std::to_string(limit - 1));
-  }
   [[noreturn]] void bad(const KernelDesc& k, const std::string& detail) const {
     fail("kernel '" + std::string(k.name) + "' (" + k.file + ":" + std::to_string(k.line) + "): " + detail);
   }
 
-  CudaCommandBuffer& cb_;
-  bool open_ = false;
   const CudaPipeline* pipeline_ = nullptr;
   Binding bindings_[mkv::cuda::kMaxBufferBindings];
   size_t tg_bytes_[mkv::cuda::kMaxThreadgroupBindings] = {};
 };
 
-class CudaBlitEncoder final : public BlitEncoder {
+class CudaBlitEncoder final : public RecordingEncoder<BlitEncoder, CudaCommandBuffer, EncoderKind::blit> {
  public:
-  explicit CudaBlitEncoder(CudaCommandBuffer& cb) : cb_(cb) {}
-  void begin() { open_ = true; }
-  bool open() const { return open_; }
+  using RecordingEncoder::RecordingEncoder;
   void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset, size_t size) override;
   void fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) override;
-  void end_encoding() override {
-    if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
-    open_ = false;
-  }
-
- private:
-  CudaCommandBuffer& cb_;
-  bool open_ = false;
 };
 
 class CudaCommandBuffer final : public CommandBuffer {
  public:
   CudaCommandBuffer(std::shared_ptr<Stream> stream, std::shared_ptr<CounterSink> sink, bool graphs)
-      : owner_(std::move(stream)), stream_(owner_->stream), sink_(std::move(sink)), graphs_(graphs), compute_(*this),
-        blit_(*this) {}
+      : owner_(std::move(stream)), stream_(owner_->stream), state_(std::move(sink), "[cuda] "), graphs_(graphs),
+        compute_(*this, state_), blit_(*this, state_) {}
 
   ComputeEncoder& compute_encoder() override {
-    begin_encoder();
-    ++counters_.compute_encoders;
+    state_.begin_encoder(EncoderKind::compute);
     compute_.begin();
     return compute_;
   }
   BlitEncoder& blit_encoder() override {
-    begin_encoder();
-    ++counters_.blit_encoders;
-    blit_.begin();
+    state_.begin_encoder(EncoderKind::blit);
     return blit_;
   }
   void commit() override;
   void wait() override;
-  const Counters& counters() const override { return counters_; }
+  const Counters& counters() const override { return state_.counters(); }
 
   void record(Command c, std::vector<BufferPtr> keep) {
     commands_.push_back(std::move(c));
     for (BufferPtr& b : keep) keep_.push_back(std::move(b));
   }
-  Counters& counters_mut() { return counters_; }
 
  private:
-  void begin_encoder() {
-    if (committed_) fail("the command buffer is already committed; create a new one");
-    if (compute_.open() || blit_.open()) fail("only one encoder may be open; call end_encoding() first");
-  }
   void enqueue();  // every command onto stream_
 
   std::shared_ptr<Stream> owner_;
   cudaStream_t stream_;
-  std::shared_ptr<CounterSink> sink_;
+  CommandBufferState state_;  // before the encoders, which use it
   bool graphs_;
   CudaComputeEncoder compute_;
   CudaBlitEncoder blit_;
   std::vector<Command> commands_;
   std::vector<BufferPtr> keep_;  // bound buffers, until the work completes
-  Counters counters_;
-  bool committed_ = false;
   std::string error_;  // a failure at commit(), reported by wait()
 };
 
 void CudaComputeEncoder::set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) {
   check_open();
-  check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
-  if (!buffer) fail("set_buffer: buffer is null");
-  if (offset > buffer->length())
-    fail("set_buffer: offset " + std::to_string(offset) + " is past the end of the " +
-         std::to_string(buffer->length()) + "-byte buffer");
+  state_.check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
+  state_.check_set_buffer(buffer, offset);
   if (!dynamic_cast<const CudaBuffer*>(buffer.get())) fail("set_buffer: the buffer belongs to another device");
   bindings_[index] = Binding{Binding::device_buffer, buffer, offset, {}};
 }
 
 void CudaComputeEncoder::set_bytes(const void* data, size_t length, uint32_t index) {
   check_open();
-  check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
-  if (length > kMaxSetBytes)
-    fail("set_bytes: " + std::to_string(length) + " bytes; Metal allows at most 4096, use a buffer instead");
+  state_.check_index(index, mkv::cuda::kMaxBufferBindings, "buffer");
+  state_.check_set_bytes(length);
   const auto* p = static_cast<const unsigned char*>(data);
   bindings_[index] = Binding{Binding::bytes, nullptr, 0, std::vector<unsigned char>(p, p + length)};
 }
 
 void CudaComputeEncoder::dispatch_threadgroups(Size3 threadgroups, Size3 threads) {
   check_open();
-  if (!pipeline_) fail("dispatch_threadgroups before set_pipeline");
+  state_.check_dispatch(pipeline_ != nullptr);
   const KernelDesc& k = *pipeline_->desc();
   const uint64_t n = threads.volume();
   if (n == 0 || n > pipeline_->max_total_threads_per_threadgroup())
@@ -272,32 +231,30 @@ void CudaComputeEncoder::dispatch_threadgroups(Size3 threadgroups, Size3 threads
     launch.values.push_back(std::move(value));
   }
   cb_.record(std::move(launch), std::move(keep));
-  ++cb_.counters_mut().dispatches;
+  ++state_.counters().dispatches;
 }
 
-void check_range(const char* what, const BufferPtr& b, size_t offset, size_t size) {
-  if (!b) fail(std::string("[blit] ") + what + ": buffer is null");
-  if (!dynamic_cast<const CudaBuffer*>(b.get())) fail(std::string("[blit] ") + what + ": a buffer of another device");
-  if (offset > b->length() || size > b->length() - offset)
-    fail(std::string("[blit] ") + what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + size) +
-         ") is outside the " + std::to_string(b->length()) + "-byte buffer");
+// The shared checks, and that the buffer is this device's (a CUDA copy needs device pointers).
+void check_range(const CommandBufferState& state, const char* what, const BufferPtr& b, size_t offset,
+                 size_t size) {
+  if (b && !dynamic_cast<const CudaBuffer*>(b.get()))
+    fail(std::string("[blit] ") + what + ": a buffer of another device");
+  state.check_blit_range(what, b, offset, size);
 }
 
 void CudaBlitEncoder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset,
                            size_t size) {
-  if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
-  check_range("copy source", src, src_offset, size);
-  check_range("copy destination", dst, dst_offset, size);
-  if (src_offset % 4 || dst_offset % 4 || size % 4)  // macOS Metal requires it; every device checks
-    fail("[blit] copy offsets and size must be multiples of 4 bytes (got " + std::to_string(src_offset) + ", " +
-         std::to_string(dst_offset) + ", " + std::to_string(size) + ")");
+  check_open();
+  check_range(state_, "copy source", src, src_offset, size);
+  check_range(state_, "copy destination", dst, dst_offset, size);
+  state_.check_copy_alignment(src_offset, dst_offset, size);
   cb_.record(Copy{src, dst, src_offset, dst_offset, size}, {src, dst});
-  cb_.counters_mut().blit_bytes_copied += size;
+  state_.counters().blit_bytes_copied += size;
 }
 
 void CudaBlitEncoder::fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) {
-  if (!open_) fail("the blit encoder has ended; ask the command buffer for a new one");
-  check_range("fill", buffer, offset, size);
+  check_open();
+  check_range(state_, "fill", buffer, offset, size);
   cb_.record(Fill{buffer, offset, size, value}, {buffer});
 }
 
@@ -322,11 +279,7 @@ void CudaCommandBuffer::enqueue() {
 }
 
 void CudaCommandBuffer::commit() {
-  if (committed_) fail("commit() called twice");
-  if (compute_.open() || blit_.open()) fail("call end_encoding() on the open encoder before commit()");
-  committed_ = true;
-  counters_.command_buffers_committed = 1;
-  sink_->add(counters_);
+  state_.commit();
   try {
     if (!graphs_ || commands_.empty()) {
       enqueue();
@@ -359,11 +312,7 @@ void CudaCommandBuffer::commit() {
 }
 
 void CudaCommandBuffer::wait() {
-  if (!committed_) fail("wait() called before commit()");
-  ++counters_.waits;
-  Counters one;
-  one.waits = 1;
-  sink_->add(one);
+  state_.wait();
   const cudaError_t e = cudaStreamSynchronize(stream_);
   keep_.clear();
   if (!error_.empty()) throw GpuError(error_);

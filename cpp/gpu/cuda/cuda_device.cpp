@@ -106,14 +106,8 @@ class CudaDevice final : public Device {
     select();
     return make_command_queue(sink_);
   }
-  Counters counters() const override {
-    std::lock_guard<std::mutex> lock(sink_->mutex);
-    return sink_->totals;
-  }
-  void reset_counters() override {
-    std::lock_guard<std::mutex> lock(sink_->mutex);
-    sink_->totals = Counters{};
-  }
+  Counters counters() const override { return sink_->totals(); }
+  void reset_counters() override { sink_->reset(); }
 
  private:
   void select() const { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "../command_rules.h"  // CounterSink, CommandBufferState
 #include "../device.h"
 #include "kernel_abi.h"
 
@@ -25,15 +26,6 @@ namespace mkv::gpu::cuda {
 
 [[noreturn]] void fail(const std::string& message);  // GpuError("[cuda] ...")
 void check(cudaError_t e, const char* what);          // fail() naming `what` and CUDA's message
-
-struct CounterSink {
-  std::mutex mutex;
-  Counters totals;
-  void add(const Counters& c) {
-    std::lock_guard<std::mutex> lock(mutex);
-    totals += c;
-  }
-};
 
 class CudaBuffer final : public Buffer {
  public:

@@ -11,13 +11,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../command_rules.h"
 #include "executor.h"
 #include "registry.h"
 
 namespace mkv::gpu {
 namespace {
-
-constexpr size_t kMaxSetBytes = 4096;  // Metal's setBytes limit
 
 class HostBuffer final : public Buffer {
  public:
@@ -65,27 +64,6 @@ class HostPipeline final : public Pipeline {
   std::string name_;
 };
 
-// Shared by a device and its command buffers, so a command buffer may outlive
-// the Python object of its device.
-struct CounterSink {
-  explicit CounterSink(bool profile) : profile(profile) {}
-  const bool profile;  // time each command by kernel name
-  std::mutex mutex;
-  Counters totals;
-  std::map<std::string, KernelTime> times;
-  void add(const Counters& c) {
-    std::lock_guard<std::mutex> lock(mutex);
-    totals += c;
-  }
-  void add_times(const std::map<std::string, KernelTime>& t) {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& [name, kt] : t) {
-      times[name].calls += kt.calls;
-      times[name].seconds += kt.seconds;
-    }
-  }
-};
-
 struct DispatchCommand {
   host::Dispatch dispatch;
   std::vector<BufferPtr> keep_alive;
@@ -102,100 +80,56 @@ struct FillCommand {
 };
 using Command = std::variant<DispatchCommand, CopyCommand, FillCommand>;
 
-void check_range(const char* what, const BufferPtr& b, size_t offset, size_t size) {
-  if (!b) throw GpuError(std::string("[blit] ") + what + ": buffer is null");
-  if (offset > b->length() || size > b->length() - offset)
-    throw GpuError(std::string("[blit] ") + what + ": range [" + std::to_string(offset) + ", " +
-                   std::to_string(offset + size) + ") is outside the " +
-                   std::to_string(b->length()) + "-byte buffer");
-}
-
 class HostCommandBuffer;
 
-class HostComputeEncoder final : public ComputeEncoder {
+class HostComputeEncoder final : public RecordingEncoder<ComputeEncoder, HostCommandBuffer, EncoderKind::compute> {
  public:
-  explicit HostComputeEncoder(HostCommandBuffer& cb) : cb_(cb) {}
+  using RecordingEncoder::RecordingEncoder;
   void begin() {
-    open_ = true;
     pipeline_.reset();
     current_ = DispatchCommand{};
   }
-  bool open() const { return open_; }
   void set_pipeline(const PipelinePtr& pipeline) override;
   void set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) override;
   void set_bytes(const void* data, size_t length, uint32_t index) override;
   void set_threadgroup_memory_length(size_t length, uint32_t index) override;
   void dispatch_threadgroups(Size3 threadgroups, Size3 threads) override;
-  void end_encoding() override {
-    check_open();
-    open_ = false;
-  }
 
  private:
-  void check_open() const {
-    if (!open_) throw GpuError("[compute] the encoder has ended; ask the command buffer for a new one");
-  }
-  void check_index(uint32_t index, int limit, const char* what) const {
-    if (int(index) >= limit)
-      throw GpuError(std::string("[compute] ") + what + " index " + std::to_string(index) +
-                     " is out of range; Metal allows 0.." + std::to_string(limit - 1));
-  }
-  HostCommandBuffer& cb_;
-  bool open_ = false;
   PipelinePtr pipeline_;
   DispatchCommand current_;  // bindings persist across dispatches, as in Metal
 };
 
-class HostBlitEncoder final : public BlitEncoder {
+class HostBlitEncoder final : public RecordingEncoder<BlitEncoder, HostCommandBuffer, EncoderKind::blit> {
  public:
-  explicit HostBlitEncoder(HostCommandBuffer& cb) : cb_(cb) {}
-  void begin() { open_ = true; }
-  bool open() const { return open_; }
+  using RecordingEncoder::RecordingEncoder;
   void copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst, size_t dst_offset,
             size_t size) override;
   void fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) override;
-  void end_encoding() override {
-    check_open();
-    open_ = false;
-  }
-
- private:
-  void check_open() const {
-    if (!open_) throw GpuError("[blit] the encoder has ended; ask the command buffer for a new one");
-  }
-  HostCommandBuffer& cb_;
-  bool open_ = false;
 };
 
 class HostCommandBuffer final : public CommandBuffer {
  public:
   HostCommandBuffer(std::shared_ptr<CounterSink> sink, host::ExecutorOptions options)
-      : sink_(std::move(sink)), options_(options), compute_(*this), blit_(*this) {}
+      : state_(std::move(sink), ""), options_(options), compute_(*this, state_), blit_(*this, state_) {}
 
   ComputeEncoder& compute_encoder() override {
-    begin_encoder();
-    ++counters_.compute_encoders;
+    state_.begin_encoder(EncoderKind::compute);
     compute_.begin();
     return compute_;
   }
   BlitEncoder& blit_encoder() override {
-    begin_encoder();
-    ++counters_.blit_encoders;
-    blit_.begin();
+    state_.begin_encoder(EncoderKind::blit);
     return blit_;
   }
 
   void commit() override {
-    if (committed_) throw GpuError("[command buffer] commit() called twice");
-    if (compute_.open() || blit_.open())
-      throw GpuError("[command buffer] call end_encoding() on the open encoder before commit()");
-    committed_ = true;
-    counters_.command_buffers_committed = 1;
-    sink_->add(counters_);
+    state_.commit();
+    const bool profile = state_.sink().profile();
     std::map<std::string, KernelTime> times;
     try {
       for (Command& c : commands_) {
-        if (!sink_->profile) {
+        if (!profile) {
           run(c);
           continue;
         }
@@ -208,24 +142,19 @@ class HostCommandBuffer final : public CommandBuffer {
     } catch (const GpuError& e) {
       error_ = e.what();
     }
-    if (sink_->profile) sink_->add_times(times);
+    if (profile) state_.sink().add_times(times);
     commands_.clear();  // release buffers now that the work is done
     bytes_.clear();
   }
 
   void wait() override {
-    if (!committed_) throw GpuError("[command buffer] wait() called before commit()");
-    ++counters_.waits;
-    Counters one;
-    one.waits = 1;
-    sink_->add(one);
+    state_.wait();
     if (!error_.empty()) throw GpuError(error_);
   }
 
-  const Counters& counters() const override { return counters_; }
+  const Counters& counters() const override { return state_.counters(); }
 
   void record(Command c) { commands_.push_back(std::move(c)); }
-  Counters& counters_mut() { return counters_; }
   const void* keep_bytes(const void* data, size_t length) {
     bytes_.emplace_back(new unsigned char[(length + 15) / 16 * 16]());
     std::memcpy(bytes_.back().get(), data, length);
@@ -233,11 +162,6 @@ class HostCommandBuffer final : public CommandBuffer {
   }
 
  private:
-  void begin_encoder() {
-    if (committed_) throw GpuError("[command buffer] already committed; create a new one");
-    if (compute_.open() || blit_.open())
-      throw GpuError("[command buffer] only one encoder may be open; call end_encoding() first");
-  }
   static std::string command_name(const Command& c) {
     if (auto* d = std::get_if<DispatchCommand>(&c)) return d->dispatch.kernel->name;
     return std::holds_alternative<CopyCommand>(c) ? "blit_copy" : "blit_fill";
@@ -253,20 +177,18 @@ class HostCommandBuffer final : public CommandBuffer {
     }
   }
 
-  std::shared_ptr<CounterSink> sink_;
+  CommandBufferState state_;  // before the encoders, which use it
   host::ExecutorOptions options_;
   HostComputeEncoder compute_;
   HostBlitEncoder blit_;
   std::vector<Command> commands_;
   std::deque<std::unique_ptr<unsigned char[]>> bytes_;  // set_bytes copies
-  Counters counters_;
-  bool committed_ = false;
   std::string error_;
 };
 
 void HostComputeEncoder::set_pipeline(const PipelinePtr& pipeline) {
   check_open();
-  if (!pipeline) throw GpuError("[compute] set_pipeline: pipeline is null");
+  state_.check_set_pipeline(pipeline);
   pipeline_ = pipeline;
   current_.pipeline = pipeline;
   current_.dispatch.kernel = static_cast<const HostPipeline&>(*pipeline).desc();
@@ -274,11 +196,8 @@ void HostComputeEncoder::set_pipeline(const PipelinePtr& pipeline) {
 
 void HostComputeEncoder::set_buffer(const BufferPtr& buffer, size_t offset, uint32_t index) {
   check_open();
-  check_index(index, host::kMaxBufferBindings, "buffer");
-  if (!buffer) throw GpuError("[compute] set_buffer: buffer is null");
-  if (offset > buffer->length())
-    throw GpuError("[compute] set_buffer: offset " + std::to_string(offset) + " is past the end of the " +
-                   std::to_string(buffer->length()) + "-byte buffer");
+  state_.check_index(index, host::kMaxBufferBindings, "buffer");
+  state_.check_set_buffer(buffer, offset);
   current_.dispatch.buffers[index] = static_cast<char*>(buffer->contents()) + offset;
   current_.dispatch.buffer_bytes[index] = buffer->length() - offset;
   current_.dispatch.buffer_bound[index] = true;
@@ -287,10 +206,8 @@ void HostComputeEncoder::set_buffer(const BufferPtr& buffer, size_t offset, uint
 
 void HostComputeEncoder::set_bytes(const void* data, size_t length, uint32_t index) {
   check_open();
-  check_index(index, host::kMaxBufferBindings, "buffer");
-  if (length > kMaxSetBytes)
-    throw GpuError("[compute] set_bytes: " + std::to_string(length) +
-                   " bytes; Metal allows at most 4096, use a buffer instead");
+  state_.check_index(index, host::kMaxBufferBindings, "buffer");
+  state_.check_set_bytes(length);
   current_.dispatch.buffers[index] = const_cast<void*>(cb_.keep_bytes(data, length));
   current_.dispatch.buffer_bytes[index] = length;
   current_.dispatch.buffer_bound[index] = true;
@@ -298,37 +215,33 @@ void HostComputeEncoder::set_bytes(const void* data, size_t length, uint32_t ind
 
 void HostComputeEncoder::set_threadgroup_memory_length(size_t length, uint32_t index) {
   check_open();
-  check_index(index, host::kMaxThreadgroupBindings, "threadgroup memory");
+  state_.check_index(index, host::kMaxThreadgroupBindings, "threadgroup memory");
   current_.dispatch.threadgroup_bytes[index] = (length + 15) / 16 * 16;
 }
 
 void HostComputeEncoder::dispatch_threadgroups(Size3 threadgroups, Size3 threads) {
   check_open();
-  if (!pipeline_) throw GpuError("[compute] dispatch_threadgroups before set_pipeline");
+  state_.check_dispatch(pipeline_ != nullptr);
   current_.dispatch.threadgroups = threadgroups;
   current_.dispatch.threads_per_threadgroup = threads;
   host::validate(current_.dispatch);
   cb_.record(current_);
-  ++cb_.counters_mut().dispatches;
+  ++state_.counters().dispatches;
 }
 
 void HostBlitEncoder::copy(const BufferPtr& src, size_t src_offset, const BufferPtr& dst,
                            size_t dst_offset, size_t size) {
   check_open();
-  check_range("copy source", src, src_offset, size);
-  check_range("copy destination", dst, dst_offset, size);
-  // macOS Metal requires this; checking here keeps host-only code honest.
-  if (src_offset % 4 || dst_offset % 4 || size % 4)
-    throw GpuError("[blit] copy offsets and size must be multiples of 4 bytes (got " +
-                   std::to_string(src_offset) + ", " + std::to_string(dst_offset) + ", " +
-                   std::to_string(size) + ")");
+  state_.check_blit_range("copy source", src, src_offset, size);
+  state_.check_blit_range("copy destination", dst, dst_offset, size);
+  state_.check_copy_alignment(src_offset, dst_offset, size);
   cb_.record(CopyCommand{src, dst, src_offset, dst_offset, size});
-  cb_.counters_mut().blit_bytes_copied += size;
+  state_.counters().blit_bytes_copied += size;
 }
 
 void HostBlitEncoder::fill(const BufferPtr& buffer, size_t offset, size_t size, uint8_t value) {
   check_open();
-  check_range("fill", buffer, offset, size);
+  state_.check_blit_range("fill", buffer, offset, size);
   cb_.record(FillCommand{buffer, offset, size, value});
 }
 
@@ -380,19 +293,9 @@ class HostDevice final : public Device {
   CommandQueuePtr new_command_queue() override {
     return std::make_shared<HostCommandQueue>(sink_, options_);
   }
-  Counters counters() const override {
-    std::lock_guard<std::mutex> lock(sink_->mutex);
-    return sink_->totals;
-  }
-  void reset_counters() override {
-    std::lock_guard<std::mutex> lock(sink_->mutex);
-    sink_->totals = Counters{};
-    sink_->times.clear();
-  }
-  std::map<std::string, KernelTime> kernel_times() const override {
-    std::lock_guard<std::mutex> lock(sink_->mutex);
-    return sink_->times;
-  }
+  Counters counters() const override { return sink_->totals(); }
+  void reset_counters() override { sink_->reset(); }
+  std::map<std::string, KernelTime> kernel_times() const override { return sink_->times(); }
 
  private:
   host::ExecutorOptions options_;

@@ -18,8 +18,9 @@ from typing import Any
 from .architectures import SUPPORTED_ARCHS
 from .chat import CHATML, ChatTemplate, ChatTemplateError
 from .config import ModelConfig, rope_freq_factors
+from .errors import ModelLoadError
 from .resolve import ModelNotFoundError, default_model_path, hf_cache_dir, resolve_model
-from .tensor import ModelLoadError, Tensor, expected_shapes
+from .tensor import Tensor, expected_shapes
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 
 
 @dataclass(frozen=True)

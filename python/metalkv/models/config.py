@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .architectures import ARCHITECTURES, Architecture
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 from .values import as_count, as_float, as_token_id, describe
 
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the

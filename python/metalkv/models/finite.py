@@ -12,7 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from .tensor import ModelLoadError, Tensor
+from .errors import ModelLoadError
+from .tensor import Tensor
 
 # Bit patterns: exponent all ones means Inf or NaN.
 _EXP_MASK = {"f16": (np.uint16, 0x7C00), "bf16": (np.uint16, 0x7F80), "f32": (np.uint32, 0x7F800000)}

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

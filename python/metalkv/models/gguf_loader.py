@@ -20,10 +20,11 @@ import numpy as np
 
 from .architectures import ARCHITECTURES, normalize_arch
 from .config import ModelConfig, eog_ids, sliding_pattern_types
+from .errors import ModelLoadError
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar
-from .tensor import ROPE_TENSORS, ModelLoadError, Tensor, check_tensors, split_fused, vector_f32
+from .tensor import ROPE_TENSORS, Tensor, check_tensors, split_fused, vector_f32
 from .values import (INT_RANGES, as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id,
                      describe)
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from .architectures import ARCHITECTURES, normalize_arch
 from .config import ModelConfig, eog_ids, normalize_rope_scaling, sliding_pattern_types
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 from .values import as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id, describe
 
 _ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}

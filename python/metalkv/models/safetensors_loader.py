@@ -22,10 +22,11 @@ import numpy as np
 
 from .architectures import ARCHITECTURES
 from .config import ModelConfig
+from .errors import ModelLoadError
 from .hf_config import config_from_hf
 from .finite import check_finite
 from .progress import progress_bar
-from .tensor import ModelLoadError, Tensor, bf16_to_f32, check_tensors, quantizable, split_fused
+from .tensor import Tensor, bf16_to_f32, check_tensors, quantizable, split_fused
 from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}

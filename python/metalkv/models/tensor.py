@@ -1,5 +1,5 @@
-"""The loaders' common currency: a named tensor in canonical (GGUF) naming, the
-error every loader raises, and the shape check both sources go through.
+"""The loaders' common currency: a named tensor in canonical (GGUF) naming and
+the shape check both sources go through.
 
 Canonical names are llama.cpp's GGUF names, whatever the source file was:
 
@@ -44,13 +44,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from .errors import ModelLoadError
+
 if TYPE_CHECKING:
     from .config import ModelConfig
-
-
-class ModelLoadError(ValueError):
-    """A model could not be found, read or understood. The message names the
-    file, tensor or key that was wrong and what was expected."""
 
 
 @dataclass(frozen=True)

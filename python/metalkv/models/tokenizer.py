@@ -12,7 +12,7 @@ import json
 import pathlib
 from typing import Any, Iterable, Mapping
 
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 
 # GGUF token types (gguf.TokenType)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tensor import ModelLoadError
+from .errors import ModelLoadError
 
 _I32_MAX = (1 << 31) - 1  # the C++ engine holds sizes and ids as int32
 

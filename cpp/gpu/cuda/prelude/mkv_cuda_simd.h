@@ -132,6 +132,20 @@ template <class Op, class T> MKV_D T scan(T x) {
   return x;
 }
 
+// Exclusive scan: the inclusive result of the active lanes strictly below;
+// `identity` for the first.
+template <class Op, class T> MKV_D T exclusive_scan(T x, T identity) {
+  const unsigned mask = warp_mask();
+  const uint lane = lane_id();
+  if (mask != kFull) {
+    const unsigned below = mask & ((1u << lane) - 1u);
+    const T inc = gather<Op>(x, mask, below ? uint(31 - __clz(below)) : 0u);
+    return below ? inc : identity;
+  }
+  const T up = shuffle(scan<Op>(x), Up{1});
+  return lane == 0 ? identity : up;
+}
+
 template <class T> constexpr bool is_int32_v = std::is_same<T, int>::value || std::is_same<T, unsigned>::value;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 constexpr bool kHasRedux = true;  // __reduce_*_sync
@@ -173,29 +187,11 @@ MKV_SIMD_BITWISE(simd_xor, BitXor, __reduce_xor_sync)
 // ---- Scans -----------------------------------------------------------------------
 template <class T> MKV_D T simd_prefix_inclusive_sum(T x) { return simd_detail::scan<simd_detail::Add>(x); }
 template <class T> MKV_D T simd_prefix_inclusive_product(T x) { return simd_detail::scan<simd_detail::Mul>(x); }
-// Exclusive: the inclusive result of the active lanes strictly below; the
-// identity for the first.
 template <class T> MKV_D T simd_prefix_exclusive_sum(T x) {
-  const unsigned mask = simd_detail::warp_mask();
-  const uint lane = simd_detail::lane_id();
-  if (mask != simd_detail::kFull) {
-    const unsigned below = mask & ((1u << lane) - 1u);
-    const T inc = simd_detail::gather<simd_detail::Add>(x, mask, below ? uint(31 - __clz(below)) : 0u);
-    return below ? inc : T(0);
-  }
-  const T up = simd_detail::shuffle(simd_prefix_inclusive_sum(x), simd_detail::Up{1});
-  return lane == 0 ? T(0) : up;
+  return simd_detail::exclusive_scan<simd_detail::Add>(x, T(0));
 }
 template <class T> MKV_D T simd_prefix_exclusive_product(T x) {
-  const unsigned mask = simd_detail::warp_mask();
-  const uint lane = simd_detail::lane_id();
-  if (mask != simd_detail::kFull) {
-    const unsigned below = mask & ((1u << lane) - 1u);
-    const T inc = simd_detail::gather<simd_detail::Mul>(x, mask, below ? uint(31 - __clz(below)) : 0u);
-    return below ? inc : T(1);
-  }
-  const T up = simd_detail::shuffle(simd_prefix_inclusive_product(x), simd_detail::Up{1});
-  return lane == 0 ? T(1) : up;
+  return simd_detail::exclusive_scan<simd_detail::Mul>(x, T(1));
 }
 
 // ---- Permutations ------------------------------------------------------------------

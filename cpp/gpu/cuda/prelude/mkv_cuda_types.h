@@ -21,7 +21,7 @@
 //     one integer of its size (mkv_detail::whole): one LDG.64 / LDG.128 / STS.64.
 //
 // The parts that are the same logic as the host prelude's are in
-// cpp/gpu/prelude_common/ (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
+// cpp/gpu/prelude_common/ (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_vec_names.h).
 #pragma once
 
 #define MKV_HD __host__ __device__ __forceinline__
@@ -270,39 +270,16 @@ template <class T, int N> struct vec : mkv_detail::vec_storage<T, N> {
 
 #include "../../prelude_common/mkv_common_packed_vec.h"
 
-namespace metal {
-
 // The vector types are named mkv_float4 ...: CUDA's own float4, uint3 ... are
 // global structs that CUDA's generated host code names unqualified, so a
 // metal::uint3 would be ambiguous there after `using namespace metal;`.
-// metal_stdlib defines each MSL name as a macro for ours (float4 -> mkv_float4).
-#define MKV_VEC_TYPEDEFS(T, name)                                              \
-  typedef vec<T, 2> mkv_##name##2;                                             \
-  typedef vec<T, 3> mkv_##name##3;                                             \
-  typedef vec<T, 4> mkv_##name##4;
-#define MKV_PACKED_TYPEDEFS(T, name)                                           \
-  typedef mkv_detail::packed_vec<T, 2> packed_##name##2;                       \
-  typedef mkv_detail::packed_vec<T, 3> packed_##name##3;                       \
-  typedef mkv_detail::packed_vec<T, 4> packed_##name##4;
-// MSL char is signed: `signed char`, since nvcc's device char follows the
-// host's, which is unsigned on arm64.
-MKV_VEC_TYPEDEFS(float, float) MKV_PACKED_TYPEDEFS(float, float)
-MKV_VEC_TYPEDEFS(half, half) MKV_PACKED_TYPEDEFS(half, half)
-MKV_VEC_TYPEDEFS(int, int) MKV_PACKED_TYPEDEFS(int, int)
-MKV_VEC_TYPEDEFS(uint, uint) MKV_PACKED_TYPEDEFS(uint, uint)
-MKV_VEC_TYPEDEFS(short, short) MKV_PACKED_TYPEDEFS(short, short)
-MKV_VEC_TYPEDEFS(ushort, ushort) MKV_PACKED_TYPEDEFS(ushort, ushort)
-MKV_VEC_TYPEDEFS(signed char, char) MKV_PACKED_TYPEDEFS(signed char, char)
-MKV_VEC_TYPEDEFS(uchar, uchar) MKV_PACKED_TYPEDEFS(uchar, uchar)
-MKV_VEC_TYPEDEFS(long, long)
-MKV_VEC_TYPEDEFS(ulong, ulong)
-MKV_VEC_TYPEDEFS(bool, bool)
-#undef MKV_PACKED_TYPEDEFS
-#undef MKV_VEC_TYPEDEFS
-
-}  // namespace metal
-
-#include "../../prelude_common/mkv_common_layout.h"
+// metal_stdlib defines each MSL name as a macro for ours (float4 -> mkv_float4),
+// which the shared names header below goes through. charN holds `signed char`
+// (MSL char is signed), since nvcc's device char follows the host's, which is
+// unsigned on arm64.
+#define MKV_CHAR signed char
+#include "../../prelude_common/mkv_common_vec_names.h"  // mkv_float4 ..., packed_float4 ..., Metal's layout
+#undef MKV_CHAR
 
 namespace metal {
 
@@ -320,22 +297,3 @@ template <class To, class From> MKV_HD To as_type(const From& from) {
 }
 
 }  // namespace metal
-
-// Global names, so MSL code may omit `metal::` (it usually also says `using
-// namespace metal;`; both routes name the same type, so no ambiguity).
-#define MKV_EXPORT_VEC(name) using metal::mkv_##name##2; using metal::mkv_##name##3; using metal::mkv_##name##4;
-#define MKV_EXPORT_PACKED(name) \
-  using metal::packed_##name##2; using metal::packed_##name##3; using metal::packed_##name##4;
-MKV_EXPORT_VEC(float) MKV_EXPORT_PACKED(float)
-MKV_EXPORT_VEC(half) MKV_EXPORT_PACKED(half)
-MKV_EXPORT_VEC(int) MKV_EXPORT_PACKED(int)
-MKV_EXPORT_VEC(uint) MKV_EXPORT_PACKED(uint)
-MKV_EXPORT_VEC(short) MKV_EXPORT_PACKED(short)
-MKV_EXPORT_VEC(ushort) MKV_EXPORT_PACKED(ushort)
-MKV_EXPORT_VEC(char) MKV_EXPORT_PACKED(char)
-MKV_EXPORT_VEC(uchar) MKV_EXPORT_PACKED(uchar)
-MKV_EXPORT_VEC(long)
-MKV_EXPORT_VEC(ulong)
-MKV_EXPORT_VEC(bool)
-#undef MKV_EXPORT_PACKED
-#undef MKV_EXPORT_VEC

@@ -14,7 +14,7 @@
 // No header that declares global math functions may be included here (see
 // mkv_prelude_math.h), so only <cstddef>, <cstdint>, <type_traits>. The parts
 // that are the same logic as the CUDA prelude's are in cpp/gpu/prelude_common/
-// (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_layout.h).
+// (mkv_common_types.h, mkv_common_packed_vec.h, mkv_common_vec_names.h).
 #pragma once
 
 #include <cstddef>
@@ -193,35 +193,11 @@ template <class T, int N> struct vec : mkv_detail::vec_storage<T, N> {
 
 #include "../../prelude_common/mkv_common_packed_vec.h"
 
-namespace metal {
-
-#define MKV_VEC_TYPEDEFS(T, name)                                              \
-  typedef vec<T, 2> name##2;                                                   \
-  typedef vec<T, 3> name##3;                                                   \
-  typedef vec<T, 4> name##4;
-#define MKV_PACKED_TYPEDEFS(T, name)                                           \
-  typedef mkv_detail::packed_vec<T, 2> packed_##name##2;                       \
-  typedef mkv_detail::packed_vec<T, 3> packed_##name##3;                       \
-  typedef mkv_detail::packed_vec<T, 4> packed_##name##4;
-// char vectors use plain char like MSL scalar `char`; MSL char is signed, so
-// build with -fsigned-char on hosts where char is unsigned (arm64 Linux).
-MKV_VEC_TYPEDEFS(float, float) MKV_PACKED_TYPEDEFS(float, float)
-MKV_VEC_TYPEDEFS(half, half) MKV_PACKED_TYPEDEFS(half, half)
-MKV_VEC_TYPEDEFS(int, int) MKV_PACKED_TYPEDEFS(int, int)
-MKV_VEC_TYPEDEFS(uint, uint) MKV_PACKED_TYPEDEFS(uint, uint)
-MKV_VEC_TYPEDEFS(short, short) MKV_PACKED_TYPEDEFS(short, short)
-MKV_VEC_TYPEDEFS(ushort, ushort) MKV_PACKED_TYPEDEFS(ushort, ushort)
-MKV_VEC_TYPEDEFS(char, char) MKV_PACKED_TYPEDEFS(char, char)
-MKV_VEC_TYPEDEFS(uchar, uchar) MKV_PACKED_TYPEDEFS(uchar, uchar)
-MKV_VEC_TYPEDEFS(long, long)
-MKV_VEC_TYPEDEFS(ulong, ulong)
-MKV_VEC_TYPEDEFS(bool, bool)
-#undef MKV_PACKED_TYPEDEFS
-#undef MKV_VEC_TYPEDEFS
-
-}  // namespace metal
-
-#include "../../prelude_common/mkv_common_layout.h"
+// charN holds plain char like MSL scalar `char`; MSL char is signed, so build
+// with -fsigned-char on hosts where char is unsigned (arm64 Linux).
+#define MKV_CHAR char
+#include "../../prelude_common/mkv_common_vec_names.h"  // float4 ..., packed_float4 ..., Metal's layout
+#undef MKV_CHAR
 
 namespace metal {
 
@@ -241,24 +217,5 @@ template <class To, class From> inline To as_type(const From& from) {
 }
 
 }  // namespace metal
-
-// Global names, so MSL code may omit `metal::` (it usually also says `using
-// namespace metal;`; both routes name the same type, so no ambiguity).
-#define MKV_EXPORT_VEC(name) using metal::name##2; using metal::name##3; using metal::name##4;
-#define MKV_EXPORT_PACKED(name) \
-  using metal::packed_##name##2; using metal::packed_##name##3; using metal::packed_##name##4;
-MKV_EXPORT_VEC(float) MKV_EXPORT_PACKED(float)
-MKV_EXPORT_VEC(half) MKV_EXPORT_PACKED(half)
-MKV_EXPORT_VEC(int) MKV_EXPORT_PACKED(int)
-MKV_EXPORT_VEC(uint) MKV_EXPORT_PACKED(uint)
-MKV_EXPORT_VEC(short) MKV_EXPORT_PACKED(short)
-MKV_EXPORT_VEC(ushort) MKV_EXPORT_PACKED(ushort)
-MKV_EXPORT_VEC(char) MKV_EXPORT_PACKED(char)
-MKV_EXPORT_VEC(uchar) MKV_EXPORT_PACKED(uchar)
-MKV_EXPORT_VEC(long)
-MKV_EXPORT_VEC(ulong)
-MKV_EXPORT_VEC(bool)
-#undef MKV_EXPORT_PACKED
-#undef MKV_EXPORT_VEC
 
 #include "mkv_prelude_vec_ops.h"
