@@ -24,11 +24,12 @@ struct Sampler {
 
 class StepRunner {
  public:
-  // max_tokens: rows a step may feed; logit_rows: rows of logits (and samplers) a step may make.
-  StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t max_tokens,
+  // step_rows: rows (tokens) a step may feed, the scheduler's step_tokens
+  // (not a call's max_tokens); logit_rows: rows of logits (and samplers) a step may make.
+  StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t step_rows,
              uint32_t logit_rows);
 
-  uint32_t max_tokens() const { return ws_.max_tokens(); }
+  uint32_t step_rows() const { return ws_.step_rows(); }
   uint32_t logit_rows() const { return ws_.logit_rows(); }
   gpu::CommandQueue& queue() { return *queue_; }
 
