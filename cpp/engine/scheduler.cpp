@@ -70,7 +70,7 @@ uint32_t Scheduler::running() const {
 // ---- a step: plan, run, apply ----------------------------------------------------
 bool Scheduler::step() {
   const StepPlan plan = plan_step();
-  if (plan.parts.empty()) return false;
+  if (plan.parts.empty()) return plan.dropped > 0;
   StepOutput out;
   if (run_step(plan, out)) apply_step(plan, out);
   return true;
@@ -85,8 +85,7 @@ bool Scheduler::run_step(const StepPlan& plan, StepOutput& out) {
       p.r->logits.resize(size_t(p.r->n()) * vocab);
       runner_.read_logits(p.r->logits.data() + size_t(p.r->fed) * vocab, p.n);
     }
-  } catch (...) {  // a store that cannot go in (the model checks before encoding) or the device
-                   // failed: every call of the step fails, its cache put back
+  } catch (...) {  // the device failed: every call of the step fails, its cache put back
     for (const StepPlan::Part& part : plan.parts) {
       restore(*part.r);
       finish(*part.r, "aborted", std::current_exception());

@@ -16,10 +16,11 @@
 //          row for every decoding job, then prompt chunks of prefilling jobs in
 //          admission order, each chunk >= 2 tokens unless the whole prompt is
 //          one (so a prompt always runs the prefill kernels, whatever the
-//          budget left);
+//          budget left). Each chosen job's stores are checked here, once per
+//          layer (Model::check_segment): one that cannot go in fails alone;
 //   run    (run_step) encode, commit and wait for the step (StepRunner: one
-//          command buffer, one wait; the model checks every store first, so a
-//          step fails before any layer moves and its jobs' caches go back);
+//          command buffer, one wait; if the device fails, every job of the
+//          step fails, its cache put back);
 //   apply  (apply_step) each job, in step order, commits its rows into its
 //          cache (one KVCache::commit: record, note, publish), takes its
 //          sampled id (logits, logprobs, penalties) and finishes on a stop id,
@@ -96,6 +97,7 @@ class Scheduler {
     std::vector<model::Segment> segments;  // one per part
     std::vector<int32_t> ids;              // (rows) the tokens the step feeds
     std::vector<Sampler> samplers;         // one per part with Logits::last, in order
+    uint32_t dropped = 0;                  // jobs chosen whose store check failed (finished)
   };
   struct StepOutput {
     gpu::Counters counters;

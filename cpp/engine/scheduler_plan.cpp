@@ -88,6 +88,17 @@ void Scheduler::choose_rows(StepPlan& plan) {
 }
 
 void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits) {
+  // The step's one store check (every layer): a segment that cannot go in
+  // (cannot happen after admission, but a cache changed behind the engine's
+  // back) fails alone, before anything is encoded or drawn.
+  try {
+    model_->check_segment({&r.cache(), n, logits});
+  } catch (...) {
+    restore(r);
+    finish(r, "aborted", std::current_exception());
+    ++plan.dropped;
+    return;
+  }
   plan.parts.push_back({&r, n, logits, 0, plan.ids.size()});
   plan.segments.push_back({&r.cache(), n, logits});
   if (r.phase == Running::Phase::decode)

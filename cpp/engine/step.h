@@ -36,7 +36,8 @@ class StepRunner {
   // Encodes, commits and waits for one step: `ids` are the segments' tokens in
   // order; samplers, one per Logits::last segment (or none: then the logits
   // stay in the workspace for read_logits). sampled[i] is sampler i's token.
-  // Raises before encoding anything when a segment cannot be stored.
+  // Each segment must have passed Model::check_segment (the scheduler's plan
+  // checks each, so one that cannot be stored fails alone).
   gpu::Counters run(const std::vector<model::Segment>& segments, const std::vector<int32_t>& ids,
                     const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled);
   void read_logits(float* dst, uint32_t rows, uint32_t first = 0) const { ws_.read_logits(dst, rows, first); }

@@ -54,14 +54,16 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
   if (total > ws.step_rows()) fail("a step takes 1.." + str(ws.step_rows()) + " tokens, got " + str(total));
   if (logit_rows(segs) > ws.logit_rows())
     fail("a step writes at most " + str(ws.logit_rows()) + " rows of logits, got " + str(logit_rows(segs)));
-  // The step's one store check, every layer of every segment before any is
-  // encoded: a step fails before any layer's length moves, and the stores
-  // (kv::KVCache::Checked::yes) do not check again.
-  for (const Segment& s : segs) {
-    check_cache(*s.cache);
-    for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
-  }
+  // (each segment's stores: check_segment, run by the caller before the step)
   return rows;
+}
+
+void Model::check_segment(const Segment& s) const {
+  if (!s.cache) fail("a segment has no cache");
+  check_cache(*s.cache);
+  // Every layer before any is encoded, so a step fails before any layer's
+  // length moves; its stores (kv::KVCache::Checked::yes) do not check again.
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
 }
 
 void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
