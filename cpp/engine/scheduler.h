@@ -2,21 +2,31 @@
 // engine; calls from any number of threads are jobs it admits, steps and
 // retires (docs/BATCHING.md).
 //
-// Each iteration:
-//   1. admit queued jobs, first come first served, while fewer than max_seqs
-//      run and (over a shared pool) the pool can reserve every block the job
-//      may take: an admitted job never finds the pool full, so nothing is
-//      ever preempted, and a job waits in the queue until running ones finish
-//      (one that could never fit fails at once). Admission takes the cache's
-//      checkpoint, rolls it back to `keep`, and for an empty cache adopts the
-//      longest cached prefix of the prompt (kv/prefix_cache.h);
-//   2. apply what callers asked between steps (abort, cancel, stop_after);
-//   3. build a step under the token budget (max_tokens rows): one row for
-//      every decoding job, then prompt chunks of prefilling jobs in admission
-//      order, each chunk >= 2 tokens unless the whole prompt is one (so a
-//      prompt always runs the prefill kernels, whatever the budget left);
-//   4. run it (StepRunner: one command buffer, one wait), hand each sampled
-//      id to its job, retire finished jobs (stop id, max_tokens, full cache).
+// Each step is three phases, a StepPlan passed from one to the next:
+//   plan   (scheduler_plan.cpp, plan_step) admit queued jobs, first come first
+//          served, while fewer than max_seqs run and (over a shared pool) the
+//          pool can reserve every block the job may take: an admitted job never
+//          finds the pool full, so nothing is ever preempted, and a job waits in
+//          the queue until running ones finish (one that could never fit fails
+//          at once). Admission takes the cache's checkpoint, rolls it back to
+//          `keep`, and for an empty cache adopts the longest cached prefix of
+//          the prompt (kv/prefix_cache.h). Then apply what callers asked between
+//          steps (abort, cancel, stop_after) and choose the rows under the
+//          step's row budget (step_rows): a logits call's chunk alone, or one
+//          row for every decoding job, then prompt chunks of prefilling jobs in
+//          admission order, each chunk >= 2 tokens unless the whole prompt is
+//          one (so a prompt always runs the prefill kernels, whatever the
+//          budget left). Each chosen job's stores are checked here, once per
+//          layer (Model::check_segment): one that cannot go in fails alone;
+//   run    (run_step) encode, commit and wait for the step (StepRunner: one
+//          command buffer, one wait; if the device fails, every job of the
+//          step fails, its cache put back);
+//   apply  (apply_step) each job, in step order, commits its rows into its
+//          cache (one KVCache::commit: record, note, publish), takes its
+//          sampled id (logits, logprobs, penalties) and finishes on a stop id,
+//          max_tokens or a full cache. Rows a plan marks tentative (none today;
+//          speculative decoding's drafts) are where apply would roll back the
+//          rejected ones before the commit.
 // A job's result does not depend on what else runs in its steps: each row's
 // arithmetic is batch-invariant (model.h), so the same call alone and in a
 // batch gives the same ids, bit for bit.
@@ -71,13 +81,43 @@ class Scheduler {
 
  private:
   struct Running;
+  // One step: the rows plan_step chose, what run_step feeds and apply_step takes.
+  struct StepPlan {
+    struct Part {  // one job's rows, in step order (multi-token segments first)
+      Running* r = nullptr;
+      uint32_t n = 0;  // rows (tokens) it feeds
+      model::Logits logits = model::Logits::none;  // last: it samples; all: a logits call, alone
+      // The seam for speculative decoding: of the n rows, the last `tentative`
+      // may be rolled back after the step (drafts a verifier may reject;
+      // apply_step would truncate the rejected ones before its commit). 0 today.
+      uint32_t tentative = 0;
+      size_t at = 0;  // its first row in ids
+    };
+    std::vector<Part> parts;
+    std::vector<model::Segment> segments;  // one per part
+    std::vector<int32_t> ids;              // (rows) the tokens the step feeds
+    std::vector<Sampler> samplers;         // one per part with Logits::last, in order
+    uint32_t dropped = 0;                  // jobs chosen whose store check failed (finished)
+  };
+  struct StepOutput {
+    gpu::Counters counters;
+    std::vector<int32_t> sampled;  // one id per sampler
+  };
   enum class Admission { admitted, wait, failed };
   void loop();
+  bool step();  // plan, run, apply; false when there was nothing to run
+  // plan (scheduler_plan.cpp)
+  StepPlan plan_step();
   void admit();
   Admission try_admit(Running& r);
   void control();
-  bool step();
-  bool logits_step(Running& r);
+  void choose_rows(StepPlan& plan);
+  void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
+  // run
+  bool run_step(const StepPlan& plan, StepOutput& out);
+  // apply
+  void apply_step(const StepPlan& plan, const StepOutput& out);
+  void take_id(Running& r, int32_t id, uint32_t logit_row);
   void finish(Running& r, const std::string& reason, std::exception_ptr error = nullptr);
   void restore(Running& r);
   void retire();

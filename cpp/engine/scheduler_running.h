@@ -1,6 +1,7 @@
-// Scheduler's private parts, shared by its two files: scheduler.cpp (steps,
-// retiring, the loop) and scheduler_admit.cpp (admission, the caller's
-// controls between steps). Not included by anything else.
+// Scheduler's private parts, shared by its three files: scheduler_plan.cpp
+// (the plan: rows), scheduler_admit.cpp (admission, the caller's controls
+// between steps) and scheduler.cpp (run, apply, retiring, the loop). Not
+// included by anything else.
 #pragma once
 
 #include <chrono>
@@ -57,6 +58,20 @@ struct Scheduler::Running {
   float draw() { return float(rng() >> 40) * 0x1.0p-24f; }  // uniform in [0, 1), 24 bits
   bool penalty_on() const { return job.options.sampling.repetition_penalty != 1.0; }
   uint32_t n_counted() const { return uint32_t(pairs.size() / 2); }
+  // One more `id` generated, for repetition penalty: appended to the ids it
+  // looks at (between steps, like count).
+  void penalize(gpu::Device& dev, int32_t id) {
+    const size_t have = penalty->length() / sizeof(uint32_t);
+    if (n_penalty + 1 > have) {
+      gpu::BufferPtr grown = dev.new_buffer(2 * have * sizeof(uint32_t));
+      std::vector<uint32_t> kept(n_penalty);
+      penalty->read(0, kept.data(), kept.size() * sizeof(uint32_t));
+      grown->write(0, kept.data(), kept.size() * sizeof(uint32_t));
+      penalty = grown;
+    }
+    const uint32_t pen_id = uint32_t(id);
+    penalty->write(size_t(n_penalty) * sizeof(uint32_t), &pen_id, sizeof pen_id);
+  }
   // One more `id` generated, for the presence/frequency penalties (between
   // steps: the device is not reading `counted` now).
   void count(gpu::Device& dev, int32_t id) {

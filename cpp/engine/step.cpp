@@ -5,12 +5,12 @@
 
 namespace mkv::engine {
 
-StepRunner::StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t max_tokens,
+StepRunner::StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t step_rows,
                        uint32_t logit_rows)
     : device_(std::move(device)),
       model_(std::move(model)),
       queue_(device_->new_command_queue()),
-      ws_(*device_, model_->spec(), max_tokens, logit_rows) {
+      ws_(*device_, model_->spec(), step_rows, logit_rows) {
   tokens_ = device_->new_buffer(size_t(logit_rows) * sizeof(int32_t));
   work_ = device_->new_buffer(size_t(logit_rows) * model_->spec().vocab * sizeof(float));
 }

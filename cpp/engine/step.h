@@ -24,18 +24,20 @@ struct Sampler {
 
 class StepRunner {
  public:
-  // max_tokens: rows a step may feed; logit_rows: rows of logits (and samplers) a step may make.
-  StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t max_tokens,
+  // step_rows: rows (tokens) a step may feed, the scheduler's step_tokens
+  // (not a call's max_tokens); logit_rows: rows of logits (and samplers) a step may make.
+  StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t step_rows,
              uint32_t logit_rows);
 
-  uint32_t max_tokens() const { return ws_.max_tokens(); }
+  uint32_t step_rows() const { return ws_.step_rows(); }
   uint32_t logit_rows() const { return ws_.logit_rows(); }
   gpu::CommandQueue& queue() { return *queue_; }
 
   // Encodes, commits and waits for one step: `ids` are the segments' tokens in
   // order; samplers, one per Logits::last segment (or none: then the logits
   // stay in the workspace for read_logits). sampled[i] is sampler i's token.
-  // Raises before encoding anything when a segment cannot be stored.
+  // Each segment must have passed Model::check_segment (the scheduler's plan
+  // checks each, so one that cannot be stored fails alone).
   gpu::Counters run(const std::vector<model::Segment>& segments, const std::vector<int32_t>& ids,
                     const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled);
   void read_logits(float* dst, uint32_t rows, uint32_t first = 0) const { ws_.read_logits(dst, rows, first); }

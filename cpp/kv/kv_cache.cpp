@@ -2,6 +2,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_errors.h"
 #include "kv/kv_cache_spec.h"
+#include "kv/prefix_cache.h"
 
 #include <algorithm>
 
@@ -225,9 +226,9 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
 
 void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new,
                     const BufferView& v_new, uint32_t n_new, const RopeSpec* rope_k,
-                    const ops::QueryRope& queries) {
+                    const ops::QueryRope& queries, Checked checked) {
   // 1. checks, before anything is encoded or n moves
-  check_store(layer, n_new, rope_k);
+  if (checked == Checked::no) check_store(layer, n_new, rope_k);
   const uint32_t n = lengths_[layer];
   Group& g = group_of(layer);
   // 2. a full budget evicts first (the first layer of the step, for all)
@@ -413,6 +414,12 @@ void KVCache::begin_at(const std::vector<uint32_t>& first) {
 
 void KVCache::note_stored(uint32_t first, uint32_t n) {
   if (n >= 2 && first == canonical_) canonical_ = first + n;
+}
+
+void KVCache::commit(const int32_t* ids, uint32_t n, bool publish) {
+  record_tokens(ids, n);
+  note_stored(lengths_[0] - n, n);
+  if (publish && !owns_pool_) prefix::publish(*this);
 }
 
 void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,

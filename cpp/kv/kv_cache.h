@@ -125,9 +125,13 @@ class KVCache {
   // those positions (nullptr: store K as is); queries (with rope_k): the
   // step's Q rows, rotated in place by the same dispatch. Raises GpuError before encoding
   // anything when the layer is out of range, a full layer would overflow, or a
-  // sliding layer gets more than max_chunk tokens.
+  // sliding layer gets more than max_chunk tokens. Checked::yes: the caller
+  // ran check_store(layer, n_new, rope_k) for every layer it stores before
+  // encoding any (a model step does), so store() does not run it again.
+  enum class Checked { no, yes };
   void store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, const BufferView& v_new,
-             uint32_t n_new, const RopeSpec* rope_k = nullptr, const ops::QueryRope& queries = {});
+             uint32_t n_new, const RopeSpec* rope_k = nullptr, const ops::QueryRope& queries = {},
+             Checked checked = Checked::no);
   // Writes the stored bytes of positions first .. first + n - 1 of section kv
   // (0 = K, 1 = V) of `layer`, which must hold them: n rows of
   // layout(layer).data_row_bytes(kv) at data, and of param_row_bytes(kv) at
@@ -305,6 +309,11 @@ class KVCache {
   bool shares_prefixes() const { return spec_.residual == 0 && spec_.policy.kind == PolicyKind::none; }
   // After a step stored [first, first + n): n >= 2 extends the canonical prefix.
   void note_stored(uint32_t first, uint32_t n);
+  // The one call a step makes into the cache after its stores, for the n
+  // tokens `ids` it stored in every layer (positions length(0) - n ..): records
+  // them, notes them stored, and with `publish` (the call uses the prefix
+  // cache) publishes the full canonical blocks over a shared pool.
+  void commit(const int32_t* ids, uint32_t n, bool publish);
   const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }  // per published block
   void add_block_hash(uint64_t h) { block_hashes_.push_back(h); }
   // Becomes a cache of n tokens (`ids`) whose rows are the pool's blocks

@@ -72,14 +72,21 @@ class Model {
                              bool rotate = false, uint32_t residual = 0, const kv::KvPolicySpec& policy = {}) const;
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
   void check_cache(const kv::KVCache& cache) const;
+  // Raises unless `segment` can be stored: its cache shaped for this model and
+  // every layer's store of its n tokens able to go in (KVCache::check_store
+  // with the layer's rope). A step's one store check: its caller runs it for
+  // each segment before encode_step (the scheduler's plan, so a segment that
+  // cannot go in fails alone), and the step's stores do not check again.
+  void check_segment(const Segment& segment) const;
 
   // Encodes one step: the segments' tokens (ws ids rows, in segment order, which
   // the host has written) at their caches' next positions. Segments of n >= 2
   // tokens come first, then the one-token ones; a cache appears once; with
   // Logits::all the segment is the step's only one. Stores their K/V in the
   // caches and writes the logits asked for to ws.logits() rows, in segment
-  // order. Raises GpuError "[model] ..." before encoding anything when a
-  // segment cannot be stored. Every kLayersPerCommandBuffer layers it flushes
+  // order. Each segment must have passed check_segment since its cache last
+  // changed (then a step fails before any layer's length moves); raises
+  // GpuError "[model] ..." before encoding anything for a malformed step. Every kLayersPerCommandBuffer layers it flushes
   // the session (a queue session commits there and goes on in a new command
   // buffer), so the GPU starts on the first layers while the rest are encoded:
   // on an H200, encoding and launching an 8B step's 324 dispatches took about

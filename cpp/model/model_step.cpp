@@ -51,14 +51,19 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
     (s.n > 1 ? rows.prefill : rows.decode) += s.n;
     total += s.n;
   }
-  if (total > ws.max_tokens()) fail("a step takes 1.." + str(ws.max_tokens()) + " tokens, got " + str(total));
+  if (total > ws.step_rows()) fail("a step takes 1.." + str(ws.step_rows()) + " tokens, got " + str(total));
   if (logit_rows(segs) > ws.logit_rows())
     fail("a step writes at most " + str(ws.logit_rows()) + " rows of logits, got " + str(logit_rows(segs)));
-  for (const Segment& s : segs) {
-    check_cache(*s.cache);
-    for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n);  // fail before any layer moves
-  }
+  // (each segment's stores: check_segment, run by the caller before the step)
   return rows;
+}
+
+void Model::check_segment(const Segment& s) const {
+  if (!s.cache) fail("a segment has no cache");
+  check_cache(*s.cache);
+  // Every layer before any is encoded, so a step fails before any layer's
+  // length moves; its stores (kv::KVCache::Checked::yes) do not check again.
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
 }
 
 void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
@@ -141,7 +146,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       k = at(q, Q * sizeof(float));
       v = at(q, (Q + KV) * sizeof(float));
     }
-    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads});
+    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads}, kv::KVCache::Checked::yes);
 
     gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
     ops::AttentionDesc d;

@@ -2,10 +2,10 @@
 
 namespace mkv::model {
 
-Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens, uint32_t logit_rows)
-    : device_(device), max_tokens_(max_tokens), logit_rows_(logit_rows), vocab_(spec.vocab) {
-  if (max_tokens == 0 || logit_rows == 0) ops::fail("workspace", "max_tokens and logit_rows must be at least 1");
-  const size_t t = max_tokens, f = sizeof(float);
+Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_rows, uint32_t logit_rows)
+    : device_(device), step_rows_(step_rows), logit_rows_(logit_rows), vocab_(spec.vocab) {
+  if (step_rows == 0 || logit_rows == 0) ops::fail("workspace", "step_rows and logit_rows must be at least 1");
+  const size_t t = step_rows, f = sizeof(float);
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
   ids_ = alloc(t);
   rows_ = alloc(logit_rows);

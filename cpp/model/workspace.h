@@ -1,5 +1,5 @@
 // Workspace: the activation buffers one forward step reuses, sized once for
-// the largest step (max_tokens rows, logit_rows rows of logits) so a step
+// the largest step (step_rows rows, logit_rows rows of logits) so a step
 // allocates nothing.
 #pragma once
 
@@ -13,30 +13,30 @@ namespace mkv::model {
 
 class Workspace {
  public:
-  Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t max_tokens, uint32_t logit_rows);
+  Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_rows, uint32_t logit_rows);
 
-  uint32_t max_tokens() const { return max_tokens_; }
+  uint32_t step_rows() const { return step_rows_; }
   uint32_t logit_rows() const { return logit_rows_; }
 
   // Inputs the host writes before encoding a step, outputs it reads after wait():
-  void write_ids(const int32_t* ids, uint32_t n);         // (max_tokens) token ids of the step
+  void write_ids(const int32_t* ids, uint32_t n);         // (step_rows) token ids of the step
   void write_rows(const int32_t* rows, uint32_t n);       // (logit_rows) rows of x whose logits the step makes
   void read_logits(float* dst, uint32_t rows, uint32_t first = 0) const;  // rows first.. of logits()
 
   // Device views, all float32 unless noted:
   ops::BufferView ids_view() const { return {ids_, 0}; }
   ops::BufferView rows_view() const { return {rows_, 0}; }  // (logit_rows) int32
-  ops::BufferView x() const { return {x_, 0}; }         // (max_tokens, hidden) residual stream
-  ops::BufferView h() const { return {h_, 0}; }         // (max_tokens, hidden) normed / projected
-  ops::BufferView q() const { return {q_, 0}; }         // (max_tokens, n_heads, head_dim)
-  ops::BufferView k() const { return {k_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
-  ops::BufferView v() const { return {v_, 0}; }         // (max_tokens, n_kv_heads, head_dim)
+  ops::BufferView x() const { return {x_, 0}; }         // (step_rows, hidden) residual stream
+  ops::BufferView h() const { return {h_, 0}; }         // (step_rows, hidden) normed / projected
+  ops::BufferView q() const { return {q_, 0}; }         // (step_rows, n_heads, head_dim)
+  ops::BufferView k() const { return {k_, 0}; }         // (step_rows, n_kv_heads, head_dim)
+  ops::BufferView v() const { return {v_, 0}; }         // (step_rows, n_kv_heads, head_dim)
   // Decode rows' q, k, v side by side, from the stacked q/k/v projection:
-  // (max_tokens, n_heads + 2 n_kv_heads, head_dim).
+  // (step_rows, n_heads + 2 n_kv_heads, head_dim).
   ops::BufferView qkv() const { return {qkv_, 0}; }
-  ops::BufferView attn() const { return {attn_, 0}; }   // (max_tokens, n_heads, head_dim)
-  ops::BufferView gate() const { return {gate_, 0}; }   // (max_tokens, ffn_hidden)
-  ops::BufferView up() const { return {up_, 0}; }       // (max_tokens, ffn_hidden)
+  ops::BufferView attn() const { return {attn_, 0}; }   // (step_rows, n_heads, head_dim)
+  ops::BufferView gate() const { return {gate_, 0}; }   // (step_rows, ffn_hidden)
+  ops::BufferView up() const { return {up_, 0}; }       // (step_rows, ffn_hidden)
   ops::BufferView logits() const { return {logits_, 0}; }  // (logit_rows, vocab)
   ops::BufferView gathered() const { return {gathered_, 0}; }  // (logit_rows, hidden): rows of x picked for logits
 
@@ -48,7 +48,7 @@ class Workspace {
 
  private:
   gpu::Device& device_;
-  uint32_t max_tokens_;
+  uint32_t step_rows_;
   uint32_t logit_rows_;
   uint32_t vocab_;
   gpu::BufferPtr ids_, rows_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;

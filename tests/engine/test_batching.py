@@ -6,6 +6,7 @@ its prompt was cut into chunks, and however many run at once (max_seqs)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -169,6 +170,31 @@ def test_a_cache_serves_one_call_at_a_time(tiny):
     first.resume()
     first.result()
     assert tiny.generate_ids([1, 2, 3], cache=cache, max_tokens=2)  # free again
+
+
+def test_a_call_whose_store_cannot_go_in_fails_alone(tiny):
+    """A call whose cache was filled behind the engine's back (while the call was
+    held) fails at its next step with the cache's error; the call sharing its
+    steps goes on and gets what it gets alone: the plan checks each call's
+    stores apart, before anything is encoded."""
+    other = np.arange(3, 40, dtype=np.int64)
+    kw = core_kw(dict(max_tokens=30))
+    alone = tiny._core.submit(tiny.new_cache(), other, **kw).result()
+    cache = tiny.new_cache()
+    bad = tiny._core.submit(cache, np.arange(1, 9, dtype=np.int64), **kw, hold_at_step=2)  # held before its 1st decode
+    good = tiny._core.submit(tiny.new_cache(), other, **kw, hold_at_step=2)
+    for r in (bad, good):
+        while not (r.held or r.done):
+            time.sleep(0.002)
+    assert bad.held and good.held
+    full = np.zeros((cache.n_layers, cache.capacity - cache.length(0), cache.n_kv_heads, cache.head_dim), np.float32)
+    cache.append_all_layers(full, full)
+    good.resume()
+    bad.resume()
+    with pytest.raises(metalkv.GpuError, match="capacity"):
+        bad.result()
+    assert bad.finish_reason == "aborted"
+    assert good.result() == alone
 
 
 def test_list_arguments_are_checked(tiny):

@@ -1,0 +1,113 @@
+// Scheduler, the plan phase: which jobs run this step and which rows each
+// feeds (scheduler.h; admission and the caller's controls: scheduler_admit.cpp).
+#include <algorithm>
+
+#include "engine/scheduler_running.h"
+
+namespace mkv::engine {
+namespace {
+
+// Most prompt tokens one store may put in this cache (a sliding layer takes max_chunk).
+uint32_t chunk_cap(const kv::KVCache& cache, uint32_t prefill_chunk) {
+  uint32_t cap = prefill_chunk;
+  for (uint32_t w : cache.spec().windows)
+    if (w) cap = std::min(cap, cache.spec().max_chunk);
+  if (cache.spec().policy.kind != kv::PolicyKind::none) cap = std::min(cap, cache.spec().max_chunk);
+  return cap;
+}
+
+// The next prompt chunk of a job with `rem` tokens left, under `limit` (its
+// cap and the step's budget): never a one-token chunk of a longer prompt, so
+// every prompt row runs the prefill kernels (chunk-invariant) however the
+// budget cut it; 0 when the budget does not allow one now. Caps below 3
+// cannot always avoid it (3 tokens in chunks of 2): then chunks are as cut.
+uint32_t prompt_chunk(uint32_t rem, uint32_t cap, uint32_t budget) {
+  const uint32_t limit = std::min(cap, budget);
+  if (limit == 0) return 0;
+  if (cap < 3) return std::min(rem, limit);
+  if (rem <= limit) return rem;
+  uint32_t take = limit;
+  if (rem - take == 1) --take;
+  return take >= 2 ? take : 0;
+}
+
+}  // namespace
+
+Scheduler::StepPlan Scheduler::plan_step() {
+  admit();  // reserves every block an admitted job may take
+  control();
+  retire();
+  StepPlan plan;
+  choose_rows(plan);
+  return plan;
+}
+
+void Scheduler::choose_rows(StepPlan& plan) {
+  // A logits call (every row's logits) runs its chunks in steps of its own.
+  for (auto& rp : running_) {
+    Running& r = *rp;
+    if (r.phase != Running::Phase::prefill || !r.job.logits || r.holding()) continue;
+    const uint32_t take = prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk),
+                                       std::min(runner_.step_rows(), runner_.logit_rows()));
+    add_part(plan, r, take, model::Logits::all);
+    return;
+  }
+
+  // One row for each decoding job, then prompt chunks in admission order; the
+  // model takes multi-token segments first, one-token ones after.
+  struct Choice {
+    Running* r;
+    uint32_t n;
+    bool sample;
+  };
+  std::vector<Choice> multi, single;
+  uint32_t budget = runner_.step_rows(), logit_rows = runner_.logit_rows();
+  for (auto& rp : running_) {
+    Running& r = *rp;
+    if (r.phase != Running::Phase::decode || r.holding()) continue;
+    const uint64_t unread = r.out.size() - std::min<uint64_t>(r.job.request->taken(), r.out.size());
+    if (unread >= r.ahead && !r.job.request->unpaced()) continue;  // paced: wait for the caller to read
+    if (budget == 0 || logit_rows == 0) break;
+    single.push_back({&r, 1, true});
+    --budget;
+    --logit_rows;
+  }
+  for (auto& rp : running_) {
+    Running& r = *rp;
+    if (r.phase != Running::Phase::prefill || r.job.logits || r.holding()) continue;
+    const uint32_t take = prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk), budget);
+    if (take == 0) continue;
+    const bool sample = r.fed + take == r.n() && r.job.options.max_tokens > 0;
+    if (sample && logit_rows == 0) continue;
+    (take >= 2 ? multi : single).push_back({&r, take, sample});
+    budget -= take;
+    logit_rows -= sample;
+  }
+  for (const std::vector<Choice>* list : {&multi, &single})
+    for (const Choice& c : *list) add_part(plan, *c.r, c.n, c.sample ? model::Logits::last : model::Logits::none);
+}
+
+void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits) {
+  // The step's one store check (every layer): a segment that cannot go in
+  // (cannot happen after admission, but a cache changed behind the engine's
+  // back) fails alone, before anything is encoded or drawn.
+  try {
+    model_->check_segment({&r.cache(), n, logits});
+  } catch (...) {
+    restore(r);
+    finish(r, "aborted", std::current_exception());
+    ++plan.dropped;
+    return;
+  }
+  plan.parts.push_back({&r, n, logits, 0, plan.ids.size()});
+  plan.segments.push_back({&r.cache(), n, logits});
+  if (r.phase == Running::Phase::decode)
+    plan.ids.push_back(r.out.back());
+  else
+    plan.ids.insert(plan.ids.end(), r.job.prompt.begin() + r.fed, r.job.prompt.begin() + r.fed + n);
+  if (logits == model::Logits::last)  // a draw wherever a token is sampled: the same seed, the same draws, whatever the chunks
+    plan.samplers.push_back(
+        {&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, r.draw()});
+}
+
+}  // namespace mkv::engine
