@@ -146,10 +146,15 @@ void bind_gpu(nb::module_& m, nb::module_&) {
             out["max_threads_per_unit"] = p.max_threads_per_unit;
             out["threadgroup_memory_per_unit"] = p.threadgroup_memory_per_unit;
             out["memory_bytes"] = p.memory_bytes;
+            out["lanes_are_fibers"] = p.lanes_are_fibers;
+            out["has_host_shapes"] = p.has_host_shapes;
+            out["gemv_rows"] = p.gemv_rows;
+            out["gemv_tokens"] = p.gemv_tokens;
             return out;
           },
-          "What launch sizes and default budgets are computed from: {'compute_units', 'max_threads_per_unit', "
-          "'threadgroup_memory_per_unit', 'memory_bytes'} (cpp/gpu/device.h DeviceProperties).")
+          "What launch sizes, kernel shapes and default budgets are computed from: {'compute_units', "
+          "'max_threads_per_unit', 'threadgroup_memory_per_unit', 'memory_bytes', 'lanes_are_fibers', "
+          "'has_host_shapes', 'gemv_rows', 'gemv_tokens'} (cpp/gpu/device.h DeviceProperties).")
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(
           "buffer",

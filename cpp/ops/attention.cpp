@@ -216,18 +216,18 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
 }
 
 // Whether decode runs the host executor's shape (metal/attention_decode_host.metal,
-// the _h kernels): the default on the host, never elsewhere; decode_variant
-// "gpu" (or "nopf") asks for the GPU shape, "host" for the host's. device_kind:
-// the device the call runs on, or nullptr for a plan without one.
-bool decode_host_shape(const AttentionDesc& d, const char* device_kind) {
+// the _h kernels): the default where lanes are fibers (DeviceProperties), never
+// elsewhere; decode_variant "gpu" (or "nopf") asks for the GPU shape, "host" for
+// the host's (only where the library has it). dev: the device the call runs on,
+// or nullptr for a plan without one.
+bool decode_host_shape(const AttentionDesc& d, const gpu::Device* dev) {
   const std::string& v = d.decode_variant;
-  const bool on_host = device_kind && std::string(device_kind) == "host";
-  if (v.empty()) return on_host;
+  if (v.empty()) return dev && dev->properties().lanes_are_fibers;
   if (v == "gpu" || v == "nopf") return false;
   if (v != "host")
     fail(kDecodeOp, "decode_variant '" + v + "' is not one of '' (the device's shape), 'gpu', 'host' or 'nopf'");
-  if (device_kind && !on_host)
-    fail(kDecodeOp, "decode_variant 'host' is the host executor's shape, not built for " + std::string(device_kind));
+  if (dev && !dev->properties().has_host_shapes)
+    fail(kDecodeOp, "decode_variant 'host' is the host executor's shape, not built for " + dev->kind());
   return true;
 }
 
@@ -262,9 +262,9 @@ size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
 
-AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const char* device_kind) {
+AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu::Device* dev) {
   AttentionDecodePlan plan;
-  const bool host = decode_host_shape(d, device_kind);
+  const bool host = decode_host_shape(d, dev);
   plan.n_keys = decode_shape(d, plan.heads_per_block, plan.head_blocks);
   plan.wave = std::max(wave, 1u);
 
@@ -298,11 +298,10 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
 AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
   uint32_t per_block = 0, blocks = 0;
   decode_shape(d, per_block, blocks);
-  const std::string kind = dev.kind();
-  const bool host = decode_host_shape(d, kind.c_str());
+  const bool host = decode_host_shape(d, &dev);
   const gpu::PipelinePtr split = dev.pipeline(decode_kernel(d, true, per_block, host));
   // device_wave is cheap per call: the CUDA pipeline keeps its occupancy answers.
-  return decode_plan(d, device_wave(dev, *split, host ? kHostThreads : kSplitThreads), kind.c_str());
+  return decode_plan(d, device_wave(dev, *split, host ? kHostThreads : kSplitThreads), &dev);
 }
 
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
@@ -316,7 +315,7 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
   return scratch_for(d, std::min(chunks, n_keys));
 }
 
-void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& table,
                       const BufferView& out, const BufferView& sinks, const BufferView& scratch) {
   const char* op = kDecodeOp;
@@ -385,7 +384,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {mkv_params::kAttnReduceThreads, 1, 1});
 }
 
-void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                        const BufferView& q, const BufferView& kv, const BufferView& table,
                        const BufferView& out, const BufferView& sinks) {
   const char* op = "attention_prefill";

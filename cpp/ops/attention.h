@@ -129,14 +129,14 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d);
 // sinks: (n_q_heads) f32 iff d.has_sinks, else an empty view. scratch:
 // attention_decode_scratch_bytes(d) bytes (may be empty when that is 0),
 // offset a multiple of 16. Encodes one dispatch, or two for split-K.
-void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& table,
                       const BufferView& out, const BufferView& sinks, const BufferView& scratch);
 
 // out (n_queries, n_q_heads, head_dim) f32 = attention of q (n_queries,
 // n_q_heads, head_dim) f32 at positions n_tokens - n_queries .. n_tokens - 1,
 // whose keys kv already holds, through table as for decode.
-void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                        const BufferView& q, const BufferView& kv, const BufferView& table,
                        const BufferView& out, const BufferView& sinks);
 
@@ -146,7 +146,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
 // over the query rows from row_lo and the query heads of its KV head.
 // scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats and
 // attn_scores_add (metal/attention_scores.metal).
-void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d, uint32_t row_lo,
+void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
                       const BufferView& scores, uint32_t score_stride, const BufferView& scratch);
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...

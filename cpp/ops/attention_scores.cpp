@@ -15,7 +15,7 @@ void check_bytes(const char* what, const BufferView& v, uint64_t bytes) {
 
 }  // namespace
 
-void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d, uint32_t row_lo,
+void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
                       const BufferView& scores, uint32_t score_stride, const BufferView& scratch) {
   if (row_lo >= d.n_queries) return;
   if (d.n_kv_heads == 0 || d.n_q_heads % d.n_kv_heads != 0 || d.n_queries == 0 || d.n_queries > d.n_tokens)

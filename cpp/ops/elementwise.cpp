@@ -68,8 +68,9 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   check_view(op, "w (dim)", w, size_t(dim) * w_size, w_size);
   check_view(op, "out (n_rows, dim) float32", out, size_t(n_rows) * dim * 4, 4);
   // One threadgroup a row. GPUs: enough SIMD-groups that each lane has about
-  // kRmsNormLaneElems elements (a row is latency-bound otherwise); the host: one.
-  const uint32_t simds = device.kind() == "host"
+  // kRmsNormLaneElems elements (a row is latency-bound otherwise); fiber lanes
+  // (the host executor), where each collective is a rendezvous: one.
+  const uint32_t simds = device.properties().lanes_are_fibers
                              ? 1u
                              : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);
   // The register path: whole float4s, 16-byte aligned rows and weights, and a
@@ -144,9 +145,9 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   bind(enc, x, 1);
   bind(enc, out, 2);
   // A long row is latency-bound: GPUs run as many SIMD-groups as the pipeline
-  // holds (up to kArgmaxSimds); the host, whose threads are fibers, kRowSimds.
+  // holds (up to kArgmaxSimds); fiber lanes (the host executor) kRowSimds.
   const uint32_t simds =
-      device.kind() == "host"
+      device.properties().lanes_are_fibers
           ? mkv_params::kRowSimds
           : std::clamp(uint32_t(pipeline->max_total_threads_per_threadgroup() / 32), 1u, mkv_params::kArgmaxSimds);
   enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});

@@ -15,7 +15,7 @@ void check_bytes(const char* what, const BufferView& v, uint64_t bytes) { ops::c
 
 }  // namespace
 
-void kv_move_rows(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& table,
+void kv_move_rows(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& table,
                   const BufferView& moves, const KvMoveDesc& d) {
   if (d.n_moves == 0) return;
   if (d.n_kv_heads == 0 || d.head_dim == 0 || d.slots == 0 || d.slots % mkv_params::kKvBlockTokens != 0)
@@ -37,7 +37,7 @@ void kv_move_rows(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& 
   enc.dispatch_threadgroups({d.n_moves, 1, 1}, {64, 1, 1});
 }
 
-void kv_key_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new, const BufferView& scores,
+void kv_key_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new, const BufferView& scores,
                    const KvKeyScoresDesc& d) {
   if (d.n_new == 0) return;
   if (d.n_kv_heads == 0 || d.n_kv_heads > 256 || d.head_dim == 0)

@@ -19,7 +19,7 @@ std::string kv_store_kernel_name(const RopeSpec* rope) {
   return rope ? std::string("kv_store_f32_rope_") + rope_style_name(rope->style) : "kv_store_f32";
 }
 
-void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new,
               const BufferView& v_new, const BufferView& dst, const KvStoreDesc& d) {
   // 1. check the arguments
   if (d.n_new == 0 || d.n_kv_heads == 0 || d.head_dim == 0)
@@ -95,7 +95,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {threads, 1, 1});
 }
 
-void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+void kv_seal_q2k(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& ring,
                  const BufferView& table, const KvSealDesc& d) {
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
   if (d.n_blocks == 0) return;

@@ -69,12 +69,12 @@ struct KvSealDesc {
   uint32_t ring_slots = 0;
   uint32_t ring_lo = 0;
 };
-void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+void kv_seal_q2k(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& ring,
                  const BufferView& table, const KvSealDesc& desc);
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: kv_region_bytes
 // (kv/kv_layout.h) of dst_rows slots. Raises GpuError "[kv_store] ..." on bad input.
-void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new,
               const BufferView& v_new, const BufferView& dst, const KvStoreDesc& desc);
 
 // The kernel name kv_store() dispatches for this rope (nullptr: none).

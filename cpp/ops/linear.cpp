@@ -38,9 +38,10 @@ std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool 
 }  // namespace
 
 uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens) {
-  // The host: a row a lane, no collective (gemv_lanes), for every format; the 8-row
-  // simd_sum shape stays as a bench and test variant (docs/KERNELS.md, issue 17).
-  if (device.kind() == "host") return mkv_params::kGemvRowsWide;
+  // A device with one best width (the host executor: a row a lane, no
+  // collective, gemv_lanes, for every format; the 8-row simd_sum shape stays as
+  // a bench and test variant, docs/KERNELS.md, issue 17).
+  if (const uint32_t fixed = device.properties().gemv_rows) return fixed;
   // SIMD-groups the device holds at once (the R = 1 shape; R = 2, 4 use a few more registers).
   const uint32_t simds = gemv_simds(1);
   const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false, 1));
@@ -57,7 +58,7 @@ uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32
 
 uint32_t gemv_tokens(gpu::Device& device, uint32_t n_tokens) {
   if (n_tokens <= 1) return 1;
-  return device.kind() == "host" ? mkv_params::kGemvTokensHost : mkv_params::kGemvTokensGpu;
+  return device.properties().gemv_tokens;
 }
 
 void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
@@ -103,13 +104,13 @@ uint32_t pick_gemv_tokens(const char* op, gpu::Device& device, uint32_t asked, u
   if (asked == 0) {
     if (rows == 0 || n_tokens <= 1) return gemv_tokens(device, n_tokens);
     if (rows == mkv_params::kGemvRows || rows == mkv_params::kGemvRowsWide)
-      return device.kind() == "host" ? mkv_params::kGemvTokensHost : 1;
+      return device.properties().has_host_shapes ? mkv_params::kGemvTokensHost : 1;
     return rows <= 2 ? mkv_params::kGemvTokensGpu : 1;
   }
   if (asked != 1 && asked != mkv_params::kGemvTokensHost && asked != mkv_params::kGemvTokensGpu)
     fail(op, "gemv_tokens must be 0 (the device's choice), 1, " + std::to_string(mkv_params::kGemvTokensGpu) +
                  " or " + std::to_string(mkv_params::kGemvTokensHost) + ", got " + std::to_string(asked));
-  if (asked == mkv_params::kGemvTokensHost && device.kind() != "host")  // metal/gemv_tokens.metal
+  if (asked == mkv_params::kGemvTokensHost && !device.properties().has_host_shapes)  // metal/gemv_tokens.metal
     fail(op, "gemv_tokens " + std::to_string(asked) + " is a host executor shape, not built for " + device.kind() +
                  " (GPUs: 1 or " + std::to_string(mkv_params::kGemvTokensGpu) + ")");
   return asked;

@@ -1,6 +1,9 @@
 // Shared helpers of the ops layer. An op is one host function per kernel
 // family: it picks the kernel variant (by name), binds the argument struct and
 // buffers, and chooses the dispatch geometry. Ops see only cpp/gpu/device.h.
+// Every op takes (gpu::Device& dev, gpu::ComputeEncoder& enc, ...), and picks
+// shapes from the device's DeviceProperties traits, never from its kind()
+// (docs/ARCHITECTURE.md says why).
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@ constexpr const char* kOp = "rope";
 
 bool hadamard_fits(uint32_t head_dim) { return head_dim >= 2 && head_dim <= 256 && (head_dim & (head_dim - 1)) == 0; }
 
-void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
+void hadamard(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
               uint32_t head_dim) {
   const char* op = "hadamard";
   if (n_rows == 0 || n_heads == 0) fail(op, "n_rows and n_heads must be positive");
@@ -53,7 +53,7 @@ void check_rope(const char* op, const RopeSpec& rope, uint32_t head_dim) {
   check_bytes(op, "inv_freq (rotary_dim/2 floats)", rope.inv_freq, uint64_t(rope.rotary_dim / 2) * 4);
 }
 
-void rope(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x,
+void rope(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x,
           const BufferView& positions, const RopeSpec& spec, const RopeDesc& d) {
   // 1. check the arguments
   if (d.n_tokens == 0 || d.n_heads == 0 || d.head_dim == 0)
