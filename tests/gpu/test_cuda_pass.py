@@ -9,6 +9,7 @@ kernel file is also compiled.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -19,9 +20,23 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "cpp" / "gpu" / "cuda"))
-import cuda_pass  # noqa: E402  (puts cpp/gpu on sys.path for kernel_source)
-import kernel_source  # noqa: E402
+
+
+def _load_by_path(name: str, path: pathlib.Path):
+    """Import a build script by its path; sys.path as it was after (tests/conftest.py)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # cuda_pass puts cpp/gpu on sys.path for kernel_source
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+cuda_pass = _load_by_path("cuda_pass", ROOT / "cpp" / "gpu" / "cuda" / "cuda_pass.py")
+kernel_source = sys.modules["kernel_source"]  # what cuda_pass imported
 
 CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 METAL = ROOT / "metal"
