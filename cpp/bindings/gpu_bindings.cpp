@@ -17,6 +17,7 @@
 #include "gpu/apple_gpu.h"
 #include "gpu/device.h"
 #include "gpu/device_select.h"
+#include "ops/kernel_names.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -35,7 +36,7 @@ void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, s
 
 }  // namespace
 
-void bind_gpu(nb::module_& m, nb::module_&) {
+void bind_gpu(nb::module_& m, nb::module_& ops_m) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
   register_argument_error(m);
 
@@ -188,6 +189,10 @@ void bind_gpu(nb::module_& m, nb::module_&) {
           "{kernel name: (calls, seconds)} since creation or reset_counters(); empty unless "
           "the device profiles (host executor with profile=True or $METALKV_PROFILE=1).")
       .def("__repr__", [](const PyDevice& d) { return "<metalkv.Device " + d.device->name() + ">"; });
+  ops_m.def(
+      "kernel_names", [](PyDevice& d) { return ops::op_kernel_names(*d.device); }, "device"_a,
+      "Every kernel name the ops can build on this device (sorted): each must be in device.kernel_names(),\n"
+      "and every kernel there but the test kernels must be one of these (tests/gpu/test_kernel_names.py).");
 }
 
 MKV_BINDING(gpu, bind_gpu);

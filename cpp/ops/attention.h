@@ -16,18 +16,21 @@
 #include <string>
 #include <vector>
 
+#include "metal/attention_variants.h"
 #include "ops/ops.h"
 
 namespace mkv::ops {
 
 enum class AttentionSplit { automatic, never, always };
 
-// The head_dims the attention kernels are instantiated for (one
-// MKV_ATTN_DECODE / MKV_ATTN_PREFILL line each in metal/attention_*.metal):
-// the one list, read by the op's check, the model's check and Python
-// (metalkv._core.ops.attention_head_dims()). Each is a multiple of 8 (decode
-// reads rows in 16-byte pieces) and at most 256 (threads per threadgroup).
-inline constexpr uint32_t kAttnHeadDims[] = {32, 64, 80, 96, 112, 128, 160, 192, 256};
+// The head_dims the attention kernels are instantiated for: the kernels'
+// own list (MKV_ATTN_HEAD_DIMS, metal/attention_variants.h), read by the op's
+// check, the model's check and Python (metalkv._core.ops.attention_head_dims()).
+// Each is a multiple of 8 (decode reads rows in 16-byte pieces) and at most 256
+// (threads per threadgroup).
+#define MKV_ATTN_HEAD_DIM_ITEM(D, unused) D,
+inline constexpr uint32_t kAttnHeadDims[] = {MKV_ATTN_HEAD_DIMS(MKV_ATTN_HEAD_DIM_ITEM, )};
+#undef MKV_ATTN_HEAD_DIM_ITEM
 
 bool attention_head_dim_supported(uint32_t head_dim);
 std::vector<uint32_t> attention_head_dims();
@@ -151,5 +154,10 @@ void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...
 std::string attention_kernel_name(const char* family, uint32_t head_dim);
+
+// Every kernel name the attention ops (decode, its reduce, prefill, scores)
+// can build on `dev`, whatever the descriptor: each must be in the device's
+// library (tests/gpu/test_kernel_names.py).
+std::vector<std::string> attention_kernel_names(gpu::Device& dev);
 
 }  // namespace mkv::ops

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -36,5 +38,8 @@ struct KvKeyScoresDesc {
 // scores (n_kv_heads, stride) float: [h, first_index + t] = -|k_new[t, h]|.
 void kv_key_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new, const BufferView& scores,
                    const KvKeyScoresDesc& desc);
+
+// Every kernel name the ops above build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> kv_evict_kernel_names();
 
 }  // namespace mkv::ops

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/ops.h"
 #include "ops/rope.h"
@@ -79,5 +81,7 @@ void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_ne
 
 // The kernel name kv_store() dispatches for this rope (nullptr: none).
 std::string kv_store_kernel_name(const RopeSpec* rope);
+// Every kernel name kv_store and kv_seal_q2k build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> kv_store_kernel_names();
 
 }  // namespace mkv::ops

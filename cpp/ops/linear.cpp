@@ -3,6 +3,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <set>
 
 #include "metal/linear_params.h"
 #include "ops/launch.h"
@@ -216,6 +217,31 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
   dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
+}
+
+std::vector<std::string> linear_kernel_names(gpu::Device& device) {
+  // The widths and token counts the ops accept when asked (what the device's
+  // own choice picks is among them), through the same checks and name builder.
+  std::set<std::string> names;
+  for (const std::string& type : weight_type_names()) {
+    const WeightType wtype = parse_weight_type(type, kOp);
+    names.insert(std::string("gemm_") + weight_type_name(wtype));
+    for (uint32_t asked_tokens : {1u, mkv_params::kGemvTokensGpu, mkv_params::kGemvTokensHost})
+      for (uint32_t asked_rows : {1u, 2u, 4u, mkv_params::kGemvRows, mkv_params::kGemvRowsWide}) {
+        uint32_t tokens = 0, rows = 0;
+        try {
+          tokens = pick_gemv_tokens(kOp, device, asked_tokens, asked_rows, 2 * asked_tokens);
+          rows = pick_gemv_rows(kOp, device, wtype, asked_rows, 64, 2 * asked_tokens, tokens);
+        } catch (const gpu::GpuError&) {
+          continue;  // a shape the ops refuse on this device
+        }
+        // Rows that start 16-byte aligned (n_in 8) and rows that do not (n_in 4).
+        for (uint32_t n_in : {8u, 4u})
+          for (const char* prefix : {"gemv_", "gemv_swiglu_", "gemv_geglu_"})
+            names.insert(gemv_name(prefix, wtype, rows, needs_c4_fallback(wtype, rows, n_in, {}), tokens));
+      }
+  }
+  return {names.begin(), names.end()};
 }
 
 }  // namespace mkv::ops

@@ -9,6 +9,9 @@
 namespace mkv::ops {
 namespace {
 
+constexpr const char* kHadamardKernel = "hadamard_f32";
+std::string rope_kernel(RopeStyle style) { return std::string("rope_f32_") + rope_style_name(style); }
+
 constexpr const char* kOp = "rope";
 
 }  // namespace
@@ -24,7 +27,7 @@ void hadamard(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x, u
   const uint64_t elems = uint64_t(n_rows) * n_heads * head_dim;
   if (elems >= (uint64_t(1) << 32)) fail(op, "x has more than 2^32 elements; split the call");
   check_bytes(op, "x (n_rows, n_heads, head_dim) float", x, elems * 4);
-  enc.set_pipeline(dev.pipeline("hadamard_f32"));
+  enc.set_pipeline(dev.pipeline(kHadamardKernel));
   const mkv_params::Hadamard p{n_rows, n_heads, head_dim};
   bind_params(enc, p, 0);
   bind(enc, x, 1);
@@ -66,7 +69,7 @@ void rope(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x,
   check_bytes(kOp, "positions (n_tokens) uint32", positions, uint64_t(d.n_tokens) * 4);
 
   // 2. get the kernel and bind its arguments
-  enc.set_pipeline(dev.pipeline(std::string("rope_f32_") + rope_style_name(spec.style)));
+  enc.set_pipeline(dev.pipeline(rope_kernel(spec.style)));
   const mkv_params::Rope p{d.n_tokens, d.n_heads, d.head_dim, spec.rotary_dim};
   bind_params(enc, p, 0);
   bind(enc, x, 1);
@@ -112,6 +115,10 @@ std::vector<float> rope_inv_freq_llama3(uint32_t rotary_dim, float base, const L
     f = (1.0f - smooth) * f / s.factor + smooth * f;
   }
   return inv;
+}
+
+std::vector<std::string> rope_kernel_names() {
+  return {kHadamardKernel, rope_kernel(RopeStyle::neox), rope_kernel(RopeStyle::interleaved)};
 }
 
 }  // namespace mkv::ops

@@ -75,4 +75,7 @@ struct Llama3RopeScaling {
 std::vector<float> rope_inv_freq_llama3(uint32_t rotary_dim, float base,
                                         const Llama3RopeScaling& scaling);
 
+// Every kernel name rope and hadamard build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> rope_kernel_names();
+
 }  // namespace mkv::ops
