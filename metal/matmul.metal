@@ -23,6 +23,7 @@
 #include "mkv_kernel.h"
 #include "gemv.h"
 #include "gemm.h"
+#include "linear_variants.h"
 
 // One instance per kernel shape, weight format and gemv width, one token per
 // threadgroup row (gemv_tokens.metal has the several-token shapes); the host
@@ -32,16 +33,15 @@
 // picks R from the device's wave). On those, f16 and bf16 read 8-weight
 // chunks with one 16-byte load (FmtF16x8) and need 16-byte aligned rows;
 // gemv_f16_c4_r<R> is the 4-weight fallback for other rows. e.g. "gemv_swiglu_q4_1_r32".
-#define MKV_GEMV_GPU_SHAPES(fmt, F) \
-  MKV_GEMV_SHAPE(fmt##_r1, F, 1, 1) \
-  MKV_GEMV_SHAPE(fmt##_r2, F, 2, 1) \
-  MKV_GEMV_SHAPE(fmt##_r4, F, 4, 1)
+// The GPU widths and the c4 formats: linear_variants.h.
+#define MKV_GEMV_GPU_SHAPE(R, fmt, F) MKV_GEMV_SHAPE(fmt##_r##R, F, R, 1)
+#define MKV_GEMV_GPU_SHAPES(fmt, F) MKV_GEMV_GPU_ROWS(MKV_GEMV_GPU_SHAPE, fmt, F)
 #define MKV_GEMV_FORMAT(fmt, F)                               \
   MKV_GEMV_SHAPE(fmt, F, mkv_params::kGemvRows, 1)            \
   MKV_GEMV_LANES_SHAPE(fmt##_r32, F, 1)                       \
   MKV_GEMV_GPU_SHAPES(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F))
+#define MKV_GEMV_C4_FORMAT(fmt, F, unused) MKV_GEMV_GPU_SHAPES(fmt##_c4, F)
 #define MKV_GEMM_FORMAT(fmt, F) MKV_GEMV(gemm_##fmt, gemm<F>)
 MKV_FOR_EACH_FORMAT(MKV_GEMV_FORMAT)
-MKV_GEMV_GPU_SHAPES(f16_c4, FmtF16)
-MKV_GEMV_GPU_SHAPES(bf16_c4, FmtBF16)
+MKV_GEMV_C4_FORMATS(MKV_GEMV_C4_FORMAT, )
 MKV_FOR_EACH_FORMAT(MKV_GEMM_FORMAT)
