@@ -10,7 +10,6 @@ namespace mkv::ops {
 namespace {
 
 const char* const kDecodeOp = "attention_decode";
-std::string num(uint64_t v) { return std::to_string(v); }
 
 // The fixed-format pairs with kernels of their own (metal/attention_variants.h),
 // and the head_dims they are built for.
@@ -30,13 +29,6 @@ constexpr uint32_t kKvqHeadDims[] = {MKV_ATTN_KVQ_HEAD_DIMS(MKV_ATTN_DIM_ITEM, )
 constexpr uint32_t kR4HeadDims[] = {MKV_ATTN_R4_HEAD_DIMS(MKV_ATTN_DIM_ITEM, )};
 constexpr uint32_t kNopfHeadDims[] = {MKV_ATTN_NOPF_HEAD_DIMS(MKV_ATTN_DIM_ITEM, )};
 #undef MKV_ATTN_DIM_ITEM
-
-template <size_t N>
-constexpr bool listed(const uint32_t (&list)[N], uint32_t v) {
-  for (uint32_t x : list)
-    if (x == v) return true;
-  return false;
-}
 
 // The lists say what the op's rules assume: the kvq kernels at exactly the
 // head_dims kv_format_fits takes, the _r4 ones where decode has 8 rows, the
@@ -80,7 +72,7 @@ std::string family(const char* stem, const AttnNameKey& k, bool pairs = false) {
 std::string decode_suffix(const AttnNameKey& k, uint32_t per_block, bool host) {
   if (k.decode_variant == "nopf") {
     if (!listed(kNopfHeadDims, k.head_dim))
-      fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(k.head_dim));
+      fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + std::to_string(k.head_dim));
     if (std::string(kv_kind(k)) != "f16") fail(kDecodeOp, "decode_variant 'nopf' exists for f16 K and V only");
     return "_nopf";
   }

@@ -29,12 +29,6 @@ constexpr uint32_t kGpuTokenRows[] = {MKV_GEMV_GPU_TOKEN_ROWS(MKV_GEMV_ROWS_ITEM
 constexpr WeightType kC4Formats[] = {MKV_GEMV_C4_FORMATS(MKV_GEMV_C4_ITEM, )};
 #undef MKV_GEMV_C4_ITEM
 
-template <class T, size_t N>
-constexpr bool listed(const T (&list)[N], T v) {
-  for (const T& x : list)
-    if (x == v) return true;
-  return false;
-}
 // "1, 2, 4" or "1 or 2" for error messages.
 template <size_t N>
 std::string rows_text(const uint32_t (&list)[N], const char* last) {

@@ -6,6 +6,7 @@
 // (docs/ARCHITECTURE.md says why).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -15,6 +16,14 @@
 namespace mkv::ops {
 
 inline uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
+
+// Whether v is in a constant list (a variant table's entries: metal/*_variants.h).
+template <class T, size_t N>
+constexpr bool listed(const T (&list)[N], T v) {
+  for (const T& x : list)
+    if (x == v) return true;
+  return false;
+}
 
 // A range of a device buffer: tensors live at offsets inside larger buffers.
 struct BufferView {
