@@ -80,7 +80,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
     auto out = dev->new_buffer(size_t(s.n_q_heads) * s.head_dim * 4);
 
     for (const Mode& m : modes) {
-      if (*m.variant && !ctx.is_host()) continue;  // elsewhere the rows above are the GPU shape
+      if (*m.variant && !dev->properties().lanes_are_fibers) continue;  // elsewhere the rows above are the GPU shape
       for (uint32_t n : contexts) {
         ops::AttentionDesc d;
         d.n_q_heads = s.n_q_heads;
@@ -100,7 +100,7 @@ std::vector<Result> decode_attention(const Context& ctx) {
         const double ms = median_ms(n >= 32768 ? 1 : ctx.repeat, [&] {
           auto cb = queue->command_buffer();
           auto& enc = cb->compute_encoder();
-          ops::attention_decode(enc, *dev, d, {q}, {kv}, {table}, {out}, {}, {scratch});
+          ops::attention_decode(*dev, enc, d, {q}, {kv}, {table}, {out}, {}, {scratch});
           enc.end_encoding();
           cb->commit();
           cb->wait();

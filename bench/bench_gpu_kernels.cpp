@@ -155,7 +155,7 @@ void decode_attention(Bench& b, const AttnShape& s, const std::vector<uint32_t>&
     ops::BufferView scratch{p.scratch_bytes ? b.dev.new_buffer(p.scratch_bytes) : nullptr};
     const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
       const uint32_t i = uint32_t(call % sets);
-      ops::attention_decode(enc, b.dev, d, q[i], kv[i], m.paged ? shuffled : identity, out[i], {}, scratch);
+      ops::attention_decode(b.dev, enc, d, q[i], kv[i], m.paged ? shuffled : identity, out[i], {}, scratch);
     });
     const std::string kernel = p.kernel + (p.split ? "+" + ops::attention_kernel_name("attn_decode_reduce", s.head_dim) : "");
     b.add({"attn_decode_" + attn_shape_name(s) + "_" + m.name,
@@ -198,7 +198,7 @@ void prefill_attention(Bench& b, const AttnShape& s, uint32_t n_queries) {
   const ops::BufferView table{block_table(b.dev, s.n_tokens, s.n_tokens / mkv_params::kKvBlockTokens)};
   const CallTime t = b.time([&](gpu::ComputeEncoder& enc, uint64_t call) {
     const uint32_t i = uint32_t(call % sets);
-    ops::attention_prefill(enc, b.dev, d, q[i], kv[i], table, out[i], {});
+    ops::attention_prefill(b.dev, enc, d, q[i], kv[i], table, out[i], {});
   });
   // Causal: query j (of n_queries) sees n_tokens - n_queries + j + 1 keys; q.k and p.v are 2 flops a MAC each.
   const double key_visits = double(n_queries) * (s.n_tokens - n_queries) + 0.5 * n_queries * (n_queries + 1.0);
@@ -446,8 +446,8 @@ std::vector<Result> linear_group(const Context& ctx) {
       };
       for (const auto& s : g.gemv) {
         run(s[0], s[1], 1, {});
-        // The GPU widths side by side (the host runs its own shapes: no sweep there).
-        if (b.dev.kind() != "host")
+        // The GPU widths side by side (a device with one best width, the host, runs it: no sweep there).
+        if (!b.dev.properties().gemv_rows)
           for (uint32_t rows : {1u, 2u, 4u}) run(s[0], s[1], 1, {rows});
       }
       // The fused epilogues and the GLU gemv on the first shape (Llama's o_proj + residual,

@@ -90,7 +90,7 @@ std::vector<Result> kv_quant(const Context& ctx) {
           ops::BufferView scratch{p.scratch_bytes ? dev.new_buffer(p.scratch_bytes) : nullptr};
           const CallTime t = time_calls(dev, *queue, plan, [&](gpu::ComputeEncoder& enc, uint64_t call) {
             const uint32_t i = uint32_t(call % sets);
-            ops::attention_decode(enc, dev, d, q[i], kv[i], table, o[i], {}, scratch);
+            ops::attention_decode(dev, enc, d, q[i], kv[i], table, o[i], {}, scratch);
           });
           if (f.k == mkv_params::kKvF16 && f.v == mkv_params::kKvF16) f16_us = t.us;
           const double read = double(p.kv_bytes_read);

@@ -11,6 +11,7 @@
 // registers (docs/ATTENTION.md), and the host also builds and tests those.
 #include "mkv_kernel.h"
 #include "attention_decode_kernels.h"
+#include "attention_variants.h"
 
 #if defined(MKV_HOST_SHAPES)
 // Single pass and split-K first pass of one (reader, rows, window, logits)
@@ -24,34 +25,22 @@
                                mkv_params::kAttnDecodeHostSimdgroups,                                       \
                                mkv_params::attn_decode_host_lane_elems(D)>)
 // f16 K and V (and an eviction policy's logits) at every head_dim.
-#define MKV_ATTN_DECODE_HOST_F16(D)                                                               \
+#define MKV_ATTN_DECODE_HOST_F16(D, unused)                                                             \
   MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), f16, AttnKvF16, false, false, )        \
   MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), f16, AttnKvF16, false, true, _lg)
 // Quantized K and/or V, with a residual window, with logits: the head_dims kv_format_fits takes.
-#define MKV_ATTN_DECODE_HOST_KVQ(D)                                                               \
+#define MKV_ATTN_DECODE_HOST_KVQ(D, unused)                                                             \
   MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, false, false, )      \
   MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, true, false, _res)   \
   MKV_ATTN_DECODE_HOST(D, mkv_params::attn_decode_rows(D), kvq, AttnKvQuant, false, true, _lg)
 // The 4-row forms where D allows 8 rows (the op's pick for head blocks of <= 4).
-#define MKV_ATTN_DECODE_HOST_R4(D)                                                \
+#define MKV_ATTN_DECODE_HOST_R4(D, unused)                                              \
   MKV_ATTN_DECODE_HOST(D, 4, f16, AttnKvF16, false, false, _r4)                  \
   MKV_ATTN_DECODE_HOST(D, 4, kvq, AttnKvQuant, false, false, _r4)                \
   MKV_ATTN_DECODE_HOST(D, 4, kvq, AttnKvQuant, true, false, _res_r4)
 
-MKV_ATTN_DECODE_HOST_F16(32)
-MKV_ATTN_DECODE_HOST_F16(64)
-MKV_ATTN_DECODE_HOST_F16(80)
-MKV_ATTN_DECODE_HOST_F16(96)
-MKV_ATTN_DECODE_HOST_F16(112)
-MKV_ATTN_DECODE_HOST_F16(128)
-MKV_ATTN_DECODE_HOST_F16(160)
-MKV_ATTN_DECODE_HOST_F16(192)
-MKV_ATTN_DECODE_HOST_F16(256)
-MKV_ATTN_DECODE_HOST_KVQ(32)
-MKV_ATTN_DECODE_HOST_KVQ(64)
-MKV_ATTN_DECODE_HOST_KVQ(128)
-MKV_ATTN_DECODE_HOST_KVQ(192)
-MKV_ATTN_DECODE_HOST_KVQ(256)
-MKV_ATTN_DECODE_HOST_R4(32)
-MKV_ATTN_DECODE_HOST_R4(64)
+// The head_dims of attention_variants.h, as attention_decode.metal's.
+MKV_ATTN_HEAD_DIMS(MKV_ATTN_DECODE_HOST_F16, )
+MKV_ATTN_KVQ_HEAD_DIMS(MKV_ATTN_DECODE_HOST_KVQ, )
+MKV_ATTN_R4_HEAD_DIMS(MKV_ATTN_DECODE_HOST_R4, )
 #endif

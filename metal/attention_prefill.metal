@@ -4,6 +4,7 @@
 // with or without a residual window (p.residual; its ring at buffer 6).
 #include "mkv_kernel.h"
 #include "attention_prefill.h"
+#include "attention_variants.h"
 
 // BK = attn_prefill_key_tile(D), R = attn_rows_per_simdgroup(D).
 template <bool Quant, uint D, uint BK, uint R>
@@ -32,19 +33,6 @@ MKV_MAX_THREADS(mkv_params::kAttnSimdgroups * 32) kernel void attn_prefill(const
 #define MKV_ATTN_PREFILL_KIND(D, kind, quant)                                     \
   MKV_KERNEL(MKV_STR(attn_prefill_##kind##_d##D),                                 \
              attn_prefill<quant, D, mkv_params::attn_prefill_key_tile(D), mkv_params::attn_rows_per_simdgroup(D)>)
-#define MKV_ATTN_PREFILL(D) MKV_ATTN_PREFILL_KIND(D, f16, false)
-
-MKV_ATTN_PREFILL(32)
-MKV_ATTN_PREFILL(64)
-MKV_ATTN_PREFILL(80)
-MKV_ATTN_PREFILL(96)
-MKV_ATTN_PREFILL(112)
-MKV_ATTN_PREFILL(128)
-MKV_ATTN_PREFILL(160)
-MKV_ATTN_PREFILL(192)
-MKV_ATTN_PREFILL(256)
-MKV_ATTN_PREFILL_KIND(32, kvq, true)
-MKV_ATTN_PREFILL_KIND(64, kvq, true)
-MKV_ATTN_PREFILL_KIND(128, kvq, true)
-MKV_ATTN_PREFILL_KIND(192, kvq, true)
-MKV_ATTN_PREFILL_KIND(256, kvq, true)
+// f16 K and V at every head_dim, the quantized readers at theirs (attention_variants.h).
+MKV_ATTN_HEAD_DIMS(MKV_ATTN_PREFILL_KIND, f16, false)
+MKV_ATTN_KVQ_HEAD_DIMS(MKV_ATTN_PREFILL_KIND, kvq, true)

@@ -7,6 +7,7 @@
 // T = kGemvTokensGpu (cpp/ops/linear.cpp picks them: gemv_rows, gemv_tokens).
 #include "mkv_kernel.h"
 #include "gemv.h"
+#include "linear_variants.h"
 
 // The GLU forms of the host's shape at 8 rows only: at 32 (64 rows held, 512
 // accumulators a lane) they were slower on the host executor and the costliest
@@ -14,9 +15,8 @@
 #define MKV_GEMV_TOKENS_HOST(fmt, F, T)                             \
   MKV_GEMV_SHAPE(fmt##_t##T, F, mkv_params::kGemvRows, T)            \
   MKV_GEMV_LANES_SHAPE(fmt##_r32_t##T, F, T)
-#define MKV_GEMV_TOKENS_GPU(fmt, F, T)     \
-  MKV_GEMV_SHAPE(fmt##_r1_t##T, F, 1, T)  \
-  MKV_GEMV_SHAPE(fmt##_r2_t##T, F, 2, T)
+#define MKV_GEMV_TOKENS_GPU_SHAPE(R, fmt, F, T) MKV_GEMV_SHAPE(fmt##_r##R##_t##T, F, R, T)
+#define MKV_GEMV_TOKENS_GPU(fmt, F, T) MKV_GEMV_GPU_TOKEN_ROWS(MKV_GEMV_TOKENS_GPU_SHAPE, fmt, F, T)
 // T as a literal: it is pasted into the name (static_asserted against
 // kGemvTokensHost / kGemvTokensGpu below).
 // The host executor builds both families (so the GPU shapes are tested on any
@@ -31,7 +31,7 @@
 #define MKV_GEMV_TOKENS_FORMAT(fmt, F) MKV_GEMV_TOKENS_GPU(fmt, MKV_GEMV_GPU_FORMAT_##fmt(F), 4)
 #endif
 MKV_FOR_EACH_FORMAT(MKV_GEMV_TOKENS_FORMAT)
-MKV_GEMV_TOKENS_GPU(f16_c4, FmtF16, 4)
-MKV_GEMV_TOKENS_GPU(bf16_c4, FmtBF16, 4)
+#define MKV_GEMV_TOKENS_C4_FORMAT(fmt, F, T) MKV_GEMV_TOKENS_GPU(fmt##_c4, F, T)
+MKV_GEMV_C4_FORMATS(MKV_GEMV_TOKENS_C4_FORMAT, 4)
 static_assert(mkv_params::kGemvTokensHost == 8 && mkv_params::kGemvTokensGpu == 4,
               "the instantiations above paste these counts into their names");

@@ -82,7 +82,7 @@ struct PolicyArgs {
 void encode_scores(PyDevice& dev, gpu::ComputeEncoder& enc, const ops::AttentionDesc& d, const PolicyArgs& a,
                    const BufferPtr& scratch) {
   if (a.scores)
-    ops::attention_scores(enc, *dev.device, d, a.row_lo, view(*a.scores), a.stride ? a.stride : d.n_tokens,
+    ops::attention_scores(*dev.device, enc, d, a.row_lo, view(*a.scores), a.stride ? a.stride : d.n_tokens,
                           view(scratch));
 }
 BufferPtr scores_scratch(PyDevice& dev, const ops::AttentionDesc& d, const PolicyArgs& a) {
@@ -137,7 +137,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         BufferPtr scratch_buf = scratch ? *scratch : nullptr;
         if (!scratch_buf && scratch_bytes) scratch_buf = dev.device->new_buffer(scratch_bytes);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
-          ops::attention_decode(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
+          ops::attention_decode(*dev.device, enc, d, view(q), view(kv, kv_offset), view(table), view(out),
                                 view(sinks ? *sinks : nullptr), view(scratch_buf));
           encode_scores(dev, enc, d, pa, policy_scratch);
         });
@@ -220,7 +220,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
         const BufferPtr policy_scratch = scores_scratch(dev, d, pa);
         if (n_queries > 0 && slots % mkv_params::kKvBlockTokens == 0) check_table("attention_prefill", d, table);
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
-          ops::attention_prefill(enc, *dev.device, d, view(q), view(kv, kv_offset), view(table), view(out),
+          ops::attention_prefill(*dev.device, enc, d, view(q), view(kv, kv_offset), view(table), view(out),
                                  view(sinks ? *sinks : nullptr));
           encode_scores(dev, enc, d, pa, policy_scratch);
         });

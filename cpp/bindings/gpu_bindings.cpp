@@ -17,6 +17,7 @@
 #include "gpu/apple_gpu.h"
 #include "gpu/device.h"
 #include "gpu/device_select.h"
+#include "ops/kernel_names.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -35,7 +36,7 @@ void write_array(gpu::Buffer& b, nb::ndarray<nb::c_contig, nb::device::cpu> a, s
 
 }  // namespace
 
-void bind_gpu(nb::module_& m, nb::module_&) {
+void bind_gpu(nb::module_& m, nb::module_& ops_m) {
   nb::exception<gpu::GpuError>(m, "GpuError", PyExc_RuntimeError);
   register_argument_error(m);
 
@@ -146,10 +147,15 @@ void bind_gpu(nb::module_& m, nb::module_&) {
             out["max_threads_per_unit"] = p.max_threads_per_unit;
             out["threadgroup_memory_per_unit"] = p.threadgroup_memory_per_unit;
             out["memory_bytes"] = p.memory_bytes;
+            out["lanes_are_fibers"] = p.lanes_are_fibers;
+            out["has_host_shapes"] = p.has_host_shapes;
+            out["gemv_rows"] = p.gemv_rows;
+            out["gemv_tokens"] = p.gemv_tokens;
             return out;
           },
-          "What launch sizes and default budgets are computed from: {'compute_units', 'max_threads_per_unit', "
-          "'threadgroup_memory_per_unit', 'memory_bytes'} (cpp/gpu/device.h DeviceProperties).")
+          "What launch sizes, kernel shapes and default budgets are computed from: {'compute_units', "
+          "'max_threads_per_unit', 'threadgroup_memory_per_unit', 'memory_bytes', 'lanes_are_fibers', "
+          "'has_host_shapes', 'gemv_rows', 'gemv_tokens'} (cpp/gpu/device.h DeviceProperties).")
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(
           "buffer",
@@ -183,6 +189,10 @@ void bind_gpu(nb::module_& m, nb::module_&) {
           "{kernel name: (calls, seconds)} since creation or reset_counters(); empty unless "
           "the device profiles (host executor with profile=True or $METALKV_PROFILE=1).")
       .def("__repr__", [](const PyDevice& d) { return "<metalkv.Device " + d.device->name() + ">"; });
+  ops_m.def(
+      "kernel_names", [](PyDevice& d) { return ops::op_kernel_names(*d.device); }, "device"_a,
+      "Every kernel name the ops can build on this device (sorted): each must be in device.kernel_names(),\n"
+      "and every kernel there but the test kernels must be one of these (tests/gpu/test_kernel_names.py).");
 }
 
 MKV_BINDING(gpu, bind_gpu);

@@ -477,7 +477,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
          uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, const std::string& style) {
         ops::RopeSpec spec{ops::parse_rope_style(style), rotary_dim ? rotary_dim : head_dim, {inv_freq, 0}};
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
-          ops::rope(enc, *dev.device, {x, 0}, {positions, 0}, spec, {n_tokens, n_heads, head_dim});
+          ops::rope(*dev.device, enc, {x, 0}, {positions, 0}, spec, {n_tokens, n_heads, head_dim});
         });
       },
       "device"_a, "x"_a, "positions"_a, "inv_freq"_a, nb::kw_only(), "n_tokens"_a, "n_heads"_a, "head_dim"_a,
@@ -487,7 +487,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
   ops_m.def(
       "hadamard",
       [](PyDevice& dev, const gpu::BufferPtr& x, uint32_t n_rows, uint32_t n_heads, uint32_t head_dim) {
-        run_compute(dev, [&](gpu::ComputeEncoder& enc) { ops::hadamard(enc, *dev.device, {x, 0}, n_rows, n_heads, head_dim); });
+        run_compute(dev, [&](gpu::ComputeEncoder& enc) { ops::hadamard(*dev.device, enc, {x, 0}, n_rows, n_heads, head_dim); });
       },
       "device"_a, "x"_a, nb::kw_only(), "n_rows"_a, "n_heads"_a, "head_dim"_a,
       "Rotates every head of x (n_rows, n_heads, head_dim) float32 in place by the orthonormal Hadamard transform "

@@ -1,9 +1,10 @@
 // Device layer: a small interface in Metal's own terms.
 //
 // Everything above cpp/gpu (ops, kv, model, engine, bindings) talks to the GPU
-// only through these classes. Two implementations exist:
+// only through these classes. Three implementations exist:
 //   host  (cpp/gpu/host)  runs metal/*.metal on the CPU with GPU semantics;
-//   metal (cpp/gpu/metal) drives a real Apple GPU through metal-cpp.
+//   metal (cpp/gpu/metal) drives a real Apple GPU through metal-cpp;
+//   cuda  (cpp/gpu/cuda)  runs the same kernels on NVIDIA GPUs (built where nvcc is).
 //
 // Lifetime: objects are handed out as shared_ptr; a command buffer keeps the
 // buffers and pipelines bound to it alive until it has completed.
@@ -56,6 +57,31 @@ struct DeviceProperties {
   // pool) are a share of: CUDA: the GPU's global memory; Metal: the working set
   // the system recommends; host: physical RAM.
   size_t memory_bytes = 0;
+
+  // How the device runs a kernel, where that changes which kernel shape an op
+  // picks. Ops read these traits, never the device's kind(), so a new device
+  // states its answers here and the ops follow (docs/ARCHITECTURE.md, "Ops").
+  //
+  // A SIMD-group's lanes run as fibers taking turns on one CPU thread (the host
+  // executor): every simd_* collective and threadgroup barrier is a rendezvous
+  // that switches through all the lanes, while registers cost nothing. Ops then
+  // pick the shapes with the fewest collectives: one SIMD-group a row for
+  // rms_norm, a fixed few for argmax, the "_h" decode attention shape. GPUs
+  // (false): a collective costs a few cycles and registers bound occupancy.
+  bool lanes_are_fibers = false;
+  // The device's kernel library also holds the shapes built for fiber lanes
+  // only (MKV_HOST_SHAPES: the "_h" decode attention kernels, the 8-token
+  // gemv): an op may run them when asked. GPU compilers never see them (they
+  // would not fit GPU registers and cost nvcc minutes).
+  bool has_host_shapes = false;
+  // gemv rows per SIMD-group when the device has one best width: 32 on the host
+  // executor (a row a lane, no collective: kGemvRowsWide); 0 (GPUs): ops pick 1,
+  // 2 or 4 to fill one wave of the device (ops/linear.h gemv_rows).
+  uint32_t gemv_rows = 0;
+  // Tokens per threadgroup of the gemv over several tokens: kGemvTokensGpu (4,
+  // every token's activations and sums in registers) on GPUs, kGemvTokensHost
+  // (8) on the host executor (metal/linear_params.h, ops/linear.h gemv_tokens).
+  uint32_t gemv_tokens = 1;
 };
 
 class Pipeline {

@@ -255,7 +255,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
                      table(layer), lay.k_format, lay.v_format, lay.rotate, with_ring ? ring_slots_ : 0u,
                      with_ring ? ring(layer) : ops::BufferView{}};
   if (spec_.store == StorePath::compute) {
-    ops::kv_store(enc.compute(), *device_, k_new, v_new, region(layer), d);
+    ops::kv_store(*device_, enc.compute(), k_new, v_new, region(layer), d);
   } else {
     // ... the blit path stages n_new slots (K and V sections of one unit each)
     // and copies them, per block the chunk touches one run of consecutive
@@ -263,7 +263,7 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
     const BufferView staging = staging_for(n_new);
     d.dst_rows = n_new;
     d.table = {};
-    ops::kv_store(enc.compute(), *device_, k_new, v_new, staging, d);
+    ops::kv_store(*device_, enc.compute(), k_new, v_new, staging, d);
     gpu::BlitEncoder& blit = enc.blit();
     for (uint32_t t = 0; t < n_new;) {
       const uint32_t at = index + t, run = std::min(n_new - t, kBlockTokens - at % kBlockTokens);

@@ -223,7 +223,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
     if (n_moves == 0) continue;
     const LayerLayout lay = layout(l);
     const ops::KvMoveDesc d{n_moves, H, spec_.head_dim, lay.k_format, lay.v_format, lay.slots, count};
-    ops::kv_move_rows(enc.compute(), *device_, region(l), {g.move_table, 0}, {g.moves, first_move[i] * 3 * sizeof(uint32_t)},
+    ops::kv_move_rows(*device_, enc.compute(), region(l), {g.move_table, 0}, {g.moves, first_move[i] * 3 * sizeof(uint32_t)},
                       d);
   }
   {
@@ -239,7 +239,7 @@ void KVCache::note_policy_store(EncoderSession& enc, uint32_t layer, const Buffe
   for (uint32_t h = 0; h < spec_.n_kv_heads; ++h)
     for (uint32_t t = 0; t < n_new; ++t) kept_pos_[layer][size_t(h) * spec_.capacity + index + t] = n + t;
   if (policy_scores_keys(spec_.policy.kind))
-    ops::kv_key_scores(enc.compute(), *device_, k_new, scores(layer),
+    ops::kv_key_scores(*device_, enc.compute(), k_new, scores(layer),
                        {n_new, spec_.n_kv_heads, spec_.head_dim, index, spec_.capacity});
 }
 

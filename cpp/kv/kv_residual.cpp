@@ -109,7 +109,7 @@ void KVCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint
   if (last == first) return;
   ops::KvSealDesc d{spec_.n_kv_heads, spec_.head_dim, slots(layer), first * kBlockTokens, last - first, ring_slots_,
                     ring_lo_[layer]};
-  ops::kv_seal_q2k(enc.compute(), *device_, region(layer), ring(layer), table(layer), d);
+  ops::kv_seal_q2k(*device_, enc.compute(), region(layer), ring(layer), table(layer), d);
 }
 
 }  // namespace mkv::kv

@@ -171,14 +171,14 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     if (policy.buffer) d.logits = policy;
     const ops::BufferView out = row(ws.attn(), r0, Q);
     if (seg.n == 1)
-      ops::attention_decode(enc, dev, d, q, cache.region(l), cache.table(l), out, {},
+      ops::attention_decode(dev, enc, d, q, cache.region(l), cache.table(l), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
-      ops::attention_prefill(enc, dev, d, q, cache.region(l), cache.table(l), out, {});
+      ops::attention_prefill(dev, enc, d, q, cache.region(l), cache.table(l), out, {});
     if (policy.buffer)
-      ops::attention_scores(enc, dev, d, cache.score_rows_from(l, seg.n), cache.scores(l), cache.spec().capacity,
+      ops::attention_scores(dev, enc, d, cache.score_rows_from(l, seg.n), cache.scores(l), cache.spec().capacity,
                             {policy.buffer, policy.offset + logit_bytes});
-    if (lay.rotate) ops::hadamard(enc, dev, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated
+    if (lay.rotate) ops::hadamard(dev, enc, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated
   }
 
   gpu::ComputeEncoder& enc = s.compute();

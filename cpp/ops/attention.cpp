@@ -10,6 +10,7 @@
 
 #include "metal/attention_params.h"
 #include "metal/kv_format.h"
+#include "ops/attention_names.h"
 #include "ops/launch.h"
 
 namespace mkv::ops {
@@ -49,27 +50,6 @@ static_assert(mkv_params::kAttnDecodeBlockKeys == 4, "decode scores of a block t
 static_assert(head_dims_fit(), "a head_dim in kAttnHeadDims breaks an assumption of the kernels");
 
 std::string num(uint64_t v) { return std::to_string(v); }
-
-// The kernel family's format part: f16; a pair with kernels of its own
-// (metal/attention_decode.metal MKV_ATTN_DECODE_KVQ_PAIRS and, with a residual
-// window, MKV_ATTN_DECODE_RES_PAIRS: decode at D = 64 and 128); else kvq,
-// whose kernels read any pair.
-const char* kv_kind(const AttentionDesc& d, bool pairs = false) {
-  using namespace mkv_params;
-  if (d.k_format == kKvF16 && d.v_format == kKvF16 && !d.residual) return "f16";
-  if (pairs && (d.head_dim == 64 || d.head_dim == 128) && !d.logits.buffer) {  // (_lg: f16 or kvq)
-    if (d.k_format == kKvQ8 && d.v_format == kKvQ8) return "q8q8";
-    if (d.k_format == kKvQ4 && d.v_format == kKvQ4) return "q4q4";
-    if (d.k_format == kKvQ8 && d.v_format == kKvQ4) return "q8q4";
-    if (d.residual && d.k_format == kKvQ2K && d.v_format == kKvQ2V) return "q2q2";  // _res kernels only
-  }
-  return "kvq";
-}
-
-// pairs: the fixed-format pairs' kernels may be picked (decode, GPU shape).
-std::string family(const char* stem, const AttentionDesc& d, bool pairs = false) {
-  return std::string(stem) + "_" + kv_kind(d, pairs);
-}
 
 // Bytes of one key's K and V rows of one KV head: codes and group parameters.
 uint64_t kv_head_bytes(const AttentionDesc& d) {
@@ -216,55 +196,28 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
 }
 
 // Whether decode runs the host executor's shape (metal/attention_decode_host.metal,
-// the _h kernels): the default on the host, never elsewhere; decode_variant
-// "gpu" (or "nopf") asks for the GPU shape, "host" for the host's. device_kind:
-// the device the call runs on, or nullptr for a plan without one.
-bool decode_host_shape(const AttentionDesc& d, const char* device_kind) {
+// the _h kernels): the default where lanes are fibers (DeviceProperties), never
+// elsewhere; decode_variant "gpu" (or "nopf") asks for the GPU shape, "host" for
+// the host's (only where the library has it). dev: the device the call runs on,
+// or nullptr for a plan without one.
+bool decode_host_shape(const AttentionDesc& d, const gpu::Device* dev) {
   const std::string& v = d.decode_variant;
-  const bool on_host = device_kind && std::string(device_kind) == "host";
-  if (v.empty()) return on_host;
+  if (v.empty()) return dev && dev->properties().lanes_are_fibers;
   if (v == "gpu" || v == "nopf") return false;
   if (v != "host")
     fail(kDecodeOp, "decode_variant '" + v + "' is not one of '' (the device's shape), 'gpu', 'host' or 'nopf'");
-  if (device_kind && !on_host)
-    fail(kDecodeOp, "decode_variant 'host' is the host executor's shape, not built for " + std::string(device_kind));
+  if (dev && !dev->properties().has_host_shapes)
+    fail(kDecodeOp, "decode_variant 'host' is the host executor's shape, not built for " + dev->kind());
   return true;
-}
-
-// The kernel name after its family: the 4-row kernels where D allows 8 rows
-// but the head block needs at most 4 (half the q/acc registers), the residual
-// window's and a policy's logits' kernels, a requested compile-time variant;
-// "_h" for the host's shape.
-std::string decode_suffix(const AttentionDesc& d, uint32_t per_block, bool host) {
-  if (d.decode_variant == "nopf") {
-    if (d.head_dim != 128)
-      fail(kDecodeOp, "decode_variant 'nopf' exists for head_dim 128 only, not " + num(d.head_dim));
-    if (std::string(kv_kind(d)) != "f16") fail(kDecodeOp, "decode_variant 'nopf' exists for f16 K and V only");
-    return "_nopf";
-  }
-  const char* shape = host ? "_h" : "";
-  if (d.logits.buffer) {  // an eviction policy's logits: the _lg kernels (8 rows where D allows)
-    if (d.residual) fail(kDecodeOp, "logits (an eviction policy's) and a residual window do not go together");
-    return std::string("_lg") + shape;
-  }
-  const char* rows = mkv_params::attn_decode_rows(d.head_dim) == 8 && per_block <= 4 ? "_r4" : "";
-  return (d.residual ? std::string("_res") : std::string()) + rows + shape;
-}
-
-// The first kernel of a decode call: its family (the fixed-format pairs in the
-// GPU shape only: the host's reads every pair through kvq) and suffix.
-std::string decode_kernel(const AttentionDesc& d, bool split, uint32_t per_block, bool host) {
-  return attention_kernel_name(family(split ? "attn_decode_split" : "attn_decode", d, !host).c_str(), d.head_dim) +
-         decode_suffix(d, per_block, host);
 }
 
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
 
-AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const char* device_kind) {
+AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu::Device* dev) {
   AttentionDecodePlan plan;
-  const bool host = decode_host_shape(d, device_kind);
+  const bool host = decode_host_shape(d, dev);
   plan.n_keys = decode_shape(d, plan.heads_per_block, plan.head_blocks);
   plan.wave = std::max(wave, 1u);
 
@@ -281,7 +234,7 @@ AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const cha
   plan.chunk_keys = ceil_div(plan.n_keys, chunks);
   plan.n_chunks = ceil_div(plan.n_keys, plan.chunk_keys);  // no empty chunk
   plan.threadgroups = base * plan.n_chunks;
-  plan.kernel = decode_kernel(d, plan.split, plan.heads_per_block, host);
+  plan.kernel = attention_decode_kernel(attention_name_key(d), plan.split, plan.heads_per_block, host);
   plan.threads = host ? kHostThreads : plan.split ? kSplitThreads : kThreads;
   if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
@@ -298,11 +251,10 @@ AttentionDecodePlan attention_decode_plan(const AttentionDesc& d, uint32_t wave)
 AttentionDecodePlan attention_decode_plan(gpu::Device& dev, const AttentionDesc& d) {
   uint32_t per_block = 0, blocks = 0;
   decode_shape(d, per_block, blocks);
-  const std::string kind = dev.kind();
-  const bool host = decode_host_shape(d, kind.c_str());
-  const gpu::PipelinePtr split = dev.pipeline(decode_kernel(d, true, per_block, host));
+  const bool host = decode_host_shape(d, &dev);
+  const gpu::PipelinePtr split = dev.pipeline(attention_decode_kernel(attention_name_key(d), true, per_block, host));
   // device_wave is cheap per call: the CUDA pipeline keeps its occupancy answers.
-  return decode_plan(d, device_wave(dev, *split, host ? kHostThreads : kSplitThreads), kind.c_str());
+  return decode_plan(d, device_wave(dev, *split, host ? kHostThreads : kSplitThreads), &dev);
 }
 
 size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
@@ -316,7 +268,7 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
   return scratch_for(d, std::min(chunks, n_keys));
 }
 
-void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& table,
                       const BufferView& out, const BufferView& sinks, const BufferView& scratch) {
   const char* op = kDecodeOp;
@@ -375,7 +327,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   enc.dispatch_threadgroups(grid, {plan.threads, 1, 1});
 
   const mkv_params::AttnDecodeReduce r{d.n_q_heads, plan.n_chunks, p.has_sinks};
-  enc.set_pipeline(dev.pipeline(attention_kernel_name("attn_decode_reduce", d.head_dim)));
+  enc.set_pipeline(dev.pipeline(attention_reduce_kernel(d.head_dim)));
   bind_params(enc, r, 0);
   bind(enc, part_o, 1);
   bind(enc, part_ml, 2);
@@ -385,7 +337,7 @@ void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {mkv_params::kAttnReduceThreads, 1, 1});
 }
 
-void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                        const BufferView& q, const BufferView& kv, const BufferView& table,
                        const BufferView& out, const BufferView& sinks) {
   const char* op = "attention_prefill";
@@ -423,7 +375,7 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
     check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
                uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);
 
-  enc.set_pipeline(dev.pipeline(attention_kernel_name(family("attn_prefill", d).c_str(), d.head_dim)));
+  enc.set_pipeline(dev.pipeline(attention_prefill_kernel(attention_name_key(d))));
   bind_params(enc, p, 0);
   bind(enc, q, 1);
   bind(enc, kv, 2);

@@ -16,18 +16,21 @@
 #include <string>
 #include <vector>
 
+#include "metal/attention_variants.h"
 #include "ops/ops.h"
 
 namespace mkv::ops {
 
 enum class AttentionSplit { automatic, never, always };
 
-// The head_dims the attention kernels are instantiated for (one
-// MKV_ATTN_DECODE / MKV_ATTN_PREFILL line each in metal/attention_*.metal):
-// the one list, read by the op's check, the model's check and Python
-// (metalkv._core.ops.attention_head_dims()). Each is a multiple of 8 (decode
-// reads rows in 16-byte pieces) and at most 256 (threads per threadgroup).
-inline constexpr uint32_t kAttnHeadDims[] = {32, 64, 80, 96, 112, 128, 160, 192, 256};
+// The head_dims the attention kernels are instantiated for: the kernels'
+// own list (MKV_ATTN_HEAD_DIMS, metal/attention_variants.h), read by the op's
+// check, the model's check and Python (metalkv._core.ops.attention_head_dims()).
+// Each is a multiple of 8 (decode reads rows in 16-byte pieces) and at most 256
+// (threads per threadgroup).
+#define MKV_ATTN_HEAD_DIM_ITEM(D, unused) D,
+inline constexpr uint32_t kAttnHeadDims[] = {MKV_ATTN_HEAD_DIMS(MKV_ATTN_HEAD_DIM_ITEM, )};
+#undef MKV_ATTN_HEAD_DIM_ITEM
 
 bool attention_head_dim_supported(uint32_t head_dim);
 std::vector<uint32_t> attention_head_dims();
@@ -129,14 +132,14 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d);
 // sinks: (n_q_heads) f32 iff d.has_sinks, else an empty view. scratch:
 // attention_decode_scratch_bytes(d) bytes (may be empty when that is 0),
 // offset a multiple of 16. Encodes one dispatch, or two for split-K.
-void attention_decode(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                       const BufferView& q, const BufferView& kv, const BufferView& table,
                       const BufferView& out, const BufferView& sinks, const BufferView& scratch);
 
 // out (n_queries, n_q_heads, head_dim) f32 = attention of q (n_queries,
 // n_q_heads, head_dim) f32 at positions n_tokens - n_queries .. n_tokens - 1,
 // whose keys kv already holds, through table as for decode.
-void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d,
+void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
                        const BufferView& q, const BufferView& kv, const BufferView& table,
                        const BufferView& out, const BufferView& sinks);
 
@@ -146,10 +149,15 @@ void attention_prefill(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attenti
 // over the query rows from row_lo and the query heads of its KV head.
 // scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats and
 // attn_scores_add (metal/attention_scores.metal).
-void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d, uint32_t row_lo,
+void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
                       const BufferView& scores, uint32_t score_stride, const BufferView& scratch);
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...
 std::string attention_kernel_name(const char* family, uint32_t head_dim);
+
+// Every kernel name the attention ops (decode, its reduce, prefill, scores)
+// can build on `dev`, whatever the descriptor: each must be in the device's
+// library (tests/gpu/test_kernel_names.py).
+std::vector<std::string> attention_kernel_names(gpu::Device& dev);
 
 }  // namespace mkv::ops

@@ -2,6 +2,7 @@
 // (ops/attention.h); checks and the two dispatches.
 #include "metal/attention_params.h"
 #include "ops/attention.h"
+#include "ops/attention_names.h"
 
 namespace mkv::ops {
 namespace {
@@ -15,7 +16,7 @@ void check_bytes(const char* what, const BufferView& v, uint64_t bytes) {
 
 }  // namespace
 
-void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const AttentionDesc& d, uint32_t row_lo,
+void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
                       const BufferView& scores, uint32_t score_stride, const BufferView& scratch) {
   if (row_lo >= d.n_queries) return;
   if (d.n_kv_heads == 0 || d.n_q_heads % d.n_kv_heads != 0 || d.n_queries == 0 || d.n_queries > d.n_tokens)
@@ -27,12 +28,12 @@ void attention_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const Attentio
   check_bytes("scores", scores, uint64_t(d.n_kv_heads) * score_stride * 4);
   check_bytes("scratch", scratch, uint64_t(d.n_queries) * d.n_q_heads * 8);
   const mkv_params::AttnScores p{d.n_q_heads, d.n_kv_heads, d.n_tokens, d.n_queries, row_lo, d.n_tokens, score_stride};
-  enc.set_pipeline(dev.pipeline("attn_scores_stats"));
+  enc.set_pipeline(dev.pipeline(kAttnScoresStatsKernel));
   bind_params(enc, p, 0);
   bind(enc, d.logits, 1);
   bind(enc, scratch, 2);
   enc.dispatch_threadgroups({d.n_queries - row_lo, d.n_q_heads, 1}, {256, 1, 1});
-  enc.set_pipeline(dev.pipeline("attn_scores_add"));
+  enc.set_pipeline(dev.pipeline(kAttnScoresAddKernel));
   bind_params(enc, p, 0);
   bind(enc, d.logits, 1);
   bind(enc, scratch, 2);

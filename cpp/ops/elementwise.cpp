@@ -9,6 +9,12 @@
 namespace mkv::ops {
 namespace {
 
+// Kernel names: the one builder of each (elementwise_kernel_names lists them).
+std::string embedding_kernel(WeightType t) { return std::string("embedding_") + weight_type_name(t); }
+std::string rms_norm_kernel(WeightType t) { return std::string("rms_norm_") + weight_type_name(t); }
+std::string f32_kernel(const char* op) { return std::string(op) + "_f32"; }  // add_f32, swiglu_f32, ...
+constexpr const char* kF32Ops[] = {"add", "scale", "softcap", "swiglu", "geglu", "argmax", "softmax"};
+
 void check_count(const char* op, const char* what, uint64_t n) {
   if (n == 0) fail(op, std::string(what) + " must be positive");
 }
@@ -25,7 +31,7 @@ void gated(const char* op, gpu::Device& device, gpu::ComputeEncoder& enc, const 
   check_view(op, "gate (n) float32", gate, size_t(n) * 4, 4);
   check_view(op, "up (n) float32", up, size_t(n) * 4, 4);
   check_view(op, "out (n) float32", out, size_t(n) * 4, 4);
-  enc.set_pipeline(device.pipeline(std::string(op) + "_f32"));
+  enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Elementwise{n, 1.0f}, 0);
   bind(enc, gate, 1);
   bind(enc, up, 2);
@@ -46,7 +52,7 @@ void embedding(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& 
              table_bytes, weight_align(ttype));
   check_view(op, "ids (n_tokens) int32", ids, size_t(n_tokens) * 4, 4);
   check_view(op, "out (n_tokens, dim) float32", out, size_t(n_tokens) * dim * 4, 16);
-  enc.set_pipeline(device.pipeline(std::string("embedding_") + weight_type_name(ttype)));
+  enc.set_pipeline(device.pipeline(embedding_kernel(ttype)));
   bind_params(enc, mkv_params::Embedding{n_tokens, dim, vocab, scale}, 0);
   bind(enc, table, 1);
   bind(enc, ids, 2);
@@ -68,15 +74,16 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   check_view(op, "w (dim)", w, size_t(dim) * w_size, w_size);
   check_view(op, "out (n_rows, dim) float32", out, size_t(n_rows) * dim * 4, 4);
   // One threadgroup a row. GPUs: enough SIMD-groups that each lane has about
-  // kRmsNormLaneElems elements (a row is latency-bound otherwise); the host: one.
-  const uint32_t simds = device.kind() == "host"
+  // kRmsNormLaneElems elements (a row is latency-bound otherwise); fiber lanes
+  // (the host executor), where each collective is a rendezvous: one.
+  const uint32_t simds = device.properties().lanes_are_fibers
                              ? 1u
                              : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);
   // The register path: whole float4s, 16-byte aligned rows and weights, and a
   // row that fits the threads' registers (else the strided scalar loops).
   const bool vec = dim % 4 == 0 && x.offset % 16 == 0 && out.offset % 16 == 0 && w.offset % (4 * w_size) == 0 &&
                    dim <= 4 * mkv_params::kRmsNormVec * 32 * simds;
-  enc.set_pipeline(device.pipeline(std::string("rms_norm_") + weight_type_name(wtype)));
+  enc.set_pipeline(device.pipeline(rms_norm_kernel(wtype)));
   bind_params(enc, mkv_params::RmsNorm{n_rows, dim, eps, w_offset, vec ? mkv_params::kRmsNormVec4 : 0u}, 0);
   bind(enc, x, 1);
   bind(enc, w, 2);
@@ -90,7 +97,7 @@ void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, con
   check_count(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   check_view(op, "x (n) float32", x, size_t(n) * 4, 4);
-  enc.set_pipeline(device.pipeline("add_f32"));
+  enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Elementwise{n, 1.0f}, 0);
   bind(enc, y, 1);
   bind(enc, x, 2);
@@ -102,7 +109,7 @@ void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, u
   const char* op = "scale";
   check_count(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
-  enc.set_pipeline(device.pipeline("scale_f32"));
+  enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Elementwise{n, s}, 0);
   bind(enc, y, 1);
   dispatch_elements(enc, n);
@@ -114,7 +121,7 @@ void softcap(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y,
   check_count(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   if (!(cap > 0.0f) || !std::isfinite(cap)) fail(op, "cap must be a positive finite number, got " + std::to_string(cap));
-  enc.set_pipeline(device.pipeline("softcap_f32"));
+  enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Elementwise{n, cap}, 0);
   bind(enc, y, 1);
   dispatch_elements(enc, n);
@@ -138,15 +145,15 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   if (n > uint32_t(INT32_MAX)) fail(op, "n must fit an int32 index");
   check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
   check_view(op, "out (n_rows) int32", out, size_t(n_rows) * 4, 4);
-  const gpu::PipelinePtr pipeline = device.pipeline("argmax_f32");
+  const gpu::PipelinePtr pipeline = device.pipeline(f32_kernel(op));
   enc.set_pipeline(pipeline);
   bind_params(enc, mkv_params::Argmax{n_rows, n}, 0);
   bind(enc, x, 1);
   bind(enc, out, 2);
   // A long row is latency-bound: GPUs run as many SIMD-groups as the pipeline
-  // holds (up to kArgmaxSimds); the host, whose threads are fibers, kRowSimds.
+  // holds (up to kArgmaxSimds); fiber lanes (the host executor) kRowSimds.
   const uint32_t simds =
-      device.kind() == "host"
+      device.properties().lanes_are_fibers
           ? mkv_params::kRowSimds
           : std::clamp(uint32_t(pipeline->max_total_threads_per_threadgroup() / 32), 1u, mkv_params::kArgmaxSimds);
   enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
@@ -160,11 +167,19 @@ void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   if (!(scale > 0.0f)) fail(op, "scale must be > 0, got " + std::to_string(scale));
   check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
   check_view(op, "out (n_rows, n) float32", out, size_t(n_rows) * n * 4, 4);
-  enc.set_pipeline(device.pipeline("softmax_f32"));
+  enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Softmax{n_rows, n, scale}, 0);
   bind(enc, x, 1);
   bind(enc, out, 2);
   enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
+}
+
+std::vector<std::string> elementwise_kernel_names() {
+  std::vector<std::string> names;
+  for (const std::string& type : weight_type_names()) names.push_back(embedding_kernel(parse_weight_type(type, "embedding")));
+  for (WeightType t : {WeightType::f32, WeightType::f16}) names.push_back(rms_norm_kernel(t));
+  for (const char* op : kF32Ops) names.push_back(f32_kernel(op));
+  return names;
 }
 
 }  // namespace mkv::ops

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/linear.h"
 
@@ -51,6 +53,9 @@ void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate
 //   of NaNs gives 0).
 void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
             const BufferView& out, uint32_t n_rows, uint32_t n);
+
+// Every kernel name the ops above build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> elementwise_kernel_names();
 
 // out[r, :] = softmax(x[r, :] * scale) for r < n_rows; x, out (n_rows, n)
 // float32, out may be x. scale = 1 / temperature for sampling.

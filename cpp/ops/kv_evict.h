@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -22,7 +24,7 @@ struct KvMoveDesc {
 // moves: n_moves (head, from, to) uint32 triples; each copies head's K and V
 // rows of index `from` to index `to` (through table). No `to` may be another
 // move's `from` (their order is not kept). Raises GpuError "[kv_evict] ...".
-void kv_move_rows(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& table,
+void kv_move_rows(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& table,
                   const BufferView& moves, const KvMoveDesc& desc);
 
 struct KvKeyScoresDesc {
@@ -34,7 +36,10 @@ struct KvKeyScoresDesc {
 };
 
 // scores (n_kv_heads, stride) float: [h, first_index + t] = -|k_new[t, h]|.
-void kv_key_scores(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new, const BufferView& scores,
+void kv_key_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new, const BufferView& scores,
                    const KvKeyScoresDesc& desc);
+
+// Every kernel name the ops above build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> kv_evict_kernel_names();
 
 }  // namespace mkv::ops

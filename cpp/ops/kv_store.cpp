@@ -9,6 +9,8 @@
 namespace mkv::ops {
 namespace {
 
+constexpr const char* kSealQ2kKernel = "kv_seal_q2k";
+
 constexpr const char* kOp = "kv_store";
 
 void check_bytes(const char* what, const BufferView& v, uint64_t bytes) { ops::check_bytes(kOp, what, v, bytes); }
@@ -19,7 +21,7 @@ std::string kv_store_kernel_name(const RopeSpec* rope) {
   return rope ? std::string("kv_store_f32_rope_") + rope_style_name(rope->style) : "kv_store_f32";
 }
 
-void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new,
               const BufferView& v_new, const BufferView& dst, const KvStoreDesc& d) {
   // 1. check the arguments
   if (d.n_new == 0 || d.n_kv_heads == 0 || d.head_dim == 0)
@@ -95,7 +97,7 @@ void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_ne
   enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {threads, 1, 1});
 }
 
-void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+void kv_seal_q2k(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& ring,
                  const BufferView& table, const KvSealDesc& d) {
   constexpr uint32_t B = mkv_params::kKvBlockTokens;
   if (d.n_blocks == 0) return;
@@ -109,13 +111,18 @@ void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& p
   check_bytes("table (uint32 per block)", table, ceil_div(end, B) * 4);
   check_bytes("pool (K section)", pool, uint64_t(d.slots) * mkv_params::kv_slot_bytes(mkv_params::kKvQ2K, d.n_kv_heads, d.head_dim));
   check_bytes("ring", ring, uint64_t(d.ring_slots) * 2 * d.n_kv_heads * d.head_dim * 2);
-  enc.set_pipeline(dev.pipeline("kv_seal_q2k"));
+  enc.set_pipeline(dev.pipeline(kSealQ2kKernel));
   const mkv_params::KvSeal p{d.n_kv_heads, d.head_dim, d.first_pos, d.n_blocks, d.ring_slots, d.ring_lo};
   bind_params(enc, p, 0);
   bind(enc, pool, 1);
   bind(enc, ring, 2);
   bind(enc, table, 3);
   enc.dispatch_threadgroups({d.n_blocks, d.n_kv_heads, 1}, {32, 1, 1});
+}
+
+std::vector<std::string> kv_store_kernel_names() {
+  const RopeSpec neox{RopeStyle::neox, 0, {}}, interleaved{RopeStyle::interleaved, 0, {}};
+  return {kSealQ2kKernel, kv_store_kernel_name(nullptr), kv_store_kernel_name(&neox), kv_store_kernel_name(&interleaved)};
 }
 
 }  // namespace mkv::ops

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ops/ops.h"
 #include "ops/rope.h"
@@ -69,15 +71,17 @@ struct KvSealDesc {
   uint32_t ring_slots = 0;
   uint32_t ring_lo = 0;
 };
-void kv_seal_q2k(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& pool, const BufferView& ring,
+void kv_seal_q2k(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& ring,
                  const BufferView& table, const KvSealDesc& desc);
 
 // k_new, v_new: (n_new, n_kv_heads, head_dim) float. dst: kv_region_bytes
 // (kv/kv_layout.h) of dst_rows slots. Raises GpuError "[kv_store] ..." on bad input.
-void kv_store(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& k_new,
+void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_new,
               const BufferView& v_new, const BufferView& dst, const KvStoreDesc& desc);
 
 // The kernel name kv_store() dispatches for this rope (nullptr: none).
 std::string kv_store_kernel_name(const RopeSpec* rope);
+// Every kernel name kv_store and kv_seal_q2k build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> kv_store_kernel_names();
 
 }  // namespace mkv::ops

@@ -3,8 +3,11 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
 
 #include "metal/linear_params.h"
+#include "metal/linear_variants.h"
 #include "ops/launch.h"
 
 namespace mkv::ops {
@@ -16,6 +19,40 @@ constexpr const char* kOp = "matmul";
 
 namespace {
 
+// The gemv variants built (metal/linear_variants.h): GPU widths, the GPU
+// widths with a several-token shape, the formats with a c4 fallback.
+#define MKV_GEMV_ROWS_ITEM(R, unused) R,
+constexpr uint32_t kGpuRows[] = {MKV_GEMV_GPU_ROWS(MKV_GEMV_ROWS_ITEM, )};
+constexpr uint32_t kGpuTokenRows[] = {MKV_GEMV_GPU_TOKEN_ROWS(MKV_GEMV_ROWS_ITEM, )};
+#undef MKV_GEMV_ROWS_ITEM
+#define MKV_GEMV_C4_ITEM(fmt, F, unused) WeightType::fmt,
+constexpr WeightType kC4Formats[] = {MKV_GEMV_C4_FORMATS(MKV_GEMV_C4_ITEM, )};
+#undef MKV_GEMV_C4_ITEM
+
+// "1, 2, 4" or "1 or 2" for error messages.
+template <size_t N>
+std::string rows_text(const uint32_t (&list)[N], const char* last) {
+  std::string s;
+  for (size_t i = 0; i < N; ++i) s += (i == 0 ? "" : i + 1 == N ? last : ", ") + std::to_string(list[i]);
+  return s;
+}
+
+// What the rules below assume of the lists: ascending GPU widths up to
+// kGemvRowsMaxGpu, below the host's, the default among them, every width the
+// halving from the default reaches, the token widths among them.
+constexpr bool gemv_lists_agree() {
+  for (size_t i = 1; i < std::size(kGpuRows); ++i)
+    if (kGpuRows[i] <= kGpuRows[i - 1]) return false;
+  if (kGpuRows[std::size(kGpuRows) - 1] != mkv_params::kGemvRowsMaxGpu) return false;
+  if (mkv_params::kGemvRowsMaxGpu >= mkv_params::kGemvRows) return false;
+  for (uint32_t r = mkv_params::kGemvRowsDefaultGpu; r >= 1; r /= 2)
+    if (!listed(kGpuRows, r)) return false;
+  for (uint32_t r : kGpuTokenRows)
+    if (!listed(kGpuRows, r)) return false;
+  return true;
+}
+static_assert(gemv_lists_agree(), "metal/linear_variants.h disagrees with the rules of this file");
+
 // Rows per SIMD-group of each shape, and SIMD-groups per threadgroup.
 uint32_t gemv_simds(uint32_t rows) {
   return rows == mkv_params::kGemvRowsWide ? mkv_params::kGemvSimdsWide : mkv_params::kGemvSimds;
@@ -23,8 +60,7 @@ uint32_t gemv_simds(uint32_t rows) {
 
 // f16/bf16 GPU shapes read 16 bytes per lane step: rows must start 16-byte aligned.
 bool needs_c4_fallback(WeightType wtype, uint32_t rows, uint32_t n_in, const BufferView& w) {
-  const bool half_type = wtype == WeightType::f16 || wtype == WeightType::bf16;
-  return half_type && rows <= mkv_params::kGemvRowsMaxGpu && (n_in % 8 != 0 || w.offset % 16 != 0);
+  return listed(kC4Formats, wtype) && listed(kGpuRows, rows) && (n_in % 8 != 0 || w.offset % 16 != 0);
 }
 
 // "gemv_q4_1" (8 rows), "gemv_q4_1_r32", "gemv_swiglu_f16_r2", "gemv_f16_c4_r4",
@@ -38,9 +74,10 @@ std::string gemv_name(const char* prefix, WeightType wtype, uint32_t rows, bool 
 }  // namespace
 
 uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32_t n_tokens) {
-  // The host: a row a lane, no collective (gemv_lanes), for every format; the 8-row
-  // simd_sum shape stays as a bench and test variant (docs/KERNELS.md, issue 17).
-  if (device.kind() == "host") return mkv_params::kGemvRowsWide;
+  // A device with one best width (the host executor: a row a lane, no
+  // collective, gemv_lanes, for every format; the 8-row simd_sum shape stays as
+  // a bench and test variant, docs/KERNELS.md, issue 17).
+  if (const uint32_t fixed = device.properties().gemv_rows) return fixed;
   // SIMD-groups the device holds at once (the R = 1 shape; R = 2, 4 use a few more registers).
   const uint32_t simds = gemv_simds(1);
   const gpu::PipelinePtr pipeline = device.pipeline(gemv_name("gemv_", wtype, 1, false, 1));
@@ -57,7 +94,7 @@ uint32_t gemv_rows(gpu::Device& device, WeightType wtype, uint32_t n_out, uint32
 
 uint32_t gemv_tokens(gpu::Device& device, uint32_t n_tokens) {
   if (n_tokens <= 1) return 1;
-  return device.kind() == "host" ? mkv_params::kGemvTokensHost : mkv_params::kGemvTokensGpu;
+  return device.properties().gemv_tokens;
 }
 
 void check_view(const char* op, const char* what, const BufferView& view, size_t bytes,
@@ -103,13 +140,13 @@ uint32_t pick_gemv_tokens(const char* op, gpu::Device& device, uint32_t asked, u
   if (asked == 0) {
     if (rows == 0 || n_tokens <= 1) return gemv_tokens(device, n_tokens);
     if (rows == mkv_params::kGemvRows || rows == mkv_params::kGemvRowsWide)
-      return device.kind() == "host" ? mkv_params::kGemvTokensHost : 1;
-    return rows <= 2 ? mkv_params::kGemvTokensGpu : 1;
+      return device.properties().has_host_shapes ? mkv_params::kGemvTokensHost : 1;
+    return listed(kGpuTokenRows, rows) ? mkv_params::kGemvTokensGpu : 1;
   }
   if (asked != 1 && asked != mkv_params::kGemvTokensHost && asked != mkv_params::kGemvTokensGpu)
     fail(op, "gemv_tokens must be 0 (the device's choice), 1, " + std::to_string(mkv_params::kGemvTokensGpu) +
                  " or " + std::to_string(mkv_params::kGemvTokensHost) + ", got " + std::to_string(asked));
-  if (asked == mkv_params::kGemvTokensHost && device.kind() != "host")  // metal/gemv_tokens.metal
+  if (asked == mkv_params::kGemvTokensHost && !device.properties().has_host_shapes)  // metal/gemv_tokens.metal
     fail(op, "gemv_tokens " + std::to_string(asked) + " is a host executor shape, not built for " + device.kind() +
                  " (GPUs: 1 or " + std::to_string(mkv_params::kGemvTokensGpu) + ")");
   return asked;
@@ -118,22 +155,23 @@ uint32_t pick_gemv_tokens(const char* op, gpu::Device& device, uint32_t asked, u
 // The gemv width to run: 0 picks the device's; else one of the instantiated shapes.
 uint32_t pick_gemv_rows(const char* op, gpu::Device& device, WeightType wtype, uint32_t asked, uint32_t n_out,
                         uint32_t n_tokens, uint32_t tokens) {
-  // The several-token shapes exist for rows 8 and 32 (kGemvTokensHost) or 1 and 2 (kGemvTokensGpu).
+  // The several-token shapes exist for rows 8 and 32 (kGemvTokensHost) or kGpuTokenRows (kGemvTokensGpu).
   const bool host_tokens = tokens == mkv_params::kGemvTokensHost, gpu_tokens = tokens == mkv_params::kGemvTokensGpu;
   uint32_t rows = asked;
   if (rows == 0) {
     rows = gemv_rows(device, wtype, n_out, ceil_div(n_tokens, tokens));
-    if (gpu_tokens && rows > 2) rows = 2;
-    if (host_tokens && rows <= mkv_params::kGemvRowsMaxGpu) rows = mkv_params::kGemvRows;
+    if (gpu_tokens && !listed(kGpuTokenRows, rows)) rows = kGpuTokenRows[std::size(kGpuTokenRows) - 1];
+    if (host_tokens && listed(kGpuRows, rows)) rows = mkv_params::kGemvRows;
   }
-  if (rows != 1 && rows != 2 && rows != 4 && rows != mkv_params::kGemvRows && rows != mkv_params::kGemvRowsWide)
-    fail(op, "gemv_rows must be 0 (the device's choice), 1, 2, 4, " + std::to_string(mkv_params::kGemvRows) +
+  if (!listed(kGpuRows, rows) && rows != mkv_params::kGemvRows && rows != mkv_params::kGemvRowsWide)
+    fail(op, "gemv_rows must be 0 (the device's choice), " + rows_text(kGpuRows, ", ") + ", " +
+                 std::to_string(mkv_params::kGemvRows) +
                  " or " + std::to_string(mkv_params::kGemvRowsWide) + ", got " + std::to_string(asked));
-  if ((host_tokens && rows <= mkv_params::kGemvRowsMaxGpu) || (gpu_tokens && rows > 2))
+  if ((host_tokens && listed(kGpuRows, rows)) || (gpu_tokens && !listed(kGpuTokenRows, rows)))
     fail(op, "gemv_tokens " + std::to_string(tokens) + " is built for " +
                  (host_tokens ? std::to_string(mkv_params::kGemvRows) + " or " +
                                     std::to_string(mkv_params::kGemvRowsWide)
-                              : std::string("1 or 2")) +
+                              : rows_text(kGpuTokenRows, " or ")) +
                  " gemv_rows, got " + std::to_string(rows));
   return rows;
 }
@@ -204,7 +242,7 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   uint32_t rows = a.gemv_rows;
   if (rows == 0) {
     rows = gemv_rows(device, a.wtype, 2 * a.n_out, ceil_div(a.n_tokens, tokens));
-    if (rows <= mkv_params::kGemvRowsMaxGpu) rows = std::max(rows / 2, 1u);
+    if (listed(kGpuRows, rows)) rows = std::max(rows / 2, 1u);
   }
   rows = pick_gemv_rows(op, device, a.wtype, rows, a.n_out, a.n_tokens, tokens);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, 0u};
@@ -215,6 +253,33 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
   dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
+}
+
+std::vector<std::string> linear_kernel_names(gpu::Device& device) {
+  // The widths and token counts the ops accept when asked (what the device's
+  // own choice picks is among them), through the same checks and name builder.
+  std::set<std::string> names;
+  for (const std::string& type : weight_type_names()) {
+    const WeightType wtype = parse_weight_type(type, kOp);
+    names.insert(std::string("gemm_") + weight_type_name(wtype));
+    std::vector<uint32_t> widths(std::begin(kGpuRows), std::end(kGpuRows));
+    widths.insert(widths.end(), {mkv_params::kGemvRows, mkv_params::kGemvRowsWide});
+    for (uint32_t asked_tokens : {1u, mkv_params::kGemvTokensGpu, mkv_params::kGemvTokensHost})
+      for (uint32_t asked_rows : widths) {
+        uint32_t tokens = 0, rows = 0;
+        try {
+          tokens = pick_gemv_tokens(kOp, device, asked_tokens, asked_rows, 2 * asked_tokens);
+          rows = pick_gemv_rows(kOp, device, wtype, asked_rows, 64, 2 * asked_tokens, tokens);
+        } catch (const gpu::GpuError&) {
+          continue;  // a shape the ops refuse on this device
+        }
+        // Rows that start 16-byte aligned (n_in 8) and rows that do not (n_in 4).
+        for (uint32_t n_in : {8u, 4u})
+          for (const char* prefix : {"gemv_", "gemv_swiglu_", "gemv_geglu_"})
+            names.insert(gemv_name(prefix, wtype, rows, needs_c4_fallback(wtype, rows, n_in, {}), tokens));
+      }
+  }
+  return {names.begin(), names.end()};
 }
 
 }  // namespace mkv::ops

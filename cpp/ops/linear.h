@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 #include "ops/weight_type.h"
@@ -78,6 +79,11 @@ struct GluArgs {
   uint32_t gemv_tokens = 0;  // as MatmulArgs::gemv_tokens
 };
 void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
+
+// Every kernel name matmul and matmul_glu can build on `dev` (gemv widths,
+// token counts and the c4 fallback each op accepts; gemm): each must be in the
+// device's library (tests/gpu/test_kernel_names.py).
+std::vector<std::string> linear_kernel_names(gpu::Device& dev);
 
 // Weight bytes one call reads from device memory: gemv reads W once per
 // gemv_tokens tokens, gemm once per tile of 32 tokens.

@@ -1,8 +1,12 @@
 // Shared helpers of the ops layer. An op is one host function per kernel
 // family: it picks the kernel variant (by name), binds the argument struct and
 // buffers, and chooses the dispatch geometry. Ops see only cpp/gpu/device.h.
+// Every op takes (gpu::Device& dev, gpu::ComputeEncoder& enc, ...), and picks
+// shapes from the device's DeviceProperties traits, never from its kind()
+// (docs/ARCHITECTURE.md says why).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -12,6 +16,14 @@
 namespace mkv::ops {
 
 inline uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
+
+// Whether v is in a constant list (a variant table's entries: metal/*_variants.h).
+template <class T, size_t N>
+constexpr bool listed(const T (&list)[N], T v) {
+  for (const T& x : list)
+    if (x == v) return true;
+  return false;
+}
 
 // A range of a device buffer: tensors live at offsets inside larger buffers.
 struct BufferView {

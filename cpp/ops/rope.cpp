@@ -9,13 +9,16 @@
 namespace mkv::ops {
 namespace {
 
+constexpr const char* kHadamardKernel = "hadamard_f32";
+std::string rope_kernel(RopeStyle style) { return std::string("rope_f32_") + rope_style_name(style); }
+
 constexpr const char* kOp = "rope";
 
 }  // namespace
 
 bool hadamard_fits(uint32_t head_dim) { return head_dim >= 2 && head_dim <= 256 && (head_dim & (head_dim - 1)) == 0; }
 
-void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
+void hadamard(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
               uint32_t head_dim) {
   const char* op = "hadamard";
   if (n_rows == 0 || n_heads == 0) fail(op, "n_rows and n_heads must be positive");
@@ -24,7 +27,7 @@ void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, u
   const uint64_t elems = uint64_t(n_rows) * n_heads * head_dim;
   if (elems >= (uint64_t(1) << 32)) fail(op, "x has more than 2^32 elements; split the call");
   check_bytes(op, "x (n_rows, n_heads, head_dim) float", x, elems * 4);
-  enc.set_pipeline(dev.pipeline("hadamard_f32"));
+  enc.set_pipeline(dev.pipeline(kHadamardKernel));
   const mkv_params::Hadamard p{n_rows, n_heads, head_dim};
   bind_params(enc, p, 0);
   bind(enc, x, 1);
@@ -53,7 +56,7 @@ void check_rope(const char* op, const RopeSpec& rope, uint32_t head_dim) {
   check_bytes(op, "inv_freq (rotary_dim/2 floats)", rope.inv_freq, uint64_t(rope.rotary_dim / 2) * 4);
 }
 
-void rope(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x,
+void rope(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x,
           const BufferView& positions, const RopeSpec& spec, const RopeDesc& d) {
   // 1. check the arguments
   if (d.n_tokens == 0 || d.n_heads == 0 || d.head_dim == 0)
@@ -66,7 +69,7 @@ void rope(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x,
   check_bytes(kOp, "positions (n_tokens) uint32", positions, uint64_t(d.n_tokens) * 4);
 
   // 2. get the kernel and bind its arguments
-  enc.set_pipeline(dev.pipeline(std::string("rope_f32_") + rope_style_name(spec.style)));
+  enc.set_pipeline(dev.pipeline(rope_kernel(spec.style)));
   const mkv_params::Rope p{d.n_tokens, d.n_heads, d.head_dim, spec.rotary_dim};
   bind_params(enc, p, 0);
   bind(enc, x, 1);
@@ -112,6 +115,10 @@ std::vector<float> rope_inv_freq_llama3(uint32_t rotary_dim, float base, const L
     f = (1.0f - smooth) * f / s.factor + smooth * f;
   }
   return inv;
+}
+
+std::vector<std::string> rope_kernel_names() {
+  return {kHadamardKernel, rope_kernel(RopeStyle::neox), rope_kernel(RopeStyle::interleaved)};
 }
 
 }  // namespace mkv::ops

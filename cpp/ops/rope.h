@@ -46,14 +46,14 @@ struct RopeDesc {
 
 // x (n_tokens, n_heads, head_dim) float, rotated in place; positions
 // (n_tokens) uint32. Kernel rope_f32_<style>.
-void rope(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x,
+void rope(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x,
           const BufferView& positions, const RopeSpec& rope, const RopeDesc& desc);
 
 // x (n_rows, n_heads, head_dim) float, every head rotated in place by the
 // orthonormal Hadamard transform (metal/hadamard.h; its own inverse), as a
 // rotated KV cache stores K, V and the queries: applied to attention's output
 // it undoes V's rotation. head_dim a power of two. Kernel hadamard_f32.
-void hadamard(gpu::ComputeEncoder& enc, gpu::Device& dev, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
+void hadamard(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x, uint32_t n_rows, uint32_t n_heads,
               uint32_t head_dim);
 // Whether head_dim can be rotated (a power of two, 2..256 elements a threadgroup can hold).
 bool hadamard_fits(uint32_t head_dim);
@@ -74,5 +74,8 @@ struct Llama3RopeScaling {
 };
 std::vector<float> rope_inv_freq_llama3(uint32_t rotary_dim, float base,
                                         const Llama3RopeScaling& scaling);
+
+// Every kernel name rope and hadamard build (tests/gpu/test_kernel_names.py).
+std::vector<std::string> rope_kernel_names();
 
 }  // namespace mkv::ops

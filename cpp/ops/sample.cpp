@@ -7,6 +7,8 @@
 
 namespace mkv::ops {
 
+static constexpr const char* kSampleKernel = "sample_f32";
+
 void validate_sampling(const SamplingParams& s) {
   auto bad = [](const char* name, double v, const char* expected) {
     throw gpu::ArgumentError("sampling", name, gpu::format_number(v), expected);
@@ -47,7 +49,7 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   p.presence_penalty = float(s.presence_penalty);
   p.frequency_penalty = float(s.frequency_penalty);
 
-  enc.set_pipeline(dev.pipeline("sample_f32"));
+  enc.set_pipeline(dev.pipeline(kSampleKernel));
   bind_params(enc, p, 0);
   bind(enc, logits, 1);
   bind(enc, penalty_ids.buffer ? penalty_ids : logits, 2);  // unused when n_penalty_ids == 0
@@ -56,5 +58,7 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   bind(enc, counted.pairs.buffer ? counted.pairs : logits, 5);  // unused when n_counted == 0
   enc.dispatch_threadgroups({1, 1, 1}, {1024, 1, 1});
 }
+
+std::vector<std::string> sample_kernel_names() { return {kSampleKernel}; }
 
 }  // namespace mkv::ops

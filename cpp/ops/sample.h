@@ -1,6 +1,9 @@
 // Token sampling on the device (metal/sample.metal).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "ops/ops.h"
 
 namespace mkv::ops {
@@ -43,5 +46,8 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
             float uniform);
+
+// Every kernel name sample builds (one: sample_f32; tests/gpu/test_kernel_names.py).
+std::vector<std::string> sample_kernel_names();
 
 }  // namespace mkv::ops

@@ -32,7 +32,8 @@ def test_apple_gpu_cores_unknown_is_the_fewest(name):
 
 def test_properties_are_positive():
     p = test_device().properties
-    assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit", "memory_bytes"}
+    assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit", "memory_bytes",
+                      "lanes_are_fibers", "has_host_shapes", "gemv_rows", "gemv_tokens"}
     assert p["compute_units"] >= 1 and p["max_threads_per_unit"] >= 32
     assert p["memory_bytes"] >= 2**30  # every device we run on has a GiB
     assert p["threadgroup_memory_per_unit"] >= 32768  # Metal's per-threadgroup limit fits
@@ -46,6 +47,21 @@ def test_host_units_are_its_threads():
     assert dev.properties["memory_bytes"] == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     pipe = dev.pipeline("test_reduce_tree")
     assert pipe.resident_threadgroups_per_unit(256) == 1  # a worker runs one threadgroup at a time
+
+
+def test_shape_traits():
+    # What the ops pick shapes from (device.h): the host executor runs lanes as
+    # fibers and builds its own shapes; a GPU runs SIMT lanes and chooses gemv
+    # widths from its wave.
+    p = test_device().properties
+    if TEST_DEVICE == "host":
+        assert p["lanes_are_fibers"] and p["has_host_shapes"]
+        assert (p["gemv_rows"], p["gemv_tokens"]) == (32, 8)
+    else:
+        assert not p["lanes_are_fibers"] and not p["has_host_shapes"]
+        assert (p["gemv_rows"], p["gemv_tokens"]) == (0, 4)
+    names = set(test_device().kernel_names())
+    assert p["has_host_shapes"] == ("gemv_f16_r32_t8" in names)  # a host shape (metal/gemv_tokens.metal)
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cuda", reason="needs METALKV_TEST_DEVICE=cuda and torch")

@@ -93,7 +93,7 @@ PLANTS = [
     ("implicit-vector-conversion", "small.metal", None, "",
      "float4 hv = half4(1.0h);  /* PLANTED */\n  out[1] = hv.x;",
      "cannot initialize a variable of type 'thread float4'"),
-    ("min-uint-int", "elementwise.metal",
+    ("min-uint-int", "elementwise.h",
      ("const uint n4 = p.dim / 4;",
       "const uint n4 = p.dim / 4;\n  const uint bad = min(lane, int(simd));  /* PLANTED */"),
      None, None, "deduced conflicting types for parameter 'T'"),
@@ -164,7 +164,8 @@ PLANTS = [
      None, None, "[attribute] [[threadgroup_position_in_gird]] is not an MSL attribute"),
 ]
 # The real kernel file that includes each planted header.
-INCLUDER = {"attention.h": "attention_decode.metal", "attention_decode_kernels.h": "attention_decode.metal"}
+INCLUDER = {"attention.h": "attention_decode.metal", "attention_decode_kernels.h": "attention_decode.metal",
+            "elementwise.h": "elementwise.metal"}
 
 
 def plant(root: Path, spec) -> tuple[Path, Path, int]:

@@ -7,6 +7,7 @@
 
 #include "cuda_command.h"
 #include "cuda_objects.h"
+#include "metal/linear_params.h"
 
 namespace mkv::cuda {
 namespace {
@@ -76,7 +77,10 @@ class CudaDevice final : public Device {
         name_(prop.name),
         props_{uint32_t(prop.multiProcessorCount), uint32_t(prop.maxThreadsPerMultiProcessor),
                size_t(prop.sharedMemPerMultiprocessor), size_t(prop.totalGlobalMem)},
-        sink_(std::make_shared<CounterSink>()) {}
+        sink_(std::make_shared<CounterSink>()) {
+    // SIMT lanes (device.h): the GPU shapes, gemv widths chosen by the wave.
+    props_.gemv_tokens = mkv_params::kGemvTokensGpu;
+  }
   std::string kind() const override { return "cuda"; }
   std::string name() const override { return name_; }
   DeviceProperties properties() const override { return props_; }

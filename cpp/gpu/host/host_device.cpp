@@ -13,6 +13,7 @@
 
 #include "../command_rules.h"
 #include "executor.h"
+#include "metal/linear_params.h"
 #include "registry.h"
 
 namespace mkv::gpu {
@@ -269,9 +270,17 @@ class HostDevice final : public Device {
   }
   // One unit per executor thread, each running one threadgroup (up to the
   // 1024 threads a threadgroup may have) with Metal's 32 KiB of threadgroup memory.
+  // Lanes are fibers (device.h): the shapes with the fewest collectives, which
+  // this build also compiles (MKV_HOST_SHAPES).
   DeviceProperties properties() const override {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return {uint32_t(host::executor_threads()), 1024, 32768, pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0};
+    DeviceProperties p{uint32_t(host::executor_threads()), 1024, 32768,
+                       pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0};
+    p.lanes_are_fibers = true;
+    p.has_host_shapes = true;
+    p.gemv_rows = mkv_params::kGemvRowsWide;
+    p.gemv_tokens = mkv_params::kGemvTokensHost;
+    return p;
   }
   BufferPtr new_buffer(size_t length) override {
     if (length == 0) throw GpuError("[host] buffer length must be at least 1 byte");

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "../apple_gpu.h"
+#include "metal/linear_params.h"
 
 namespace mkv::gpu {
 namespace metal {
@@ -67,8 +68,11 @@ MetalDevice::MetalDevice(NS::SharedPtr<MTL::Device> device)
 }
 
 DeviceProperties MetalDevice::properties() const {
-  return {apple_gpu_cores(name_), kAppleThreadsPerCore, max_threadgroup_memory_,
-          size_t(device_->recommendedMaxWorkingSetSize())};
+  DeviceProperties p{apple_gpu_cores(name_), kAppleThreadsPerCore, max_threadgroup_memory_,
+                     size_t(device_->recommendedMaxWorkingSetSize())};
+  // SIMD lanes in hardware (device.h): the GPU shapes, gemv widths chosen by the wave.
+  p.gemv_tokens = mkv_params::kGemvTokensGpu;
+  return p;
 }
 
 BufferPtr MetalDevice::new_buffer(size_t length) {

@@ -1,0 +1,34 @@
+// Attention kernel names, built from the kernels' own variant lists
+// (metal/attention_variants.h): the one place that turns a descriptor into a
+// kernel name, and the list of every name it can build (attention_kernel_names
+// in attention.h), which tests/gpu/test_kernel_names.py holds against each
+// device's library. Internal to cpp/ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/attention.h"
+
+namespace mkv::ops {
+
+// What a kernel name depends on: a descriptor's share of it.
+struct AttnNameKey {
+  uint32_t head_dim = 0, k_format = 0, v_format = 0;
+  bool residual = false, logits = false;
+  std::string decode_variant;
+};
+AttnNameKey attention_name_key(const AttentionDesc& d);
+
+// The first kernel of a decode call (split: the split-K first pass), for a head
+// block of per_block query heads, in the host executor's shape or the GPU's.
+// Raises "[attention_decode] ..." for a variant that does not exist.
+std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t per_block, bool host);
+// The split-K second pass.
+std::string attention_reduce_kernel(uint32_t head_dim);
+std::string attention_prefill_kernel(const AttnNameKey& k);
+// attention_scores' two kernels (metal/attention_scores.metal).
+inline constexpr const char* kAttnScoresStatsKernel = "attn_scores_stats";
+inline constexpr const char* kAttnScoresAddKernel = "attn_scores_add";
+
+}  // namespace mkv::ops

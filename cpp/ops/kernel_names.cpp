@@ -1,0 +1,24 @@
+#include "ops/kernel_names.h"
+
+#include <set>
+
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/kv_evict.h"
+#include "ops/kv_store.h"
+#include "ops/linear.h"
+#include "ops/rope.h"
+#include "ops/sample.h"
+
+namespace mkv::ops {
+
+std::vector<std::string> op_kernel_names(gpu::Device& dev) {
+  std::set<std::string> names;
+  for (const auto& family : {attention_kernel_names(dev), linear_kernel_names(dev), elementwise_kernel_names(),
+                             rope_kernel_names(), kv_store_kernel_names(), kv_evict_kernel_names(),
+                             sample_kernel_names()})
+    names.insert(family.begin(), family.end());
+  return {names.begin(), names.end()};
+}
+
+}  // namespace mkv::ops
