@@ -32,7 +32,7 @@ gpu::BufferPtr random_rows(gpu::Device& dev, uint32_t n) {
 Result store_step(const Context& ctx, kv::StorePath path, uint32_t n_new, const char* label) {
   const gpu::DevicePtr& dev = ctx.device;
   auto queue = dev->new_command_queue();
-  kv::KVCache cache(dev, {kLayers, kKvHeads, kHeadDim, kCapacity, {}, n_new, path});
+  kv::KvCache cache(dev, {kLayers, kKvHeads, kHeadDim, kCapacity, {}, n_new, path});
   auto k = random_rows(*dev, n_new), v = random_rows(*dev, n_new);
   const std::vector<float> table = ops::rope_inv_freq_default(kHeadDim, 100000.0f);
   auto inv = dev->new_buffer(table.size() * 4);

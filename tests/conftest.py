@@ -19,6 +19,8 @@ FIBER_ORDERS = ["forward", "reverse", "random"]
 # imports, and every transformers test after it failed. pytest itself adds test directories.
 _SYS_PATH = list(sys.path)
 _ENVIRON = dict(os.environ)
+# Set by pytest itself, and by torch's inductor when first imported (a library's, not a test's).
+_LIBRARY_ENV = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 
 
 def _sys_path_leaks() -> list[str]:
@@ -31,15 +33,14 @@ def pytest_collection_finish(session):
     leaks = _sys_path_leaks()
     if leaks:
         raise pytest.UsageError(f"collecting the tests put {leaks} on sys.path; load such a module by its path "
-                                "(importlib.util.spec_from_file_location) instead")
+                                "(tests/scripts.py load_script) instead")
 
 
 @pytest.fixture(autouse=True)
 def _no_leaks_between_tests():
     yield
     leaks = _sys_path_leaks()
-    env = {k for k in set(os.environ) | set(_ENVIRON)
-           if os.environ.get(k) != _ENVIRON.get(k) and k != "PYTEST_CURRENT_TEST"}  # (pytest's own)
+    env = {k for k in set(os.environ) | set(_ENVIRON) if os.environ.get(k) != _ENVIRON.get(k) and k not in _LIBRARY_ENV}
     sys.path[:] = [p for p in sys.path if p not in leaks]
     for k in env:
         if k in _ENVIRON:

@@ -26,7 +26,7 @@ struct PyDevice {
 // metalkv.KVCache: a cache on a device (which owns its token ids and chat).
 struct PyKVCache {
   PyDevice dev;
-  std::unique_ptr<kv::KVCache> cache;
+  std::unique_ptr<kv::KvCache> cache;
   gpu::Counters last;  // counters of the last append's command buffer
 };
 

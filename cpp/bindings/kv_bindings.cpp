@@ -1,7 +1,7 @@
 // Python view of the KV cache (metalkv.KVCache) and of the rope op
 // (metalkv._core.ops.rope, rope_inv_freq_default, rope_inv_freq_llama3).
 // KVCache.append runs one command buffer per call: it is for tests and tools;
-// the engine encodes stores into its own step with kv::KVCache::store.
+// the engine encodes stores into its own step with kv::KvCache::store.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -87,7 +87,7 @@ std::optional<ops::RopeSpec> parse_rope(PyDevice& dev, nb::handle rope) {
 
 // Checks k and v: float32 (lead..., n, n_kv_heads, head_dim) with n >= 1, where
 // lead is () for append and (n_layers,) for append_all_layers. Returns n.
-uint32_t check_rows(const kv::KVCacheSpec& s, const Array& k, const Array& v, bool all_layers) {
+uint32_t check_rows(const kv::KvCacheSpec& s, const Array& k, const Array& v, bool all_layers) {
   const size_t nd = all_layers ? 4 : 3;
   const std::string want = std::string("; expected (") + (all_layers ? "n_layers=" + std::to_string(s.n_layers) + ", " : "") +
                            "n, n_kv_heads=" + std::to_string(s.n_kv_heads) + ", head_dim=" +
@@ -206,7 +206,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              const std::string& store, const std::optional<std::vector<std::string>>& kv_k,
              const std::optional<std::vector<std::string>>& kv_v, bool kv_rotate, uint32_t kv_residual,
              const std::optional<nb::dict>& kv_policy) {
-            kv::KVCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
+            kv::KvCacheSpec spec{n_layers, n_kv_heads, head_dim, capacity, windows.value_or(std::vector<uint32_t>{}),
                                  max_chunk, kv::StorePath::compute, kv_formats_arg(kv_k, "kv_k"),
                                  kv_formats_arg(kv_v, "kv_v"), kv_rotate, kv_residual, kv_policy_arg(kv_policy)};
             try {
@@ -214,7 +214,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
             } catch (const gpu::GpuError& e) {
               throw nb::value_error(e.what());
             }
-            new (self) PyKVCache{dev, std::make_unique<kv::KVCache>(dev.device, std::move(spec)), {}};
+            new (self) PyKVCache{dev, std::make_unique<kv::KvCache>(dev.device, std::move(spec)), {}};
           },
           "device"_a, "n_layers"_a, "n_kv_heads"_a, "head_dim"_a, "capacity"_a, nb::kw_only(),
           "windows"_a = nb::none(), "max_chunk"_a = 1, "store"_a = "compute", "kv_k"_a = nb::none(),
@@ -309,7 +309,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              const PyKVCache& c = nb::cast<const PyKVCache&>(self);
              const ops::BufferView v = c.cache->scores(l);
              if (!v.buffer) return nb::none();
-             const kv::KVCacheSpec& s = c.cache->spec();
+             const kv::KvCacheSpec& s = c.cache->spec();
              return nb::cast(host_array(self, *v.buffer, v.offset, {s.n_kv_heads, s.capacity}, nb::dtype<float>()));
            },
            "layer"_a, "The policy's score per (KV head, index) as float32 (n_kv_heads, capacity); None without one.")
@@ -402,7 +402,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            [](PyKVCache& c, uint32_t layer, uint32_t first,
               const nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& k,
               const nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>& v) {
-             const kv::KVCacheSpec& s = c.cache->spec();
+             const kv::KvCacheSpec& s = c.cache->spec();
              if (k.shape(1) != s.n_kv_heads || k.shape(2) != s.head_dim || v.shape(0) != k.shape(0) ||
                  v.shape(1) != s.n_kv_heads || v.shape(2) != s.head_dim)
                throw nb::value_error("[kv_cache] write_ring wants k and v uint16 (n, n_kv_heads, head_dim)");

@@ -35,7 +35,7 @@ void check_logprobs(int64_t n) {
 
 size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t kv_context, uint32_t max_chunk,
                       const std::vector<uint32_t>& kv_k, const std::vector<uint32_t>& kv_v) {
-  const kv::KVCacheSpec c = model.cache_spec(kv_context, max_chunk, kv::StorePath::compute);
+  const kv::KvCacheSpec c = model.cache_spec(kv_context, max_chunk, kv::StorePath::compute);
   const size_t one = kv::KvPool::pool_bytes({c.n_kv_heads, c.head_dim, c.windows,
                                              kv::KvPool::sequence_blocks(c.windows, c.capacity, c.max_chunk), kv_k,
                                              kv_v});
@@ -57,7 +57,7 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
     if (memory == kv::kKvMemoryAuto)
       memory = auto_kv_memory(*device_, *model_, options_.kv_context, options_.prefill_chunk, kv_.k_formats,
                               kv_.v_formats);
-    const kv::KVCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute,
+    const kv::KvCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute,
                                                  kv_.k_formats, kv_.v_formats, kv_.rotate);
     kv_pool_ = std::make_shared<kv::KvPool>(
         device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
@@ -66,20 +66,20 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
   scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_));
 }
 
-std::unique_ptr<kv::KVCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {
+std::unique_ptr<kv::KvCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {
   // a cache's own eviction options take its budget's fraction of its capacity, the engine's of kv_context
   const kv::KvResolved r = !own ? kv_
                            : kv::resolve(own->over(options_.kv), model_->spec().n_layers,
                                          own->policy_given() ? capacity : options_.kv_context, "new_cache");
-  kv::KVCacheSpec spec = kv::cache_spec(model_->cache_spec(capacity, options_.prefill_chunk, store), r, capacity);
+  kv::KvCacheSpec spec = kv::cache_spec(model_->cache_spec(capacity, options_.prefill_chunk, store), r, capacity);
   if (kv_pool_ && !r.policy.traits().budget_per_layer) {
     kv_pool_->spec().check_serves(spec.k_formats, spec.v_formats, spec.rotate, "engine");
-    return std::make_unique<kv::KVCache>(device_, kv_pool_, std::move(spec));
+    return std::make_unique<kv::KvCache>(device_, kv_pool_, std::move(spec));
   }
-  return std::make_unique<kv::KVCache>(device_, std::move(spec));
+  return std::make_unique<kv::KvCache>(device_, std::move(spec));
 }
 
-void Engine::check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) const {
+void Engine::check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) const {
   model_->check_cache(cache);
   if (keep > cache.length(0))
     throw gpu::ArgumentError("generate", "keep", "cannot keep " + str(keep) + " tokens of a cache that holds " +
@@ -100,7 +100,7 @@ std::shared_ptr<Request> Engine::queue(Job job, std::shared_ptr<Channel> channel
   return request;
 }
 
-std::shared_ptr<Request> Engine::submit(kv::KVCache& cache, std::vector<int32_t> prompt, const GenerateOptions& o,
+std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t> prompt, const GenerateOptions& o,
                                         std::shared_ptr<Channel> channel) {
   check_generate_options(o);
   check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
@@ -112,7 +112,7 @@ std::shared_ptr<Request> Engine::submit(kv::KVCache& cache, std::vector<int32_t>
   return queue(std::move(job), std::move(channel));
 }
 
-std::shared_ptr<Request> Engine::submit_logits(kv::KVCache& cache, std::vector<int32_t> ids,
+std::shared_ptr<Request> Engine::submit_logits(kv::KvCache& cache, std::vector<int32_t> ids,
                                                const GenerateOptions& options, std::shared_ptr<Channel> channel) {
   check_token_ids(ids.data(), ids.size(), model_->spec().vocab);
   check_room(cache, cache.length(0), uint32_t(ids.size()));

@@ -7,7 +7,7 @@
 //
 // A call is all or nothing for the cache: if it fails part-way (a device
 // error, an abort from its caller), the cache is restored to what it held
-// before the call (KVCache::checkpoint). A cancelled call keeps what it
+// before the call (KvCache::checkpoint). A cancelled call keeps what it
 // generated, or nothing when cancelled before its first token.
 #pragma once
 
@@ -83,7 +83,7 @@ class Engine {
   // own: KV options of its own, over the engine's (kv::KvOptions::over; an
   // eviction option given makes the budget's fraction one of `capacity`); a
   // shared pool holds only its own formats (ArgumentError).
-  std::unique_ptr<kv::KVCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
+  std::unique_ptr<kv::KvCache> new_cache(uint32_t capacity, kv::StorePath store = kv::StorePath::compute,
                                          const kv::KvOptions* own = nullptr) const;
   // The engine's KV options resolved for its model and kv_context (what new caches get).
   const kv::KvResolved& kv() const { return kv_; }
@@ -96,18 +96,18 @@ class Engine {
   // it). Repetition penalty looks at every id the cache holds. Ids come
   // through the request, a stop id excluded. Raises ArgumentError naming the
   // first bad argument. channel: what the caller waits on (a new one if null).
-  std::shared_ptr<Request> submit(kv::KVCache& cache, std::vector<int32_t> prompt, const GenerateOptions& options,
+  std::shared_ptr<Request> submit(kv::KvCache& cache, std::vector<int32_t> prompt, const GenerateOptions& options,
                                   std::shared_ptr<Channel> channel = nullptr);
   // Feeds ids after what the cache holds; the request's logits are then
   // (n, vocab) floats, row i the logits after ids[i].
   // Of options, only hold_at_step and ephemeral apply.
-  std::shared_ptr<Request> submit_logits(kv::KVCache& cache, std::vector<int32_t> ids, const GenerateOptions& options,
+  std::shared_ptr<Request> submit_logits(kv::KvCache& cache, std::vector<int32_t> ids, const GenerateOptions& options,
                                          std::shared_ptr<Channel> channel = nullptr);
 
   const Scheduler& scheduler() const { return *scheduler_; }
 
  private:
-  void check_room(const kv::KVCache& cache, uint32_t keep, uint32_t n) const;
+  void check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) const;
   std::shared_ptr<Request> queue(Job job, std::shared_ptr<Channel> channel);
 
   gpu::DevicePtr device_;

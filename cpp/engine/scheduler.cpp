@@ -12,7 +12,7 @@
 namespace mkv::engine {
 namespace {
 
-bool cache_full(const kv::KVCache& cache) {
+bool cache_full(const kv::KvCache& cache) {
   for (uint32_t l = 0; l < cache.n_layers(); ++l)
     if (!cache.wraps(l) && cache.length(l) >= cache.spec().capacity) return true;
   return false;
@@ -102,7 +102,7 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
   for (const StepPlan::Part& p : plan.parts) {
     Running& r = *p.r;
     // Speculative decoding's seam: here the rejected rows of p.tentative would
-    // be truncated (KVCache::truncate) before the commit of the accepted ones.
+    // be truncated (KvCache::truncate) before the commit of the accepted ones.
     r.cache().commit(plan.ids.data() + p.at, p.n, r.job.options.prefix_cache);
     const bool decoding = r.phase == Running::Phase::decode;
     if (decoding) {

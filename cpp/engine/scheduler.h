@@ -22,7 +22,7 @@
 //          command buffer, one wait; if the device fails, every job of the
 //          step fails, its cache put back);
 //   apply  (apply_step) each job, in step order, commits its rows into its
-//          cache (one KVCache::commit: record, note, publish), takes its
+//          cache (one KvCache::commit: record, note, publish), takes its
 //          sampled id (logits, logprobs, penalties) and finishes on a stop id,
 //          max_tokens or a full cache. Rows a plan marks tentative (none today;
 //          speculative decoding's drafts) are where apply would roll back the
@@ -56,7 +56,7 @@ struct SchedulerOptions {
 // be used by no other call, until the request is done.
 struct Job {
   std::shared_ptr<Request> request;
-  kv::KVCache* cache = nullptr;
+  kv::KvCache* cache = nullptr;
   std::vector<int32_t> prompt;
   GenerateOptions options;
   bool logits = false;  // a logits call: every row's logits, no sampling
@@ -133,7 +133,7 @@ class Scheduler {
   uint32_t n_running_ = 0;
   std::deque<std::unique_ptr<Running>> queue_;
   std::vector<std::unique_ptr<Running>> running_;  // the scheduler thread's alone
-  std::vector<const kv::KVCache*> in_flight_;      // caches of queued and running jobs
+  std::vector<const kv::KvCache*> in_flight_;      // caches of queued and running jobs
   std::thread thread_;
 };
 

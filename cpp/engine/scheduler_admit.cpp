@@ -7,7 +7,7 @@ namespace mkv::engine {
 
 // ---- admission ------------------------------------------------------------------
 Scheduler::Admission Scheduler::try_admit(Running& r) {
-  kv::KVCache& c = r.cache();
+  kv::KvCache& c = r.cache();
   const GenerateOptions& o = r.job.options;
   r.keep = o.keep.value_or(c.length(0));
   const uint64_t extra = !r.job.logits && o.max_tokens > 0 ? uint64_t(o.max_tokens - 1) : 0;

@@ -8,7 +8,7 @@ namespace mkv::engine {
 namespace {
 
 // Most prompt tokens one store may put in this cache (a sliding layer takes max_chunk).
-uint32_t chunk_cap(const kv::KVCache& cache, uint32_t prefill_chunk) {
+uint32_t chunk_cap(const kv::KvCache& cache, uint32_t prefill_chunk) {
   uint32_t cap = prefill_chunk;
   for (uint32_t w : cache.spec().windows)
     if (w) cap = std::min(cap, cache.spec().max_chunk);

@@ -30,7 +30,7 @@ struct Scheduler::Running {
   uint64_t n_store = 0;
   uint32_t fed = 0;         // prompt tokens in the cache (a cached prefix included)
   uint32_t prompt_end = 0;  // the cache's length once the prompt is in: position of out[0]
-  std::optional<kv::KVCache::Checkpoint> cp;
+  std::optional<kv::KvCache::Checkpoint> cp;
   std::mt19937_64 rng;
   std::vector<int32_t> out;   // generated ids
   gpu::BufferPtr penalty;     // uint32 ids repetition penalty looks at (when it is on)
@@ -46,7 +46,7 @@ struct Scheduler::Running {
   Stats stats;
   std::vector<float> logits;  // a logits call's rows
 
-  kv::KVCache& cache() { return *job.cache; }
+  kv::KvCache& cache() { return *job.cache; }
   // Whether a test holds the call before this step (GenerateOptions::hold_at_step).
   bool holding() {
     if (job.options.hold_at_step != stats.prefill_steps + stats.decode_steps + 1 || job.request->resumed())

@@ -143,7 +143,7 @@ class BlockTable {
   // raises when the window at n needs positions it has already let go.
   void truncate(uint32_t n);
   void check_truncate(uint32_t n) const;  // the checks truncate(n) makes, changing nothing
-  // An eviction's compaction (KVCache, kv_evict.cpp) writes into these
+  // An eviction's compaction (KvCache, kv_evict.cpp) writes into these
   // logical blocks: each one another owner (a checkpoint) shares is replaced
   // by a fresh block (from the reservation first), returned as the copies to
   // encode first; all or nothing. shrink(n) then drops positions n.. like

@@ -1,4 +1,4 @@
-// KVCache's accounting: the blocks a call may take (what a shared pool's
+// KvCache's accounting: the blocks a call may take (what a shared pool's
 // scheduler reserves) and the cache's bytes, exact.
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_errors.h"
@@ -8,17 +8,17 @@
 namespace mkv::kv {
 using detail::Lock;
 
-size_t KVCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }
+size_t KvCache::layer_nbytes(uint32_t layer) const { return layout(layer).nbytes(); }
 
-size_t KVCache::staging_nbytes() const { return staging_ ? staging_->length() : 0; }
+size_t KvCache::staging_nbytes() const { return staging_ ? staging_->length() : 0; }
 
-size_t KVCache::table_nbytes() const {
+size_t KvCache::table_nbytes() const {
   size_t total = 0;
   for (const Group& g : groups_) total += g.mirror->length();
   return total;
 }
 
-std::vector<uint32_t> KVCache::blocks_to_store(uint32_t keep, uint64_t n_store) const {
+std::vector<uint32_t> KvCache::blocks_to_store(uint32_t keep, uint64_t n_store) const {
   std::vector<uint32_t> out;
   for (const Group& g : groups_) {
     const uint64_t stored = n_store > (uint64_t(1) << 40) ? (uint64_t(1) << 40) : n_store;  // no overflow below
@@ -34,7 +34,7 @@ std::vector<uint32_t> KVCache::blocks_to_store(uint32_t keep, uint64_t n_store) 
   return out;
 }
 
-bool KVCache::reserve(const std::vector<uint32_t>& per_group) {
+bool KvCache::reserve(const std::vector<uint32_t>& per_group) {
   Lock lock(pool_->mutex());
   for (size_t g = 0; g < groups_.size(); ++g)
     if (!groups_[g].table->reserve(per_group.at(g))) {
@@ -44,23 +44,23 @@ bool KVCache::reserve(const std::vector<uint32_t>& per_group) {
   return true;
 }
 
-void KVCache::unreserve() {
+void KvCache::unreserve() {
   Lock lock(pool_->mutex());
   for (Group& g : groups_) g.table->unreserve();
 }
 
-size_t KVCache::held_nbytes() const {
+size_t KvCache::held_nbytes() const {
   Lock lock(pool_->mutex());
   size_t total = 0;
   for (uint32_t g = 0; g < groups_.size(); ++g) total += groups_[g].table->held_blocks() * pool_->block_bytes(g);
   return total;
 }
 
-size_t KVCache::nbytes() const {
+size_t KvCache::nbytes() const {
   return staging_nbytes() + table_nbytes() + ring_nbytes() + (owns_pool_ ? pool_->nbytes() : 0);
 }
 
-size_t KVCache::bytes_per_token() const {
+size_t KvCache::bytes_per_token() const {
   size_t total = 0;
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
     if (!wraps(l)) total += layout(l).slot_bytes(0) + layout(l).slot_bytes(1);

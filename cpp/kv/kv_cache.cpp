@@ -1,4 +1,4 @@
-// KVCache: allocation, checks, and the compute and blit store paths.
+// KvCache: allocation, checks, and the compute and blit store paths.
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_errors.h"
 #include "kv/kv_cache_spec.h"
@@ -27,7 +27,7 @@ StorePath parse_store_path(const std::string& name) {
 const char* store_path_name(StorePath path) { return path == StorePath::blit ? "blit" : "compute"; }
 
 
-KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(device)), spec_(std::move(spec)) {
+KvCache::KvCache(gpu::DevicePtr device, KvCacheSpec spec) : device_(std::move(device)), spec_(std::move(spec)) {
   check_spec(device_, spec_);  // its argument errors as they are
   try {
     pool_ = own_pool(device_, spec_);
@@ -38,7 +38,7 @@ KVCache::KVCache(gpu::DevicePtr device, KVCacheSpec spec) : device_(std::move(de
   init_groups();
 }
 
-KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpec spec)
+KvCache::KvCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KvCacheSpec spec)
     : device_(std::move(device)), spec_(std::move(spec)), pool_(std::move(pool)), owns_pool_(false) {
   check_spec(device_, spec_);
   if (!pool_) fail("pool is null");
@@ -52,12 +52,12 @@ KVCache::KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpe
   init_groups();
 }
 
-KVCache::~KVCache() {
+KvCache::~KvCache() {
   Lock lock(pool_->mutex());
   groups_.clear();  // the tables give their blocks and reservations back
 }
 
-void KVCache::init_groups() {
+void KvCache::init_groups() {
   Lock lock(pool_->mutex());
   for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
     Group group;
@@ -75,50 +75,50 @@ void KVCache::init_groups() {
   if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
 }
 
-void KVCache::check_layer(uint32_t layer) const {
+void KvCache::check_layer(uint32_t layer) const {
   if (layer >= spec_.n_layers)
     fail("layer " + str(layer) + " is out of range; the cache has " + str(spec_.n_layers) +
          " layers (0.." + str(spec_.n_layers - 1) + ")");
 }
 
-BufferView KVCache::region(uint32_t layer) const {
+BufferView KvCache::region(uint32_t layer) const {
   check_layer(layer);
   return pool_->region(layer);
 }
 
-LayerLayout KVCache::layout(uint32_t layer) const {
+LayerLayout KvCache::layout(uint32_t layer) const {
   check_layer(layer);
   return pool_->layout(layer);
 }
 
-uint32_t KVCache::slots(uint32_t layer) const { return layout(layer).slots; }
+uint32_t KvCache::slots(uint32_t layer) const { return layout(layer).slots; }
 
-uint32_t KVCache::length(uint32_t layer) const {
+uint32_t KvCache::length(uint32_t layer) const {
   check_layer(layer);
   return lengths_[layer];
 }
 
-uint32_t KVCache::window(uint32_t layer) const {
+uint32_t KvCache::window(uint32_t layer) const {
   check_layer(layer);
   return spec_.windows[layer];
 }
 
-bool KVCache::wraps(uint32_t layer) const {
+bool KvCache::wraps(uint32_t layer) const {
   check_layer(layer);
   return group_of(layer).wraps;
 }
 
-const BlockTable& KVCache::block_table(uint32_t layer) const {
+const BlockTable& KvCache::block_table(uint32_t layer) const {
   check_layer(layer);
   return *group_of(layer).table;
 }
 
-BufferView KVCache::table(uint32_t layer) const {
+BufferView KvCache::table(uint32_t layer) const {
   check_layer(layer);
   return {group_of(layer).mirror, 0};
 }
 
-std::vector<int64_t> KVCache::positions(uint32_t layer) const {
+std::vector<int64_t> KvCache::positions(uint32_t layer) const {
   std::vector<int64_t> out(slots(layer), -1);
   const std::vector<int64_t>& blocks = block_table(layer).blocks();
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -133,7 +133,7 @@ std::vector<int64_t> KVCache::positions(uint32_t layer) const {
   return out;
 }
 
-void KVCache::sync_table(Group& g, size_t from_block) {
+void KvCache::sync_table(Group& g, size_t from_block) {
   const std::vector<int64_t>& blocks = g.table->blocks();
   const size_t have = g.mirror ? g.mirror->length() / sizeof(uint32_t) : 0;
   if (blocks.size() > have || !g.mirror) {
@@ -148,7 +148,7 @@ void KVCache::sync_table(Group& g, size_t from_block) {
   g.mirror->write(from_block * sizeof(uint32_t), ids.data(), ids.size() * sizeof(uint32_t));
 }
 
-void KVCache::encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies) {
+void KvCache::encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies) {
   if (copies.empty()) return;
   gpu::BlitEncoder& blit = enc.blit();
   for (uint32_t l : g.layers) {
@@ -160,7 +160,7 @@ void KVCache::encode_copies(EncoderSession& enc, const Group& g, const std::vect
   }
 }
 
-BufferView KVCache::staging_for(uint32_t n_new) {
+BufferView KvCache::staging_for(uint32_t n_new) {
   // A full layer may take a chunk larger than max_chunk: grow. Commands already
   // encoded keep the old buffer alive through their command buffer.
   if (n_new > staging_rows_) {
@@ -172,7 +172,7 @@ BufferView KVCache::staging_for(uint32_t n_new) {
   return {staging_, 0};
 }
 
-void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k) const {
+void KvCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k) const {
   Lock lock(pool_->mutex());
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
@@ -224,7 +224,7 @@ void KVCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   if (rope_k) ops::check_rope("kv_cache", *rope_k, spec_.head_dim);
 }
 
-void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new,
+void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new,
                     const BufferView& v_new, uint32_t n_new, const RopeSpec* rope_k,
                     const ops::QueryRope& queries, Checked checked) {
   // 1. checks, before anything is encoded or n moves
@@ -284,19 +284,19 @@ void KVCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   counts_[layer] = index + n_new;
 }
 
-void KVCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
+void KvCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
                          const uint8_t* params) {
   copy_rows(layer, kv, first, n, const_cast<uint8_t*>(data), const_cast<uint8_t*>(params), true);
   // rows written into the pool are not in the ring: the queries read them from the pool
   if (has_ring(layer)) ring_lo_[layer] = std::max(ring_lo_[layer], first + n);
 }
 
-void KVCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+void KvCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                         bool by_index) const {
   copy_rows(layer, kv, first, n, data, params, false, by_index);
 }
 
-void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
+void KvCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                         bool write, bool by_index) const {
   Lock lock(pool_->mutex());
   check_layer(layer);
@@ -330,7 +330,7 @@ void KVCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
   }
 }
 
-void KVCache::truncate(uint32_t n) {
+void KvCache::truncate(uint32_t n) {
   Lock lock(pool_->mutex());
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     if (n > lengths_[l])
@@ -370,7 +370,7 @@ void KVCache::truncate(uint32_t n) {
   }
 }
 
-void KVCache::reset() {
+void KvCache::reset() {
   Lock lock(pool_->mutex());
   for (uint32_t g = 0; g < groups_.size(); ++g) {
     groups_[g].table.reset();  // its blocks go back first
@@ -389,7 +389,7 @@ void KVCache::reset() {
   block_hashes_.clear();
 }
 
-void KVCache::begin_at(const std::vector<uint32_t>& first) {
+void KvCache::begin_at(const std::vector<uint32_t>& first) {
   Lock lock(pool_->mutex());
   if (first.size() != spec_.n_layers)
     fail("begin_at has " + str(first.size()) + " positions; expected one per layer (" + str(spec_.n_layers) + ")");
@@ -412,17 +412,17 @@ void KVCache::begin_at(const std::vector<uint32_t>& first) {
   ring_lo_ = first;
 }
 
-void KVCache::note_stored(uint32_t first, uint32_t n) {
+void KvCache::note_stored(uint32_t first, uint32_t n) {
   if (n >= 2 && first == canonical_) canonical_ = first + n;
 }
 
-void KVCache::commit(const int32_t* ids, uint32_t n, bool publish) {
+void KvCache::commit(const int32_t* ids, uint32_t n, bool publish) {
   record_tokens(ids, n);
   note_stored(lengths_[0] - n, n);
   if (publish && !owns_pool_) prefix::publish(*this);
 }
 
-void KVCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
+void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
                            const std::vector<uint64_t>& hashes) {
   Lock lock(pool_->mutex());
   for (uint32_t l = 0; l < spec_.n_layers; ++l)

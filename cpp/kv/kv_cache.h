@@ -1,4 +1,4 @@
-// KVCache: one sequence's K/V on the device — a block table per window group
+// KvCache: one sequence's K/V on the device — a block table per window group
 // over a KvPool (kv/kv_pool.h: per-layer pools cut into blocks, a BlockPool of
 // ids per group), per-layer lengths, and the two store paths.
 //
@@ -53,7 +53,7 @@ struct ChatMessage {
   std::string content;
 };
 
-struct KVCacheSpec {
+struct KvCacheSpec {
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
@@ -89,16 +89,16 @@ struct KVCacheSpec {
   KvPolicySpec policy;
 };
 
-class KVCache {
+class KvCache {
  public:
-  KVCache(gpu::DevicePtr device, KVCacheSpec spec);  // its own pool; raises GpuError "[kv_cache] ..."
+  KvCache(gpu::DevicePtr device, KvCacheSpec spec);  // its own pool; raises GpuError "[kv_cache] ..."
   // A sequence over a shared pool (same windows, heads and head_dim).
-  KVCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KVCacheSpec spec);
-  ~KVCache();  // its blocks go back to the pool (under the pool's mutex)
-  KVCache(const KVCache&) = delete;
-  KVCache& operator=(const KVCache&) = delete;
+  KvCache(gpu::DevicePtr device, std::shared_ptr<KvPool> pool, KvCacheSpec spec);
+  ~KvCache();  // its blocks go back to the pool (under the pool's mutex)
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
-  const KVCacheSpec& spec() const { return spec_; }
+  const KvCacheSpec& spec() const { return spec_; }
   uint32_t n_layers() const { return spec_.n_layers; }
 
   // Layer l's pool: its K section, then its V section, each in the layer's
@@ -143,7 +143,7 @@ class KVCache {
   void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                  bool by_index = false) const;
 
-  // The residual window (KVCacheSpec::residual). has_ring: the layer keeps
+  // The residual window (KvCacheSpec::residual). has_ring: the layer keeps
   // one (a quantized K or V). The ring: every such layer's K (ring_slots,
   // n_kv_heads, head_dim) half, then its V; position p at slot p % ring_slots.
   // ring_lo: the ring holds the rows of positions ring_lo .. length - 1 (a
@@ -163,7 +163,7 @@ class KVCache {
   void read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const;
   void write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v);
 
-  // The eviction policy (KVCacheSpec::policy). evicts: the layer is a full
+  // The eviction policy (KvCacheSpec::policy). evicts: the layer is a full
   // layer of a cache with a policy. kept_positions: the position of each of
   // its count() indices for one KV head. scores: (n_kv_heads, capacity) float,
   // the policy's score per index (keynorm: written by the store; h2o, snapkv:
@@ -379,7 +379,7 @@ class KVCache {
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 
   gpu::DevicePtr device_;
-  KVCacheSpec spec_;
+  KvCacheSpec spec_;
   std::shared_ptr<KvPool> pool_;
   bool owns_pool_ = true;
   std::vector<Group> groups_;  // per group of the pool

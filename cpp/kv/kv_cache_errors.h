@@ -1,4 +1,4 @@
-// KVCache's implementation files' shared helpers (kv_cache.cpp, kv_evict.cpp,
+// KvCache's implementation files' shared helpers (kv_cache.cpp, kv_evict.cpp,
 // kv_residual.cpp): its errors start "[kv_cache] ", numbers in messages, and
 // the pool's lock.
 #pragma once

@@ -1,4 +1,4 @@
-// KVCache's spec checks and its own pool (kv_cache_spec.h).
+// KvCache's spec checks and its own pool (kv_cache_spec.h).
 #include "kv/kv_cache_spec.h"
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 namespace mkv::kv::detail {
 
 // The checks of a spec that do not depend on the pool; fills in windows.
-void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
+void check_spec(const gpu::DevicePtr& device, KvCacheSpec& spec) {
   if (!device) fail("device is null");
   if (spec.n_layers == 0 || spec.n_kv_heads == 0 || spec.head_dim == 0 || spec.capacity == 0)
     fail("n_layers, n_kv_heads, head_dim and capacity must be positive (got " + str(spec.n_layers) +
@@ -65,7 +65,7 @@ void check_spec(const gpu::DevicePtr& device, KVCacheSpec& spec) {
                              "channel over whole blocks, so the recent tokens stay f16 until their block is full");
 }
 
-std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, const KVCacheSpec& spec) {
+std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, const KvCacheSpec& spec) {
   KvPoolSpec pool{spec.n_kv_heads, spec.head_dim, spec.windows,
                   KvPool::sequence_blocks(spec.windows, spec.capacity, spec.max_chunk), spec.k_formats,
                   spec.v_formats, spec.rotate};

@@ -1,4 +1,4 @@
-// KVCache::checkpoint / restore: a call that fails part-way (a device error,
+// KvCache::checkpoint / restore: a call that fails part-way (a device error,
 // an exception from a callback, Ctrl-C) puts the cache back as it was.
 //
 // Lengths, token ids, messages, the prefix-cache state and each group's table
@@ -20,7 +20,7 @@
 // write into a held tail block copies it (copy-on-write, as for any shared
 // block). Restoring hands those owners back to the tables; a checkpoint that
 // goes away unused gives them back to the pool. The engine reserves the blocks
-// the call may take (KVCache::blocks_to_store), so the copies always fit.
+// the call may take (KvCache::blocks_to_store), so the copies always fit.
 //
 // An eviction policy's state (kv_evict.cpp) is host data and the score
 // buffers, copied through the host; its group saves every held block (own
@@ -40,11 +40,11 @@ enum class Direction { save, restore };
 // Copies the saved blocks of every layer of every group, one command buffer.
 void copy_blocks(gpu::CommandQueue& queue, const KvPool& pools,
                  const std::vector<LayerLayout>& layouts, const std::vector<std::vector<uint32_t>>& group_layers,
-                 const std::vector<KVCache::SavedBlocks>& saved, Direction dir) {
+                 const std::vector<KvCache::SavedBlocks>& saved, Direction dir) {
   auto cb = queue.command_buffer();
   gpu::BlitEncoder* blit = nullptr;
   for (size_t g = 0; g < saved.size(); ++g) {
-    const KVCache::SavedBlocks& s = saved[g];
+    const KvCache::SavedBlocks& s = saved[g];
     for (size_t i = 0; i < group_layers[g].size() && !s.ids.empty(); ++i) {
       const uint32_t l = group_layers[g][i];
       if (!blit) blit = &cb->blit_encoder();
@@ -69,7 +69,7 @@ void copy_blocks(gpu::CommandQueue& queue, const KvPool& pools,
 
 }  // namespace
 
-KVCache::RetainedBlocks& KVCache::RetainedBlocks::operator=(RetainedBlocks&& o) noexcept {
+KvCache::RetainedBlocks& KvCache::RetainedBlocks::operator=(RetainedBlocks&& o) noexcept {
   if (this != &o) {
     release();
     pool = std::move(o.pool);
@@ -79,7 +79,7 @@ KVCache::RetainedBlocks& KVCache::RetainedBlocks::operator=(RetainedBlocks&& o) 
   return *this;
 }
 
-void KVCache::RetainedBlocks::release() {
+void KvCache::RetainedBlocks::release() {
   if (!pool) return;
   std::lock_guard<std::recursive_mutex> lock(pool->mutex());
   for (size_t g = 0; g < ids.size(); ++g)
@@ -87,7 +87,7 @@ void KVCache::RetainedBlocks::release() {
   ids.clear();
 }
 
-KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const {
+KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const {
   std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
   Checkpoint cp;
   cp.lengths = lengths_;
@@ -146,7 +146,7 @@ KVCache::Checkpoint KVCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   return cp;
 }
 
-void KVCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
+void KvCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
   lengths_ = cp.lengths;
   tokens_ = cp.tokens;

@@ -1,4 +1,4 @@
-// KVCache's eviction policy (KVCacheSpec::policy, kv_policy.h): the state it
+// KvCache's eviction policy (KvCacheSpec::policy, kv_policy.h): the state it
 // keeps per full layer, the eviction a store runs when the budget is reached,
 // and its part in checkpoints.
 //
@@ -34,12 +34,12 @@ using detail::fail;
 using detail::Lock;
 using detail::str;
 
-uint32_t KVCache::budget(uint32_t layer) const {
+uint32_t KvCache::budget(uint32_t layer) const {
   check_layer(layer);
   return budgets_.empty() || budgets_[layer] == 0 ? budget() : budgets_[layer];
 }
 
-void KVCache::init_policy() {
+void KvCache::init_policy() {
   const KvPolicySpec& p = spec_.policy;
   budgets_ = p.kind == PolicyKind::none ? std::vector<uint32_t>{} : layer_budgets(p, spec_.windows);
   counts_.assign(spec_.n_layers, 0);
@@ -61,17 +61,17 @@ void KVCache::init_policy() {
   }
 }
 
-bool KVCache::evicts(uint32_t layer) const {
+bool KvCache::evicts(uint32_t layer) const {
   check_layer(layer);
   return !kept_pos_[layer].empty();
 }
 
-uint32_t KVCache::count(uint32_t layer) const {
+uint32_t KvCache::count(uint32_t layer) const {
   check_layer(layer);
   return counts_[layer];
 }
 
-std::vector<uint32_t> KVCache::kept_positions(uint32_t layer, uint32_t head) const {
+std::vector<uint32_t> KvCache::kept_positions(uint32_t layer, uint32_t head) const {
   check_layer(layer);
   if (head >= spec_.n_kv_heads)
     fail("head " + str(head) + " is out of range; the cache has " + str(spec_.n_kv_heads) + " KV heads");
@@ -81,17 +81,17 @@ std::vector<uint32_t> KVCache::kept_positions(uint32_t layer, uint32_t head) con
   return out;
 }
 
-BufferView KVCache::scores(uint32_t layer) const {
+BufferView KvCache::scores(uint32_t layer) const {
   check_layer(layer);
   if (score_at_[layer] < 0) return {};
   return {scores_, size_t(score_at_[layer]) * spec_.n_kv_heads * spec_.capacity * sizeof(float)};
 }
 
-bool KVCache::scores_attention(uint32_t layer) const {
+bool KvCache::scores_attention(uint32_t layer) const {
   return evicts(layer) && policy_scores_attention(spec_.policy.kind);
 }
 
-uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
+uint32_t KvCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
   check_layer(layer);
   if (!spec_.policy.observes()) return 0;
   const uint32_t count = counts_[layer], length = lengths_[layer];  // the step's queries are stored already
@@ -105,7 +105,7 @@ uint32_t KVCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
   return observed > first_index ? std::min(observed - first_index, n_queries) : 0;
 }
 
-void KVCache::open_prompt(uint32_t n) {
+void KvCache::open_prompt(uint32_t n) {
   prompt_ = {};
   uint32_t full = spec_.n_layers;
   for (uint32_t l = 0; l < spec_.n_layers && full == spec_.n_layers; ++l)
@@ -115,7 +115,7 @@ void KVCache::open_prompt(uint32_t n) {
   prompt_.end = uint32_t(std::min<uint64_t>(uint64_t(prompt_.start) + n, ~uint32_t(0)));
 }
 
-uint32_t KVCache::evict_limit(uint32_t layer) const {
+uint32_t KvCache::evict_limit(uint32_t layer) const {
   const uint32_t c = counts_[layer], len = lengths_[layer], b = budget(layer);
   // inside the open prompt: past its first store, or at it when no earlier
   // prompt waits to be compressed (a count over the budget) first
@@ -124,7 +124,7 @@ uint32_t KVCache::evict_limit(uint32_t layer) const {
   return uint32_t(std::max<uint64_t>(b, std::min<uint64_t>(spec_.capacity, uint64_t(c) + (prompt_.end - len))));
 }
 
-void KVCache::clear_scores(uint32_t layer, uint32_t from) {
+void KvCache::clear_scores(uint32_t layer, uint32_t from) {
   const BufferView v = scores(layer);
   if (!v.buffer || from >= spec_.capacity) return;
   const std::vector<float> zeros(spec_.capacity - from, 0.0f);
@@ -133,7 +133,7 @@ void KVCache::clear_scores(uint32_t layer, uint32_t from) {
                     zeros.size() * sizeof(float));
 }
 
-void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
+void KvCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   constexpr uint32_t B = kBlockTokens;
   const uint32_t count = counts_[g.layers[0]];
   for (uint32_t l : g.layers)
@@ -233,7 +233,7 @@ void KVCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   evicted_ += count - keep;
 }
 
-void KVCache::note_policy_store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, uint32_t index,
+void KvCache::note_policy_store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, uint32_t index,
                                 uint32_t n_new) {
   const uint32_t n = lengths_[layer];
   for (uint32_t h = 0; h < spec_.n_kv_heads; ++h)
@@ -243,7 +243,7 @@ void KVCache::note_policy_store(EncoderSession& enc, uint32_t layer, const Buffe
                        {n_new, spec_.n_kv_heads, spec_.head_dim, index, spec_.capacity});
 }
 
-void KVCache::set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions,
+void KvCache::set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions,
                        const float* scores_in) {
   check_layer(layer);
   const uint32_t n = counts_[layer], H = spec_.n_kv_heads;
@@ -270,7 +270,7 @@ void KVCache::set_kept(uint32_t layer, uint32_t length, const std::vector<uint32
   evicted_ = length - n;
 }
 
-void KVCache::save_policy(Checkpoint& cp) const {
+void KvCache::save_policy(Checkpoint& cp) const {
   cp.counts = counts_;
   cp.kept_pos = kept_pos_;
   cp.evicted = evicted_;
@@ -282,7 +282,7 @@ void KVCache::save_policy(Checkpoint& cp) const {
   }
 }
 
-void KVCache::restore_policy(const Checkpoint& cp) {
+void KvCache::restore_policy(const Checkpoint& cp) {
   counts_ = cp.counts;
   kept_pos_ = cp.kept_pos;
   evicted_ = cp.evicted;

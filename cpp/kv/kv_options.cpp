@@ -138,8 +138,8 @@ KvResolved resolve(const KvOptions& o, uint32_t n_layers, uint32_t context, cons
   return r;
 }
 
-KVCacheSpec cache_spec(KVCacheSpec shape, const KvResolved& r, uint32_t capacity) {
-  KVCacheSpec spec = std::move(shape);
+KvCacheSpec cache_spec(KvCacheSpec shape, const KvResolved& r, uint32_t capacity) {
+  KvCacheSpec spec = std::move(shape);
   spec.capacity = capacity;
   spec.k_formats = r.k_formats;
   spec.v_formats = r.v_formats;

@@ -59,7 +59,7 @@ struct KvOptions {
   const KvOptions& check(const std::string& op = "engine") const;
 };
 
-// A cache's options resolved for a model of n_layers (KVCacheSpec's KV fields).
+// A cache's options resolved for a model of n_layers (KvCacheSpec's KV fields).
 struct KvResolved {
   std::vector<uint32_t> k_formats, v_formats;  // kv_format.h numbers, one per layer
   bool rotate = false;
@@ -74,7 +74,7 @@ KvResolved resolve(const KvOptions& o, uint32_t n_layers, uint32_t context, cons
 // these options for `capacity` tokens. With a policy its full layers hold the budget (the
 // largest layer's), or with whole prompts the larger of budget and capacity (a prompt's
 // peak); a budget too small for a prefill chunk's room takes smaller chunks.
-KVCacheSpec cache_spec(KVCacheSpec shape, const KvResolved& r, uint32_t capacity);
+KvCacheSpec cache_spec(KvCacheSpec shape, const KvResolved& r, uint32_t capacity);
 
 // "K q8, V q4, rotated, residual 128" or per layer where they differ; with a policy
 // "; snapkv 1024 (4 sinks)" after them (an f16 cache's: that alone). For logs and the CLI.

@@ -1,7 +1,7 @@
 // Eviction policies (issue 15; docs/KV_POLICIES.md): which tokens a full
 // layer keeps when its budget is reached. A policy is a rule over one
 // (layer, KV head)'s held tokens: their positions and, for the scoring
-// policies, a score per token; KVCache (kv_evict.cpp) applies it to every
+// policies, a score per token; KvCache (kv_evict.cpp) applies it to every
 // head of every full layer and compacts what it keeps.
 //
 // Every rule keeps, in this order:
@@ -22,8 +22,8 @@
 //   pyramidkv  snapkv's score and rule with a budget per full layer (layer_budgets)
 //              that falls from the first to the last, averaging the budget
 //
-// When a policy evicts (KVCache, kv_evict.cpp): a cache holds at most its
-// budget, except while a prompt is open (KVCache::open_prompt, which the
+// When a policy evicts (KvCache, kv_evict.cpp): a cache holds at most its
+// budget, except while a prompt is open (KvCache::open_prompt, which the
 // engine calls for each call's prompt) with whole_prompt set: then it holds
 // the whole prompt (up to its capacity) and the first store after it compresses
 // to the budget. That is SnapKV as published: the prompt's last `window`

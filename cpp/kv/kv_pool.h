@@ -1,13 +1,13 @@
 // KvPool: the device memory of a paged KV cache — per layer one pool buffer,
 // (2, n_blocks * B, n_kv_heads, head_dim) half, cut into blocks of B =
 // kBlockTokens slots — and per window group (the layers of one window, 0 =
-// full) the BlockPool that hands out its block ids. Sequences (kv::KVCache)
+// full) the BlockPool that hands out its block ids. Sequences (kv::KvCache)
 // hold block tables over it: one KvPool may serve one cache (sized for one
 // sequence) or every cache of an engine (sized by a memory budget).
 //
 // Threads: caches of one pool may be used and freed from different threads
 // (the engine's scheduler, Python's garbage collector); every change to the
-// block bookkeeping happens under mutex(), which KVCache takes.
+// block bookkeeping happens under mutex(), which KvCache takes.
 #pragma once
 
 #include <cstddef>

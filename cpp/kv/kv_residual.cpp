@@ -1,4 +1,4 @@
-// KVCache's residual window (KVCacheSpec::residual; docs/KV_QUANT.md,
+// KvCache's residual window (KvCacheSpec::residual; docs/KV_QUANT.md,
 // "Residual window"): the ring of recent f16 rows beside a quantized pool.
 //
 // Every store into a layer with a quantized K or V also writes its rows as
@@ -27,7 +27,7 @@
 
 namespace mkv::kv {
 
-void KVCache::init_ring() {
+void KvCache::init_ring() {
   ring_index_.assign(spec_.n_layers, -1);
   ring_lo_.assign(spec_.n_layers, 0);
   if (spec_.residual == 0) return;
@@ -41,24 +41,24 @@ void KVCache::init_ring() {
   if (rings) ring_ = device_->new_buffer(size_t(rings) * 2 * ring_slots_ * spec_.n_kv_heads * spec_.head_dim * 2);
 }
 
-bool KVCache::has_ring(uint32_t layer) const {
+bool KvCache::has_ring(uint32_t layer) const {
   check_layer(layer);
   return ring_index_[layer] >= 0;
 }
 
-BufferView KVCache::ring(uint32_t layer) const {
+BufferView KvCache::ring(uint32_t layer) const {
   if (!has_ring(layer)) return {};
   return {ring_, size_t(ring_index_[layer]) * 2 * ring_slots_ * spec_.n_kv_heads * spec_.head_dim * 2};
 }
 
-uint32_t KVCache::ring_lo(uint32_t layer) const {
+uint32_t KvCache::ring_lo(uint32_t layer) const {
   check_layer(layer);
   return ring_lo_[layer];
 }
 
-size_t KVCache::ring_nbytes() const { return ring_ ? ring_->length() : 0; }
+size_t KvCache::ring_nbytes() const { return ring_ ? ring_->length() : 0; }
 
-void KVCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
+void KvCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
   if (!has_ring(layer)) return;
   d.residual = spec_.residual;
   d.ring_slots = ring_slots_;
@@ -68,7 +68,7 @@ void KVCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
 
 using detail::fail;
 
-void KVCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const {
+void KvCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const {
   if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
   if (first < ring_lo_[layer] || uint64_t(first) + n > lengths_[layer])
     fail("layer " + std::to_string(layer) + "'s ring holds positions " + std::to_string(ring_lo_[layer]) + ".." +
@@ -77,7 +77,7 @@ void KVCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, 
   copy_ring(layer, first, n, k, v, false);
 }
 
-void KVCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
+void KvCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
   if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
   if (uint64_t(first) + n != lengths_[layer] || n > ring_slots_)
     fail("write_ring takes the rows of the layer's last positions, at most its " + std::to_string(ring_slots_) +
@@ -87,7 +87,7 @@ void KVCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8
   ring_lo_[layer] = first;
 }
 
-void KVCache::copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const {
+void KvCache::copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const {
   const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
   const BufferView r = ring(layer);
   for (uint32_t i = 0; i < n; ++i) {
@@ -101,7 +101,7 @@ void KVCache::copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, 
   }
 }
 
-void KVCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new) {
+void KvCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new) {
   const uint32_t end = n + n_new;
   if (end > ring_slots_) ring_lo_[layer] = std::max(ring_lo_[layer], end - ring_slots_);
   if (layout(layer).k_format != mkv_params::kKvQ2K) return;

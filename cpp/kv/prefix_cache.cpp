@@ -76,7 +76,7 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
   return m;
 }
 
-void publish(KVCache& cache) {
+void publish(KvCache& cache) {
   if (!cache.shares_prefixes()) return;
   std::lock_guard<std::recursive_mutex> lock(cache.pool().mutex());
   const uint32_t done = uint32_t(cache.block_hashes().size());

@@ -6,11 +6,11 @@
 // block i-1's hash, so it names the whole prefix up to its end; each shared
 // pool's BlockPool maps hashes to blocks (per window group) and verifies the
 // tokens and parent hash of a hit. A block is published once its B positions
-// are canonical (KVCache::canonical: stored by steps of >= 2 tokens), so a
+// are canonical (KvCache::canonical: stored by steps of >= 2 tokens), so a
 // prefix taken from the cache holds exactly the bits a prefill of the same
 // tokens gives: a sequence gets the same output with and without the cache.
 // Cached blocks nobody holds stay in the pool, evictable in LRU order. Caches
-// with a residual window neither publish nor adopt (KVCache::shares_prefixes).
+// with a residual window neither publish nor adopt (KvCache::shares_prefixes).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,6 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
 // Publishes the cache's canonical full blocks not yet published (their hashes
 // go to cache.block_hashes()); a block whose tokens already have a block stays
 // the cache's alone. Needs the cache's token ids (an engine's cache).
-void publish(KVCache& cache);
+void publish(KvCache& cache);
 
 }  // namespace mkv::kv::prefix

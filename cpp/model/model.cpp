@@ -72,7 +72,7 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     }
 }
 
-const ops::RopeSpec& Model::rope_for(const kv::KVCache& cache, uint32_t layer) const {
+const ops::RopeSpec& Model::rope_for(const kv::KvCache& cache, uint32_t layer) const {
   const bool long_set = !rope_long_.empty() && cache.spec().capacity > spec_.rope_long_above;
   return (long_set ? rope_long_ : rope_)[spec_.layer_rope_table[layer]];
 }
@@ -88,15 +88,15 @@ void Model::stack_layer(const std::string& p, Layer& L) {
   if (L.gate->type == L.up->type) L.gate_up = weights_.stack_rows({p + "ffn_gate.weight", p + "ffn_up.weight"});
 }
 
-kv::KVCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
+kv::KvCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                                   std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats,
                                   bool rotate, uint32_t residual, const kv::KvPolicySpec& policy) const {
   return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store,
           std::move(k_formats), std::move(v_formats), rotate, residual, policy};
 }
 
-void Model::check_cache(const kv::KVCache& cache) const {
-  const kv::KVCacheSpec& c = cache.spec();
+void Model::check_cache(const kv::KvCache& cache) const {
+  const kv::KvCacheSpec& c = cache.spec();
   if (c.n_layers != spec_.n_layers || c.n_kv_heads != spec_.n_kv_heads || c.head_dim != spec_.head_dim ||
       c.windows != spec_.layer_window)
     fail("the cache (" + str(c.n_layers) + " layers, " + str(c.n_kv_heads) + " kv heads of " + str(c.head_dim) +

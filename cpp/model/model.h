@@ -49,7 +49,7 @@ enum class Logits { none, last, all };
 // One sequence's part of a step: n tokens fed into *cache at positions
 // cache->length(0) .. + n - 1.
 struct Segment {
-  kv::KVCache* cache = nullptr;
+  kv::KvCache* cache = nullptr;
   uint32_t n = 0;
   Logits logits = Logits::last;
 };
@@ -67,13 +67,13 @@ class Model {
   // A cache shaped for this model: one layer per decoder layer, sliding
   // layers rings of their window (+ max_chunk - 1).
   // k_formats, v_formats: per layer (kv_format.h), or empty for f16.
-  kv::KVCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
+  kv::KvCacheSpec cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                              std::vector<uint32_t> k_formats = {}, std::vector<uint32_t> v_formats = {},
                              bool rotate = false, uint32_t residual = 0, const kv::KvPolicySpec& policy = {}) const;
   // Raises unless `cache` was shaped for this model (layers, heads, windows).
-  void check_cache(const kv::KVCache& cache) const;
+  void check_cache(const kv::KvCache& cache) const;
   // Raises unless `segment` can be stored: its cache shaped for this model and
-  // every layer's store of its n tokens able to go in (KVCache::check_store
+  // every layer's store of its n tokens able to go in (KvCache::check_store
   // with the layer's rope). A step's one store check: its caller runs it for
   // each segment before encode_step (the scheduler's plan, so a segment that
   // cannot go in fails alone), and the step's stores do not check again.
@@ -137,7 +137,7 @@ class Model {
   const Weight *embd_, *out_norm_, *lm_head_;
   // per table: rope_tables, and rope_tables_long for caches of more than rope_long_above tokens
   std::vector<ops::RopeSpec> rope_, rope_long_;
-  const ops::RopeSpec& rope_for(const kv::KVCache& cache, uint32_t layer) const;
+  const ops::RopeSpec& rope_for(const kv::KvCache& cache, uint32_t layer) const;
 };
 
 }  // namespace mkv::model

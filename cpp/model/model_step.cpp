@@ -62,7 +62,7 @@ void Model::check_segment(const Segment& s) const {
   if (!s.cache) fail("a segment has no cache");
   check_cache(*s.cache);
   // Every layer before any is encoded, so a step fails before any layer's
-  // length moves; its stores (kv::KVCache::Checked::yes) do not check again.
+  // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
   for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
 }
 
@@ -138,7 +138,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   // (one dispatch), then attention over the segment's own cache.
   for (size_t i = 0; i < segs.size(); ++i) {
     const Segment& seg = segs[i];
-    kv::KVCache& cache = *seg.cache;
+    kv::KvCache& cache = *seg.cache;
     const uint32_t r0 = rows.first[i];
     ops::BufferView q = row(ws.q(), r0, Q), k = row(ws.k(), r0, KV), v = row(ws.v(), r0, KV);
     if (stacked && seg.n == 1) {
@@ -146,7 +146,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       k = at(q, Q * sizeof(float));
       v = at(q, (Q + KV) * sizeof(float));
     }
-    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads}, kv::KVCache::Checked::yes);
+    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads}, kv::KvCache::Checked::yes);
 
     gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
     ops::AttentionDesc d;

@@ -63,7 +63,7 @@ struct AttentionDesc {
   // the head_dims kv_format_fits accepts.
   uint32_t k_format = 0;
   uint32_t v_format = 0;
-  // A residual window (kv::KVCacheSpec::residual): the query at position p
+  // A residual window (kv::KvCacheSpec::residual): the query at position p
   // reads keys from S(p) = max(ring_lo, floor((p + 1 - residual) / B) * B)
   // on as f16 rows of `ring` (K (ring_slots, n_kv_heads, head_dim) half,
   // then V; position at slot position % ring_slots), the ones before from the

@@ -1,4 +1,4 @@
-// Eviction ops (kv::KVCache's policies, kv/kv_evict.cpp): the compaction that
+// Eviction ops (kv::KvCache's policies, kv/kv_evict.cpp): the compaction that
 // moves kept K/V rows into evicted ones, and the key-norm policy's scores.
 // Kernels kv_move_rows and kv_key_scores (metal/kv_evict.metal).
 #pragma once

@@ -50,7 +50,7 @@ struct KvStoreDesc {
   // (ops::hadamard; a power-of-two head_dim). k_new and v_new are rotated in
   // place: the caller's rows are scratch from then on.
   bool rotate = false;
-  // A residual window's ring (kv::KVCacheSpec::residual): every row is also
+  // A residual window's ring (kv::KvCacheSpec::residual): every row is also
   // written as f16 to ring, K (ring_slots, n_kv_heads, head_dim) half then V,
   // position p at slot p % ring_slots; a q2k K section is not written (kv_seal_q2k
   // quantizes its blocks once they are full). 0: none.
