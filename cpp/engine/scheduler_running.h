@@ -4,6 +4,7 @@
 // included by anything else.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <optional>
@@ -61,16 +62,8 @@ struct Scheduler::Running {
   // One more `id` generated, for repetition penalty: appended to the ids it
   // looks at (between steps, like count).
   void penalize(gpu::Device& dev, int32_t id) {
-    const size_t have = penalty->length() / sizeof(uint32_t);
-    if (n_penalty + 1 > have) {
-      gpu::BufferPtr grown = dev.new_buffer(2 * have * sizeof(uint32_t));
-      std::vector<uint32_t> kept(n_penalty);
-      penalty->read(0, kept.data(), kept.size() * sizeof(uint32_t));
-      grown->write(0, kept.data(), kept.size() * sizeof(uint32_t));
-      penalty = grown;
-    }
     const uint32_t pen_id = uint32_t(id);
-    penalty->write(size_t(n_penalty) * sizeof(uint32_t), &pen_id, sizeof pen_id);
+    append_words(dev, penalty, n_penalty, &pen_id, 1);
   }
   // One more `id` generated, for the presence/frequency penalties (between
   // steps: the device is not reading `counted` now).
@@ -83,12 +76,20 @@ struct Scheduler::Running {
       return;
     }
     pairs.insert(pairs.end(), {uint32_t(id), 1u});
-    if (pairs.size() * sizeof(uint32_t) > counted->length()) {  // full: double, so appends stay O(1) amortized
-      counted = dev.new_buffer(2 * counted->length());
-      counted->write(0, pairs.data(), pairs.size() * sizeof(uint32_t));
-    } else {
-      counted->write(2 * k * sizeof(uint32_t), &pairs[2 * k], 2 * sizeof(uint32_t));
+    append_words(dev, counted, 2 * k, &pairs[2 * k], 2);
+  }
+  // Writes n words after the first `used` of buf; a full buffer doubles first (its used words
+  // kept), so appends stay O(1) amortized.
+  static void append_words(gpu::Device& dev, gpu::BufferPtr& buf, size_t used, const uint32_t* words, size_t n) {
+    const size_t bytes = (used + n) * sizeof(uint32_t);
+    if (bytes > buf->length()) {
+      gpu::BufferPtr grown = dev.new_buffer(std::max(2 * buf->length(), bytes));
+      std::vector<uint32_t> kept(used);
+      buf->read(0, kept.data(), used * sizeof(uint32_t));
+      grown->write(0, kept.data(), used * sizeof(uint32_t));
+      buf = grown;
     }
+    buf->write(used * sizeof(uint32_t), words, n * sizeof(uint32_t));
   }
 };
 

@@ -141,6 +141,21 @@ void check_common_views(const char* op, const AttentionDesc& d, const BufferView
 // What buffer 6 gets: the ring, or (no window) the pool, which the kernel then never reads.
 const BufferView& ring_or(const AttentionDesc& d, const BufferView& kv) { return d.residual ? d.ring : kv; }
 
+// The fields decode's and prefill's arguments share: how keys are scaled, capped, stored and
+// windowed, and whether the probabilities are written out.
+template <class Params>
+void set_key_fields(Params& p, const AttentionDesc& d) {
+  p.scale = d.scale;
+  p.softcap = d.softcap;
+  p.has_sinks = d.has_sinks ? 1 : 0;
+  p.k_format = d.k_format;
+  p.v_format = d.v_format;
+  p.residual = d.residual;
+  p.ring_slots = d.ring_slots;
+  p.ring_lo = d.ring_lo;
+  p.logits = d.logits.buffer ? 1 : 0;
+}
+
 // Query heads of one KV head, split into blocks of at most max_rows.
 void head_blocks(uint32_t group, uint32_t max_rows, uint32_t& per_block, uint32_t& blocks) {
   blocks = (group + max_rows - 1) / max_rows;
@@ -291,15 +306,7 @@ void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
   p.window = d.window;
   p.chunk_keys = plan.chunk_keys;
   p.n_chunks = plan.n_chunks;
-  p.scale = d.scale;
-  p.softcap = d.softcap;
-  p.has_sinks = d.has_sinks ? 1 : 0;
-  p.k_format = d.k_format;
-  p.v_format = d.v_format;
-  p.residual = d.residual;
-  p.ring_slots = d.ring_slots;
-  p.ring_lo = d.ring_lo;
-  p.logits = d.logits.buffer ? 1 : 0;
+  set_key_fields(p, d);
   if (p.logits) check_view(op, "logits (n_q_heads, n_tokens) float", d.logits, uint64_t(d.n_q_heads) * d.n_tokens * 4, 4);
   const BufferView& sinks_or_q = d.has_sinks ? sinks : q;  // every argument must be bound
   const gpu::Size3 grid{d.n_kv_heads * plan.head_blocks, plan.n_chunks, 1};
@@ -362,15 +369,7 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   p.queries_per_tile = rows / p.heads_per_block;
   p.slots = d.slots;
   p.window = d.window;
-  p.scale = d.scale;
-  p.softcap = d.softcap;
-  p.has_sinks = d.has_sinks ? 1 : 0;
-  p.k_format = d.k_format;
-  p.v_format = d.v_format;
-  p.residual = d.residual;
-  p.ring_slots = d.ring_slots;
-  p.ring_lo = d.ring_lo;
-  p.logits = d.logits.buffer ? 1 : 0;
+  set_key_fields(p, d);
   if (p.logits)
     check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
                uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);
