@@ -104,6 +104,12 @@ uint32_t check_rows(const kv::KvCacheSpec& s, const Array& k, const Array& v, bo
   return uint32_t(k.shape(nd - 3));
 }
 
+// The cache, after its GpuError for a layer out of range.
+const kv::KvCache& in_range(const PyKVCache& c, uint32_t layer) {
+  c.cache->length(layer);
+  return *c.cache;
+}
+
 // One command buffer storing into `layers` (all of them for append_all_layers)
 // through one EncoderSession, as a model step would.
 // queries: the step's Q rows (append's q=), rotated by the first store.
@@ -377,11 +383,11 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
                    "The residual window's ring (kv_residual), every layer's that has one.")
       .def_prop_ro("residual", [](const PyKVCache& c) { return c.cache->spec().residual; },
                    "The residual window in tokens (kv_residual; 0: none).")
-      .def_prop_ro("ring_slots", [](const PyKVCache& c) { return c.cache->ring_slots(); },
+      .def_prop_ro("ring_slots", [](const PyKVCache& c) { return c.cache->ring().slots(); },
                    "Slots of each layer's ring: max_chunk + residual + 31 rounded up to a block (0: none).")
-      .def("ring_lo", [](const PyKVCache& c, uint32_t l) { return c.cache->ring_lo(l); }, "layer"_a,
+      .def("ring_lo", [](const PyKVCache& c, uint32_t l) { return in_range(c, l).ring().lo(l); }, "layer"_a,
            "The first position whose f16 row the layer's ring holds; the queries read the pool below it.")
-      .def("has_ring", [](const PyKVCache& c, uint32_t l) { return c.cache->has_ring(l); }, "layer"_a,
+      .def("has_ring", [](const PyKVCache& c, uint32_t l) { return in_range(c, l).ring().has(l); }, "layer"_a,
            "Whether the layer keeps a residual window (kv_residual and a quantized K or V).")
       .def("read_ring",
            [](const PyKVCache& c, uint32_t layer, uint32_t first, uint32_t n) {
@@ -390,7 +396,8 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
              auto* v = new uint16_t[std::max<size_t>(1, n * row)];
              nb::capsule own_k(k, [](void* p) noexcept { delete[] static_cast<uint16_t*>(p); });
              nb::capsule own_v(v, [](void* p) noexcept { delete[] static_cast<uint16_t*>(p); });
-             c.cache->read_ring(layer, first, n, reinterpret_cast<uint8_t*>(k), reinterpret_cast<uint8_t*>(v));
+             c.cache->ring().read(layer, first, n, c.cache->length(layer), reinterpret_cast<uint8_t*>(k),
+                                  reinterpret_cast<uint8_t*>(v));
              const size_t shape[3] = {n, c.cache->spec().n_kv_heads, c.cache->spec().head_dim};
              return std::make_pair(nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>(k, 3, shape, own_k),
                                    nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>(v, 3, shape, own_v));

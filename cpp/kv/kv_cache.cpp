@@ -71,7 +71,9 @@ void KvCache::init_groups() {
   for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
   init_policy();
-  init_ring();
+  std::vector<LayerLayout> layouts;
+  for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
+  ring_.init(*device_, spec_.residual, spec_.max_chunk, layouts);
   if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
 }
 
@@ -177,9 +179,9 @@ void KvCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
   const uint32_t n = counts_[layer];  // (the next index; the next position without a policy)
-  if (spec_.residual && ring_index_[layer] >= 0 && n_new > spec_.max_chunk)
+  if (spec_.residual && ring_.has(layer) && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " keeps a residual window of " + str(spec_.residual) + " tokens in a ring of " +
-         str(ring_slots_) + " slots; storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
+         str(ring_.slots()) + " slots; storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
          str(spec_.max_chunk) + " (create the cache with a larger max_chunk or store in smaller chunks)");
   if (evicts(layer) && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " evicts (kv_policy '" + policy_name(spec_.policy.kind) + "', budget " +
@@ -250,10 +252,10 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 
   // 4. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
-  const bool with_ring = has_ring(layer);
+  const bool with_ring = ring_.has(layer);
   ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, index, rope_k, queries,
-                     table(layer), lay.k_format, lay.v_format, lay.rotate, with_ring ? ring_slots_ : 0u,
-                     with_ring ? ring(layer) : ops::BufferView{}};
+                     table(layer), lay.k_format, lay.v_format, lay.rotate, with_ring ? ring_.slots() : 0u,
+                     ring_.view(layer)};
   if (spec_.store == StorePath::compute) {
     ops::kv_store(*device_, enc.compute(), k_new, v_new, region(layer), d);
   } else {
@@ -278,7 +280,7 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
       t += run;
     }
   }
-  if (has_ring(layer)) store_window(enc, layer, n, n_new);
+  if (ring_.has(layer)) store_window(enc, layer, n, n_new);
   if (evicts(layer)) note_policy_store(enc, layer, k_new, index, n_new);
   lengths_[layer] = n + n_new;
   counts_[layer] = index + n_new;
@@ -287,8 +289,7 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
 void KvCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
                          const uint8_t* params) {
   copy_rows(layer, kv, first, n, const_cast<uint8_t*>(data), const_cast<uint8_t*>(params), true);
-  // rows written into the pool are not in the ring: the queries read them from the pool
-  if (has_ring(layer)) ring_lo_[layer] = std::max(ring_lo_[layer], first + n);
+  ring_.pool_written(layer, first + n);  // the queries read those rows from the pool
 }
 
 void KvCache::read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
@@ -361,7 +362,7 @@ void KvCache::truncate(uint32_t n) {
     }
   std::fill(lengths_.begin(), lengths_.end(), n);
   prompt_ = {};  // (a call opens its prompt after rolling back)
-  for (uint32_t& lo : ring_lo_) lo = std::min(lo, n);
+  ring_.truncated(n);
   canonical_ = std::min(canonical_, n);
   if (block_hashes_.size() > n / kBlockTokens) block_hashes_.resize(n / kBlockTokens);
   if (tokens_.size() > n) {
@@ -382,7 +383,7 @@ void KvCache::reset() {
   counts_ = lengths_;
   evicted_ = 0;
   prompt_ = {};
-  std::fill(ring_lo_.begin(), ring_lo_.end(), 0u);
+  ring_.start_all_at(0);
   tokens_.clear();
   messages_.clear();
   canonical_ = 0;
@@ -409,7 +410,12 @@ void KvCache::begin_at(const std::vector<uint32_t>& first) {
   }
   lengths_ = first;
   counts_ = first;
-  ring_lo_ = first;
+  ring_.start_at(first);
+}
+
+void KvCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
+  check_layer(layer);
+  ring_.write(layer, first, n, lengths_[layer], k, v);
 }
 
 void KvCache::note_stored(uint32_t first, uint32_t n) {
@@ -434,7 +440,7 @@ void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
   counts_ = lengths_;
-  std::fill(ring_lo_.begin(), ring_lo_.end(), n);  // the prefix's rows are the pool's only
+  ring_.start_all_at(n);  // the prefix's rows are the pool's only
   tokens_.assign(ids, ids + n);
   messages_.clear();
   canonical_ = n;

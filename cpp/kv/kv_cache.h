@@ -32,6 +32,7 @@
 #include "kv/kv_pool.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_policy.h"
+#include "kv/residual_ring.h"
 #include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/kv_store.h"
@@ -67,7 +68,7 @@ struct KvCacheSpec {
   bool rotate = false;              // Hadamard-rotate the quantized layers (LayerLayout::rotate)
   // The residual window (kv_residual; 0: none), a multiple of kBlockTokens.
   // A layer with a quantized K or V then also keeps its recent rows as f16 in
-  // a ring of ring_slots() slots (ring()), and the query at position p reads
+  // a ring (ring(), kv/residual_ring.h), and the query at position p reads
   // the keys from S(p) = floor((p + 1 - residual) / B) * B on from it (its
   // last `residual` positions and the block they start in), the rest from the
   // pool. A q2 layer needs one: its K is quantized per channel when a block
@@ -143,24 +144,11 @@ class KvCache {
   void read_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                  bool by_index = false) const;
 
-  // The residual window (KvCacheSpec::residual). has_ring: the layer keeps
-  // one (a quantized K or V). The ring: every such layer's K (ring_slots,
-  // n_kv_heads, head_dim) half, then its V; position p at slot p % ring_slots.
-  // ring_lo: the ring holds the rows of positions ring_lo .. length - 1 (a
-  // prefix adopted from the prefix cache, a saved cache read back or a deep
-  // truncate leave the rows below it to the pool: the queries read them
-  // quantized even inside their window).
-  bool has_ring(uint32_t layer) const;
-  uint32_t ring_slots() const { return ring_slots_; }
-  BufferView ring(uint32_t layer) const;
-  uint32_t ring_lo(uint32_t layer) const;
-  // Sets d's residual, ring_slots, ring_lo and ring for attention over `layer`.
-  void describe_window(uint32_t layer, ops::AttentionDesc& d) const;
-  // The ring's f16 rows of positions first .. first + n - 1 (which it must
-  // hold), K and V, n * n_kv_heads * head_dim halfs each: what a saved cache
-  // keeps of its window. write_ring puts them back as the rows of the last n
-  // positions (first + n = length) and makes first the layer's ring_lo.
-  void read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const;
+  // The residual window (KvCacheSpec::residual): its ring, lo and view per
+  // layer (kv/residual_ring.h; attention reads them through ring().describe).
+  // write_ring puts back the rows a saved cache kept of a layer's window
+  // (ring().read's) as the rows of its last positions.
+  const ResidualRing& ring() const { return ring_; }
   void write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v);
 
   // The eviction policy (KvCacheSpec::policy). evicts: the layer is a full
@@ -273,8 +261,7 @@ class KvCache {
     std::vector<BlockTable::State> tables;  // per group
     std::vector<SavedBlocks> blocks;        // per group (own pool)
     RetainedBlocks retained;                // shared pool
-    gpu::BufferPtr ring;                    // a copy of the ring (residual window)
-    std::vector<uint32_t> ring_lo;
+    ResidualRing::Saved ring;               // the residual window's share
     std::vector<uint32_t> counts;           // eviction policy: see kv_evict.cpp
     std::vector<std::vector<uint32_t>> kept_pos;
     std::vector<float> scores;
@@ -330,7 +317,7 @@ class KvCache {
   size_t layer_nbytes(uint32_t layer) const;  // the layer's pool: R slots of its K and V formats
   size_t staging_nbytes() const;              // blit path staging (0 for compute)
   size_t table_nbytes() const;                // the tables' device mirrors
-  size_t ring_nbytes() const;                 // the residual window's ring (0 without one)
+  size_t ring_nbytes() const { return ring_.nbytes(); }  // the residual window's ring (0 without one)
   size_t held_nbytes() const;                 // the blocks its tables hold, in every layer
   size_t nbytes() const;                      // what it owns: its pool (if its own) + staging + tables
   size_t bytes_per_token() const;             // one more context token: K+V row (its formats) in each non-wrapping layer
@@ -358,12 +345,8 @@ class KvCache {
   void copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, uint8_t* data, uint8_t* params,
                  bool write, bool by_index = false) const;
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
-  // kv_residual.cpp: the ring's allocation, the store's ring and seal, and
-  // ring_lo's upkeep (positions whose rows the ring no longer holds).
-  void init_ring();
+  // kv_residual.cpp: a store's ring upkeep, and the seal of the q2 K blocks it fills.
   void store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new);
-  // read_ring / write_ring after their checks: one copy per position and section.
-  void copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const;
   // kv_evict.cpp: the policy's state, the eviction before a store, and what a
   // store adds to it (positions, key scores).
   void init_policy();
@@ -396,10 +379,7 @@ class KvCache {
   std::vector<int32_t> tokens_;        // ids fed by an engine
   std::vector<ChatMessage> messages_;  // the chat they render, if any
   std::string fingerprint_;
-  gpu::BufferPtr ring_;                 // residual window: see ring()
-  uint32_t ring_slots_ = 0;
-  std::vector<int32_t> ring_index_;     // per layer: its place in ring_, -1 without one
-  std::vector<uint32_t> ring_lo_;       // per layer
+  ResidualRing ring_;                   // the residual window
   uint32_t canonical_ = 0;              // see canonical()
   std::vector<uint64_t> block_hashes_;  // chain hashes of the published full blocks
 };

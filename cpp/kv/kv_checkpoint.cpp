@@ -26,8 +26,8 @@
 // buffers, copied through the host; its group saves every held block (own
 // pool), as a sliding group does: an eviction writes and frees any of them.
 //
-// A residual window's ring (kv_residual.cpp) is the sequence's own: the
-// checkpoint copies it whole when the call stores or truncates, and ring_lo with it.
+// A residual window's ring is the sequence's own: its part (ResidualRing::save)
+// copies it whole when the call stores or truncates, and its lo with it.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -95,17 +95,8 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   cp.messages = messages_;
   cp.canonical = canonical_;
   cp.block_hashes = block_hashes_;
-  cp.ring_lo = ring_lo_;
+  cp.ring = ring_.save(*device_, queue, n_store > 0 || keep < lengths_[0]);
   save_policy(cp);
-  if (ring_ && (n_store > 0 || keep < lengths_[0])) {
-    cp.ring = device_->new_buffer(ring_->length());
-    auto cb = queue.command_buffer();
-    gpu::BlitEncoder& blit = cb->blit_encoder();
-    blit.copy(ring_, 0, cp.ring, 0, ring_->length());
-    blit.end_encoding();
-    cb->commit();
-    cb->wait();
-  }
   if (!owns_pool_) {
     cp.retained.pool = pool_;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
@@ -154,17 +145,7 @@ void KvCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   canonical_ = cp.canonical;
   block_hashes_ = cp.block_hashes;
   restore_policy(cp);
-  if (cp.ring) {
-    auto cb = queue.command_buffer();
-    gpu::BlitEncoder& blit = cb->blit_encoder();
-    blit.copy(cp.ring, 0, ring_, 0, ring_->length());
-    blit.end_encoding();
-    cb->commit();
-    cb->wait();
-    ring_lo_ = cp.ring_lo;
-  } else if (!cp.ring_lo.empty()) {
-    for (size_t l = 0; l < ring_lo_.size(); ++l) ring_lo_[l] = std::max(ring_lo_[l], cp.ring_lo[l]);
-  }
+  ring_.restore(queue, cp.ring);
   if (cp.retained.pool) {
     for (size_t i = 0; i < groups_.size(); ++i) {
       groups_[i].table->restore_owned(cp.tables[i]);

@@ -1,4 +1,4 @@
-// KvCache's residual window (KvCacheSpec::residual; docs/KV_QUANT.md,
+// The residual window (KvCacheSpec::residual; docs/KV_QUANT.md,
 // "Residual window"): the ring of recent f16 rows beside a quantized pool.
 //
 // Every store into a layer with a quantized K or V also writes its rows as
@@ -20,96 +20,127 @@
 // a saved cache read back holds none. Below ring_lo the queries read the
 // pool even inside their window (the cost of rolling far back).
 #include <algorithm>
+#include <string>
 
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_errors.h"
+#include "kv/residual_ring.h"
 #include "ops/kv_store.h"
 
 namespace mkv::kv {
-
-void KvCache::init_ring() {
-  ring_index_.assign(spec_.n_layers, -1);
-  ring_lo_.assign(spec_.n_layers, 0);
-  if (spec_.residual == 0) return;
-  int32_t rings = 0;
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) {
-    const LayerLayout lay = layout(l);
-    if (lay.k_format != mkv_params::kKvF16 || lay.v_format != mkv_params::kKvF16) ring_index_[l] = rings++;
-  }
-  const uint64_t span = uint64_t(spec_.max_chunk) + spec_.residual + kBlockTokens - 1;
-  ring_slots_ = uint32_t(ops::ceil_div(span, kBlockTokens) * kBlockTokens);
-  if (rings) ring_ = device_->new_buffer(size_t(rings) * 2 * ring_slots_ * spec_.n_kv_heads * spec_.head_dim * 2);
-}
-
-bool KvCache::has_ring(uint32_t layer) const {
-  check_layer(layer);
-  return ring_index_[layer] >= 0;
-}
-
-BufferView KvCache::ring(uint32_t layer) const {
-  if (!has_ring(layer)) return {};
-  return {ring_, size_t(ring_index_[layer]) * 2 * ring_slots_ * spec_.n_kv_heads * spec_.head_dim * 2};
-}
-
-uint32_t KvCache::ring_lo(uint32_t layer) const {
-  check_layer(layer);
-  return ring_lo_[layer];
-}
-
-size_t KvCache::ring_nbytes() const { return ring_ ? ring_->length() : 0; }
-
-void KvCache::describe_window(uint32_t layer, ops::AttentionDesc& d) const {
-  if (!has_ring(layer)) return;
-  d.residual = spec_.residual;
-  d.ring_slots = ring_slots_;
-  d.ring_lo = ring_lo_[layer];
-  d.ring = ring(layer);
-}
-
 using detail::fail;
+using detail::str;
 
-void KvCache::read_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v) const {
-  if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
-  if (first < ring_lo_[layer] || uint64_t(first) + n > lengths_[layer])
-    fail("layer " + std::to_string(layer) + "'s ring holds positions " + std::to_string(ring_lo_[layer]) + ".." +
-         std::to_string(int64_t(lengths_[layer]) - 1) + ", not " + std::to_string(first) + ".." +
-         std::to_string(int64_t(first) + n - 1));
-  copy_ring(layer, first, n, k, v, false);
+void ResidualRing::init(gpu::Device& device, uint32_t residual, uint32_t max_chunk,
+                        const std::vector<LayerLayout>& layouts) {
+  residual_ = residual;
+  index_.assign(layouts.size(), -1);
+  lo_.assign(layouts.size(), 0);
+  if (residual == 0 || layouts.empty()) return;
+  int32_t rings = 0;
+  for (size_t l = 0; l < layouts.size(); ++l)
+    if (layouts[l].k_format != mkv_params::kKvF16 || layouts[l].v_format != mkv_params::kKvF16) index_[l] = rings++;
+  const uint64_t span = uint64_t(max_chunk) + residual + kBlockTokens - 1;
+  slots_ = uint32_t(ops::ceil_div(span, kBlockTokens) * kBlockTokens);
+  row_bytes_ = size_t(layouts[0].n_kv_heads) * layouts[0].head_dim * 2;
+  if (rings) buffer_ = device.new_buffer(size_t(rings) * 2 * slots_ * row_bytes_);
 }
 
-void KvCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v) {
-  if (!has_ring(layer)) fail("layer " + std::to_string(layer) + " keeps no residual window");
-  if (uint64_t(first) + n != lengths_[layer] || n > ring_slots_)
-    fail("write_ring takes the rows of the layer's last positions, at most its " + std::to_string(ring_slots_) +
-         " slots, ending at its length " + std::to_string(lengths_[layer]) + "; not " + std::to_string(first) + ".." +
-         std::to_string(int64_t(first) + n - 1));
-  copy_ring(layer, first, n, const_cast<uint8_t*>(k), const_cast<uint8_t*>(v), true);
-  ring_lo_[layer] = first;
+ops::BufferView ResidualRing::view(uint32_t layer) const {
+  if (!has(layer)) return {};
+  return {buffer_, size_t(index_[layer]) * 2 * slots_ * row_bytes_};
 }
 
-void KvCache::copy_ring(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const {
-  const size_t row = size_t(spec_.n_kv_heads) * spec_.head_dim * 2;
-  const BufferView r = ring(layer);
+void ResidualRing::describe(uint32_t layer, ops::AttentionDesc& d) const {
+  if (!has(layer)) return;
+  d.residual = residual_;
+  d.ring_slots = slots_;
+  d.ring_lo = lo_[layer];
+  d.ring = view(layer);
+}
+
+void ResidualRing::stored(uint32_t layer, uint32_t end) {
+  if (end > slots_) lo_[layer] = std::max(lo_[layer], end - slots_);
+}
+
+void ResidualRing::pool_written(uint32_t layer, uint32_t end) {
+  if (has(layer)) lo_[layer] = std::max(lo_[layer], end);
+}
+
+void ResidualRing::truncated(uint32_t n) {
+  for (uint32_t& lo : lo_) lo = std::min(lo, n);
+}
+
+void ResidualRing::read(uint32_t layer, uint32_t first, uint32_t n, uint32_t length, uint8_t* k, uint8_t* v) const {
+  if (!has(layer)) fail("layer " + str(layer) + " keeps no residual window");
+  if (first < lo_[layer] || uint64_t(first) + n > length)
+    fail("layer " + str(layer) + "'s ring holds positions " + str(lo_[layer]) + ".." +
+         std::to_string(int64_t(length) - 1) + ", not " + str(first) + ".." + std::to_string(int64_t(first) + n - 1));
+  copy_rows(layer, first, n, k, v, false);
+}
+
+void ResidualRing::write(uint32_t layer, uint32_t first, uint32_t n, uint32_t length, const uint8_t* k,
+                         const uint8_t* v) {
+  if (!has(layer)) fail("layer " + str(layer) + " keeps no residual window");
+  if (uint64_t(first) + n != length || n > slots_)
+    fail("write_ring takes the rows of the layer's last positions, at most its " + str(slots_) +
+         " slots, ending at its length " + str(length) + "; not " + str(first) + ".." +
+         std::to_string(int64_t(first) + n - 1));
+  copy_rows(layer, first, n, const_cast<uint8_t*>(k), const_cast<uint8_t*>(v), true);
+  lo_[layer] = first;
+}
+
+void ResidualRing::copy_rows(uint32_t layer, uint32_t first, uint32_t n, uint8_t* k, uint8_t* v, bool write) const {
+  const ops::BufferView r = view(layer);
   for (uint32_t i = 0; i < n; ++i) {
-    const size_t slot = (first + i) % ring_slots_;
-    uint8_t* rows[2] = {k + i * row, v + i * row};
+    const size_t slot = (first + i) % slots_;
+    uint8_t* rows[2] = {k + i * row_bytes_, v + i * row_bytes_};
     for (uint32_t kv = 0; kv < 2; ++kv) {
-      const size_t at = r.offset + (kv * ring_slots_ + slot) * row;
-      if (write) r.buffer->write(at, rows[kv], row);
-      else r.buffer->read(at, rows[kv], row);
+      const size_t at = r.offset + (kv * slots_ + slot) * row_bytes_;
+      if (write) r.buffer->write(at, rows[kv], row_bytes_);
+      else r.buffer->read(at, rows[kv], row_bytes_);
     }
   }
 }
 
+ResidualRing::Saved ResidualRing::save(gpu::Device& device, gpu::CommandQueue& queue, bool whole) const {
+  Saved s{nullptr, lo_};
+  if (!buffer_ || !whole) return s;
+  s.copy = device.new_buffer(buffer_->length());
+  auto cb = queue.command_buffer();
+  gpu::BlitEncoder& blit = cb->blit_encoder();
+  blit.copy(buffer_, 0, s.copy, 0, buffer_->length());
+  blit.end_encoding();
+  cb->commit();
+  cb->wait();
+  return s;
+}
+
+void ResidualRing::restore(gpu::CommandQueue& queue, const Saved& saved) {
+  if (!saved.copy) {  // the call wrote no ring row: what it made invalid stays so
+    for (size_t l = 0; l < lo_.size() && l < saved.lo.size(); ++l) lo_[l] = std::max(lo_[l], saved.lo[l]);
+    return;
+  }
+  auto cb = queue.command_buffer();
+  gpu::BlitEncoder& blit = cb->blit_encoder();
+  blit.copy(saved.copy, 0, buffer_, 0, buffer_->length());
+  blit.end_encoding();
+  cb->commit();
+  cb->wait();
+  lo_ = saved.lo;
+}
+
+// The store's side: the ring's rows went in with the pool's (kv_store); a q2 K
+// block is sealed from them by the store that fills it.
 void KvCache::store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new) {
   const uint32_t end = n + n_new;
-  if (end > ring_slots_) ring_lo_[layer] = std::max(ring_lo_[layer], end - ring_slots_);
+  ring_.stored(layer, end);
   if (layout(layer).k_format != mkv_params::kKvQ2K) return;
   const uint32_t first = n / kBlockTokens, last = end / kBlockTokens;  // the blocks this store fills
   if (last == first) return;
-  ops::KvSealDesc d{spec_.n_kv_heads, spec_.head_dim, slots(layer), first * kBlockTokens, last - first, ring_slots_,
-                    ring_lo_[layer]};
-  ops::kv_seal_q2k(*device_, enc.compute(), region(layer), ring(layer), table(layer), d);
+  ops::KvSealDesc d{spec_.n_kv_heads, spec_.head_dim, slots(layer), first * kBlockTokens, last - first,
+                    ring_.slots(), ring_.lo(layer)};
+  ops::kv_seal_q2k(*device_, enc.compute(), region(layer), ring_.view(layer), table(layer), d);
 }
 
 }  // namespace mkv::kv

@@ -162,7 +162,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     const kv::LayerLayout lay = cache.layout(l);
     d.k_format = lay.k_format;
     d.v_format = lay.v_format;
-    cache.describe_window(l, d);
+    cache.ring().describe(l, d);
     // An eviction policy that scores by attention (h2o, snapkv): the kernels
     // also write the logits, which become each key's probability in its score.
     const size_t logit_bytes = size_t(seg.n) * m.n_heads * d.n_tokens * sizeof(float);
