@@ -431,13 +431,13 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
       .def_prop_ro("store", [](const PyKVCache& c) { return std::string(kv::store_path_name(c.cache->spec().store)); })
       .def_prop_ro("last_append_counters", [](const PyKVCache& c) { return c.last.as_map(); },
                    "Counters (encoders, dispatches, blit bytes) of the last append's command buffer.")
-      .def_prop_ro("tokens", [](const PyKVCache& c) { return c.cache->tokens(); },
+      .def_prop_ro("tokens", [](const PyKVCache& c) { return c.cache->record().tokens(); },
                    "Token ids an Engine fed into this cache, in order (empty when filled by append).")
       .def_prop_rw(
           "messages",
           [](const PyKVCache& c) {
             nb::list out;
-            for (const kv::ChatMessage& m : c.cache->messages()) {
+            for (const kv::ChatMessage& m : c.cache->record().messages()) {
               nb::dict d;
               d["role"] = m.role;
               d["content"] = m.content;
@@ -452,7 +452,7 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
                 throw nb::value_error("[kv_cache] a message is a dict with exactly 'role' and 'content'");
               ms.push_back({m.at("role"), m.at("content")});
             }
-            c.cache->set_messages(std::move(ms));
+            c.cache->record().set_messages(std::move(ms));
           },
           "The chat (a list of {'role', 'content'}) whose rendering the tokens are; empty when the cache holds "
           "plain text. A truncate() that drops tokens clears it.")
@@ -465,11 +465,11 @@ void bind_kv(nb::module_& m, nb::module_& ops_m) {
            "An empty cache whose layer l starts at position first[l] (layers of a window together, full layers at "
            "0): how a saved cache is read back.")
       .def("record_tokens",
-           [](PyKVCache& c, const std::vector<int32_t>& ids) { c.cache->record_tokens(ids.data(), uint32_t(ids.size())); },
+           [](PyKVCache& c, const std::vector<int32_t>& ids) { c.cache->record().record(ids.data(), uint32_t(ids.size())); },
            "ids"_a, "Appends to tokens (what an engine fed); for reading a saved cache back.")
       .def_prop_rw(
-          "model_fingerprint", [](const PyKVCache& c) { return c.cache->model_fingerprint(); },
-          [](PyKVCache& c, const std::string& f) { c.cache->set_model_fingerprint(f); },
+          "model_fingerprint", [](const PyKVCache& c) { return c.cache->record().fingerprint(); },
+          [](PyKVCache& c, const std::string& f) { c.cache->record().set_fingerprint(f); },
           "The model whose rows the cache holds (set by the Engine that made it; '' otherwise).")
       .def(
           "save",

@@ -67,7 +67,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   // 3. sampling state: the draws, the ids the penalties look at, pacing
   r.rng.seed(o.seed);
   if (r.penalty_on()) {
-    std::vector<uint32_t> pen(c.tokens().begin(), c.tokens().end());
+    std::vector<uint32_t> pen(c.record().tokens().begin(), c.record().tokens().end());
     pen.insert(pen.end(), r.job.prompt.begin() + r.fed, r.job.prompt.end());
     r.n_penalty = uint32_t(pen.size());
     r.penalty = device_->new_buffer(std::max<size_t>(pen.size() + 64, 1) * sizeof(uint32_t));

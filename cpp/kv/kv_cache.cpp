@@ -363,12 +363,7 @@ void KvCache::truncate(uint32_t n) {
   std::fill(lengths_.begin(), lengths_.end(), n);
   prompt_ = {};  // (a call opens its prompt after rolling back)
   ring_.truncated(n);
-  canonical_ = std::min(canonical_, n);
-  if (block_hashes_.size() > n / kBlockTokens) block_hashes_.resize(n / kBlockTokens);
-  if (tokens_.size() > n) {
-    tokens_.resize(n);
-    messages_.clear();
-  }
+  record_.truncate(n);
 }
 
 void KvCache::reset() {
@@ -384,10 +379,7 @@ void KvCache::reset() {
   evicted_ = 0;
   prompt_ = {};
   ring_.start_all_at(0);
-  tokens_.clear();
-  messages_.clear();
-  canonical_ = 0;
-  block_hashes_.clear();
+  record_.reset();
 }
 
 void KvCache::begin_at(const std::vector<uint32_t>& first) {
@@ -418,13 +410,9 @@ void KvCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8
   ring_.write(layer, first, n, lengths_[layer], k, v);
 }
 
-void KvCache::note_stored(uint32_t first, uint32_t n) {
-  if (n >= 2 && first == canonical_) canonical_ = first + n;
-}
-
 void KvCache::commit(const int32_t* ids, uint32_t n, bool publish) {
-  record_tokens(ids, n);
-  note_stored(lengths_[0] - n, n);
+  record_.record(ids, n);
+  record_.stored(lengths_[0] - n, n);
   if (publish && !owns_pool_) prefix::publish(*this);
 }
 
@@ -441,10 +429,7 @@ void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
   std::fill(lengths_.begin(), lengths_.end(), n);
   counts_ = lengths_;
   ring_.start_all_at(n);  // the prefix's rows are the pool's only
-  tokens_.assign(ids, ids + n);
-  messages_.clear();
-  canonical_ = n;
-  block_hashes_ = hashes;
+  record_.adopt(ids, n, hashes);
 }
 
 }  // namespace mkv::kv

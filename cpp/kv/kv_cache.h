@@ -33,6 +33,7 @@
 #include "kv/kv_layout.h"
 #include "kv/kv_policy.h"
 #include "kv/residual_ring.h"
+#include "kv/sequence_record.h"
 #include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/kv_store.h"
@@ -46,13 +47,6 @@ using ops::RopeSpec;
 enum class StorePath { compute, blit };
 StorePath parse_store_path(const std::string& name);  // "compute" | "blit"
 const char* store_path_name(StorePath path);
-
-// One turn of the conversation whose rendering a cache holds (set by the
-// Python Engine after a chat turn; the cache only keeps it consistent).
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
 
 struct KvCacheSpec {
   uint32_t n_layers = 0;
@@ -206,21 +200,11 @@ class KvCache {
   // one window group start together; full layers start at 0.
   void begin_at(const std::vector<uint32_t>& first);
 
-  // The model the cache's rows belong to (set by the engine that made it;
-  // "" for a cache made by hand), written into saved caches.
-  const std::string& model_fingerprint() const { return fingerprint_; }
-  void set_model_fingerprint(std::string f) { fingerprint_ = std::move(f); }
-
-  // The token ids an engine fed, in order (what repetition penalty and chat
-  // continuation look at). Stores through store() alone (tests, tools) record
-  // none; truncate() and reset() keep them in step with the layers.
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  void record_tokens(const int32_t* ids, uint32_t n) { tokens_.insert(tokens_.end(), ids, ids + n); }
-
-  // The chat whose rendering the tokens are. A truncate() that drops tokens
-  // clears it: the tokens no longer render those messages.
-  const std::vector<ChatMessage>& messages() const { return messages_; }
-  void set_messages(std::vector<ChatMessage> messages) { messages_ = std::move(messages); }
+  // The sequence's record (kv/sequence_record.h): its token ids, chat, model
+  // fingerprint and prefix-cache state; truncate() and reset() keep it in step
+  // with the layers.
+  const SequenceRecord& record() const { return record_; }
+  SequenceRecord& record() { return record_; }
 
   // Everything a call may change, so that a call that fails part-way can put
   // the cache back exactly (kv_checkpoint.cpp): host state and each table as
@@ -254,10 +238,7 @@ class KvCache {
   };
   struct Checkpoint {
     std::vector<uint32_t> lengths;
-    std::vector<int32_t> tokens;
-    std::vector<ChatMessage> messages;
-    uint32_t canonical = 0;
-    std::vector<uint64_t> block_hashes;
+    SequenceRecord::Saved record;
     std::vector<BlockTable::State> tables;  // per group
     std::vector<SavedBlocks> blocks;        // per group (own pool)
     RetainedBlocks retained;                // shared pool
@@ -283,26 +264,16 @@ class KvCache {
   bool reserve(const std::vector<uint32_t>& per_group);
   void unreserve();  // gives back what the tables did not use
 
-  // The prefix cache (kv/prefix_cache.h). Positions [0, canonical()) were
-  // stored by steps of two or more tokens (or adopted from the prefix cache):
-  // their rows are what a prefill of those tokens gives, whatever its chunks
-  // (decode steps compute rows with other kernels, bits apart). Full blocks of
-  // them are published in the pool under the chain hash of their tokens.
-  uint32_t canonical() const { return canonical_; }
   // Whether the cache takes part in the prefix cache: not with a residual
   // window, whose queries read their window's f16 rows, which a prefix's
   // blocks do not carry (a hit would change what the next queries see), nor
   // with an eviction policy (its blocks are rewritten as it compacts).
   bool shares_prefixes() const { return spec_.residual == 0 && spec_.policy.kind == PolicyKind::none; }
-  // After a step stored [first, first + n): n >= 2 extends the canonical prefix.
-  void note_stored(uint32_t first, uint32_t n);
   // The one call a step makes into the cache after its stores, for the n
   // tokens `ids` it stored in every layer (positions length(0) - n ..): records
-  // them, notes them stored, and with `publish` (the call uses the prefix
-  // cache) publishes the full canonical blocks over a shared pool.
+  // them, notes them stored (SequenceRecord::stored), and with `publish` (the
+  // call uses the prefix cache) publishes the full canonical blocks over a shared pool.
   void commit(const int32_t* ids, uint32_t n, bool publish);
-  const std::vector<uint64_t>& block_hashes() const { return block_hashes_; }  // per published block
-  void add_block_hash(uint64_t h) { block_hashes_.push_back(h); }
   // Becomes a cache of n tokens (`ids`) whose rows are the pool's blocks
   // `blocks` (per group, per logical block; -1 where a sliding group needs
   // none). Needs an empty cache; the blocks stay cached for others.
@@ -376,12 +347,8 @@ class KvCache {
   OpenPrompt prompt_;
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;
-  std::vector<int32_t> tokens_;        // ids fed by an engine
-  std::vector<ChatMessage> messages_;  // the chat they render, if any
-  std::string fingerprint_;
+  SequenceRecord record_;
   ResidualRing ring_;                   // the residual window
-  uint32_t canonical_ = 0;              // see canonical()
-  std::vector<uint64_t> block_hashes_;  // chain hashes of the published full blocks
 };
 
 }  // namespace mkv::kv

@@ -91,10 +91,7 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
   Checkpoint cp;
   cp.lengths = lengths_;
-  cp.tokens = tokens_;
-  cp.messages = messages_;
-  cp.canonical = canonical_;
-  cp.block_hashes = block_hashes_;
+  cp.record = record_.save();
   cp.ring = ring_.save(*device_, queue, n_store > 0 || keep < lengths_[0]);
   save_policy(cp);
   if (!owns_pool_) {
@@ -140,10 +137,7 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
 void KvCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
   lengths_ = cp.lengths;
-  tokens_ = cp.tokens;
-  messages_ = cp.messages;
-  canonical_ = cp.canonical;
-  block_hashes_ = cp.block_hashes;
+  record_.restore(cp.record);
   restore_policy(cp);
   ring_.restore(queue, cp.ring);
   if (cp.retained.pool) {

@@ -79,17 +79,17 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
 void publish(KvCache& cache) {
   if (!cache.shares_prefixes()) return;
   std::lock_guard<std::recursive_mutex> lock(cache.pool().mutex());
-  const uint32_t done = uint32_t(cache.block_hashes().size());
-  const uint32_t ready = std::min<uint32_t>(cache.canonical(), uint32_t(cache.tokens().size())) / kBlockTokens;
+  const uint32_t done = uint32_t(cache.record().block_hashes().size());
+  const uint32_t ready = std::min<uint32_t>(cache.record().canonical(), uint32_t(cache.record().tokens().size())) / kBlockTokens;
   for (uint32_t i = done; i < ready; ++i) {
-    const uint64_t parent = i ? cache.block_hashes()[i - 1] : 0;
-    const BlockKey key = key_of(parent, cache.tokens().data() + size_t(i) * kBlockTokens);
+    const uint64_t parent = i ? cache.record().block_hashes()[i - 1] : 0;
+    const BlockKey key = key_of(parent, cache.record().tokens().data() + size_t(i) * kBlockTokens);
     KvPool& pool = cache.pool();
     for (uint32_t g = 0; g < pool.n_groups(); ++g) {
       const std::vector<int64_t>& blocks = cache.block_table(pool.group_layers(g)[0]).blocks();
       if (i < blocks.size() && blocks[i] >= 0) pool.blocks(g).register_block(uint32_t(blocks[i]), key);
     }
-    cache.add_block_hash(key.hash);
+    cache.record().add_block_hash(key.hash);
   }
 }
 

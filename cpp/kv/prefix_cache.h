@@ -37,7 +37,7 @@ struct Match {
 Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens);
 
 // Publishes the cache's canonical full blocks not yet published (their hashes
-// go to cache.block_hashes()); a block whose tokens already have a block stays
+// go to cache.record().block_hashes()); a block whose tokens already have a block stays
 // the cache's alone. Needs the cache's token ids (an engine's cache).
 void publish(KvCache& cache);
 
