@@ -126,7 +126,8 @@ void run_stores(PyKVCache& c, const std::vector<uint32_t>& layers, const Array& 
     kv::EncoderSession session(*cb);
     for (size_t i = 0; i < layers.size(); ++i)
       c.cache->store(session, layers[i], {kb, i * layer_bytes}, {vb, i * layer_bytes}, n,
-                     spec ? &*spec : nullptr, i == 0 ? queries : ops::QueryRope{});
+                     spec ? &*spec : nullptr, i == 0 ? queries : ops::QueryRope{},
+                     kv::KvCache::Checked::yes);  // (every layer checked above, before any store)
     session.end();
   }
   cb->commit();
