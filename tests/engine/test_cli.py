@@ -22,18 +22,19 @@ def test_generate(engine, capsys):
 
 @pytest.mark.parametrize("policy,prompt", [("streaming", None), ("snapkv", "whole")])
 def test_generate_with_an_eviction_policy_goes_past_its_budget(engine, capsys, policy, prompt):
-    """--kv-policy/--kv-budget/--kv-prompt: 80 tokens of reply through a budget of 80 (the
-    prompt's ~40 and the reply pass it): no context_full, what is kept on the closing line,
-    and the same text as the Python API with the same policy."""
+    """--kv-policy/--kv-budget/--kv-prompt: 48 tokens of reply through a budget of 64 (the
+    prompt's ~40 and the reply pass it; 64 is the least a budget may be beside a 4-token sink
+    and a block): no context_full, what is kept on the closing line, and the same text as the
+    Python API with the same policy."""
     story = "Tell me a long story about a dragon."
-    args = ["generate", story, "--max-tokens", "80", "--device", "host", "--kv-policy", policy,
-            "--kv-budget", "80", "--kv-sinks", "4", "--temperature", "0", "--repetition-penalty", "1.3"]
+    args = ["generate", story, "--max-tokens", "48", "--device", "host", "--kv-policy", policy,
+            "--kv-budget", "64", "--kv-sinks", "4", "--temperature", "0", "--repetition-penalty", "1.3"]
     assert cli.main(args + (["--kv-prompt", prompt] if prompt else [])) == 0
     out, err = capsys.readouterr()
-    assert re.search(rf"finish: length .*; {policy}: \d+/80 tokens kept of \d+, [1-9]\d* evicted\]", err), err
+    assert re.search(rf"finish: length .*; {policy}: \d+/64 tokens kept of \d+, [1-9]\d* evicted\]", err), err
     import metalkv
-    eng = metalkv.Engine.load(device="host", kv_policy=policy, kv_budget=80, kv_prompt=prompt, progress=False)
-    assert out == eng.generate(story, max_tokens=80, temperature=0, repetition_penalty=1.3) + "\n"
+    eng = metalkv.Engine.load(device="host", kv_policy=policy, kv_budget=64, kv_prompt=prompt, progress=False)
+    assert out == eng.generate(story, max_tokens=48, temperature=0, repetition_penalty=1.3) + "\n"
 
 
 def test_generate_sampling_flags_and_stop(engine, capsys):
