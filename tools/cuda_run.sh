@@ -4,7 +4,7 @@
 # over every kernel family, and the benchmarks. Logs and JSON go to $OUT; a
 # short summary is printed last.
 #
-#   bash tools/cuda_run.sh [STAGE ...]     stages: info install test sanitize bench-kernels bench-engine engine-variants
+#   bash tools/cuda_run.sh [STAGE ...]     stages: info build install test sanitize bench-kernels bench-engine engine-variants
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
 #                                                  test-kv-policy stress-kv-policy test-server bench-server
@@ -13,9 +13,11 @@
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
 #        CONTEXT (engine-context's cached positions, default 32768)
 #
-# The wheels come from .whl/ (carried): metalkv built here for the machine's
-# Python (python3.12, METALKV_CUDA=ON, METALKV_CUDA_ARCHITECTURES=90) and the
-# pure-Python packages it lacks (gguf). docs/CUDA.md has the build command and
+# The wheels come from .whl/ (carried: the pure-Python packages the machine
+# lacks, gguf) and from build/cuda-wheel/, where the build stage puts metalkv
+# built there for the machine's Python (python3.12, METALKV_CUDA=ON,
+# METALKV_CUDA_ARCHITECTURES=90; ~3 min on 16 cores). build/ is ignored, so a
+# later call on the same warm machine installs it again without building. docs/CUDA.md has the build command and
 # the latest results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,9 +37,22 @@ stage_info() {
   uname -r | tee -a "$OUT/device.txt"  # 4.4.0 is gVisor (no ncu counters); Firecracker runs a real kernel
 }
 
+stage_build() {
+  step "build the metalkv wheel for this machine"
+  rm -rf build/cuda-wheel
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) timeout ${BUILD_S:-420} python3 -m pip wheel . --no-deps --no-build-isolation \
+    -w build/cuda-wheel -Cbuild-dir=build/cp312-cuda -Ccmake.define.METALKV_CUDA=ON \
+    -Ccmake.define.METALKV_CUDA_ARCHITECTURES=90 -Ccmake.define.METALKV_HOST_ARCH=x86-64-v3 \
+    > "$OUT/build.log" 2>&1
+  local rc=$?
+  tail -3 "$OUT/build.log"
+  note "build: rc=$rc, $(ls build/cuda-wheel 2>/dev/null | tr '\n' ' ')"
+}
+
 stage_install() {
-  step "install the carried wheels"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  step "install the wheels (carried and built here)"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl $(ls build/cuda-wheel/*.whl 2>/dev/null) \
     || { note "install: FAILED"; return 1; }
   export PYTHONPATH=/tmp/site
   python3 -c "import metalkv; print('metalkv', metalkv.__version__, metalkv._core.build_info(), metalkv.devices()); \
