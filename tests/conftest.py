@@ -19,8 +19,9 @@ FIBER_ORDERS = ["forward", "reverse", "random"]
 # imports, and every transformers test after it failed. pytest itself adds test directories.
 _SYS_PATH = list(sys.path)
 _ENVIRON = dict(os.environ)
-# Set by pytest itself, and by torch's inductor when first imported (a library's, not a test's).
-_LIBRARY_ENV = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+# Set by pytest itself, by torch's inductor when first imported, and by torch's import where it
+# loads Intel's OpenMP (the KMP_* two, seen on the H200 machine): a library's, not a test's.
+_LIBRARY_ENV = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"}
 
 
 def _sys_path_leaks() -> list[str]:

@@ -35,7 +35,8 @@ def test_every_name_an_op_builds_exists():
     have = set(dev.kernel_names())
     built = ops.kernel_names(dev)
     assert built == sorted(set(built))
-    assert len(built) > 500  # every family is listed, not just a few names
+    # every family is listed, not just a few names: as many as the library's op kernels
+    assert len(built) >= len(have - metal_test_kernels())
     missing = [n for n in built if n not in have]
     assert not missing, f"{len(missing)} names the ops can build are not in the library: {missing[:20]}"
 
