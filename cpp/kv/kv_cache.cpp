@@ -70,7 +70,7 @@ void KvCache::init_groups() {
   }
   for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
-  init_policy();
+  eviction_.init(*device_, spec_.policy, spec_.windows, spec_.n_kv_heads, spec_.head_dim, spec_.capacity);
   std::vector<LayerLayout> layouts;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
   ring_.init(*device_, spec_.residual, spec_.max_chunk, layouts);
@@ -127,9 +127,8 @@ std::vector<int64_t> KvCache::positions(uint32_t layer) const {
     if (blocks[i] < 0) continue;
     for (uint32_t j = 0; j < kBlockTokens; ++j) {
       const uint64_t index = i * kBlockTokens + j;
-      if (index < counts_[layer] && index >= block_table(layer).first_valid())
-        out[size_t(blocks[i]) * kBlockTokens + j] =
-            evicts(layer) ? int64_t(kept_pos_[layer][index]) : int64_t(index);  // (head 0's with a policy)
+      if (index < eviction_.count(layer) && index >= block_table(layer).first_valid())
+        out[size_t(blocks[i]) * kBlockTokens + j] = eviction_.position(layer, uint32_t(index));  // (head 0's with a policy)
     }
   }
   return out;
@@ -178,7 +177,7 @@ void KvCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   Lock lock(pool_->mutex());
   check_layer(layer);
   if (n_new == 0) fail("storing 0 tokens in layer " + str(layer) + "; n_new must be at least 1");
-  const uint32_t n = counts_[layer];  // (the next index; the next position without a policy)
+  const uint32_t n = eviction_.count(layer);  // (the next index; the next position without a policy)
   if (spec_.residual && ring_.has(layer) && n_new > spec_.max_chunk)
     fail("layer " + str(layer) + " keeps a residual window of " + str(spec_.residual) + " tokens in a ring of " +
          str(ring_.slots()) + " slots; storing " + str(n_new) + " tokens in one call exceeds max_chunk " +
@@ -200,7 +199,7 @@ void KvCache::check_store(uint32_t layer, uint32_t n_new, const RopeSpec* rope_k
   // Room in the pool (shared by every cache of an engine, or this cache's own;
   // an eviction makes its own room, or raises before encoding anything).
   const uint32_t held = group_of(layer).table->length();
-  const bool evicting = evicts(layer) && n + n_new > evict_limit(layer);
+  const bool evicting = evicts(layer) && n + n_new > eviction_.limit(layer, lengths_[layer]);
   if (!evicting && n + n_new > held && !group_of(layer).table->can_append(n + n_new - held)) {
     const uint32_t g = pool_->group_of(layer);
     const BlockPool& blocks = pool_->blocks(g);
@@ -234,8 +233,8 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   const uint32_t n = lengths_[layer];
   Group& g = group_of(layer);
   // 2. a full budget evicts first (the first layer of the step, for all)
-  if (g.evicts && counts_[layer] + n_new > evict_limit(layer)) evict(enc, g, n_new);
-  const uint32_t index = counts_[layer];
+  if (g.evicts && eviction_.count(layer) + n_new > eviction_.limit(layer, n)) evict(enc, g, n_new);
+  const uint32_t index = eviction_.count(layer);
 
   // 3. room in the group's table (the first layer of a step to get here makes
   // it for all); a shared tail block is copied in every layer of the group
@@ -281,9 +280,8 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
     }
   }
   if (ring_.has(layer)) store_window(enc, layer, n, n_new);
-  if (evicts(layer)) note_policy_store(enc, layer, k_new, index, n_new);
+  eviction_.stored(enc, layer, k_new, n, n_new);
   lengths_[layer] = n + n_new;
-  counts_[layer] = index + n_new;
 }
 
 void KvCache::write_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n, const uint8_t* data,
@@ -309,10 +307,10 @@ void KvCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
          (write ? "write" : "read") + " rows " + str(first) + ".." + str(uint64_t(first) + n - 1));
   const size_t drow = lay.data_row_bytes(kv), prow = lay.param_row_bytes(kv);
   const BufferView reg = region(layer);
-  if (by_index && uint64_t(first) + n > counts_[layer])
-    fail("layer " + str(layer) + " holds " + str(counts_[layer]) + " indices; cannot read rows " + str(first) + ".." +
+  if (by_index && uint64_t(first) + n > eviction_.count(layer))
+    fail("layer " + str(layer) + " holds " + str(eviction_.count(layer)) + " indices; cannot read rows " + str(first) + ".." +
          str(uint64_t(first) + n - 1));
-  if (!by_index && counts_[layer] != lengths_[layer])
+  if (!by_index && eviction_.count(layer) != lengths_[layer])
     fail("layer " + str(layer) + " has evicted tokens (kv_policy '" + std::string(policy_name(spec_.policy.kind)) +
          "'): its rows are no longer addressed by position");
   const uint32_t sealed = lengths_[layer] / kBlockTokens * kBlockTokens;  // q2 K: full blocks only
@@ -336,14 +334,14 @@ void KvCache::truncate(uint32_t n) {
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     if (n > lengths_[l])
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(lengths_[l]));
-    if (n < lengths_[l] && counts_[l] != lengths_[l])
+    if (n < lengths_[l] && eviction_.count(l) != lengths_[l])
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it has evicted " +
-           str(lengths_[l] - counts_[l]) + " of its " + str(lengths_[l]) + " (kv_policy '" +
+           str(lengths_[l] - eviction_.count(l)) + " of its " + str(lengths_[l]) + " (kv_policy '" +
            policy_name(spec_.policy.kind) + "'), so what it held at " + str(n) + " is gone; reset() it instead");
   }
   // (a layer that has evicted can only stay where it is: its table holds its
   // count, below n; the others' index is their position)
-  auto moves = [&](const Group& g) { return counts_[g.layers[0]] == lengths_[g.layers[0]]; };
+  auto moves = [&](const Group& g) { return eviction_.count(g.layers[0]) == lengths_[g.layers[0]]; };
   for (const Group& g : groups_) {
     if (!moves(g)) continue;
     try {
@@ -355,13 +353,8 @@ void KvCache::truncate(uint32_t n) {
   }
   for (Group& g : groups_)
     if (moves(g)) g.table->truncate(n);  // entries past n are never read: no sync
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (counts_[l] == lengths_[l]) {
-      if (n < counts_[l]) clear_scores(l, n);
-      counts_[l] = n;
-    }
+  eviction_.truncated(n, lengths_);
   std::fill(lengths_.begin(), lengths_.end(), n);
-  prompt_ = {};  // (a call opens its prompt after rolling back)
   ring_.truncated(n);
   record_.truncate(n);
 }
@@ -373,11 +366,7 @@ void KvCache::reset() {
     groups_[g].table = std::make_unique<BlockTable>(pool_->blocks(g), groups_[g].window, spec_.max_chunk);
   }
   std::fill(lengths_.begin(), lengths_.end(), 0u);
-  for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (counts_[l]) clear_scores(l, 0);
-  counts_ = lengths_;
-  evicted_ = 0;
-  prompt_ = {};
+  eviction_.reset();
   ring_.start_all_at(0);
   record_.reset();
 }
@@ -401,7 +390,7 @@ void KvCache::begin_at(const std::vector<uint32_t>& first) {
     sync_table(g, 0);
   }
   lengths_ = first;
-  counts_ = first;
+  eviction_.start_at(first);
   ring_.start_at(first);
 }
 
@@ -427,7 +416,7 @@ void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
     sync_table(groups_[g], 0);
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
-  counts_ = lengths_;
+  eviction_.start_at(lengths_);
   ring_.start_all_at(n);  // the prefix's rows are the pool's only
   record_.adopt(ids, n, hashes);
 }

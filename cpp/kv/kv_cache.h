@@ -29,6 +29,7 @@
 #include "gpu/device.h"
 #include "kv/block_pool.h"
 #include "kv/encoder_session.h"
+#include "kv/eviction_state.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_policy.h"
@@ -145,7 +146,8 @@ class KvCache {
   const ResidualRing& ring() const { return ring_; }
   void write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8_t* k, const uint8_t* v);
 
-  // The eviction policy (KvCacheSpec::policy). evicts: the layer is a full
+  // The eviction policy (KvCacheSpec::policy; its part, eviction(), is
+  // kv/eviction_state.h; these check the layer). evicts: the layer is a full
   // layer of a cache with a policy. kept_positions: the position of each of
   // its count() indices for one KV head. scores: (n_kv_heads, capacity) float,
   // the policy's score per index (keynorm: written by the store; h2o, snapkv:
@@ -160,16 +162,16 @@ class KvCache {
   // length becomes `length`. Raises GpuError before changing anything.
   void set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions, const float* scores);
   BufferView scores(uint32_t layer) const;
-  uint64_t evicted() const { return evicted_; }
+  uint64_t evicted() const { return eviction_.evicted(); }
   // Whether the attention over the layer adds to its scores (h2o, snapkv),
   // and the first of a step's n_queries query rows (the last stored) that do:
   // h2o every row; snapkv the rows at the last `window` indices before the
   // budget (its observation window; an eviction starts it over).
-  bool scores_attention(uint32_t layer) const;
+  bool scores_attention(uint32_t layer) const { return evicts(layer) && eviction_.scores_attention(layer); }
   uint32_t score_rows_from(uint32_t layer, uint32_t n_queries) const;
   // Tokens a full layer keeps after an eviction (kv_budget; the capacity
   // without a policy or when none was given).
-  uint32_t budget() const { return spec_.policy.budget ? spec_.policy.budget : spec_.capacity; }
+  uint32_t budget() const { return eviction_.budget(); }
   // A full layer's own (pyramidkv: kv_policy.h layer_budgets; the others: budget()).
   uint32_t budget(uint32_t layer) const;
   // The next n tokens stored are one prompt (the engine says so for each
@@ -204,6 +206,7 @@ class KvCache {
   // fingerprint and prefix-cache state; truncate() and reset() keep it in step
   // with the layers.
   const SequenceRecord& record() const { return record_; }
+  const EvictionState& eviction() const { return eviction_; }
   SequenceRecord& record() { return record_; }
 
   // Everything a call may change, so that a call that fails part-way can put
@@ -231,11 +234,6 @@ class KvCache {
     std::shared_ptr<KvPool> pool;
     std::vector<std::vector<uint32_t>> ids;  // per group
   };
-  // The prompt open_prompt announced, as positions of the full layers:
-  // [start, end) (end == 0: none).
-  struct OpenPrompt {
-    uint32_t start = 0, end = 0;
-  };
   struct Checkpoint {
     std::vector<uint32_t> lengths;
     SequenceRecord::Saved record;
@@ -243,11 +241,7 @@ class KvCache {
     std::vector<SavedBlocks> blocks;        // per group (own pool)
     RetainedBlocks retained;                // shared pool
     ResidualRing::Saved ring;               // the residual window's share
-    std::vector<uint32_t> counts;           // eviction policy: see kv_evict.cpp
-    std::vector<std::vector<uint32_t>> kept_pos;
-    std::vector<float> scores;
-    uint64_t evicted = 0;
-    OpenPrompt prompt;
+    EvictionState::Saved eviction;          // the eviction policy's (and every layer's count)
   };
   // keep: tokens the call keeps (truncates to) before it stores n_store more.
   Checkpoint checkpoint(gpu::CommandQueue& queue, uint32_t keep, uint64_t n_store) const;
@@ -318,17 +312,8 @@ class KvCache {
   void encode_copies(EncoderSession& enc, const Group& g, const std::vector<BlockCopy>& copies);
   // kv_residual.cpp: a store's ring upkeep, and the seal of the q2 K blocks it fills.
   void store_window(EncoderSession& enc, uint32_t layer, uint32_t n, uint32_t n_new);
-  // kv_evict.cpp: the policy's state, the eviction before a store, and what a
-  // store adds to it (positions, key scores).
-  void init_policy();
-  // The count past which a store into an evicting layer evicts first: the
-  // budget, or inside an open prompt what holds it whole (open_prompt).
-  uint32_t evict_limit(uint32_t layer) const;
+  // kv_evict.cpp: the eviction before a store (the rows move, the blocks go).
   void evict(EncoderSession& enc, Group& g, uint32_t n_new);
-  void note_policy_store(EncoderSession& enc, uint32_t layer, const BufferView& k_new, uint32_t index, uint32_t n_new);
-  void clear_scores(uint32_t layer, uint32_t from);  // zeroes indices from.. of every head
-  void save_policy(Checkpoint& cp) const;
-  void restore_policy(const Checkpoint& cp);
   Group& group_of(uint32_t layer) { return groups_[pool_->group_of(layer)]; }
   const Group& group_of(uint32_t layer) const { return groups_[pool_->group_of(layer)]; }
 
@@ -338,13 +323,7 @@ class KvCache {
   bool owns_pool_ = true;
   std::vector<Group> groups_;  // per group of the pool
   std::vector<uint32_t> lengths_;
-  std::vector<uint32_t> counts_;                 // per layer: see count()
-  std::vector<uint32_t> budgets_;                // per layer with a policy: budget(layer) (0: sliding)
-  std::vector<std::vector<uint32_t>> kept_pos_;  // evicting layers: (n_kv_heads, capacity) positions
-  gpu::BufferPtr scores_;                        // a scoring policy's: (n_kv_heads, capacity) float per layer
-  std::vector<int64_t> score_at_;                // per layer: its place in scores_, -1 without
-  uint64_t evicted_ = 0;
-  OpenPrompt prompt_;
+  EvictionState eviction_;  // every layer's count, and the eviction policy's state
   gpu::BufferPtr staging_;  // K and V sections of staging_rows_ slots, one unit each (kv_format.h); blit path only
   uint32_t staging_rows_ = 0;
   SequenceRecord record_;

@@ -22,7 +22,7 @@
 // goes away unused gives them back to the pool. The engine reserves the blocks
 // the call may take (KvCache::blocks_to_store), so the copies always fit.
 //
-// An eviction policy's state (kv_evict.cpp) is host data and the score
+// An eviction policy's state (EvictionState::save) is host data and the score
 // buffers, copied through the host; its group saves every held block (own
 // pool), as a sliding group does: an eviction writes and frees any of them.
 //
@@ -93,7 +93,7 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   cp.lengths = lengths_;
   cp.record = record_.save();
   cp.ring = ring_.save(*device_, queue, n_store > 0 || keep < lengths_[0]);
-  save_policy(cp);
+  cp.eviction = eviction_.save();
   if (!owns_pool_) {
     cp.retained.pool = pool_;
     for (uint32_t g = 0; g < groups_.size(); ++g) {
@@ -138,7 +138,7 @@ void KvCache::restore(gpu::CommandQueue& queue, Checkpoint& cp) {
   std::lock_guard<std::recursive_mutex> lock(pool_->mutex());
   lengths_ = cp.lengths;
   record_.restore(cp.record);
-  restore_policy(cp);
+  eviction_.restore(cp.eviction);
   ring_.restore(queue, cp.ring);
   if (cp.retained.pool) {
     for (size_t i = 0; i < groups_.size(); ++i) {
