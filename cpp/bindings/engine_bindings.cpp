@@ -212,6 +212,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "ids start.. (one entry per id generated so far, in order; a stop id has none): log-softmax of the raw\n"
           "logits row each id was sampled from (before penalties and temperature). Without logprobs: [].")
       .def_prop_ro("stats", [](const PyRequest& r) { return stats_dict(r.request->stats()); })
+      .def_prop_ro("prompt_progress", [](const PyRequest& r) { return r.request->prompt_progress(); },
+                   "(prompt tokens the cache holds so far, the prompt's tokens): (0, 0) before the first step.")
       .def_prop_ro("finish_reason", [](const PyRequest& r) { return r.request->stats().finish_reason; })
       .def("result",
            [](PyRequest& r) {

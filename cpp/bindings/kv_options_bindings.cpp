@@ -62,8 +62,8 @@ void set_option(kv::KvOptions& o, const std::string& op, const std::string& key,
     }
     o.mark(KvField::f16_layers);
   } else if (key == "kv_rotate") {
-    if (!PyBool_Check(v.ptr())) throw gpu::ArgumentError(op, name, shown(v), "True or False");
-    o.rotate = v.ptr() == Py_True, o.mark(KvField::rotate);
+    if (!PyBool_Check(v.ptr())) throw gpu::ArgumentError(op, name, shown(v), "None (on for q4 and q2), True or False");
+    o.rotate = v.ptr() == Py_True ? 1 : 0, o.mark(KvField::rotate);
   } else if (key == "kv_residual") o.residual = int_arg(op.c_str(), name, v), o.mark(KvField::residual);
   else if (key == "kv_policy") {
     if (!nb::isinstance<nb::str>(v))
@@ -96,7 +96,7 @@ nb::dict given(const kv::KvOptions& o) {
   if (o.has(KvField::k)) d["kv_k"] = names(o.k, o.k_list);
   if (o.has(KvField::v)) d["kv_v"] = names(o.v, o.v_list);
   if (o.has(KvField::f16_layers)) d["kv_f16_layers"] = nb::tuple(nb::cast(o.f16_layers));
-  if (o.has(KvField::rotate)) d["kv_rotate"] = o.rotate;
+  if (o.has(KvField::rotate)) d["kv_rotate"] = o.rotate == 1;
   if (o.has(KvField::residual)) d["kv_residual"] = o.residual;
   if (o.has(KvField::policy)) d["kv_policy"] = o.policy;
   if (o.has(KvField::budget))
@@ -138,18 +138,30 @@ void bind_kv_options(nb::module_& m, nb::module_&) {
       .def_prop_ro("given", &given, "The options given, as keywords ({kv_k: ..., ...}; None where not given).")
       .def(
           "resolve",
-          [](const kv::KvOptions& o, uint32_t n_layers, uint32_t context) {
-            return resolved(kv::resolve(o, n_layers, context));
+          [](const kv::KvOptions& o, uint32_t n_layers, uint32_t head_dim, uint32_t context) {
+            return resolved(kv::resolve(o, n_layers, head_dim, context));
           },
-          "n_layers"_a, "context"_a,
-          "What a cache of a model of n_layers gets: kv_k/kv_v per layer, kv_rotate, kv_residual, quantized, "
-          "kv_policy and kv_budget (tokens, of `context`).")
+          "n_layers"_a, "head_dim"_a, "context"_a,
+          "What a cache of a model of n_layers layers of head_dim gets: kv_k/kv_v per layer, kv_rotate, "
+          "kv_residual, quantized, kv_policy and kv_budget (tokens, of `context`). Raises ArgumentError for "
+          "options that do not fit the model or do nothing without another.")
+      .def(
+          "caution",
+          [](const kv::KvOptions& o, uint32_t n_layers, uint32_t head_dim, uint32_t context) {
+            return kv::caution(kv::resolve(o, n_layers, head_dim, context));
+          },
+          "n_layers"_a, "head_dim"_a, "context"_a,
+          "One line on what the cache costs in quality when the combination is an unsafe one (a q4 or q2 "
+          "layer not rotated), else ''.")
+      .def(
+          "check_together", [](const kv::KvOptions& o, const std::string& op) { o.check_together(op); }, "op"_a = "engine",
+          "Raises ArgumentError for options that do nothing without another (kv_budget without kv_policy, ...).")
       .def(
           "describe",
-          [](const kv::KvOptions& o, uint32_t n_layers, uint32_t context) {
-            return kv::describe(kv::resolve(o, n_layers, context));
+          [](const kv::KvOptions& o, uint32_t n_layers, uint32_t head_dim, uint32_t context) {
+            return kv::describe(kv::resolve(o, n_layers, head_dim, context));
           },
-          "n_layers"_a, "context"_a, "'K q8, V q4, rotated, residual 128; snapkv 1024 (4 sinks)', for logs.")
+          "n_layers"_a, "head_dim"_a, "context"_a, "'K q8, V q4, rotated, residual 128; snapkv 1024 (4 sinks)', for logs.")
       .def("__repr__", [](const kv::KvOptions& o) {
         std::string out = "KvOptions(";
         bool first = true;

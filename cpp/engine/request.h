@@ -120,6 +120,9 @@ class Request {
   // token was sampled from (one row per sampling step, a stop id's included).
   std::vector<float> take_logits();
   const std::shared_ptr<Channel>& channel() const { return channel_; }
+  // The prompt tokens the cache holds so far (a cached prefix included) and
+  // the prompt's, for a long prompt's progress; (0, 0) before the first step.
+  std::pair<uint32_t, uint32_t> prompt_progress() const { return {fed_.load(), prompt_.load()}; }
 
   // channel: what the caller waits on; scheduler: what wakes the scheduler
   // when the caller reads ids or steers the call.
@@ -141,6 +144,10 @@ class Request {
   void push(int32_t id, std::optional<TokenLogprob> logprob = std::nullopt);
   void drop_after(uint64_t n_keep);                   // ids (and entries) past n_keep go (stop_after's rollback)
   void finish(Stats stats, std::exception_ptr error = nullptr);
+  void set_prompt_progress(uint32_t fed, uint32_t prompt) {
+    fed_ = fed, prompt_ = prompt;
+    channel_->notify();
+  }
   void set_logits(std::vector<float> rows) {
     std::lock_guard<std::mutex> lock(mutex_);
     logits_ = std::move(rows);
@@ -159,6 +166,7 @@ class Request {
   std::vector<float> logits_;
   std::atomic<bool> cancel_{false}, abort_{false}, held_{false}, resumed_{false}, unpaced_{false};
   std::atomic<int64_t> stop_after_{-1};
+  std::atomic<uint32_t> fed_{0}, prompt_{0};
 };
 
 }  // namespace mkv::engine

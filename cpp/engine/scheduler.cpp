@@ -111,6 +111,7 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
       r.stats.batch_sequences += n_parts;
     } else {
       r.fed += p.n;
+      r.job.request->set_prompt_progress(r.fed, r.n());
       r.stats.prefill_steps++;
       r.stats.prefill_counters += out.counters;
     }
@@ -123,7 +124,10 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
     }
     r.stats.max_batch = std::max(r.stats.max_batch, n_parts);
     if (p.logits == model::Logits::none) {
-      if (r.fed == r.n() && !decoding) finish(r, "length");  // max_tokens 0: the prompt only
+      if (r.fed == r.n() && !decoding) {  // max_tokens 0: the prompt only
+        r.stats.prefill_seconds = seconds_between(r.admitted, now);
+        finish(r, "length");
+      }
       continue;
     }
     if (!decoding) {

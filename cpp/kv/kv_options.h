@@ -21,7 +21,9 @@
 namespace mkv::kv {
 
 inline constexpr size_t kKvMemoryAuto = ~size_t(0);  // KvOptions::memory: the engine picks (auto_kv_memory)
-inline constexpr uint32_t kDefaultQ2Residual = 128;  // KIVI's window: a q2 cache's residual by default
+// The residual window a q2 cache (KIVI's window) and a q4 cache get unless told
+// (docs/KV_QUANT.md "Defaults": measured with `metalkv ppl`).
+inline constexpr uint32_t kDefaultResidual = 128;
 
 enum class PromptMode : int32_t { policy_default = -1, stream = 0, whole = 1 };
 PromptMode parse_prompt_mode(const std::string& name);  // "whole" | "stream"; ArgumentError("kv_prompt")
@@ -36,8 +38,12 @@ struct KvOptions {
   std::vector<std::string> k{"f16"}, v{"f16"};
   bool k_list = false, v_list = false;  // given as a list: one per layer (else one name, every layer)
   std::vector<int64_t> f16_layers;  // layers whose K and V stay f16; negative: from the last
-  bool rotate = false;              // Hadamard-rotate the quantized layers (LayerLayout::rotate)
-  int64_t residual = -1;            // tokens read as f16 beside a quantized cache; -1: 128 with q2, else 0
+  // Hadamard-rotate the quantized layers (LayerLayout::rotate): 1, 0, or -1 (not
+  // given): on where a layer is q4 or q2 and the head_dim has the transform.
+  int rotate = -1;
+  // Tokens read as f16 beside a quantized cache; -1 (not given): kDefaultResidual
+  // with q2, and with q4 unless an eviction policy runs (the two do not go together); else 0.
+  int64_t residual = -1;
   std::string policy = "none";      // "none" or a policy_names_text() name
   bool budget_in_tokens = false;    // budget_tokens, else budget_fraction of the context
   int64_t budget_tokens = 0;        // tokens each full layer keeps
@@ -57,9 +63,13 @@ struct KvOptions {
   KvOptions over(const KvOptions& base) const;
   // ArgumentError("[op] kv_...=value: expected ...") for the first bad option, in the user's names.
   const KvOptions& check(const std::string& op = "engine") const;
+  // Options that do nothing without another, refused (ArgumentError naming the first):
+  // the eviction ones without kv_policy, kv_window without a policy that observes. For a
+  // whole set (an engine's, or a cache's over its engine's): resolve() runs it.
+  const KvOptions& check_together(const std::string& op = "engine") const;
 };
 
-// A cache's options resolved for a model of n_layers (KvCacheSpec's KV fields).
+// A cache's options resolved for a model of n_layers layers of head_dim (KvCacheSpec's KV fields).
 struct KvResolved {
   std::vector<uint32_t> k_formats, v_formats;  // kv_format.h numbers, one per layer
   bool rotate = false;
@@ -67,8 +77,14 @@ struct KvResolved {
   KvPolicySpec policy;  // budget in tokens (of `context`)
   bool quantized() const;
 };
-// Checks layer-dependent options (kv_f16_layers' range, kv_k lists' length) too.
-KvResolved resolve(const KvOptions& o, uint32_t n_layers, uint32_t context, const std::string& op = "engine");
+// Checks layer-dependent options (kv_f16_layers' range, kv_k lists' length) and check_together too.
+KvResolved resolve(const KvOptions& o, uint32_t n_layers, uint32_t head_dim, uint32_t context,
+                   const std::string& op = "engine");
+
+// One line on what a resolved cache costs in quality when it is a combination the
+// measurements call unsafe (a q4 or q2 layer not rotated); "" otherwise. The engine
+// warns with it (docs/KV_QUANT.md "Defaults").
+std::string caution(const KvResolved& r);
 
 // The cache a model shape (`shape`: layers, heads, windows, max_chunk, store) holds with
 // these options for `capacity` tokens. With a policy its full layers hold the budget (the

@@ -96,16 +96,25 @@ class Call:
         return st
 
 
-def drive(calls: list[Call], channel, *, on_interrupt: str) -> Iterator[tuple[int, str]]:
+def drive(calls: list[Call], channel, *, on_interrupt: str,
+          progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str]]:
     """(index, piece) as the calls produce them, until every call is over; then
     raises the first call's error, if one failed. If the consumer stops early or
     an exception (Ctrl-C) arrives, the calls still running are cancelled
     (on_interrupt='cancel': they keep what they generated) or aborted ('abort':
-    their caches go back to what they held before), and waited for."""
+    their caches go back to what they held before), and waited for.
+    progress(done, total): the prompt tokens read so far and in all (the calls'
+    together), called each time they change."""
     pending = set(range(len(calls)))
+    shown = (0, 0)
     try:
         while pending:
             channel.wait(WAIT_SECONDS)
+            if progress is not None:
+                now = tuple(map(sum, zip(*(c.request.prompt_progress for c in calls))))
+                if now != shown and now[1]:
+                    shown = now
+                    progress(*now)
             for i in sorted(pending):
                 out, done = calls[i].pieces()
                 for piece in out:

