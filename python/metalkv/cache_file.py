@@ -215,16 +215,41 @@ def _field(meta: dict, name: str, path: str, parse=int):
                              f"corrupt file") from None
 
 
-def load_cache(engine, path: str | os.PathLike):
-    """The cache saved at `path`, on `engine`, as it was (see Engine.load_cache)."""
-    path = str(path)
-    meta, tensors, data = _read(path)
+def _check_meta(meta: dict, path: str) -> int:
+    """The file's format version, once its metadata says it is a cache this metalkv reads."""
     if meta.get("format") != FORMAT:
         raise CacheFileError(f"[cache_file] {path} is not a metalkv cache file (format {meta.get('format')!r})")
     version = _field(meta, "format_version", path)
     if version not in READABLE_VERSIONS:
         raise CacheFileError(f"[cache_file] {path} has format version {version}; this metalkv reads versions "
                              f"{', '.join(map(str, READABLE_VERSIONS))} (a newer metalkv wrote it)")
+    return version
+
+
+def check_file(path: str | os.PathLike) -> dict:
+    """The metadata of the cache saved at `path`, read from its header alone (the data is
+    checked when it is loaded): CacheFileError when it is missing, unreadable or not a
+    cache this metalkv reads. The CLI runs it before the model loads (--load-cache)."""
+    from .models import ModelLoadError
+    from .models.safetensors_loader import _read_header
+
+    path = str(path)
+    try:
+        header, _ = _read_header(path, os.path.getsize(path))
+    except ModelLoadError as e:
+        raise CacheFileError(str(e).replace("[safetensors]", "[cache_file]", 1)) from None
+    except OSError as e:
+        raise CacheFileError(f"[cache_file] {path}: {e.strerror or e}") from None
+    meta = header.get("__metadata__", {})
+    _check_meta(meta, path)
+    return meta
+
+
+def load_cache(engine, path: str | os.PathLike):
+    """The cache saved at `path`, on `engine`, as it was (see Engine.load_cache)."""
+    path = str(path)
+    meta, tensors, data = _read(path)
+    version = _check_meta(meta, path)
     if hashlib.sha256(data).hexdigest() != meta.get("data_sha256"):
         raise CacheFileError(f"[cache_file] {path}: the data does not match its SHA-256: the file is corrupt")
     return _load(engine, path, meta, tensors, version)

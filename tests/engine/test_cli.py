@@ -83,14 +83,22 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--context", "0"], "--context 0: expected a positive int (tokens a cache holds)"),
     (["--stop", ""], "--stop ['']: expected a non-empty str or a list of them"),
     (["--no-chat", "--system", "be brief"], "--system needs the chat template; drop --no-chat"),
-    (["--kv-policy", "h2o", "--kv-budget", "1.5"], "kv_budget=1.5: expected None, a token count >= 1 or a fraction"),
-    (["--kv-policy", "h2o", "--kv-sinks", "-1"], "kv_sinks=-1: expected an int >= 0"),
+    (["--kv-policy", "h2o", "--kv-budget", "1.5"], "--kv-budget 1.5: expected a token count >= 1 or a fraction"),
+    (["--kv-policy", "h2o", "--kv-sinks", "-1"], "--kv-sinks -1: expected an int >= 0"),
+    (["--kv-residual", "100"], "--kv-residual 100: expected an int >= 0, a multiple of 32"),
+    (["--kv-budget", "64"], "--kv-budget does nothing without --kv-policy"),
+    (["--kv-policy", "streaming", "--kv-window", "8"], "--kv-window does nothing with --kv-policy 'streaming'"),
+    (["--device", "cuda"], "--device cuda: not available on this machine"),
+    (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "
+                                                          "folder /nonexistent/dir does not exist"),
+    (["--load-cache", "/nonexistent/x.safetensors"], "--load-cache /nonexistent/x.safetensors: No such file"),
 ])
 def test_flags_are_checked_before_the_model_loads(flags, message, capsys):
     """A model that does not exist would fail the load: the flag error comes first."""
     assert cli.main(["generate", "hi", "--model", "/nonexistent/m.gguf", "--device", "host"] + flags) == 2
     err = capsys.readouterr().err
-    assert err.startswith("metalkv: error: ") and message in err and "nonexistent" not in err
+    assert err.startswith("metalkv: error: ") and message in err and "m.gguf" not in err
+    assert err.count("\n") == 1  # one line
 
 
 def test_impossible_numbers_are_refused_by_the_parser(capsys):
@@ -123,8 +131,8 @@ def test_bad_arguments_exit_with_a_message(default_gguf, capsys):
     import metalkv
 
     if "metal" not in metalkv.devices():
-        assert cli.main(["generate", "hi", "--device", "metal"]) == 1  # a device error, not a usage error
-        assert "[device] 'metal' needs macOS on Apple Silicon" in capsys.readouterr().err
+        assert cli.main(["generate", "hi", "--device", "metal"]) == 2  # a flag's mistake, before the load
+        assert "--device metal: not available on this machine (available: " in capsys.readouterr().err
     assert cli.main(["generate", "hi", "--model", "/nonexistent/model.gguf"]) == 2
     assert "model '/nonexistent/model.gguf' not found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -176,4 +184,5 @@ def test_load_cache_errors_exit_2(capsys, tmp_path):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x00" * 16)
     assert cli.main(["generate", "hi", "--device", "host", "--load-cache", str(bad)]) == 2
-    assert re.search(r"metalkv: error: \[cache_file\] .*bad\.safetensors", capsys.readouterr().err)
+    assert re.search(r"^metalkv: error: --load-cache .*bad\.safetensors: header length 0 does not fit",
+                     capsys.readouterr().err)
