@@ -25,7 +25,8 @@ def engines(tiny_gguf, tiny_sliding_dir):
     return {"tiny": load(tiny_gguf), "sliding": load(tiny_sliding_dir),
             "shared": load(tiny_sliding_dir, kv_memory="1MB"),
             # quantized and rotated, K and V apart, one layer kept at f16 (issue 14)
-            "quantized": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_rotate=True, kv_f16_layers=[1]),
+            "quantized": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_rotate=True, kv_f16_layers=[1],
+                              kv_residual=0),  # (no f16 window: its file holds the quantized rows alone)
             "quantized_shared": load(tiny_gguf, kv_k="q8", kv_v="q4", kv_memory="1MB"),
             # a residual window: q2 (its last partial block's K only in the ring), and sliding layers
             "residual_q2": load(tiny_gguf, kv_k="q2", kv_v="q2", kv_rotate=True, kv_residual=32),
