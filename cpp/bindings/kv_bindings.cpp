@@ -372,8 +372,10 @@ void bind_kv(nb::module_& m, nb::module_&) {
            "slot table[p // BLOCK_TOKENS] * BLOCK_TOKENS + p % BLOCK_TOKENS of keys()/values().")
       .def("layer_nbytes", [](const PyKVCache& c, uint32_t l) { return c.cache->layer_nbytes(l); }, "layer"_a)
       .def_prop_ro("nbytes", [](const PyKVCache& c) { return c.cache->nbytes(); },
-                   "Device memory the cache owns: its pool (unless shared: Engine.load(kv_memory=)), blit staging "
-                   "and the tables' mirrors.")
+                   "Device memory the cache holds: its own pool, or over an engine's shared pool "
+                   "(Engine.load(kv_memory=)) the blocks it holds (held_nbytes); its blit staging, the tables' "
+                   "mirrors, the residual window's ring and an eviction policy's scores. The shared pool's own "
+                   "accounting: Engine.kv_pool.")
       .def_prop_ro("held_nbytes", [](const PyKVCache& c) { return c.cache->held_nbytes(); },
                    "Bytes of the blocks its tables hold (K and V rows of every layer), shared pool or not.")
       .def_prop_ro("shares_pool", [](const PyKVCache& c) { return !c.cache->owns_pool(); },

@@ -34,6 +34,7 @@ class EvictionState {
   bool evicts(uint32_t layer) const { return !kept_pos_[layer].empty(); }
   uint32_t count(uint32_t layer) const { return counts_[layer]; }
   uint64_t evicted() const { return evicted_; }
+  size_t nbytes() const { return scores_ ? scores_->length() : 0; }  // the scores' device buffer
   // KvCache::budget(): kv_budget, or the capacity without one; a layer's own (pyramidkv).
   uint32_t budget() const { return policy_.budget ? policy_.budget : capacity_; }
   uint32_t budget(uint32_t layer) const { return budgets_.empty() || budgets_[layer] == 0 ? budget() : budgets_[layer]; }

@@ -57,7 +57,8 @@ size_t KvCache::held_nbytes() const {
 }
 
 size_t KvCache::nbytes() const {
-  return staging_nbytes() + table_nbytes() + ring_nbytes() + (owns_pool_ ? pool_->nbytes() : 0);
+  return (owns_pool_ ? pool_->nbytes() : held_nbytes()) + staging_nbytes() + table_nbytes() + ring_nbytes() +
+         eviction_.nbytes();
 }
 
 size_t KvCache::bytes_per_token() const {

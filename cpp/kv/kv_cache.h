@@ -284,7 +284,9 @@ class KvCache {
   size_t table_nbytes() const;                // the tables' device mirrors
   size_t ring_nbytes() const { return ring_.nbytes(); }  // the residual window's ring (0 without one)
   size_t held_nbytes() const;                 // the blocks its tables hold, in every layer
-  size_t nbytes() const;                      // what it owns: its pool (if its own) + staging + tables
+  // What the cache holds on the device: its own pool whole, or over a shared pool
+  // the blocks its tables hold; its staging, table mirrors, ring and policy scores.
+  size_t nbytes() const;
   size_t bytes_per_token() const;             // one more context token: K+V row (its formats) in each non-wrapping layer
 
  private:

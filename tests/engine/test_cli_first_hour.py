@@ -97,3 +97,12 @@ def test_prompt_progress_reaches_a_callback(engine):
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:])) and len({t for _, t in seen}) == 1
     with pytest.raises(metalkv.ArgumentError, match="progress=3"):
         engine.generate("hi", progress=3)
+
+
+def test_a_library_warning_is_one_line_without_source(default_gguf, capsys):
+    """--quantize on a model already quantized: what was left is said once, no Python source line."""
+    assert cli.main(["generate", PROMPT, "--max-tokens", "1", "--quantize", "q8_0"] + HOST) == 0
+    err = capsys.readouterr().err
+    warned = [l for l in err.splitlines() if "warning" in l]
+    assert len(warned) == 1 and warned[0].startswith("metalkv: warning: quantize='q8_0': ")
+    assert "warnings.warn" not in err and ".py:" not in err

@@ -97,7 +97,7 @@ def test_rotation_by_default_only_where_the_head_dim_has_it():
 
 
 def test_an_unrotated_four_bit_cache_says_what_it_costs():
-    assert "+22.7 % perplexity" in kv_options(kv_k="q4", kv_rotate=False).caution(4, 64, 1000)
+    assert "+14.1 % perplexity for q4/q4" in kv_options(kv_k="q4", kv_rotate=False).caution(4, 64, 1000)
     assert "q2" in kv_options(kv_k="q2", kv_rotate=False).caution(4, 64, 1000)
     for kw in (dict(kv_k="q4"), dict(kv_k="q8", kv_rotate=False), dict()):
         assert kv_options(**kw).caution(4, 64, 1000) == ""

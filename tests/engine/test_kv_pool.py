@@ -71,7 +71,9 @@ def test_caches_share_the_pool_and_give_blocks_back(tiny_paths, model):
     pool = engine.kv_pool
     used = sum((g["blocks"] - g["free_blocks"]) * g["block_bytes"] for g in pool["groups"])
     assert held == used > 0
-    assert all(c.nbytes < c.held_nbytes for c in caches)  # a shared cache owns only its tables' mirrors
+    # what a cache holds of a shared pool: its blocks, and its own tables' mirrors beside them
+    assert all(c.nbytes == c.held_nbytes + c.table_nbytes + c.staging_nbytes + c.ring_nbytes for c in caches)
+    assert all(c.held_nbytes > 0 for c in caches)
     del caches, cache
     assert all(g["free_blocks"] == g["blocks"] for g in engine.kv_pool["groups"])
 

@@ -55,7 +55,7 @@ def load(path, **kw):
                                                ("q4", "f16", True)])
 def test_logits_match_the_reference_with_the_quantized_storage(tiny_gguf, kv_k, kv_v, rotate):
     m = load_model(tiny_gguf, progress=False)
-    eng = load(tiny_gguf, kv_k=kv_k, kv_v=kv_v, kv_rotate=rotate)
+    eng = load(tiny_gguf, kv_k=kv_k, kv_v=kv_v, kv_rotate=rotate, kv_residual=0)  # (the storage alone)
     got = eng.logits(IDS)
     ref = llama_logits(m, IDS, storage=storage(kv_k, kv_v, rotate))
     f16 = llama_logits(m, IDS, storage=f16_storage)
@@ -117,7 +117,8 @@ def test_batched_and_prefix_cached_calls_equal_lone_ones(request, fixture):
     (blocks adopted, a tail copied on write) and lone calls give the same
     logits, bit for bit."""
     path = request.getfixturevalue(fixture)
-    eng = load(path, kv_k="q4", kv_v="q8", kv_rotate=True, kv_memory="4MB", prefill_chunk=8, context=160)
+    eng = load(path, kv_k="q4", kv_v="q8", kv_rotate=True, kv_residual=0, kv_memory="4MB", prefill_chunk=8,
+               context=160)  # (no window: caches with one take no part in the prefix cache)
     rng = np.random.default_rng(1)
     system = rng.integers(1, 60, 40).tolist()  # a shared prefix: its full blocks go to the prefix cache
     ps = [system + rng.integers(1, 60, int(rng.integers(1, 20))).tolist() for _ in range(5)]
@@ -140,7 +141,7 @@ def test_engine_formats_and_errors(tiny_gguf):
         load(tiny_gguf, kv_k="q5")
     with pytest.raises(metalkv.ArgumentError, match="kv_f16_layers"):
         load(tiny_gguf, kv_f16_layers=[n])
-    with pytest.raises(metalkv.ArgumentError, match="kv_rotate=1: expected True or False"):
+    with pytest.raises(metalkv.ArgumentError, match=r"kv_rotate=1: expected None \(on for q4 and q2\), True or False"):
         load(tiny_gguf, kv_rotate=1)
     shared = load(tiny_gguf, kv_k="q8", kv_memory="1MB")
     with pytest.raises(metalkv.ArgumentError, match="shared KV pool \\(kv_memory\\) stores layer 0 as K q8, V f16"):

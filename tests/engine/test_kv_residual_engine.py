@@ -106,7 +106,8 @@ def test_residual_arguments_are_checked(tiny_gguf):
     with pytest.raises(metalkv.ArgumentError, match="every layer's K and V are f16 already"):
         load(tiny_gguf, kv_residual=64).new_cache()
     eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32)
-    assert eng.kv_options.describe(eng.config.n_layers, eng.context) == "K q4, V q4, residual 32"
+    assert eng.kv_options.describe(eng.config.n_layers, eng.config.head_dim, eng.context) == \
+        "K q4, V q4, rotated, residual 32"
     c = eng.new_cache()
     assert c.ring_nbytes == c.n_layers * 2 * c.ring_slots * c.n_kv_heads * c.head_dim * 2
     assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))
@@ -131,7 +132,7 @@ def test_a_truncate_past_the_ring_reads_the_pool_below_ring_lo(tiny_gguf):
     the next queries read the keys below ring_lo from them, as the reference
     with that floor does."""
     m = load_model(tiny_gguf, progress=False)
-    eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32)  # ring: 64 + 32 + 31 -> 128 slots
+    eng = load(tiny_gguf, kv_k="q4", kv_v="q4", kv_residual=32, kv_rotate=False)  # ring: 64 + 32 + 31 -> 128 slots
     ids = [int(i) for i in np.random.default_rng(9).integers(0, 64, 150)]
     cache = eng.new_cache()
     eng.logits(ids, cache=cache)

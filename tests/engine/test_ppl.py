@@ -67,16 +67,17 @@ def test_the_command_prints_the_rows(default_gguf, tmp_path, capsys):
             "--kv-rotate", "--json"]
     assert cli.main(args) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["label"] for r in rows] == ["f16", "K q8, V q4, rotated"]
+    assert [r["label"] for r in rows] == ["f16", "K q8, V q4, rotated, residual 128"]  # (q4's defaults)
     assert rows[0]["tokens"] == rows[1]["tokens"] == 24 and rows[0]["kl"] is None
     assert rows[1]["bytes_vs_f16"] == pytest.approx(23040 / rows[1]["bytes_per_token"])
     assert 1 < rows[0]["ppl"] < 1000 and rows[1]["kl"] >= 0
-    # q2 with its default window, and an explicit one for q4
+    # q2 with its defaults (rotated, window 128), and q4 with a window of its own, not rotated
     assert cli.main(args[:-6] + ["--kv-k", "q2", "--kv-v", "q2", "--json"]) == 0
     q2 = json.loads(capsys.readouterr().out)[1]
-    assert cli.main(args[:-6] + ["--kv-k", "q4", "--kv-v", "q4", "--kv-residual", "64", "--json"]) == 0
+    assert cli.main(args[:-6] + ["--kv-k", "q4", "--kv-v", "q4", "--kv-residual", "64", "--no-kv-rotate",
+                                 "--json"]) == 0
     q4 = json.loads(capsys.readouterr().out)[1]
-    assert q2["label"] == "K q2, V q2, residual 128" and q4["label"] == "K q4, V q4, residual 64"
+    assert q2["label"] == "K q2, V q2, rotated, residual 128" and q4["label"] == "K q4, V q4, residual 64"
     assert q2["bytes_per_token"] < q4["bytes_per_token"] and q2["kl"] >= 0
     assert cli.main(args[:-6] + ["--kv-k", "q4", "--kv-residual", "48"]) == 2
     assert "kv_residual=48: expected None or an int >= 0, a multiple of 32" in capsys.readouterr().err
