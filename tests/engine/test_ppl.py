@@ -80,7 +80,7 @@ def test_the_command_prints_the_rows(default_gguf, tmp_path, capsys):
     assert q2["label"] == "K q2, V q2, rotated, residual 128" and q4["label"] == "K q4, V q4, residual 64"
     assert q2["bytes_per_token"] < q4["bytes_per_token"] and q2["kl"] >= 0
     assert cli.main(args[:-6] + ["--kv-k", "q4", "--kv-residual", "48"]) == 2
-    assert "kv_residual=48: expected None or an int >= 0, a multiple of 32" in capsys.readouterr().err
+    assert "--kv-residual 48: expected an int >= 0, a multiple of 32" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["ppl", str(text), "--kv-k", "q3"])
     assert cli.main(["ppl", str(tmp_path / "missing.txt"), "--tokens", "4", "--device", "host"]) == 2
