@@ -177,6 +177,14 @@ void bind_kv_options(nb::module_& m, nb::module_&) {
     table.append(d);
   }
   m.attr("KV_OPTIONS") = table;
+  nb::dict traits;  // what Python may ask of a policy without naming it (the table is kv_policy.cpp's)
+  for (const std::string& name : kv::policy_names()) {
+    const kv::PolicyTraits& t = kv::policy_traits(kv::parse_policy(name));
+    nb::dict d;
+    d["observes"] = t.observes, d["budget_per_layer"] = t.budget_per_layer;
+    traits[name.c_str()] = d;
+  }
+  m.attr("KV_POLICY_TRAITS") = traits;
   m.attr("KV_FORMATS") = nb::tuple(nb::cast(kv::kv_option_table().front().choices));  // kv_k's
 }
 

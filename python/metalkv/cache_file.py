@@ -349,9 +349,12 @@ def _policy(meta: dict, path: str) -> dict:
         return dict(kv_policy="none")
     if not isinstance(opts, dict) or not {"policy", "sinks", "recent", "window"} <= opts.keys():
         raise CacheFileError(f"[cache_file] {path}: kv_policy {meta['kv_policy']} is not a policy's options")
+    from . import _core
+
+    observes = _core.KV_POLICY_TRAITS.get(opts["policy"], {}).get("observes", True)  # (an unknown name: refused)
     return dict(kv_policy=opts["policy"], kv_budget=opts.get("budget", _field(meta, "capacity", path)),
                 kv_sinks=opts["sinks"], kv_recent=None if opts["recent"] < 0 else opts["recent"],
-                kv_window=opts["window"], kv_prompt=opts.get("prompt", "stream"))
+                kv_window=opts["window"] if observes else None, kv_prompt=opts.get("prompt", "stream"))
 
 
 def _kept(tensors: dict, path: str, cache, layer: int, count: int) -> tuple:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import metalkv
+from metalkv import _core
 from devices import TEST_DEVICE  # tests/ is on sys.path
 from kv import kv_policy_ref as pref
 from metalkv.models import load_model
@@ -64,7 +65,9 @@ def test_attention_scores_are_the_reference_probabilities(tiny_gguf, name, windo
     Prefill and one-token queries both add."""
     m = load_model(tiny_gguf, progress=False)
     budget = 128
-    eng = load(tiny_gguf, kv_policy=name, kv_budget=budget, kv_window=window, context=160, kv_prompt=prompt)
+    observes = _core.KV_POLICY_TRAITS[name]["observes"]  # (kv_window is refused where it does nothing)
+    eng = load(tiny_gguf, kv_policy=name, kv_budget=budget, kv_window=window if observes else None, context=160,
+               kv_prompt=prompt)
     cache = eng.new_cache()
     eng.logits(IDS[:110], cache=cache)
     for t in IDS[110:124]:  # 14 decode steps
