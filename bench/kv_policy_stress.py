@@ -84,7 +84,7 @@ def run(a, model: str | None, policy: str | None) -> dict:
     # budget / 16), and RSS grow by less than 32 MB over it
     steady = [s for s in samples if s["count"] < s["length"]][1:] or samples[-1:]
     half = steady[len(steady) // 2:]
-    return dict(policy=policy or "none", budget=eng.kv_options.resolve(eng.config.n_layers, eng.context)["kv_budget"] if policy else None,
+    return dict(policy=policy or "none", budget=eng.kv_options.resolve(eng.config.n_layers, eng.config.head_dim, eng.context)["kv_budget"] if policy else None,
                 context=eng.context, tokens=done, seconds=wall, samples=samples,
                 stopped=last["reason"] if last else None, all_finite=all(s["finite"] is not False for s in samples),
                 held_max=max(s["held_bytes"] for s in samples),

@@ -51,7 +51,7 @@ def metalkv_rows(engine, ids, chunk: int, residual_only: bool = False) -> list[d
     cands = {}
     for k, v in [] if residual_only else FORMATS:
         for rot in (False, True):
-            cands[f"{k}/{v}{' rot' if rot else ''}"] = dict(kv_k=k, kv_v=v, kv_rotate=rot)
+            cands[f"{k}/{v}{' rot' if rot else ''}"] = dict(kv_k=k, kv_v=v, kv_rotate=rot, kv_residual=0)
     for k, v in RESIDUAL_FORMATS:
         for rot in (False, True):
             cands[f"{k}/{v}{' rot' if rot else ''} r{RESIDUAL}"] = dict(kv_k=k, kv_v=v, kv_rotate=rot,

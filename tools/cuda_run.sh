@@ -187,8 +187,8 @@ stage_test_kv_quant() {
 # Decode at CONTEXT cached positions, metalkv alone, per KV cache format (f16, q8, q4; q4 rotated).
 stage_engine_context_kv() {
   step "engine at ${CONTEXT:-32768} cached positions per KV format"
-  context_runs kv_ "f16:--hf-cache ''" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4" \
-    "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate" "q4rotr128:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate --kv-residual 128" \
+  context_runs kv_ "f16:--hf-cache ''" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4 --no-kv-rotate --kv-residual 0" \
+    "q4rot:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate --kv-residual 0" "q4rotr128:--hf-cache '' --kv-k q4 --kv-v q4 --kv-rotate --kv-residual 128" \
     "q2r128:--hf-cache '' --kv-k q2 --kv-v q2 --kv-rotate --kv-residual 128"
 }
 

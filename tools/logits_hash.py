@@ -24,11 +24,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="greedy decode steps after the prompt")
     ap.add_argument("--kv-k", default="f16")
     ap.add_argument("--kv-v", default="f16")
-    ap.add_argument("--kv-rotate", action="store_true")
+    ap.add_argument("--kv-rotate", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--kv-residual", type=int, default=None)
     ap.add_argument("--kv-policy", default=None)
     args = ap.parse_args()
     eng = metalkv.Engine.load(args.model, device="host", kv_k=args.kv_k, kv_v=args.kv_v,
-                              kv_rotate=args.kv_rotate, kv_policy=args.kv_policy, kv_budget=64)
+                              kv_rotate=args.kv_rotate, kv_residual=args.kv_residual, kv_policy=args.kv_policy,
+                              kv_budget=64 if args.kv_policy else None)
     ids = eng.chat_ids([{"role": "user", "content": PROMPT}])
     cache = eng.new_cache()
     h = hashlib.sha256()

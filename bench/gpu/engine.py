@@ -75,7 +75,8 @@ def parse_args(argv=None):
                     help="metalkv quantizes the f16 matrices to this GGUF type at load (transformers stays f16)")
     ap.add_argument("--kv-k", default="f16", choices=("f16", "q8", "q4", "q2"), help="metalkv's KV cache K format")
     ap.add_argument("--kv-v", default="f16", choices=("f16", "q8", "q4", "q2"), help="metalkv's KV cache V format")
-    ap.add_argument("--kv-rotate", action="store_true", help="metalkv: Hadamard-rotate the quantized KV layers")
+    ap.add_argument("--kv-rotate", action=argparse.BooleanOptionalAction, default=None,
+                    help="metalkv: Hadamard-rotate the quantized KV layers (default: on for q4 and q2)")
     ap.add_argument("--kv-residual", type=int, default=None, help="metalkv: the residual window (tokens kept in f16)")
     ap.add_argument("--repeat", type=int, default=2, help="timed generations per engine; medians (default 2)")
     ap.add_argument("--hf-cache", default="static,dynamic",
@@ -332,7 +333,7 @@ def bench_metalkv(path: Path, prompt: list[int], a, notes: list) -> dict | None:
     row = dict(engine=f"metalkv ({a.device}, {wb['dtype']})", prefill_tok_s=med("prefill_tok_s"), decode_tok_s=med("decode_tok_s"),
                prefill_s=med("prefill_seconds"), decode_s=med("decode_seconds"), load_s=load_s, tokens=list(tokens),
                weights_nbytes=eng.weights_nbytes, weights=wb, quantize=a.quantize,
-               kv=dict(k=a.kv_k, v=a.kv_v, rotate=a.kv_rotate, residual=cache.residual,
+               kv=dict(k=a.kv_k, v=a.kv_v, rotate=any(cache.rotated(l) for l in range(cache.n_layers)), residual=cache.residual,
                        bytes_per_token=cache.bytes_per_token),
                per_token={k: st[k] for k in ("dispatches_per_token", "compute_encoders_per_token",
                                              "command_buffers_committed_per_token", "waits_per_token") if k in st},

@@ -213,7 +213,7 @@ class Engine:
 
     @property
     def kv_options(self) -> "_core.KvOptions":
-        """The KV options new caches get (Engine.load's kv_*; .describe(n_layers, context) says them)."""
+        """The KV options new caches get (Engine.load's kv_*; .describe(n_layers, head_dim, context) says them)."""
         return self._core.kv_options
 
     def new_cache(self, *, capacity: int | None = None, store: str = "compute", **kv) -> "_core.KVCache":
