@@ -54,6 +54,11 @@ WORDS = "hi you are a tiny model be brief what is two plus three the sum five"  
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
+# head_dim 32: the smallest the attention kernels take
+SMALL = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
+GEMMA_SMALL = dict(SMALL, head_dim=32, query_pre_attn_scalar=32)
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -70,31 +75,31 @@ class Family:
 
 
 FAMILIES = {
-    "llama": Family("llama", llama_config(), "byte_level",
+    "llama": Family("llama", llama_config(**SMALL), "byte_level",
                     ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                      "<|eot_id|>"), "<|begin_of_text|>", "<|eot_id|>", LLAMA3_TEMPLATE,
                     "PreTrainedTokenizerFast", LLAMA3_REGEX, "llama-bpe"),
-    "qwen2": Family("qwen2", llama_config(model_type="qwen2"), "byte_level",
+    "qwen2": Family("qwen2", llama_config(model_type="qwen2", **SMALL), "byte_level",
                     ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None, "<|im_end|>", CHATML_TEMPLATE,
                     "Qwen2Tokenizer", QWEN2_REGEX, "qwen2"),
-    "qwen3": Family("qwen3", llama_config(model_type="qwen3", head_dim=8), "byte_level",
+    "qwen3": Family("qwen3", llama_config(model_type="qwen3", head_dim=32, **SMALL), "byte_level",
                     ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None, "<|im_end|>", QWEN3_TEMPLATE,
                     "Qwen2Tokenizer", QWEN2_REGEX, "qwen2", {"add_bos_token": False}),
-    "mistral": Family("mistral", llama_config(model_type="mistral"), "metaspace",
+    "mistral": Family("mistral", llama_config(model_type="mistral", **SMALL), "metaspace",
                       ("<unk>", "<s>", "</s>", "[INST]", "[/INST]"), "<s>", "</s>", MISTRAL_TEMPLATE,
                       "LlamaTokenizer", extra_config={"add_bos_token": True, "add_eos_token": False,
                                                       "legacy": False}),
     # tokenizer.json's post-processor adds <s>, tokenizer_config.json says add_bos_token
     # false: transformers (5.24) follows tokenizer.json for a plain prompt (so does metalkv)
-    "phi3": Family("phi3", llama_config(model_type="phi3"), "metaspace",
+    "phi3": Family("phi3", llama_config(model_type="phi3", **SMALL), "metaspace",
                    ("<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<s>",
                    "<|end|>", PHI3_TEMPLATE, "LlamaTokenizer",
                    extra_config={"add_bos_token": False, "add_eos_token": False, "legacy": False}),
     # no add_bos_token key: the BOS of a plain prompt is tokenizer.json's post-processor's
-    "gemma2": Family("gemma2", {**gemma3_config(), "model_type": "gemma2"}, "gemma",
+    "gemma2": Family("gemma2", gemma3_config(model_type="gemma2", **GEMMA_SMALL), "gemma",
                      ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"),
                      "<bos>", "<eos>", GEMMA_TEMPLATE, "GemmaTokenizer"),
-    "gemma3": Family("gemma3", gemma3_config(), "gemma",
+    "gemma3": Family("gemma3", gemma3_config(**GEMMA_SMALL), "gemma",
                      ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"),
                      "<bos>", "<eos>", GEMMA_TEMPLATE, "GemmaTokenizer",
                      extra_config={"add_bos_token": True, "add_eos_token": False}),
@@ -203,4 +208,4 @@ def write_family_gguf(path: pathlib.Path, f: Family, *, add_bos: bool) -> None:
           "tokenizer.chat_template": (f.template, S)}
     if f.bos is not None:
         kv["tokenizer.ggml.bos_token_id"] = (vocab[f.bos], gguf.GGUFValueType.UINT32)
-    write_gguf(path, vocab=len(tokens), set_kv=kv)
+    write_gguf(path, vocab=len(tokens), hidden=64, n_heads=2, n_kv_heads=1, head_dim=32, ffn=64, set_kv=kv)

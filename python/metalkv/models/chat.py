@@ -22,6 +22,7 @@ class ChatPrompt(str):
     BOS/EOS to it, as transformers' apply_chat_template tokenizes with
     add_special_tokens=False; adding the tokenizer's BOS too gave [bos, bos, ...]
     (issue 31). A ChatPrompt passed through str operations becomes plain text again."""
+    __slots__ = ()
 
 
 class ChatTemplateError(ValueError):
