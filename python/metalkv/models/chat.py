@@ -15,6 +15,16 @@ CHATML = ("{% for message in messages %}"
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
+class ChatPrompt(str):
+    """Text a chat template rendered. It already holds every special token the prompt
+    needs: templates that want a BOS write `bos_token` themselves (Gemma's, Llama 3's,
+    Mistral's), the others want none (Qwen's, Phi-3's). So Tokenizer.encode adds no
+    BOS/EOS to it, as transformers' apply_chat_template tokenizes with
+    add_special_tokens=False; adding the tokenizer's BOS too gave [bos, bos, ...]
+    (issue 31). A ChatPrompt passed through str operations becomes plain text again."""
+    __slots__ = ()
+
+
 class ChatTemplateError(ValueError):
     """The template failed to render (or raised on purpose, e.g. bad role order)."""
 
@@ -70,9 +80,10 @@ class ChatTemplate:
                    eos_token=token_text(cfg.get("eos_token")))
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-               **extra: Any) -> str:
+               **extra: Any) -> ChatPrompt:
         """The prompt text for `messages` ([{"role": ..., "content": ...}, ...]).
-        Tokenize it with parse_special=True so the role markers become tokens."""
+        Tokenize it with parse_special=True so the role markers become tokens; the
+        tokenizer adds no BOS of its own to it (ChatPrompt)."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise ChatTemplateError("[chat] messages must be a list of {'role', 'content'} dicts")
         for i, m in enumerate(messages):
@@ -83,9 +94,10 @@ class ChatTemplate:
         import jinja2
 
         try:
-            return self._template.render(messages=[dict(m) for m in messages],
-                                         add_generation_prompt=add_generation_prompt,
-                                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+            return ChatPrompt(self._template.render(messages=[dict(m) for m in messages],
+                                                    add_generation_prompt=add_generation_prompt,
+                                                    bos_token=self.bos_token, eos_token=self.eos_token,
+                                                    **extra))
         except ChatTemplateError:
             raise
         except jinja2.TemplateError as e:

@@ -5,6 +5,9 @@ streaming, which only ever emits complete UTF-8 text.
 
 Special tokens follow llama.cpp: CONTROL tokens (<|im_start|>, ...) are only
 recognised in text when parse_special is on; USER_DEFINED ones always are.
+BOS/EOS follow transformers: a plain prompt gets what the model's tokenizer adds
+(tokenizer(text)), a rendered chat prompt (ChatPrompt) none beyond what its
+template wrote (apply_chat_template). docs/MODELS.md, "BOS and EOS".
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import pathlib
 from typing import Any, Iterable, Mapping
 
+from .chat import ChatPrompt
 from .errors import ModelLoadError
 
 # GGUF token types (gguf.TokenType)
@@ -88,8 +92,9 @@ class Tokenizer:
     @classmethod
     def from_hf_dir(cls, path: str | pathlib.Path, *, bos_id: int | None = None,
                     eos_ids: Iterable[int] = ()) -> "Tokenizer":
-        """tokenizer.json as written by transformers. BOS/EOS insertion is whatever
-        its post-processor does (add_special=True turns it on)."""
+        """tokenizer.json as written by transformers. BOS/EOS insertion (add_special=True)
+        is its post-processor's, as in transformers (5.24), which leaves tokenizer_config.json's
+        add_bos_token unused when tokenizer.json has a post-processor."""
         from tokenizers import Tokenizer as HFTokenizer
 
         f = pathlib.Path(path) / "tokenizer.json"
@@ -110,10 +115,15 @@ class Tokenizer:
 
     def encode(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Token ids of text. add_special adds BOS/EOS where the model asks for them
-        (SmolLM2 asks for neither); parse_special recognises control-token text
-        such as "<|im_start|>" as the token itself, as chat prompts need."""
+        (SmolLM2 asks for neither), never to a ChatPrompt (its template wrote the ones
+        the model wants); parse_special recognises control-token text such as
+        "<|im_start|>" as the token itself, as chat prompts need."""
         if not isinstance(text, str):
             raise TypeError(f"[tokenizer] encode expects str, got {type(text).__name__}")
+        if isinstance(text, ChatPrompt):
+            # A template that writes bos_token plus a tokenizer that adds one gave
+            # [bos, bos, ...]; transformers and llama.cpp keep one (see ChatPrompt).
+            add_special = False
         self._tok.encode_special_tokens = not parse_special
         try:
             ids = self._tok.encode(text, add_special_tokens=add_special).ids
