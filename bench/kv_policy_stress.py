@@ -50,7 +50,7 @@ def run(a, model: str | None, policy: str | None) -> dict:
     import metalkv
 
     eng = metalkv.Engine.load(model, device=a.device, context=a.context, prefill_chunk=a.prefill_chunk,
-                              progress=False, kv_policy=policy, kv_budget=a.budget, kv_memory=a.kv_memory)
+                              progress=False, kv_policy=policy, kv_budget=a.budget if policy else None, kv_memory=a.kv_memory)
     cache = eng.new_cache()
     rng = np.random.default_rng(0)
     ids = rng.integers(0, min(eng.config.vocab, 32000), a.prompt).tolist()
