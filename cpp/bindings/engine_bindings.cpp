@@ -10,7 +10,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "bindings.h"
 #include "bindings/args.h"
@@ -29,10 +33,20 @@ struct PyWeights {
   std::unique_ptr<model::Weights> weights;
 };
 
+// The engines alive, for Python's exit (bind_engine's atexit hook stops their scheduler
+// threads: one left running into the C runtime's exit would meet the host executor's
+// static thread pool being destroyed under it, and the process would hang).
+std::mutex engines_mutex;
+std::set<engine::Engine*> engines;
+
 struct PyEngine {
   PyDevice dev;
   std::unique_ptr<engine::Engine> engine;  // its scheduler thread runs every step
   size_t weight_bytes = 0;
+  ~PyEngine() {
+    std::lock_guard<std::mutex> lock(engines_mutex);
+    engines.erase(engine.get());
+  }
 };
 
 // dict(name=value) -> ModelSpec; every key must be known, so a typo is an error.
@@ -77,6 +91,33 @@ model::ModelSpec parse_spec(const nb::dict& d) {
   return s;
 }
 
+// The GIL released around a wait that may outlast the interpreter. A daemon thread
+// that asks for the GIL back once the interpreter is finalizing is ended by CPython
+// (< 3.14) with pthread_exit, whose forced unwinding cannot pass the noexcept frames
+// it meets here (a destructor, nanobind's dispatch): std::terminate, "terminate called
+// without an active exception", and the process aborts instead of exiting. So from
+// the moment Python starts exiting (its atexit hooks run before finalization; the
+// hook is registered in bind_engine) a thread other than the exiting one does not
+// take the GIL back: it parks until the process is gone, as CPython 3.14 itself parks
+// such threads. Its call, still running on the scheduler thread, dies with the process.
+std::atomic<bool> python_exiting{false};
+std::thread::id exiting_thread;  // written before python_exiting is set, read after
+
+class ReleaseGil {
+ public:
+  ReleaseGil() : state_(PyEval_SaveThread()) {}
+  ~ReleaseGil() {
+    if (python_exiting.load(std::memory_order_acquire) && std::this_thread::get_id() != exiting_thread)
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    PyEval_RestoreThread(state_);
+  }
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 // A call in flight as Python sees it: the request, and the cache and engine
 // it needs alive until the scheduler is done with them. Dropped before it is
 // done (an exception in the caller's loop), it aborts the call and waits.
@@ -91,7 +132,7 @@ struct PyRequest {
   ~PyRequest() {
     if (!request || request->done()) return;
     request->abort();
-    nb::gil_scoped_release release;
+    ReleaseGil release;
     while (!request->done()) request->channel()->wait(0.05);
   }
 };
@@ -129,6 +170,22 @@ std::shared_ptr<engine::Channel> channel_arg(PyChannel* c) {
 }
 
 void bind_engine(nb::module_& m, nb::module_&) {
+  // Python is exiting (only daemon threads are left): ReleaseGil parks them from now on,
+  // and every engine's scheduler thread ends, its calls aborted, so that the waits of
+  // those threads end (and park) and no thread of ours outlives the interpreter.
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function([] {
+    exiting_thread = std::this_thread::get_id();
+    python_exiting.store(true, std::memory_order_release);
+    bool busy = false;  // a call in flight: a daemon thread waits on it, and will park holding its objects
+    {
+      std::lock_guard<std::mutex> lock(engines_mutex);
+      for (engine::Engine* e : engines) busy |= e->scheduler().queued() + e->scheduler().running() > 0;
+    }
+    if (busy) nb::set_leak_warnings(false);  // those objects are never freed: by design, not a refcount bug
+    nb::gil_scoped_release release;          // a step in flight finishes first; it needs no Python
+    std::lock_guard<std::mutex> lock(engines_mutex);
+    for (engine::Engine* e : engines) e->stop();
+  }));
   m.attr("DEFAULT_MAX_TOKENS") = engine::GenerateOptions{}.max_tokens;  // metalkv.Sampling's default
   m.def(
       "check_max_seqs", [](nb::handle n) { engine::check_max_seqs(int_arg("engine", "max_seqs", n)); }, "max_seqs"_a,
@@ -172,7 +229,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "wait",
           [](PyChannel& c, double timeout) {
-            nb::gil_scoped_release release;
+            ReleaseGil release;
             return c.channel->wait(timeout);
           },
           "timeout"_a,
@@ -218,7 +275,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def("result",
            [](PyRequest& r) {
              {
-               nb::gil_scoped_release release;
+               ReleaseGil release;
                r.request->unpace();  // waiting for the end: a paced call need not wait for reads
                while (!r.request->done()) r.request->channel()->wait(0.05);
              }
@@ -251,6 +308,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
             weights.weights.reset();
             const engine::EngineOptions o{prefill_chunk, kv_context, max_seqs, step_tokens, kv.value_or(kv::KvOptions{})};
             new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl), o), bytes};
+            std::lock_guard<std::mutex> lock(engines_mutex);
+            engines.insert(self->engine.get());
           },
           "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_context"_a = 0, "max_seqs"_a = 64,
           "step_tokens"_a = 0, "kv"_a = nb::none(),

@@ -105,6 +105,9 @@ class Engine {
                                          std::shared_ptr<Channel> channel = nullptr);
 
   const Scheduler& scheduler() const { return *scheduler_; }
+  // Ends the scheduler thread now rather than at destruction (Scheduler::stop):
+  // Python's exit does it while daemon threads still hold the engine (bindings).
+  void stop() { scheduler_->stop(); }
 
  private:
   void check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) const;

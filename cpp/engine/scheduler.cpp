@@ -33,13 +33,15 @@ Scheduler::Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> 
   thread_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wakeup_->notify();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Scheduler::submit(Job job) {

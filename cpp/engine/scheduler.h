@@ -65,7 +65,10 @@ struct Job {
 class Scheduler {
  public:
   Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options);
-  ~Scheduler();  // aborts what is still queued or running, then joins the thread
+  ~Scheduler();  // stop()
+  // Aborts what is still queued or running (their caches as before), then joins the
+  // thread; later submits fail. Idempotent; not to be called from two threads at once.
+  void stop();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 

@@ -419,7 +419,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .errors import ArgumentError
 
     try:
-        from .server import serve
+        from .server import bind, serve
     except ImportError as e:
         raise CliError(f"metalkv serve needs the server extra ({e.name} is missing): pip install 'metalkv[server]'")
     defaults = {f.name: getattr(args, f.name) for f in dc.fields(Sampling)
@@ -435,13 +435,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_calls < 1:
         raise CliError(f"--max-calls {args.max_calls}: expected a positive int")
     api_key = args.api_key or os.environ.get("METALKV_API_KEY") or None
+    sock = bind(args.host, args.port)  # a busy port is said before the model loads (AddressError, exit 2)
     engine = _load(args, max_seqs=args.max_seqs)
     name = args.model_name or engine.model_path.name.removesuffix(".gguf")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         print(f"metalkv serve: warning: listening on {args.host} with no --api-key: anyone who reaches this "
               f"machine can use the model", file=sys.stderr)
-    print(f"metalkv serve: {name} at http://{args.host}:{args.port}/v1 (Ctrl-C stops)", file=sys.stderr)
-    serve(engine, host=args.host, port=args.port, shutdown_timeout=args.shutdown_timeout, model_name=name,
+    serve(engine, host=args.host, sock=sock, shutdown_timeout=args.shutdown_timeout, model_name=name,
+          ready=lambda url: print(f"metalkv serve: {name} at {url}/v1 (Ctrl-C stops)", file=sys.stderr),
           api_key=api_key, max_calls=args.max_calls, defaults=defaults, max_tokens=args.max_tokens)
     return 0
 

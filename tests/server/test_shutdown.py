@@ -1,8 +1,9 @@
 """`metalkv serve` as users run it, stopped as process managers stop it: SIGTERM or
 SIGINT with a reply in flight. Within --shutdown-timeout the reply finishes; past it,
-it is cancelled and its stream closed; either way the process exits 0, promptly,
-without a traceback. The default model: slow enough on the host executor that a
-reply is still running when the signal comes."""
+it is cut short and ends with the shutdown's error (a stream: an error event, then
+[DONE]); either way the process exits 0, promptly, without a traceback. The default
+model: slow enough on the host executor that a reply is still running when the signal
+comes."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,6 +20,7 @@ from .conftest import free_port, needs_server_packages
 
 needs_server_packages()
 import httpx  # noqa: E402
+import openai  # noqa: E402
 
 
 @pytest.fixture
@@ -80,14 +83,47 @@ def test_a_reply_in_flight_finishes_within_the_grace(serve, sig):
     assert "Traceback" not in err and "Finished server process" in err
 
 
-def test_past_the_grace_the_reply_is_cancelled(serve):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_past_the_grace_replies_end_with_the_shutdowns_error(serve, sig):
+    """A stream cut short ends with an error event and [DONE]; a whole reply gets a JSON
+    error; the openai client raises with the server's words. No request is left for
+    uvicorn to cancel (it would log "ASGI callable returned without completing response")."""
     proc, url = serve("--shutdown-timeout", "1")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    seen = {}
+
+    def whole():
+        try:
+            client.completions.create(model="smol", prompt="Once upon a time", max_tokens=400)
+        except openai.APIStatusError as e:
+            seen["whole"] = e
+
+    def streamed():
+        try:
+            for _ in client.completions.create(model="smol", prompt="Long ago", max_tokens=400, stream=True):
+                pass
+        except openai.APIError as e:
+            seen["streamed"] = e
+
+    others = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+    for t in others:
+        t.start()
+    while httpx.get(f"{url}/health", timeout=10).json()["calls_in_flight"] < 2:  # both running
+        time.sleep(0.05)
     t0 = time.monotonic()
-    events = stream_then_signal(url, proc, signal.SIGTERM, max_tokens=400)
-    assert "[DONE]" not in events  # cut, not finished: 400 tokens take over a minute here
+    events = stream_then_signal(url, proc, sig, max_tokens=400)
+    for t in others:
+        t.join(timeout=60)
+    assert events[-1] == "[DONE]"  # cut, yet ended as a stream ends: 400 tokens take over a minute here
+    error = json.loads(events[-2])["error"]
+    assert "shutting down" in error["message"] and error["type"] == "server_error"
+    assert json.loads(events[0])["choices"][0]["text"]  # what came before the cut
+    assert seen["whole"].status_code == 503 and "shutting down" in seen["whole"].body["message"]
+    assert "shutting down" in str(seen["streamed"])
     assert proc.wait(timeout=60) == 0
     assert time.monotonic() - t0 < 60
     err = proc.stderr.read()
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "without completing response" not in err, err
+    assert "Cancel" not in err, err  # uvicorn's backstop found nothing to cancel
     with pytest.raises(httpx.TransportError):  # and it is gone
         httpx.get(f"{url}/health", timeout=2)

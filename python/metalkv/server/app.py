@@ -204,9 +204,10 @@ class Server:
 
 
 class QuietCancel:
-    """Past the shutdown grace uvicorn cancels the replies still running (their calls are
-    cancelled on the way out: Server.events' finally): a request ended that way is the
-    shutdown working, not an error of the app, so it ends without uvicorn's traceback."""
+    """The shutdown's backstop: a reply still running CUT_SHORT_SECONDS after the grace
+    (listen.py; the server has cut it short already, so only an engine that did not stop)
+    is cancelled by uvicorn, its calls on the way out (Server.events' finally). That is
+    the shutdown working, not an error of the app: no traceback."""
 
     def __init__(self, app):
         self.app = app

@@ -142,6 +142,16 @@ class Bridge:
                 self.runs.discard(run)
                 self.cancelled += sum(c.request.finish_reason == "cancelled" for c in run.calls)
 
+    def cut_short(self) -> None:
+        """The shutdown's grace is over: every call still running stops before its next
+        step, and its reply ends with the shutdown's error (Server.check_ended): a JSON
+        error, or a stream's error event and then [DONE]. Its client still reads it."""
+        for run in list(self.runs):
+            for i, call in enumerate(run.calls):
+                if not run.finished[i]:
+                    call.request.cancel()
+                    self.cancelled += not run.abandoned  # (an abandoned run's are counted when they end)
+
     async def close(self, timeout: float = 10.0) -> None:
         """Cancels every call still running, waits (up to `timeout`) for the engine to end
         them, then stops the pump."""

@@ -3,13 +3,16 @@
 Every field's type is checked here, each failure an ApiError that the app answers
 with OpenAI's error object ({"error": {"message", "type", "param", "code"}}), naming
 the field; the sampling values' ranges are the engine's own checks (an ArgumentError
-naming the argument, answered the same way). Unknown fields are ignored, as OpenAI's own API and vLLM's do;
-fields a text model served here cannot honour (tools, images, logit_bias, suffix, ...)
-are refused by name rather than dropped.
+naming the argument, answered the same way). A field OpenAI does not define (nor the
+vLLM sampling extensions taken here) is refused with OpenAI's own words, so a typo
+(`max_token`) is not silently a default; fields a text model served here cannot honour
+(tools, images, logit_bias, suffix, ...) are refused by name rather than dropped, and
+the rest OpenAI defines that change nothing here (user, metadata, store, ...) are taken.
 """
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,9 +36,38 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+# The request fields OpenAI defines (its API reference; openai-python's *CreateParams,
+# which tests/server/test_unknown_fields.py compares with these), and the vLLM sampling
+# extensions metalkv implements. Anything else in a body is refused (unknown_fields).
+CHAT_FIELDS = frozenset((
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n", "parallel_tool_calls",
+    "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
+    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+    "web_search_options"))
+COMPLETION_FIELDS = frozenset((
+    "prompt", "model", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+    "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user"))
+EXTENSIONS = frozenset(("top_k", "min_p", "repetition_penalty"))  # vLLM's names, taken by both endpoints
+
+
 def bad(param: str, message: str, code: str | None = None) -> ApiError:
-    """400 for a field (param) of the body, or for the body itself (param '')."""
-    return ApiError(400, f"{param}: {message}" if param else message, param=param or None, code=code)
+    """400 for a field (param) of the body, or for the body itself (param ''). The message
+    says the field first, once: a check's own "[op] " tag is dropped, and a message that
+    already starts with the field (the engine's "top_p=0.0: ...", the chat checks'
+    "messages[0].role: ...") is not prefixed again."""
+    message = re.sub(r"^\[\w+\] ", "", message)
+    named = param and message.startswith(param) and message[len(param):len(param) + 1] in ("", ":", "[", ".", "=")
+    return ApiError(400, f"{param}: {message}" if param and not named else message, param=param or None, code=code)
+
+
+def unknown_fields(body: dict, known: frozenset) -> None:
+    """OpenAI's 400 for fields it does not define, in its words (param null, as its own)."""
+    unknown = sorted(k for k in body if k not in known and k not in EXTENSIONS)
+    if unknown:
+        s = "s" if len(unknown) > 1 else ""
+        raise ApiError(400, f"Unrecognized request argument{s} supplied: {', '.join(unknown)}")
 
 
 # ---- field checks ------------------------------------------------------------------------
@@ -115,6 +147,7 @@ def _common(body: Any, kind: str, served: str) -> Job:
     """The fields chat and completions share."""
     if not isinstance(body, dict):
         raise bad("", f"the request body must be a JSON object, got {type(body).__name__}")
+    unknown_fields(body, CHAT_FIELDS if kind == "chat" else COMPLETION_FIELDS)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model", f"expected a string, got {model!r}")
@@ -165,7 +198,7 @@ def parse_chat(body: Any, served: str, chat_ids) -> Job:
     try:
         job.prompts = [chat_ids(body["messages"])]
     except ArgumentError as e:
-        raise bad("messages", str(e).removeprefix("[chat] ")) from None
+        raise bad("messages", str(e)) from None
     except ValueError as e:  # the template refused the conversation (e.g. roles out of order)
         raise bad("messages", str(e)) from None
     logprobs, top = _bool(body, "logprobs"), _int(body, "top_logprobs", 0, MAX_LOGPROBS)
@@ -195,17 +228,17 @@ def parse_completion(body: Any, served: str, encode, vocab: int) -> Job:
                 raise bad("prompt", f"token id {bad_ids[0]} is out of range: the vocabulary has {vocab} ids")
             ids = list(p)
         else:
-            raise bad("prompt", f"prompt {i}: expected a non-empty string or a list of token ids")
+            raise bad("prompt", f"prompt[{i}]: expected a non-empty string or a list of token ids")
         if not ids:
-            raise bad("prompt", f"prompt {i} is empty")
+            raise bad("prompt", f"prompt[{i}]: empty")
         job.prompts.append(ids)
         job.prompt_texts.append(p if isinstance(p, str) else "")
     job.logprobs = _int(body, "logprobs", 0, MAX_LOGPROBS)
     job.echo = bool(_bool(body, "echo"))
     if job.echo and job.logprobs is not None:
-        raise bad("echo", "echo with logprobs would need the prompt's logprobs, which are not computed")
+        raise bad("echo", "not with logprobs: it would need the prompt's logprobs, which are not computed")
     if job.echo and any(not isinstance(p, str) for p in prompt):
-        raise bad("echo", "echo needs text prompts")
+        raise bad("echo", "needs text prompts, not token ids")
     _refuse_set(body, ("suffix",), "no fill-in-the-middle")
     return job
 
