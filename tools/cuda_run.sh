@@ -8,6 +8,7 @@
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
 #                                                  test-kv-policy stress-kv-policy test-server bench-server
+#                                                  engine-context-sweep (CONTEXTS="4096 16384 ...")
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -136,6 +137,23 @@ context_runs() {
       > "$OUT/bench_context_$prefix$name.txt" 2>&1
     note "bench/gpu/engine.py --context [$prefix$name]: rc=$?; $(grep -m1 -E '^\| metalkv' "$OUT/bench_context_$prefix$name.txt" | tail -c 220)"
   done
+}
+
+# Decode against context, the whole engine (the README's second picture): per context in CONTEXTS,
+# f16 beside transformers' dynamic cache, q8 and q4 (their defaults). The JSON and logs go into one
+# archive, $OUT/context_sweep.tgz (a call brings back at most 8 files).
+stage_engine_context_sweep() {
+  step "engine decode against context: ${CONTEXTS:=4096 16384 65536 131072}"
+  local dir=/tmp/context_sweep; rm -rf $dir; mkdir -p $dir
+  for c in $CONTEXTS; do
+    for v in "f16:--hf-cache dynamic" "q8:--hf-cache '' --kv-k q8 --kv-v q8" "q4:--hf-cache '' --kv-k q4 --kv-v q4"; do
+      IFS=: read -r name extra <<< "$v"
+      timeout ${ENGINE_S:-240} bash -c "python3 bench/gpu/engine.py --context $c --prompt 64 --new-tokens 64 --repeat 1 \
+        --json '$dir/context_${c}_$name.json' $extra" > "$dir/context_${c}_$name.txt" 2>&1
+      note "context $c $name: rc=$?; $(grep -m2 -E '^\| (metalkv|transformers)' "$dir/context_${c}_$name.txt" | tr '\n' ' ' | tail -c 260)"
+    done
+  done
+  tar czf "$OUT/context_sweep.tgz" -C /tmp context_sweep
 }
 
 # ncu time of every kernel of one decode step of the model bench-engine saved.
