@@ -17,13 +17,11 @@
 #include "attention_decode.h"  // attn_merge_weight
 #include "kv_table.h"
 
-template <uint D>
-struct AttnRowsGeometry {
-  static constexpr uint EL = mkv_params::attn_decode_host_lane_elems(D);    // elements a lane holds
-  static constexpr uint KL = mkv_params::attn_decode_key_lanes_for(D, EL);  // lanes a key
-  static constexpr uint G = 32 / KL;                                        // lane groups
-  static constexpr uint U = mkv_params::kAttnDecodeBlockKeys;               // keys a group takes per block
-};
+// The host shape's geometry at head_dim D: elements a lane holds, lanes a key,
+// lane groups (keys a group takes per block: kAttnDecodeBlockKeys).
+constexpr uint attn_rows_lane_elems(uint d) { return mkv_params::attn_decode_host_lane_elems(d); }
+constexpr uint attn_rows_key_lanes(uint d) { return mkv_params::attn_decode_key_lanes_for(d, attn_rows_lane_elems(d)); }
+constexpr uint attn_rows_groups(uint d) { return 32 / attn_rows_key_lanes(d); }
 
 // One lane group's online softmax state over the whole row.
 template <uint D>
@@ -39,18 +37,18 @@ struct AttnGroupState {
 // lane: addition commutes).
 template <uint D>
 inline float attn_rows_score(thread const float (&q)[D], const device half* k) {
-  typedef AttnRowsGeometry<D> Geo;
-  float t[Geo::KL];
-  for (uint j = 0; j < Geo::KL; ++j) {
+  constexpr uint EL = attn_rows_lane_elems(D), KL = attn_rows_key_lanes(D);
+  float t[KL];
+  for (uint j = 0; j < KL; ++j) {
     float d = 0.0f;
-    if (j * Geo::EL < D)
-      for (uint e = 0; e < Geo::EL; ++e) d += q[j * Geo::EL + e] * float(k[j * Geo::EL + e]);
+    if (j * EL < D)
+      for (uint e = 0; e < EL; ++e) d += q[j * EL + e] * float(k[j * EL + e]);
     t[j] = d;
   }
-  for (uint x = Geo::KL / 2; x > 0; x /= 2) {
-    float n[Geo::KL];
-    for (uint j = 0; j < Geo::KL; ++j) n[j] = t[j] + t[j ^ x];
-    for (uint j = 0; j < Geo::KL; ++j) t[j] = n[j];
+  for (uint x = KL / 2; x > 0; x /= 2) {
+    float n[KL];
+    for (uint j = 0; j < KL; ++j) n[j] = t[j] + t[j ^ x];
+    for (uint j = 0; j < KL; ++j) t[j] = n[j];
   }
   return t[0];
 }
@@ -73,8 +71,7 @@ inline void attn_decode_rows_body(constant mkv_params::AttnDecode& p,
                                   const device float* sinks,  // (n_q_heads) if has_sinks
                                   device float* out,          // (n_q_heads, D)
                                   uint2 tg, uint lane) {
-  typedef AttnRowsGeometry<D> Geo;
-  constexpr uint G = Geo::G, U = Geo::U;
+  constexpr uint G = attn_rows_groups(D), U = mkv_params::kAttnDecodeBlockKeys;
   constexpr float LOG2E = 1.4426950408889634f;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
   if (lane >= hb.count) return;  // no collective below: a finished lane is fine
