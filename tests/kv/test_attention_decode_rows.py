@@ -29,7 +29,8 @@ def test_rows_equal_the_host_shape(d, ratio, n):
     cache = build_cache(k, v, spare=1)
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
                                      slots=cache.slots, device=dev, split="never")
-    assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 32
+    assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 1
+    assert plan["threadgroups"] == n_q_heads and plan["kv_bytes_read"] == plan["kv_bytes_visible"] * n_q_heads // n_kv
     rows = decode(dev, q, cache, n_tokens=n, split="never")
     simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
     assert np.isfinite(simd).all()
