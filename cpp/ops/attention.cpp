@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 
+#include "metal/attention_host_params.h"
 #include "metal/attention_params.h"
 #include "metal/kv_format.h"
 #include "ops/attention_names.h"
@@ -226,6 +227,18 @@ bool decode_host_shape(const AttentionDesc& d, const gpu::Device* dev) {
   return true;
 }
 
+// Whether prefill runs the host executor's shape (metal/attention_prefill_host.metal):
+// as decode_host_shape, from prefill_variant.
+bool prefill_host_shape(const char* op, const AttentionDesc& d, const gpu::Device& dev) {
+  const std::string& v = d.prefill_variant;
+  if (v.empty()) return dev.properties().lanes_are_fibers;
+  if (v == "gpu") return false;
+  if (v != "host") fail(op, "prefill_variant '" + v + "' is not one of '' (the device's shape), 'gpu' or 'host'");
+  if (!dev.properties().has_host_shapes)
+    fail(op, "prefill_variant 'host' is the host executor's shape, not built for " + dev.kind());
+  return true;
+}
+
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
@@ -254,6 +267,20 @@ AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu
   if (plan.split) plan.scratch_bytes = scratch_for(d, plan.n_chunks);
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
+  // The device's own shape on the host, where the rows form applies: the same
+  // bits without the rendezvous (metal/attention_decode_rows.h). A query head
+  // is one threadgroup of one thread, which reads the K/V rows itself: the
+  // executor's threads share out heads rather than KV heads (9 over 2 threads
+  // where 3 left one idle half the time). "host" keeps the SIMD-group kernels.
+  if (host && d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
+      !d.residual && !d.logits.buffer && !plan.split) {
+    plan.kernel = attention_decode_rows_kernel(d.head_dim);
+    plan.heads_per_block = 1;
+    plan.head_blocks = d.n_q_heads / d.n_kv_heads;
+    plan.threadgroups = d.n_q_heads;
+    plan.threads = 1;
+    plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
+  }
   return plan;
 }
 
@@ -351,14 +378,17 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   validate_desc(op, d);
   if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
     fail(op, "split, split_chunks and decode_variant apply to attention_decode only");
+  const bool host = prefill_host_shape(op, d, dev);
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
   check_view(op, "q", q, bytes, 4);
   check_view(op, "out", out, bytes, 4);
   check_common_views(op, d, kv, table, sinks);
 
-  // All rows of a threadgroup share its staged K/V tiles: as many heads of
-  // the group as fit, the rest of the rows for more query positions.
-  const uint32_t rows = mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);
+  // GPU shape: all rows of a threadgroup share its staged K/V tiles, as many
+  // heads of the group as fit, the rest of the rows for more query positions.
+  // Host shape: a lane is one query with up to attn_prefill_host_rows heads.
+  const uint32_t rows = host ? mkv_params::attn_prefill_host_rows(d.head_dim)
+                             : mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);
   mkv_params::AttnPrefill p{};
   p.n_q_heads = d.n_q_heads;
   p.n_kv_heads = d.n_kv_heads;
@@ -366,7 +396,7 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   head_blocks(p.group_size, rows, p.heads_per_block, p.head_blocks);
   p.n_queries = d.n_queries;
   p.q_pos0 = d.n_tokens - d.n_queries;
-  p.queries_per_tile = rows / p.heads_per_block;
+  p.queries_per_tile = host ? mkv_params::kAttnPrefillHostQueries : rows / p.heads_per_block;
   p.slots = d.slots;
   p.window = d.window;
   set_key_fields(p, d);
@@ -374,7 +404,7 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
     check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
                uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);
 
-  enc.set_pipeline(dev.pipeline(attention_prefill_kernel(attention_name_key(d))));
+  enc.set_pipeline(dev.pipeline(attention_prefill_kernel(attention_name_key(d), host)));
   bind_params(enc, p, 0);
   bind(enc, q, 1);
   bind(enc, kv, 2);
@@ -384,7 +414,7 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   bind(enc, ring_or(d, kv), 6);
   bind(enc, p.logits ? d.logits : out, 7);
   enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
-                            {kThreads, 1, 1});
+                            {host ? mkv_params::kAttnPrefillHostQueries : kThreads, 1, 1});
 }
 
 }  // namespace mkv::ops

@@ -99,10 +99,14 @@ std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t p
 }
 
 
+std::string attention_decode_rows_kernel(uint32_t head_dim) {
+  return attention_kernel_name("attn_decode_f16", head_dim) + "_rows_h";
+}
+
 std::string attention_reduce_kernel(uint32_t head_dim) { return attention_kernel_name("attn_decode_reduce", head_dim); }
 
-std::string attention_prefill_kernel(const AttnNameKey& k) {
-  return attention_kernel_name(family("attn_prefill", k).c_str(), k.head_dim);
+std::string attention_prefill_kernel(const AttnNameKey& k, bool host) {
+  return attention_kernel_name(family("attn_prefill", k).c_str(), k.head_dim) + (host ? "_h" : "");
 }
 
 std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
@@ -117,13 +121,15 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   std::set<std::string> names = {kAttnScoresStatsKernel, kAttnScoresAddKernel};
   for (uint32_t d : kAttnHeadDims) {
     names.insert(attention_reduce_kernel(d));
+    if (host_shapes) names.insert(attention_decode_rows_kernel(d));
     for (auto [kf, vf] : formats) {
       if (!kv_format_fits(kf, d) || !kv_format_fits(vf, d)) continue;
       for (bool residual : {false, true}) {
         if (residual && !kv_format_fits(kKvQ8, d)) continue;
         for (bool logits : {false, true}) {
           const AttnNameKey prefill{d, kf, vf, residual, logits, ""};
-          names.insert(attention_prefill_kernel(prefill));
+          names.insert(attention_prefill_kernel(prefill, false));
+          if (host_shapes) names.insert(attention_prefill_kernel(prefill, true));
           for (const char* variant : {"", "nopf"})
             for (uint32_t per_block : {1u, attn_decode_rows(d)})
               for (bool split : {false, true})

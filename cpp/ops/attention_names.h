@@ -24,9 +24,13 @@ AttnNameKey attention_name_key(const AttentionDesc& d);
 // block of per_block query heads, in the host executor's shape or the GPU's.
 // Raises "[attention_decode] ..." for a variant that does not exist.
 std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t per_block, bool host);
+// The host executor's collective-free decode (metal/attention_decode_rows.metal):
+// f16 K/V, single pass, no residual window or logits; bit-identical to the _h kernels.
+std::string attention_decode_rows_kernel(uint32_t head_dim);
 // The split-K second pass.
 std::string attention_reduce_kernel(uint32_t head_dim);
-std::string attention_prefill_kernel(const AttnNameKey& k);
+// Prefill's kernel, in the host executor's shape (host: "_h") or the GPU's.
+std::string attention_prefill_kernel(const AttnNameKey& k, bool host);
 // attention_scores' two kernels (metal/attention_scores.metal).
 inline constexpr const char* kAttnScoresStatsKernel = "attn_scores_stats";
 inline constexpr const char* kAttnScoresAddKernel = "attn_scores_add";

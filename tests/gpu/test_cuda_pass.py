@@ -36,8 +36,9 @@ DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "(
 
 
 # metal/gemv_tokens.metal builds its 8-token shapes for the host executor only,
-# metal/attention_decode_host.metal its decode shape (the _h kernels).
-HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_decode_\w+_h$")
+# metal/attention_decode_host.metal and attention_prefill_host.metal their
+# attention shapes (the _h kernels).
+HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_(decode|prefill)_\w+_h$")
 
 
 def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:
@@ -68,6 +69,17 @@ def test_host_decode_shape_is_host_only():
     # f16 9 D x (plain, _lg), kvq 5 D x (plain, _res, _lg), _r4 2 D x (f16, kvq, kvq_res): x (single, split)
     assert len(host) == 2 * (18 + 15 + 6) and all(HOST_ONLY.match(n) for n in host)
     assert {n[:-len("_h")] for n in host} <= everywhere
+
+
+def test_host_prefill_shape_is_host_only():
+    """Every kernel of attention_prefill_host.metal is the _h form of one of
+    attention_prefill.metal's (f16 at 9 D, kvq at 5)."""
+    def names(f):
+        src = kernel_source.Source(kernel_source.preprocess(CXX, str(METAL / f), [str(METAL)]), str(ROOT))
+        return [k.host_name for k in kernel_source.find_kernels(src)[0]]
+    host = names("attention_prefill_host.metal")
+    assert len(host) == 9 + 5 and all(HOST_ONLY.match(n) for n in host)
+    assert {n[:-len("_h")] for n in host} == set(names("attention_prefill.metal"))
 
 
 def expected_specs(k: kernel_source.Kernel) -> list[tuple[str, int, str]]:

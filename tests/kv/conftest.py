@@ -13,8 +13,9 @@ def host() -> metalkv.Device:
     return test_device()
 
 
-# The decode kernels' shapes a test runs (ops.attention_decode's variant): on the
-# host its own ("", the _h kernels of metal/attention_decode_host.metal) and the
+# The attention kernels' shapes a test runs (the variant of ops.attention_decode
+# and ops.attention_prefill): on the host its own ("", the _h kernels of
+# metal/attention_decode_host.metal and attention_prefill_host.metal) and the
 # GPU's ("gpu"), which only the host validates where no GPU is; elsewhere the
 # device's own.
 DECODE_SHAPES = ["", "gpu"] if TEST_DEVICE == "host" else [""]

@@ -80,7 +80,7 @@ def decode(dev, q, cache: Paged, *, n_tokens, window=0, softcap=0.0, sinks=None,
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
-def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None):
+def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, variant=""):
     n_q, n_q_heads, d = q.shape
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(
@@ -88,7 +88,7 @@ def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None):
         n_q_heads=n_q_heads, n_kv_heads=cache.pool.shape[2], head_dim=d, n_queries=n_q, q_pos0=q_pos0,
         slots=cache.slots,
         window=window, softcap=softcap,
-        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)))
+        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)), variant=variant)
     return out.numpy().view(np.float32).reshape(q.shape).copy()
 
 
@@ -145,7 +145,7 @@ def test_many_query_heads_per_kv_head(dev, shape, d, n_q_heads, n_kv):
         got = decode(dev, q[-1], cache, n_tokens=n, split=split, variant=shape)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, scale=d ** -0.5)[0],
                                    atol=ATOL, rtol=RTOL)
-    got = prefill(dev, q, cache, q_pos0=n - n_q)
+    got = prefill(dev, q, cache, q_pos0=n - n_q, variant=shape)
     np.testing.assert_allclose(got, attention(q, k, v, n - n_q, scale=d ** -0.5), atol=ATOL,
                                rtol=RTOL)
 
@@ -248,7 +248,7 @@ def test_reads_stay_inside_rows(dev, shape, d):
         np.testing.assert_allclose(got, ref[-1], atol=ATOL, rtol=RTOL, err_msg=split)
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(dev, dev.buffer_from(q), kv, table, out, n_q_heads=3, n_kv_heads=1, head_dim=d,
-                          n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=16)
+                          n_queries=n_q, q_pos0=n - n_q, slots=n, kv_offset=16, variant=shape)
     np.testing.assert_allclose(out.numpy().view(np.float32).reshape(q.shape), ref, atol=ATOL,
                                rtol=RTOL)
 
@@ -315,7 +315,11 @@ def test_host_shape_plan():
 def test_host_picks_its_shape(d):
     dev = test_device()
     p = ops.attention_decode_plan(n_q_heads=8, n_kv_heads=2, head_dim=d, n_tokens=300, slots=320, device=dev)
-    assert p["kernel"].endswith("_h") and p["threads"] == 32
+    # f16 in one pass: the rows form, a threadgroup of one thread per query head
+    assert p["kernel"] == f"attn_decode_f16_d{d}_rows_h" and p["threads"] == 1 and p["threadgroups"] == 8
+    h = ops.attention_decode_plan(n_q_heads=8, n_kv_heads=2, head_dim=d, n_tokens=300, slots=320, device=dev,
+                                  variant="host")
+    assert h["kernel"].endswith("_h") and h["threads"] == 32
     g = ops.attention_decode_plan(n_q_heads=8, n_kv_heads=2, head_dim=d, n_tokens=300, slots=320, device=dev,
                                   variant="gpu")
     assert not g["kernel"].endswith("_h") and g["threads"] in (128, 256)
@@ -426,12 +430,12 @@ def prefill_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,n_q,q_pos0", list(prefill_sweep()))
-def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
+def test_prefill_matches_reference(dev, shape, d, ratio, n_q, q_pos0):
     n = q_pos0 + n_q
     rng = np.random.default_rng(n * d)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    got = prefill(dev, q, build_cache(k, v, spare=2), q_pos0=q_pos0)
+    got = prefill(dev, q, build_cache(k, v, spare=2), q_pos0=q_pos0, variant=shape)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5), atol=ATOL,
                                rtol=RTOL)
 
@@ -441,13 +445,13 @@ def test_prefill_matches_reference(dev, d, ratio, n_q, q_pos0):
 @pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (40, 0, 8), (9, 50, 64), (64, 0, 100)])
 @pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)] + [(d, ratio_for(d)) for d in HEAD_DIMS
                                                          if d not in (64, 256)])
-def test_prefill_sliding_window(dev, d, ratio, n_q, q_pos0, window):
+def test_prefill_sliding_window(dev, shape, d, ratio, n_q, q_pos0, window):
     n = q_pos0 + n_q
     rng = np.random.default_rng(n_q + q_pos0 + window)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
     got = prefill(dev, q, build_cache(k, v, first=max(0, q_pos0 - window + 1)), q_pos0=q_pos0,
-                  window=window)
+                  window=window, variant=shape)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5, window=window),
                                atol=ATOL, rtol=RTOL)
 
@@ -464,12 +468,12 @@ def repeated_decode_sweep():
 
 
 @pytest.mark.parametrize("d,window,n", list(repeated_decode_sweep()))
-def test_prefill_equals_repeated_decode(dev, d, window, n):
+def test_prefill_equals_repeated_decode(dev, shape, d, window, n):
     """Prefill of n queries == n decode steps, the cache growing one token each."""
     q_pos0 = 0
     rng = np.random.default_rng([window, d])
     q, k, v = make_inputs(rng, n, 9, 3, d, n)
-    pre = prefill(dev, q, build_cache(k, v), q_pos0=q_pos0, window=window)
+    pre = prefill(dev, q, build_cache(k, v), q_pos0=q_pos0, window=window, variant=shape)
     for t in range(1, n + 1):
         first = max(0, t - window) if window else 0
         step = decode(dev, q[t - 1], build_cache(k[:t], v[:t], first=first), n_tokens=t, window=window)
@@ -508,5 +512,5 @@ def test_sinks_and_softcap(dev, shape, d, ratio, sink_scale, softcap):
                      split=split, variant=shape)
         np.testing.assert_allclose(got, attention(q[-1:], k, v, n - 1, **opts)[0], atol=ATOL,
                                    rtol=RTOL)
-    got = prefill(dev, q, cache, q_pos0=n - n_q, softcap=softcap, sinks=sinks)
+    got = prefill(dev, q, cache, q_pos0=n - n_q, softcap=softcap, sinks=sinks, variant=shape)
     np.testing.assert_allclose(got, attention(q, k, v, n - n_q, **opts), atol=ATOL, rtol=RTOL)

@@ -1,0 +1,62 @@
+"""The host executor's collective-free decode (metal/attention_decode_rows.h,
+the _rows_h kernels): what the host picks by default for f16 K/V in one pass.
+It replays the host shape's SIMD-group (_h kernels, variant "host") value for
+value, so the two must be bit-identical (assert_array_equal); the decode tests
+of test_attention.py hold the default shape to the float64 reference.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metalkv._core import ops
+
+from .attention_ref import B, build_cache
+from .test_attention import HEAD_DIMS, decode, heads, make_inputs
+from devices import host_only, test_device  # tests/ is on sys.path
+
+pytestmark = host_only
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
+@pytest.mark.parametrize("n", [1, 5, 33, 200, 1500])
+def test_rows_equal_the_host_shape(d, ratio, n):
+    dev = test_device()
+    rng = np.random.default_rng([d, n])
+    n_q_heads, n_kv = heads(ratio)
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, spare=1)
+    plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
+                                     slots=cache.slots, device=dev, split="never")
+    assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 1
+    assert plan["threadgroups"] == n_q_heads and plan["kv_bytes_read"] == plan["kv_bytes_visible"] * n_q_heads // n_kv
+    rows = decode(dev, q, cache, n_tokens=n, split="never")
+    simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
+    assert np.isfinite(simd).all()
+    np.testing.assert_array_equal(rows, simd)
+
+
+@pytest.mark.parametrize("d", [64, 128, 80, 256])
+@pytest.mark.parametrize("n,window", [(300, 17), (1000, 256), (40, 64)])
+@pytest.mark.parametrize("softcap,sinks", [(0.0, False), (30.0, True), (5.0, False)])
+def test_rows_with_window_softcap_sinks(d, n, window, softcap, sinks):
+    dev = test_device()
+    rng = np.random.default_rng([d, n, window])
+    q, k, v = make_inputs(rng, 1, 9, 3, d, n)
+    cache = build_cache(k, v, first=max(0, n - window))
+    sk = rng.standard_normal(9).astype(np.float32) if sinks else None
+    kw = dict(n_tokens=n, window=window, softcap=softcap, sinks=sk, split="never")
+    np.testing.assert_array_equal(decode(dev, q, cache, **kw), decode(dev, q, cache, variant="host", **kw))
+
+
+def test_rows_form_only_where_it_applies():
+    """Split, quantized K/V, a residual window or a policy's logits keep the _h kernels."""
+    dev = test_device()
+    kw = dict(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=700, slots=704, device=dev)
+    assert ops.attention_decode_plan(**kw)["kernel"].endswith("_rows_h")
+    assert ops.attention_decode_plan(**kw, split="always")["kernel"] == "attn_decode_split_f16_d64_r4_h"
+    assert ops.attention_decode_plan(**kw, kv_k="q8")["kernel"].endswith("_r4_h")
+    assert ops.attention_decode_plan(**kw, variant="host")["kernel"] == "attn_decode_f16_d64_r4_h"
+    assert ops.attention_decode_plan(**kw, variant="gpu")["kernel"] == "attn_decode_f16_d64_r4"
+    assert all(f"attn_decode_f16_d{d}_rows_h" in ops.kernel_names(dev) for d in HEAD_DIMS)
