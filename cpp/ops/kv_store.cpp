@@ -5,6 +5,7 @@
 
 #include "metal/kv_format.h"
 #include "metal/kv_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
@@ -93,8 +94,7 @@ void kv_store(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& k_ne
   bind(enc, d.ring_slots ? d.ring : dst, 7);
 
   // 3. one threadgroup per (token, K|V[|Q]); threads stride over the token's heads
-  const uint32_t threads = std::min<uint32_t>(256, ceil_div(row, 32) * 32);
-  enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {threads, 1, 1});
+  enc.dispatch_threadgroups({d.n_new, d.queries.n_heads ? 3u : 2u, 1}, {strided_threads(dev, row), 1, 1});
 }
 
 void kv_seal_q2k(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& pool, const BufferView& ring,

@@ -16,4 +16,12 @@ namespace mkv::ops {
 uint32_t device_wave(const gpu::Device& device, const gpu::Pipeline& pipeline, uint32_t threads,
                      size_t threadgroup_memory = 0);
 
+// Threads for a threadgroup whose threads stride over `items` independent work
+// items (tid, tid + nt, ...; no collective between items: the KV store, RoPE,
+// the Hadamard rotation). GPUs: a thread an item up to `cap`, in whole
+// SIMD-groups. Fiber lanes (the host executor): one, since every lane is a
+// fiber to start and each barrier a switch through all of them; a token's few
+// hundred items are a few microseconds of one lane's work.
+uint32_t strided_threads(const gpu::Device& device, uint64_t items, uint32_t cap = 256);
+
 }  // namespace mkv::ops

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "metal/kv_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
@@ -31,8 +32,7 @@ void hadamard(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x, u
   const mkv_params::Hadamard p{n_rows, n_heads, head_dim};
   bind_params(enc, p, 0);
   bind(enc, x, 1);
-  const uint32_t threads = std::min<uint32_t>(256, ceil_div(uint64_t(n_heads) * head_dim / 2, 32) * 32);
-  enc.dispatch_threadgroups({n_rows, 1, 1}, {threads, 1, 1});
+  enc.dispatch_threadgroups({n_rows, 1, 1}, {strided_threads(dev, uint64_t(n_heads) * head_dim / 2), 1, 1});
 }
 
 RopeStyle parse_rope_style(const std::string& name) {
@@ -77,9 +77,8 @@ void rope(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& x,
   bind(enc, spec.inv_freq, 3);
 
   // 3. one threadgroup per token, threads over its n_heads * rotary_dim/2 pairs
-  const uint32_t pairs = d.n_heads * (spec.rotary_dim / 2);
-  const uint32_t threads = std::min<uint32_t>(256, ceil_div(pairs, 32) * 32);
-  enc.dispatch_threadgroups({d.n_tokens, 1, 1}, {threads, 1, 1});
+  const uint64_t pairs = uint64_t(d.n_heads) * (spec.rotary_dim / 2);
+  enc.dispatch_threadgroups({d.n_tokens, 1, 1}, {strided_threads(dev, pairs), 1, 1});
 }
 
 std::vector<float> rope_inv_freq_default(uint32_t rotary_dim, float base) {
