@@ -120,6 +120,23 @@ uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a) {
 
 namespace {
 
+// gemm_<wtype>, the GPU's shape, or gemm_<wtype>_h, the host executor's.
+std::string gemm_name(WeightType wtype, bool host) {
+  return std::string("gemm_") + weight_type_name(wtype) + (host ? "_h" : "");
+}
+
+// Whether a gemm runs the host executor's shape: asked for, or the device's
+// own choice where lanes are fibers (two barriers per 64 inputs there are two
+// switches through 64 fibers each).
+bool uses_host_gemm(const gpu::Device& device, MatmulKernel kernel) {
+  const gpu::DeviceProperties& props = device.properties();
+  if (kernel == MatmulKernel::gemm_host && !props.has_host_shapes)
+    fail(kOp, "kernel 'gemm_host' is the host executor's shape; this device has none (use 'gemm')");
+  if (kernel == MatmulKernel::gemm_host) return true;
+  if (kernel == MatmulKernel::gemm_gpu) return false;
+  return props.lanes_are_fibers && props.has_host_shapes;
+}
+
 void check_common(const char* op, uint32_t n_tokens, uint32_t n_out) {
   if (n_tokens == 0 || n_out == 0)
     fail(op, "n_tokens and n_out must be positive, got n_tokens=" + std::to_string(n_tokens) +
@@ -201,9 +218,10 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
   const uint32_t tokens = gemv ? pick_gemv_tokens(kOp, device, a.gemv_tokens, a.gemv_rows, a.n_tokens) : 0;
   const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens, tokens) : 0;
+  const bool host_gemm = !gemv && uses_host_gemm(device, a.kernel);
   auto pipeline = device.pipeline(
       gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)
-           : std::string("gemm_") + weight_type_name(a.wtype));
+           : gemm_name(a.wtype, host_gemm));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
@@ -220,7 +238,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
-                              {mkv_params::kGemmThreads, 1, 1});
+                              {host_gemm ? mkv_params::kGemmHostThreads : mkv_params::kGemmThreads, 1, 1});
   }
 }
 
@@ -261,7 +279,8 @@ std::vector<std::string> linear_kernel_names(gpu::Device& device) {
   std::set<std::string> names;
   for (const std::string& type : weight_type_names()) {
     const WeightType wtype = parse_weight_type(type, kOp);
-    names.insert(std::string("gemm_") + weight_type_name(wtype));
+    names.insert(gemm_name(wtype, false));
+    if (device.properties().has_host_shapes) names.insert(gemm_name(wtype, true));
     std::vector<uint32_t> widths(std::begin(kGpuRows), std::end(kGpuRows));
     widths.insert(widths.end(), {mkv_params::kGemvRows, mkv_params::kGemvRowsWide});
     for (uint32_t asked_tokens : {1u, mkv_params::kGemvTokensGpu, mkv_params::kGemvTokensHost})

@@ -21,7 +21,11 @@ enum class MatmulKernel {
   automatic,  // gemv for one token, gemm otherwise
   gemv,       // decode: one weight pass per gemv_tokens tokens, each token's
               // outputs bit-identical to a one-token gemv (metal/gemv.h)
-  gemm,       // tiled, weight tiles reused across 32 tokens: prefill
+  gemm,       // tiled, weight tiles reused across 32 tokens: prefill, in the
+              // device's shape (gemm_host on fiber lanes, gemm_gpu elsewhere)
+  gemm_gpu,   // the GPU's gemm shape on any device (the host tests it)
+  gemm_host,  // the host executor's gemm shape (metal/gemm_host.h), bit-identical
+              // to gemm_gpu; refused on devices without host shapes
 };
 
 struct MatmulArgs {
