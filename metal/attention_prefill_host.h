@@ -25,60 +25,91 @@
 #include "kv_codec.h"
 #include "kv_table.h"
 
-// K or V rows of keys kp .. kp+3 of one KV head, widened to float; zero for keys
-// outside [lo, hi], which the row never sees (their table entries may name
-// blocks a window let go).
+// Where key `pos`'s row of one KV head lies: an f16 row (the pool's f16
+// section, or the residual window's ring), or a slot of a quantized section;
+// found once per key and block, not per element. Keys outside [lo, hi] are not
+// visible: the row never sees them (their table entries may name blocks a
+// window let go) and they read as zeros.
+struct AttnHostKey {
+  const device half* f16;  // the f16 row, or null for a quantized one
+  uint slot;
+  bool visible;
+};
+
+template <bool Quant, uint D>
+inline AttnHostKey attn_prefill_host_key(constant mkv_params::AttnPrefill& p, const device uchar* section,
+                                         const device uint* table, const device half* ring_rows, bool from_ring,
+                                         uint kv_head, int pos, int lo, int hi) {
+  AttnHostKey k{nullptr, 0u, pos >= lo && pos <= hi};
+  if (!k.visible) return k;
+  const uint slot_stride = p.n_kv_heads * D;
+  if (from_ring) {
+    k.f16 = ring_rows + uint(pos) % p.ring_slots * slot_stride + kv_head * D;
+  } else {
+    k.slot = kv_slot(table, uint(pos));
+    if (!Quant) k.f16 = (const device half*)section + k.slot * slot_stride + kv_head * D;
+  }
+  return k;
+}
+
+// Elements c .. c + 3 of a key's row, widened to float (zeros if not visible).
+template <uint D>
+inline float4 attn_prefill_host_elems(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
+                                      thread const AttnHostKey& k, uint kv_head, uint c) {
+  if (!k.visible) return float4(0.0f);
+  if (k.f16) return float4(*(const device half4*)(k.f16 + c));
+  return float4(mkv_kv::kv_load4(section, fmt, mkv_params::kKvBlockTokens, p.n_kv_heads, D, k.slot, kv_head, c));
+}
+
+// V rows of keys kp .. kp+3, key-major: out[j][e] (attention.h's attn_update).
 template <bool Quant, uint D>
 inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
                                    const device uint* table, const device half* ring_rows, bool from_ring,
                                    uint kv_head, int kp, int lo, int hi, thread float (&out)[4][D]) {
-  const uint slot_stride = p.n_kv_heads * D;
   for (uint j = 0; j < 4; ++j) {
-    const int pos = kp + int(j);
-    if (pos < lo || pos > hi) {
-      for (uint e = 0; e < D; ++e) out[j][e] = 0.0f;
-      continue;
-    }
-    if (from_ring || !Quant) {
-      const device half* row = from_ring ? ring_rows + uint(pos) % p.ring_slots * slot_stride + kv_head * D
-                                         : (const device half*)section + kv_slot(table, uint(pos)) * slot_stride + kv_head * D;
-      for (uint c = 0; c < D; c += 4) {
-        const float4 v = float4(*(const device half4*)(row + c));
-        out[j][c] = v.x;
-        out[j][c + 1] = v.y;
-        out[j][c + 2] = v.z;
-        out[j][c + 3] = v.w;
-      }
-    } else {
-      constexpr uint B = mkv_params::kKvBlockTokens;
-      const uint slot = kv_slot(table, uint(pos));
-      for (uint c = 0; c < D; c += 4) {
-        const float4 v = float4(mkv_kv::kv_load4(section, fmt, B, p.n_kv_heads, D, slot, kv_head, c));
-        out[j][c] = v.x;
-        out[j][c + 1] = v.y;
-        out[j][c + 2] = v.z;
-        out[j][c + 3] = v.w;
-      }
+    const AttnHostKey k = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head,
+                                                           kp + int(j), lo, hi);
+    for (uint c = 0; c < D; c += 4) {
+      const float4 v = attn_prefill_host_elems<D>(p, section, fmt, k, kv_head, c);
+      for (uint i = 0; i < 4; ++i) out[j][c + i] = v[i];
     }
   }
 }
 
-// q.k of 4 keys summed in the GPU shape's order on the host (see the top).
-template <uint D>
-inline float4 attn_prefill_host_dot(thread const float (&q)[D], thread const float (&k)[4][D]) {
+// K rows of keys kp .. kp+3, element-major: out[e] = the 4 keys' element e, so
+// a score's multiply takes one vector, transposed once per block for every
+// query head of the block (a 4x4 transpose per 4 elements).
+template <bool Quant, uint D>
+inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
+                                     const device uint* table, const device half* ring_rows, bool from_ring,
+                                     uint kv_head, int kp, int lo, int hi, thread float4 (&out)[D]) {
+  AttnHostKey k[4];
+  for (uint j = 0; j < 4; ++j)
+    k[j] = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head, kp + int(j), lo, hi);
+  for (uint c = 0; c < D; c += 4) {
+    float4 r[4];
+    for (uint j = 0; j < 4; ++j) r[j] = attn_prefill_host_elems<D>(p, section, fmt, k[j], kv_head, c);
+    for (uint i = 0; i < 4; ++i) out[c + i] = float4(r[0][i], r[1][i], r[2][i], r[3][i]);
+  }
+}
+
+// q.k of 4 keys for each of the HR query heads, each summed in the GPU shape's
+// order on the host (see the top). The heads go side by side: each head's sum
+// is a chain of L dependent adds, and one head alone waits on it.
+template <uint D, uint HR>
+inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const float4 (&kt)[D], uint g,
+                                   thread float4 (&dot)[HR]) {
   constexpr uint E = mkv_params::attn_lane_elems(D);
   constexpr uint L = mkv_params::attn_lanes(D);
-  float4 dot = float4(0.0f);
-  for (uint l = 0; l < L; ++l) {
-    float4 part = float4(0.0f);
-    for (uint e = 0; e < E; ++e) {
-      const uint i = l * E + e;
-      part += q[i] * float4(k[0][i], k[1][i], k[2][i], k[3][i]);
+  for (uint l = 0; l < L; ++l)
+    for (uint j = 0; j < HR; ++j) {
+      if (j >= g) continue;  // the block's last rows may be empty (GQA groups of 3, ...)
+      float4 part = float4(0.0f);
+      for (uint e = 0; e < E; ++e) part += q[j][l * E + e] * kt[l * E + e];
+      dot[j] = l == 0 ? part : dot[j] + part;
     }
-    dot = l == 0 ? part : dot + part;
-  }
-  if (L < 32) dot += float4(0.0f);  // the idle lanes' zeros (turns -0 into +0, as there)
-  return dot;
+  if (L < 32)
+    for (uint j = 0; j < g; ++j) dot[j] += float4(0.0f);  // the idle lanes' zeros (turns -0 into +0, as there)
 }
 
 template <bool Quant, uint D, uint HR>
@@ -110,17 +141,18 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
   const int ring_from = res ? int(mkv_params::attn_ring_start(uint(qpos), p.residual, p.ring_lo)) : qpos + 1;
   const uint n_tokens = p.q_pos0 + p.n_queries;
 
-  float kr[4][D];  // K of the block's 4 keys
+  float4 kt[D];    // K of the block's 4 keys, element-major
   float vr[4][D];  // V of the block's 4 keys
   for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
     const bool from_ring = pass == 1;
     const int plo = from_ring ? max(lo, ring_from) : lo;
     const int phi = from_ring ? qpos : min(qpos, ring_from - 1);
     for (int kp = plo & ~3; kp <= phi; kp += 4) {
-      attn_prefill_host_load<Quant, D>(p, kv, p.k_format, table, ring_k, from_ring, kv_head, kp, plo, phi, kr);
+      attn_prefill_host_load_t<Quant, D>(p, kv, p.k_format, table, ring_k, from_ring, kv_head, kp, plo, phi, kt);
       float4 s[HR];
+      attn_prefill_host_dots<D, HR>(st.q, kt, g, s);
       for (uint j = 0; j < HR; ++j)
-        if (j < g) s[j] = attn_transform(attn_prefill_host_dot<D>(st.q[j], kr), p.scale, p.softcap);
+        if (j < g) s[j] = attn_transform(s[j], p.scale, p.softcap);
       attn_prefill_host_load<Quant, D>(p, v_section, p.v_format, table, ring_v, from_ring, kv_head, kp, plo, phi, vr);
       for (uint j = 0; j < HR; ++j) {
         if (j >= g) continue;
