@@ -69,6 +69,13 @@ inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const de
   for (uint j = 0; j < 4; ++j) {
     const AttnHostKey k = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head,
                                                            kp + int(j), lo, hi);
+    if (k.f16) {  // a visible f16 row: no branch inside
+      for (uint c = 0; c < D; c += 4) {
+        const float4 v = float4(*(const device half4*)(k.f16 + c));
+        for (uint i = 0; i < 4; ++i) out[j][c + i] = v[i];
+      }
+      continue;
+    }
     for (uint c = 0; c < D; c += 4) {
       const float4 v = attn_prefill_host_elems<D>(p, section, fmt, k, kv_head, c);
       for (uint i = 0; i < 4; ++i) out[j][c + i] = v[i];
@@ -86,6 +93,17 @@ inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const 
   AttnHostKey k[4];
   for (uint j = 0; j < 4; ++j)
     k[j] = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head, kp + int(j), lo, hi);
+  if (k[0].f16 && k[1].f16 && k[2].f16 && k[3].f16) {  // the common block: 4 visible f16 rows, no branch inside
+    for (uint c = 0; c < D; c += 4) {
+      const float4 r0 = float4(*(const device half4*)(k[0].f16 + c)), r1 = float4(*(const device half4*)(k[1].f16 + c));
+      const float4 r2 = float4(*(const device half4*)(k[2].f16 + c)), r3 = float4(*(const device half4*)(k[3].f16 + c));
+      out[c] = float4(r0.x, r1.x, r2.x, r3.x);
+      out[c + 1] = float4(r0.y, r1.y, r2.y, r3.y);
+      out[c + 2] = float4(r0.z, r1.z, r2.z, r3.z);
+      out[c + 3] = float4(r0.w, r1.w, r2.w, r3.w);
+    }
+    return;
+  }
   for (uint c = 0; c < D; c += 4) {
     float4 r[4];
     for (uint j = 0; j < 4; ++j) r[j] = attn_prefill_host_elems<D>(p, section, fmt, k[j], kv_head, c);
@@ -93,23 +111,34 @@ inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const 
   }
 }
 
-// q.k of 4 keys for each of the HR query heads, each summed in the GPU shape's
-// order on the host (see the top). The heads go side by side: each head's sum
-// is a chain of L dependent adds, and one head alone waits on it.
-template <uint D, uint HR>
-inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const float4 (&kt)[D], uint g,
-                                   thread float4 (&dot)[HR]) {
+// q.k of 4 keys for each of the block's first G query heads, each summed in
+// the GPU shape's order on the host (see the top). The heads go side by side:
+// each head's sum is a chain of L dependent adds, and one head alone waits on
+// it. G is a template parameter so the loop has no branch (attn_prefill_host_dots
+// picks it from the block's head count).
+template <uint D, uint HR, uint G>
+inline void attn_prefill_host_dots_g(thread const float (&q)[HR][D], thread const float4 (&kt)[D],
+                                     thread float4 (&dot)[HR]) {
   constexpr uint E = mkv_params::attn_lane_elems(D);
   constexpr uint L = mkv_params::attn_lanes(D);
   for (uint l = 0; l < L; ++l)
-    for (uint j = 0; j < HR; ++j) {
-      if (j >= g) continue;  // the block's last rows may be empty (GQA groups of 3, ...)
+    for (uint j = 0; j < G; ++j) {
       float4 part = float4(0.0f);
       for (uint e = 0; e < E; ++e) part += q[j][l * E + e] * kt[l * E + e];
       dot[j] = l == 0 ? part : dot[j] + part;
     }
   if (L < 32)
-    for (uint j = 0; j < g; ++j) dot[j] += float4(0.0f);  // the idle lanes' zeros (turns -0 into +0, as there)
+    for (uint j = 0; j < G; ++j) dot[j] += float4(0.0f);  // the idle lanes' zeros (turns -0 into +0, as there)
+}
+
+template <uint D, uint HR>
+inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const float4 (&kt)[D], uint g,
+                                   thread float4 (&dot)[HR]) {
+  static_assert(HR >= 1 && HR <= 4, "the cases below");
+  if (g >= 4 && HR >= 4) attn_prefill_host_dots_g<D, HR, (HR >= 4 ? 4 : HR)>(q, kt, dot);
+  else if (g == 3 && HR >= 3) attn_prefill_host_dots_g<D, HR, (HR >= 3 ? 3 : HR)>(q, kt, dot);
+  else if (g == 2 && HR >= 2) attn_prefill_host_dots_g<D, HR, (HR >= 2 ? 2 : HR)>(q, kt, dot);
+  else attn_prefill_host_dots_g<D, HR, 1>(q, kt, dot);
 }
 
 template <bool Quant, uint D, uint HR>
