@@ -89,7 +89,7 @@ inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const de
 template <bool Quant, uint D>
 inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
                                      const device uint* table, const device half* ring_rows, bool from_ring,
-                                     uint kv_head, int kp, int lo, int hi, thread float4 (&out)[D]) {
+                                     uint kv_head, int kp, int lo, int hi, thread float4* out) {
   AttnHostKey k[4];
   for (uint j = 0; j < 4; ++j)
     k[j] = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head, kp + int(j), lo, hi);
@@ -117,8 +117,8 @@ inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const 
 // it. G is a template parameter so the loop has no branch (attn_prefill_host_dots
 // picks it from the block's head count).
 template <uint D, uint HR, uint G>
-inline void attn_prefill_host_dots_g(thread const float (&q)[HR][D], thread const float4 (&kt)[D],
-                                     thread float4 (&dot)[HR]) {
+inline void attn_prefill_host_dots_g(thread const float (&q)[HR][D], thread const float4* kt,
+                                     thread float4* dot) {
   constexpr uint E = mkv_params::attn_lane_elems(D);
   constexpr uint L = mkv_params::attn_lanes(D);
   for (uint l = 0; l < L; ++l)
@@ -132,8 +132,8 @@ inline void attn_prefill_host_dots_g(thread const float (&q)[HR][D], thread cons
 }
 
 template <uint D, uint HR>
-inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const float4 (&kt)[D], uint g,
-                                   thread float4 (&dot)[HR]) {
+inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const float4* kt, uint g,
+                                   thread float4* dot) {
   static_assert(HR >= 1 && HR <= 4, "the cases below");
   if (g >= 4 && HR >= 4) attn_prefill_host_dots_g<D, HR, (HR >= 4 ? 4 : HR)>(q, kt, dot);
   else if (g == 3 && HR >= 3) attn_prefill_host_dots_g<D, HR, (HR >= 3 ? 3 : HR)>(q, kt, dot);
