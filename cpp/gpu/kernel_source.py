@@ -28,9 +28,13 @@ BUILTINS = {
     "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
     "threads_per_simdgroup", "simdgroups_per_threadgroup",
 }
+# Apple's headers that each executor's prelude has in its own file rather than
+# in its metal_stdlib: a generated file includes those its source included
+# (optional_includes), so only the kernels that use them pay for them.
+OPTIONAL_HEADERS = ["metal_simdgroup_matrix"]
 STUB_HEADERS = ["metal_stdlib", "metal_math", "metal_atomic", "metal_simdgroup",
                 "metal_compute", "metal_integer", "metal_common", "metal_geometric",
-                "metal_relational"]
+                "metal_relational"] + OPTIONAL_HEADERS
 LINEMARKER = re.compile(r'^# (\d+) "([^"]*)"[^\n]*$', re.M)
 
 
@@ -116,6 +120,11 @@ def preprocess(cxx: str, path: str, includes: list[str], device_macro: str = "__
     # the stubs lived in a temporary directory: name them by a fixed path, so the output
     # (and a compiler cache's key) does not change from run to run
     return res.stdout.replace(f'"{stub}/', '"<stub>/')
+
+
+def optional_includes(preprocessed: str) -> list[str]:
+    """`#include <h>` for each OPTIONAL_HEADERS header the source included (stubbed by preprocess)."""
+    return [f"#include <{h}>" for h in OPTIONAL_HEADERS if f'"<stub>/{h}"' in preprocessed]
 
 
 def matching(text: str, start: int, open_ch: str, close_ch: str) -> int:

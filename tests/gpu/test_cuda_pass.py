@@ -37,8 +37,8 @@ DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "(
 
 # metal/gemv_tokens.metal builds its 8-token shapes for the host executor only,
 # metal/attention_decode_host.metal and attention_prefill_host.metal their
-# attention shapes (the _h kernels).
-HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_(decode|prefill)_\w+_h$")
+# attention shapes (the _h kernels), metal/gemm_host.metal its prefill gemm (gemm_<fmt>_h).
+HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_(decode|prefill)_\w+_h$|^gemm_\w+_h$")
 
 
 def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:
@@ -162,13 +162,15 @@ def _env_without_preload() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
+# types.metal: half arithmetic, swizzles, atomics on device and threadgroup memory;
+# simdgroup_matrix.metal: <metal_simdgroup_matrix> (its own prelude file) for float, half, bfloat.
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_a_kernel_file_compiles_with_nvcc(tmp_path):
-    """types.metal: half arithmetic, swizzles, atomics on device and threadgroup memory."""
-    cu, _ = cuda_pass.translate(CXX, str(METAL / "test/types.metal"), [str(METAL)], str(ROOT))
-    (tmp_path / "types.cu").write_text(cu)
+@pytest.mark.parametrize("name", ["types", "simdgroup_matrix"])
+def test_a_kernel_file_compiles_with_nvcc(tmp_path, name):
+    cu, _ = cuda_pass.translate(CXX, str(METAL / f"test/{name}.metal"), [str(METAL)], str(ROOT))
+    (tmp_path / f"{name}.cu").write_text(cu)
     res = subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90", "-I", str(ROOT / "cpp/gpu/cuda/prelude"),
-                          "-c", str(tmp_path / "types.cu"), "-o", str(tmp_path / "types.o")],
+                          "-c", str(tmp_path / f"{name}.cu"), "-o", str(tmp_path / f"{name}.o")],
                          capture_output=True, text=True, env=_env_without_preload())
     assert res.returncode == 0, res.stderr
     assert "warning" not in res.stderr, res.stderr

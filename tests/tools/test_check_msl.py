@@ -121,6 +121,18 @@ PLANTS = [
      "float (*fp)(float) = ident;  /* PLANTED */\n  out[1] = fp(1.0f);", "pointers to functions are not allowed"),
     ("infinite-recursion", "small.metal", None, "inline float spin(float x) { return spin(x + 1.0f); }  /* PLANTED */",
      "out[1] = spin(1.0f);", "all paths through this function will call itself"),
+    # simdgroup_matrix: loads from device or threadgroup memory only, one element type
+    ("simdgroup-load-from-thread", "simdgroup_matrix.metal",
+     ("simdgroup_load(mb, b, p.ldb, bo, p.tb != 0);",
+      "simdgroup_load(mb, b, p.ldb, bo, p.tb != 0);\n    T priv[64];\n    simdgroup_load(mb, priv);  /* PLANTED */"),
+     None, None, "no matching function for call to 'simdgroup_load'"),
+    ("simdgroup-load-from-constant", "simdgroup_matrix.metal",
+     ("simdgroup_load(acc, c, p.ldc);", "simdgroup_load(acc, (constant T*)nullptr);  /* PLANTED */"),
+     None, None, "no matching function for call to 'simdgroup_load'"),
+    ("simdgroup-mixed-types", "simdgroup_matrix.metal",
+     ("simdgroup_multiply(acc, ma, mb);",
+      "simdgroup_matrix<half, 8, 8> hm;\n      simdgroup_multiply(hm, ma, mb);  /* PLANTED */"),
+     None, None, "no matching function for call to 'simdgroup_multiply'"),
     # -- the lint (clang's OpenCL mode accepts these, or cannot see them) --
     ("lambda", "collectives.metal",
      ("const float x = in[gid];\n  out[0 * n + gid] = simd_product(x);",

@@ -438,6 +438,8 @@ void* threadgroup_variable(const void* site, size_t size, size_t align) {
   return p;
 }
 
+uint32_t current_simd_lane() { return tls_worker->current->index % kSimdWidth; }
+
 void kernel_error(const char* message, SourceLoc loc) {
   fail_in_fiber(*tls_worker, std::string(message) + " (" + loc_text(loc) + ")");
 }
@@ -453,7 +455,7 @@ const char* collective_name(Collective op) {
     MKV_NAME(simd_prefix_exclusive_product) MKV_NAME(simd_shuffle) MKV_NAME(simd_shuffle_xor)
     MKV_NAME(simd_shuffle_up) MKV_NAME(simd_shuffle_down) MKV_NAME(simd_broadcast)
     MKV_NAME(simd_broadcast_first) MKV_NAME(simd_all) MKV_NAME(simd_any) MKV_NAME(simd_ballot)
-    MKV_NAME(simd_is_first)
+    MKV_NAME(simd_is_first) MKV_NAME(simdgroup_multiply_accumulate)
 #undef MKV_NAME
   }
   return "collective";

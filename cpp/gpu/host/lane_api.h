@@ -44,6 +44,7 @@ enum class Collective : uint8_t {
   simd_any,
   simd_ballot,
   simd_is_first,
+  simdgroup_multiply_accumulate,  // <metal_simdgroup_matrix> (simdgroup_multiply too)
 };
 const char* collective_name(Collective op);
 
@@ -74,6 +75,10 @@ void collective(Collective op, CombineFn combine, const void* in, void* out, uin
 // Storage for a `threadgroup` variable declared in a kernel body: one copy per
 // threadgroup, keyed by declaration site, poisoned before first use.
 void* threadgroup_variable(const void* site, size_t size, size_t align);
+
+// The calling lane's index in its SIMD-group (thread_index_in_simdgroup), for
+// prelude functions whose result depends on it (simdgroup_matrix's layout).
+uint32_t current_simd_lane();
 
 // Raised from kernel code for a misuse the prelude detects (never returns).
 [[noreturn]] void kernel_error(const char* message, SourceLoc loc);

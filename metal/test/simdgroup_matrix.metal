@@ -1,0 +1,94 @@
+// simdgroup_matrix<T, 8, 8> on every device, for tests/gpu/test_simdgroup_matrix.py:
+// loads (device and threadgroup memory, strides, origins, transposes), products,
+// stores, the element layout a lane holds, and its constructors. One SIMD-group
+// (32 threads) a threadgroup.
+#include "../mkv_kernel.h"
+#include "test_params.h"
+#include <metal_simdgroup_matrix>
+
+// prm: what a test asks for (test_params.h's SgMatrix): D = sum over k tiles of
+// A_t B_t (+ C), A_t the 8x8 block of a at (a_x + 8t, a_y), B_t the block of b
+// at (b_x, b_y + 8t) (origins are (column, row)), each read transposed if asked.
+template <typename T>
+[[kernel]] void test_sgm_mma(const device T* a [[buffer(0)]],
+                             const device T* b [[buffer(1)]],
+                             const device T* c [[buffer(2)]],
+                             device T* d [[buffer(3)]],
+                             constant mkv_test::SgMatrix& p [[buffer(4)]]) {
+  simdgroup_matrix<T, 8, 8> acc;
+  simdgroup_load(acc, c, p.ldc);
+  for (uint t = 0; t < p.k_tiles; ++t) {
+    simdgroup_matrix<T, 8, 8> ma, mb;
+    const ulong2 ao = p.ta ? ulong2(p.a_x, p.a_y + 8 * t) : ulong2(p.a_x + 8 * t, p.a_y);
+    const ulong2 bo = p.tb ? ulong2(p.b_x + 8 * t, p.b_y) : ulong2(p.b_x, p.b_y + 8 * t);
+    simdgroup_load(ma, a, p.lda, ao, p.ta != 0);
+    simdgroup_load(mb, b, p.ldb, bo, p.tb != 0);
+    if (p.accumulate || t > 0) {
+      simdgroup_multiply_accumulate(acc, ma, mb, acc);
+    } else {
+      simdgroup_multiply(acc, ma, mb);
+    }
+  }
+  simdgroup_store(acc, d, p.ldd, ulong2(p.d_x, p.d_y), p.td != 0);
+}
+
+// The same product staged through threadgroup memory: A and B copied in by the
+// threads, loaded from there (stride 8), D stored there and copied out.
+template <typename T>
+[[kernel]] void test_sgm_mma_threadgroup(const device T* a [[buffer(0)]],
+                                         const device T* b [[buffer(1)]],
+                                         const device T* c [[buffer(2)]],
+                                         device T* d [[buffer(3)]],
+                                         uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup T ta[64];
+  threadgroup T tb[64];
+  threadgroup T td[64];
+  for (uint i = lane; i < 64; i += 32) {
+    ta[i] = a[i];
+    tb[i] = b[i];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_matrix<T, 8, 8> ma, mb, mc;
+  simdgroup_load(ma, ta);
+  simdgroup_load(mb, tb);
+  simdgroup_load(mc, c);
+  simdgroup_multiply_accumulate(mc, ma, mb, mc);
+  simdgroup_store(mc, td);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = lane; i < 64; i += 32) d[i] = td[i];
+}
+
+// The layout: out[lane][0..1] = the elements lane holds of a matrix loaded
+// from src (so the test sees which source elements land where); then the
+// diagonal and filled constructors (out rows 32..63, 64..95); then a product
+// after every lane doubled its own elements of A (out rows 96..127): the
+// product must see all lanes' changes.
+template <typename T>
+[[kernel]] void test_sgm_layout(const device T* src [[buffer(0)]],
+                                device T* out [[buffer(1)]],
+                                uint lane [[thread_index_in_simdgroup]]) {
+  simdgroup_matrix<T, 8, 8> m;
+  simdgroup_load(m, src);
+  out[2 * lane] = m.thread_elements()[0];
+  out[2 * lane + 1] = m.thread_elements()[1];
+  simdgroup_matrix<T, 8, 8> diag = simdgroup_matrix<T, 8, 8>(T(3.0f));
+  simdgroup_store(diag, out + 64, 8);
+  simdgroup_matrix<T, 8, 8> filled = make_filled_simdgroup_matrix<T, 8, 8>(T(2.0f));
+  simdgroup_store(filled, out + 128, 8);
+  simdgroup_matrix<T, 8, 8> twice = m;
+  twice.thread_elements()[0] = T(float(twice.thread_elements()[0]) * 2.0f);
+  twice.thread_elements()[1] = T(float(twice.thread_elements()[1]) * 2.0f);
+  simdgroup_matrix<T, 8, 8> prod;
+  simdgroup_multiply(prod, twice, diag);
+  simdgroup_store(prod, out + 192, 8);
+}
+
+MKV_KERNEL("test_sgm_mma_f32", test_sgm_mma<float>)
+MKV_KERNEL("test_sgm_mma_threadgroup_f32", test_sgm_mma_threadgroup<float>)
+MKV_KERNEL("test_sgm_layout_f32", test_sgm_layout<float>)
+MKV_KERNEL("test_sgm_mma_f16", test_sgm_mma<half>)
+MKV_KERNEL("test_sgm_mma_threadgroup_f16", test_sgm_mma_threadgroup<half>)
+MKV_KERNEL("test_sgm_layout_f16", test_sgm_layout<half>)
+MKV_KERNEL("test_sgm_mma_bf16", test_sgm_mma<bfloat>)
+MKV_KERNEL("test_sgm_mma_threadgroup_bf16", test_sgm_mma_threadgroup<bfloat>)
+MKV_KERNEL("test_sgm_layout_bf16", test_sgm_layout<bfloat>)
