@@ -30,7 +30,9 @@ ops::MatmulKernel parse_kernel(const std::string& name) {
   if (name == "gemm") return ops::MatmulKernel::gemm;
   if (name == "gemm_gpu") return ops::MatmulKernel::gemm_gpu;
   if (name == "gemm_host") return ops::MatmulKernel::gemm_host;
-  ops::fail("matmul", "unknown kernel '" + name + "'; expected 'auto', 'gemv', 'gemm', 'gemm_gpu' or 'gemm_host'");
+  if (name == "gemm_mma") return ops::MatmulKernel::gemm_mma;
+  ops::fail("matmul", "unknown kernel '" + name +
+                          "'; expected 'auto', 'gemv', 'gemm', 'gemm_gpu', 'gemm_host' or 'gemm_mma'");
 }
 
 // The ids come from Python here, so unlike the kernel (which writes zeros) we
@@ -108,8 +110,9 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "multiple of 4), the GGUF\n"
       "blocks 'q8_0', 'q4_0', 'q4_1', 'q5_0', 'q5_1' (n_in a multiple of 32) or the K-quants 'q4_k',\n"
       "'q5_k', 'q6_k' (n_in a multiple of 256). kernel: 'auto' (gemv for one token, else gemm),\n"
-      "'gemv', 'gemm' (the device's shape), 'gemm_gpu' (the GPU shape, on any device) or 'gemm_host'\n"
-      "(the host executor's; bit-identical to 'gemm_gpu'). gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
+      "'gemv', 'gemm' (the device's shape), 'gemm_gpu' (the GPU's SIMD shape, on any device), 'gemm_host'\n"
+      "(the host executor's; bit-identical to 'gemm_gpu') or 'gemm_mma' (simdgroup_matrix, on any device;\n"
+      "bit-identical to 'gemm_gpu' on the host and the cuda device). gemv_rows: rows per SIMD-group of gemv, 0 for the device's choice\n"
       "(GPUs: 2, or 1 for f32/f16/bf16 when 2 would not fill the device; the host executor: 32,\n"
       "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant. gemv_tokens: tokens a\n"
       "threadgroup computes with one weight pass, 0 for the device's choice (1 for one token; else 8 on\n"

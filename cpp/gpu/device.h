@@ -82,6 +82,11 @@ struct DeviceProperties {
   // every token's activations and sums in registers) on GPUs, kGemvTokensHost
   // (8) on the host executor (metal/linear_params.h, ops/linear.h gemv_tokens).
   uint32_t gemv_tokens = 1;
+  // simdgroup_matrix runs on matrix units (Apple GPUs from the Apple7 family,
+  // M1 and A14): the prefill gemm takes the gemm_mma shape (metal/gemm_mma.h).
+  // Elsewhere the matrices work (the host's and the CUDA device's preludes) but
+  // are emulated: the ops keep their SIMD shapes and tests run gemm_mma.
+  bool matrix_units = false;
 };
 
 class Pipeline {

@@ -120,21 +120,38 @@ uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a) {
 
 namespace {
 
-// gemm_<wtype>, the GPU's shape, or gemm_<wtype>_h, the host executor's.
-std::string gemm_name(WeightType wtype, bool host) {
-  return std::string("gemm_") + weight_type_name(wtype) + (host ? "_h" : "");
+// The prefill gemm's shapes (metal/gemm.h, gemm_host.h, gemm_mma.h).
+enum class GemmShape { gpu, host, mma };
+
+std::string gemm_name(WeightType wtype, GemmShape shape) {
+  const char* prefix = shape == GemmShape::mma ? "gemm_mma_" : "gemm_";
+  return prefix + std::string(weight_type_name(wtype)) + (shape == GemmShape::host ? "_h" : "");
 }
 
-// Whether a gemm runs the host executor's shape: asked for, or the device's
-// own choice where lanes are fibers (two barriers per 64 inputs there are two
-// switches through 64 fibers each).
-bool uses_host_gemm(const gpu::Device& device, MatmulKernel kernel) {
+// The shape asked for, or the device's own: matrix units where it has them;
+// the host executor's where lanes are fibers (the SIMD shape's two barriers
+// per 64 inputs are two switches through 64 fibers each there); else the SIMD one.
+GemmShape gemm_shape(const gpu::Device& device, MatmulKernel kernel) {
   const gpu::DeviceProperties& props = device.properties();
-  if (kernel == MatmulKernel::gemm_host && !props.has_host_shapes)
-    fail(kOp, "kernel 'gemm_host' is the host executor's shape; this device has none (use 'gemm')");
-  if (kernel == MatmulKernel::gemm_host) return true;
-  if (kernel == MatmulKernel::gemm_gpu) return false;
-  return props.lanes_are_fibers && props.has_host_shapes;
+  switch (kernel) {
+    case MatmulKernel::gemm_host:
+      if (!props.has_host_shapes)
+        fail(kOp, "kernel 'gemm_host' is the host executor's shape; this device has none (use 'gemm')");
+      return GemmShape::host;
+    case MatmulKernel::gemm_gpu: return GemmShape::gpu;
+    case MatmulKernel::gemm_mma: return GemmShape::mma;
+    default: break;
+  }
+  if (props.matrix_units) return GemmShape::mma;
+  return props.lanes_are_fibers && props.has_host_shapes ? GemmShape::host : GemmShape::gpu;
+}
+
+uint32_t gemm_threads(GemmShape shape) {
+  switch (shape) {
+    case GemmShape::host: return mkv_params::kGemmHostThreads;
+    case GemmShape::mma: return mkv_params::kGemmMmaThreads;
+    default: return mkv_params::kGemmThreads;
+  }
 }
 
 void check_common(const char* op, uint32_t n_tokens, uint32_t n_out) {
@@ -218,10 +235,10 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
   const uint32_t tokens = gemv ? pick_gemv_tokens(kOp, device, a.gemv_tokens, a.gemv_rows, a.n_tokens) : 0;
   const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens, tokens) : 0;
-  const bool host_gemm = !gemv && uses_host_gemm(device, a.kernel);
+  const GemmShape shape = gemv ? GemmShape::gpu : gemm_shape(device, a.kernel);
   auto pipeline = device.pipeline(
       gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)
-           : gemm_name(a.wtype, host_gemm));
+           : gemm_name(a.wtype, shape));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
@@ -238,7 +255,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
-                              {host_gemm ? mkv_params::kGemmHostThreads : mkv_params::kGemmThreads, 1, 1});
+                              {gemm_threads(shape), 1, 1});
   }
 }
 
@@ -279,8 +296,9 @@ std::vector<std::string> linear_kernel_names(gpu::Device& device) {
   std::set<std::string> names;
   for (const std::string& type : weight_type_names()) {
     const WeightType wtype = parse_weight_type(type, kOp);
-    names.insert(gemm_name(wtype, false));
-    if (device.properties().has_host_shapes) names.insert(gemm_name(wtype, true));
+    names.insert(gemm_name(wtype, GemmShape::gpu));
+    names.insert(gemm_name(wtype, GemmShape::mma));
+    if (device.properties().has_host_shapes) names.insert(gemm_name(wtype, GemmShape::host));
     std::vector<uint32_t> widths(std::begin(kGpuRows), std::end(kGpuRows));
     widths.insert(widths.end(), {mkv_params::kGemvRows, mkv_params::kGemvRowsWide});
     for (uint32_t asked_tokens : {1u, mkv_params::kGemvTokensGpu, mkv_params::kGemvTokensHost})

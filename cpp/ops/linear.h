@@ -22,10 +22,13 @@ enum class MatmulKernel {
   gemv,       // decode: one weight pass per gemv_tokens tokens, each token's
               // outputs bit-identical to a one-token gemv (metal/gemv.h)
   gemm,       // tiled, weight tiles reused across 32 tokens: prefill, in the
-              // device's shape (gemm_host on fiber lanes, gemm_gpu elsewhere)
-  gemm_gpu,   // the GPU's gemm shape on any device (the host tests it)
+              // device's shape (gemm_mma with matrix units, gemm_host on fiber
+              // lanes, gemm_gpu elsewhere)
+  gemm_gpu,   // the GPU's SIMD gemm shape on any device (the host tests it)
   gemm_host,  // the host executor's gemm shape (metal/gemm_host.h), bit-identical
               // to gemm_gpu; refused on devices without host shapes
+  gemm_mma,   // the gemm on simdgroup_matrix (metal/gemm_mma.h) on any device;
+              // bit-identical to gemm_gpu where products follow the host's order
 };
 
 struct MatmulArgs {

@@ -72,6 +72,7 @@ DeviceProperties MetalDevice::properties() const {
                      size_t(device_->recommendedMaxWorkingSetSize())};
   // SIMD lanes in hardware (device.h): the GPU shapes, gemv widths chosen by the wave.
   p.gemv_tokens = mkv_params::kGemvTokensGpu;
+  p.matrix_units = device_->supportsFamily(MTL::GPUFamilyApple7);  // simdgroup_matrix in hardware
   return p;
 }
 

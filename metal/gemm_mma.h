@@ -1,0 +1,92 @@
+// The prefill gemm on matrix units (gemm_mma_<fmt>): the tile of Y of the
+// SIMD gemm (gemm.h: kGemmTokens tokens x kGemmRows rows a threadgroup, the
+// same grid), computed with simdgroup_matrix 8x8 products. Per step of
+// kGemmMmaK inputs the threads dequantize the weight tile (rows x k, row-major:
+// whole float4 chunks as F::load gives them) and copy the activation tile
+// (tokens x k) into threadgroup memory; each of the 4 SIMD-groups then takes
+// 16 tokens x 32 rows: 2 x 4 accumulators, fed by 8x8 blocks of X (A) and of
+// W read transposed (B = Wᵀ). The sums go through threadgroup memory to the
+// epilogue (bias, the fused residual add), which is the SIMD gemm's.
+//
+// Where products follow the host executor's documented order (k in order, one
+// rounding per operation: the host, the CUDA device's shuffle form), every
+// output is the SIMD gemm's sum to the bit: the same products x[t][k] * w[n][k]
+// added onto 0 in increasing k. Apple's matrix units sum 8 at a time in their
+// own order. A token's outputs never depend on the tile's other tokens, so
+// prefill stays chunk-invariant on every device.
+//
+// Tile sizes: 32 x 64 with 4 SIMD-groups and a 32-input step, the middle of
+// what the peers use on Apple GPUs (MLX's steel gemm 32-64 square tiles of 4
+// SIMD-groups with 16-32 inputs a step; llama.cpp's kernel_mul_mm 64 x 32,
+// 4 SIMD-groups, 32 inputs): 20 KiB of threadgroup memory (weights and
+// activations as float, and the output staging). To confirm on a Mac.
+#pragma once
+
+#include "mkv_kernel.h"
+#include "linear_params.h"
+#include "quant.h"
+#include <metal_simdgroup_matrix>
+
+template <typename F>
+inline void gemm_mma_body(constant mkv_params::Matmul& p,
+                          const device uchar* w,     // (n_out, n_in) in format F
+                          const device float* x,     // (n_tokens, n_in)
+                          device float* y,           // (n_tokens, n_out)
+                          const device float* bias,  // (n_out) if p.flags has kMatmulBias
+                          threadgroup float* xs,     // (kGemmTokens, kGemmMmaK)
+                          threadgroup float* ws,     // (kGemmRows, kGemmMmaK)
+                          threadgroup float* ys,     // (kGemmTokens, kGemmRows)
+                          uint2 tg, uint tid, uint simd) {
+  constexpr uint T = mkv_params::kGemmTokens, R = mkv_params::kGemmRows, K = mkv_params::kGemmMmaK;
+  constexpr uint NT = mkv_params::kGemmMmaThreads, C = F::kChunk;
+  const uint n0 = tg.x * R, t0 = tg.y * T;
+  const ulong row_bytes = F::row_bytes(p.n_in);
+  // SIMD-group s: tokens 16 (s / 2) .. + 16, rows 32 (s % 2) .. + 32.
+  const uint st = (simd / 2) * 16, sr = (simd % 2) * 32;
+  simdgroup_float8x8 acc[2][4];
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+
+  for (uint k0 = 0; k0 < p.n_in; k0 += K) {
+    // Weight tile: rows past n_out re-read the last row; inputs past n_in
+    // (float formats' tails) are 0.
+    for (uint i = tid; i < R * (K / C); i += NT) {
+      const uint r = i / (K / C), cc = i % (K / C);
+      const ulong row = min(n0 + r, p.n_out - 1);
+      float4 v[C / 4];
+      if (k0 + cc * C < p.n_in) {
+        F::load(w + row * row_bytes, p.n_in, k0 / C + cc, v);
+      } else {
+        for (uint j = 0; j < C / 4; ++j) v[j] = float4(0.0f);
+      }
+      for (uint j = 0; j < C / 4; ++j) *(threadgroup float4*)(ws + r * K + cc * C + 4 * j) = v[j];
+    }
+    // Activation tile: tokens past n_tokens and inputs past n_in are 0.
+    for (uint i = tid; i < T * K / 4; i += NT) {
+      const uint t = i / (K / 4), k = k0 + (i % (K / 4)) * 4;
+      float4 v = float4(0.0f);
+      if (t0 + t < p.n_tokens && k < p.n_in) v = *(const device float4*)(x + ulong(t0 + t) * p.n_in + k);
+      *(threadgroup float4*)(xs + t * K + (i % (K / 4)) * 4) = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0; kk < K; kk += 8) {
+      simdgroup_float8x8 a[2], b[4];
+      for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, st + 8 * i));
+      for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
+      for (uint i = 0; i < 2; ++i)
+        for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
+  }
+
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 4; ++j) simdgroup_store(acc[i][j], ys, R, ulong2(sr + 8 * j, st + 8 * i));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = tid; i < T * R; i += NT) {
+    const uint t = t0 + i / R, n = n0 + i % R;
+    if (t >= p.n_tokens || n >= p.n_out) continue;
+    device float& out = y[ulong(t) * p.n_out + n];
+    const float v = ys[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
+    out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
+  }
+}

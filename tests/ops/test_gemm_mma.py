@@ -1,0 +1,66 @@
+"""The prefill gemm on simdgroup_matrix (gemm_mma_<fmt>, metal/gemm_mma.h) on any
+device: against numpy for every weight format, and, where products follow the
+host executor's documented order (the host, the cuda device's shuffle form),
+equal bit for bit to the SIMD gemm (gemm_gpu): the same products added onto 0
+in increasing k. Ragged tiles, float rows with a partial 32-input step, bias
+and the fused residual add."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metalkv._core import ops
+
+from .reference import WTYPES, f32, fit, kernel_bytes, make_weights, matmul, matmul_tolerance
+
+
+def gemm(dev, kernel, x, stored, wtype, n_out, bias=None, y0=None):
+    n_tokens, n_in = x.shape
+    y = dev.buffer_from(y0) if y0 is not None else dev.buffer(n_tokens * n_out * 4)
+    ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(kernel_bytes(wtype, stored)), y,
+               n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
+               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, accumulate=y0 is not None)
+    return f32(y, (n_tokens, n_out))
+
+
+def emulated(dev) -> bool:
+    """Matrices in the host's order: the host executor and the cuda device's preludes."""
+    return not dev.properties["matrix_units"]
+
+
+def case(dev, wtype, n_tokens, n_out, n_in, seed, with_bias=False, accumulate=False):
+    rng = np.random.default_rng(seed)
+    stored, w = make_weights(wtype, n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32) if with_bias else None
+    y0 = rng.standard_normal((n_tokens, n_out)).astype(np.float32) if accumulate else None
+    mma = gemm(dev, "gemm_mma", x, stored, wtype, n_out, bias, y0)
+    ref = matmul(x, w, bias) + (y0 if accumulate else 0)
+    assert np.all(np.abs(mma - ref) <= matmul_tolerance(x, w) + (np.abs(y0) * 2 ** -22 if accumulate else 0)), \
+        np.abs(mma - ref).max()
+    if emulated(dev):
+        simd = gemm(dev, "gemm_gpu", x, stored, wtype, n_out, bias, y0)
+        np.testing.assert_array_equal(mma.view(np.uint32), simd.view(np.uint32))
+
+
+@pytest.mark.parametrize("wtype", WTYPES)
+@pytest.mark.parametrize("n_tokens,n_out", [(1, 8), (5, 3), (33, 70), (64, 130)])
+def test_against_numpy_and_the_simd_gemm(dev, wtype, n_tokens, n_out):
+    case(dev, wtype, n_tokens, n_out, fit(wtype, 64), seed=n_tokens * 131 + n_out)
+
+
+@pytest.mark.parametrize("wtype", WTYPES)
+def test_bias_and_residual_add(dev, wtype):
+    case(dev, wtype, 40, 75, fit(wtype, 96), seed=12, with_bias=True, accumulate=True)
+
+
+@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("n_in", [4, 20, 100])
+def test_float_rows_with_partial_steps(dev, wtype, n_in):
+    case(dev, wtype, 9, 17, n_in, seed=n_in, with_bias=True)
+
+
+def test_the_device_default(dev):
+    """kernel='gemm' runs gemm_mma exactly where the device reports matrix units."""
+    props = dev.properties
+    assert props["matrix_units"] == (dev.kind == "metal")
