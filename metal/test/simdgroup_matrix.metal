@@ -58,6 +58,21 @@ template <typename T>
   for (uint i = lane; i < 64; i += 32) d[i] = td[i];
 }
 
+// Mixed precision, as MSL allows: half (or bfloat) inputs, a float accumulator.
+template <typename T>
+[[kernel]] void test_sgm_mixed(const device T* a [[buffer(0)]],
+                               const device T* b [[buffer(1)]],
+                               const device float* c [[buffer(2)]],
+                               device float* d [[buffer(3)]]) {
+  simdgroup_matrix<T, 8, 8> ma, mb;
+  simdgroup_float8x8 acc;
+  simdgroup_load(ma, a);
+  simdgroup_load(mb, b, 8, 0, true);
+  simdgroup_load(acc, c);
+  simdgroup_multiply_accumulate(acc, ma, mb, acc);
+  simdgroup_store(acc, d);
+}
+
 // The layout: out[lane][0..1] = the elements lane holds of a matrix loaded
 // from src (so the test sees which source elements land where); then the
 // diagonal and filled constructors (out rows 32..63, 64..95); then a product
@@ -92,3 +107,5 @@ MKV_KERNEL("test_sgm_layout_f16", test_sgm_layout<half>)
 MKV_KERNEL("test_sgm_mma_bf16", test_sgm_mma<bfloat>)
 MKV_KERNEL("test_sgm_mma_threadgroup_bf16", test_sgm_mma_threadgroup<bfloat>)
 MKV_KERNEL("test_sgm_layout_bf16", test_sgm_layout<bfloat>)
+MKV_KERNEL("test_sgm_mixed_f16", test_sgm_mixed<half>)
+MKV_KERNEL("test_sgm_mixed_bf16", test_sgm_mixed<bfloat>)

@@ -109,6 +109,23 @@ def test_product_through_threadgroup_memory(dev, t):
     np.testing.assert_array_equal(back(out).reshape(8, 8), want)  # small integers over 2: exact anywhere
 
 
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_half_inputs_into_a_float_accumulator(dev, t):
+    """d (float) = a b + c with a, b in half or bfloat; b loaded transposed with origin 0."""
+    rng = np.random.default_rng(9)
+    storage, to, back = TYPES[t]
+    a = rng.standard_normal(64).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    c = rng.standard_normal(64).astype(np.float32)
+    d = run(dev, f"test_sgm_mixed_{t}", [to(a), to(b), c, np.zeros(64, np.float32)], 1, 32)[3].reshape(8, 8)
+    a_r, b_r = rounded(t, a).reshape(8, 8), rounded(t, b).reshape(8, 8)
+    want = host_order_product(a_r, b_r.T, c.reshape(8, 8))  # products of the rounded inputs, in float
+    if exact(dev):
+        np.testing.assert_array_equal(d, want)
+    else:
+        np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)
+
+
 def lane_layout():
     """(row, column) of lane l's two elements, as documented."""
     rc = []

@@ -1,7 +1,9 @@
 // MSL check prelude, part 4: <metal_simdgroup_matrix> (MSL 2.3; bfloat elements
-// from MSL 3.1). Declarations only, modeled on Apple's: one element type T for
-// every operand of a product, loads from device or threadgroup memory, stores
-// to them, the matrix held in thread memory.
+// from MSL 3.1). Declarations only, modeled on Apple's: loads from device or
+// threadgroup memory and stores to them in the matrix's own element type; a
+// product's d and c share one type, a and b may hold others (half inputs into
+// a float accumulator, as llama.cpp's and MLX's kernels do); the matrix is
+// held in thread memory.
 #pragma once
 
 typedef __bf16 bfloat;
@@ -21,7 +23,7 @@ typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
-template <class T, int C, int R>
+template <class T, int C, int R = C>
 simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T value);
 
 template <class T, int C, int R>
@@ -36,13 +38,13 @@ void simdgroup_store(__private const simdgroup_matrix<T, C, R>& a, __global T* d
 template <class T, int C, int R>
 void simdgroup_store(__private const simdgroup_matrix<T, C, R>& a, __local T* dst, ulong elements_per_row = C,
                      ulong2 matrix_origin = 0, bool transpose_matrix = false);
-template <class T, int C, int R, int K>
-void simdgroup_multiply(__private simdgroup_matrix<T, C, R>& d, __private const simdgroup_matrix<T, K, R>& a,
-                        __private const simdgroup_matrix<T, C, K>& b);
-template <class T, int C, int R, int K>
+template <class T, class U, class V, int C, int R, int K>
+void simdgroup_multiply(__private simdgroup_matrix<T, C, R>& d, __private const simdgroup_matrix<U, K, R>& a,
+                        __private const simdgroup_matrix<V, C, K>& b);
+template <class T, class U, class V, int C, int R, int K>
 void simdgroup_multiply_accumulate(__private simdgroup_matrix<T, C, R>& d,
-                                   __private const simdgroup_matrix<T, K, R>& a,
-                                   __private const simdgroup_matrix<T, C, K>& b,
+                                   __private const simdgroup_matrix<U, K, R>& a,
+                                   __private const simdgroup_matrix<V, C, K>& b,
                                    __private const simdgroup_matrix<T, C, R>& c);
 
 }  // namespace metal
