@@ -44,6 +44,14 @@ constexpr uint32_t attn_rows_per_simdgroup(uint32_t head_dim) {
 // KiB at D = 32 .. 128 (32 keys), 10, 12, 16 KiB at D = 160, 192, 256 (16).
 constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <= 128 ? 32 : 16; }
 
+// Prefill on matrix units (attention_prefill_mma.h): 4 SIMD-groups, each with
+// up to attn_prefill_mma_blocks(D) blocks of 8 rows (8 query positions of one
+// head), whose Q and output fragments it holds (2 x head_dim / 8 8x8 matrices
+// a block): 2 blocks up to D = 128, 1 past it. A tile has queries_per_tile (a
+// multiple of 8) positions x heads_per_block heads, at most 4 x blocks blocks.
+MKV_CONSTANT uint32_t kAttnMmaSimdgroups = 4;
+constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim) { return head_dim <= 128 ? 2 : 1; }
+
 // Decode lane layout (metal/attention_decode.h). A K/V row of D halfs is read
 // as pieces of attn_decode_lane_elems(D) halfs (E = 4 up to D = 64: 8-byte
 // pieces; else E = 8: 16-byte pieces); attn_decode_key_lanes(D) lanes (the

@@ -33,6 +33,48 @@
 #include "kv_codec.h"
 #include "kv_table.h"
 
+// Stages keys k0 .. k0+BK-1 of one KV head into the K and V tiles (BK x D
+// halfs each) with the NT threads of the threadgroup: slots from the block
+// table (dequantized where Quant) or, from_ring, the residual window's f16
+// rows; zero outside [t_lo, t_hi] (a sliding table may have let those blocks
+// go). D % 4 == 0, so every row and column c is 8-byte aligned. Shared by the
+// SIMD and the matrix prefill kernels (attention_prefill_mma.h).
+template <bool Quant, uint D, uint BK, uint NT>
+inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
+                               const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
+                               int k0, int t_lo, int t_hi, threadgroup half* k_tile, threadgroup half* v_tile,
+                               uint tid) {
+  const uint slot_stride = p.n_kv_heads * D;
+  const device half* k_base = (const device half*)kv + kv_head * D;
+  const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
+  const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+  for (uint idx = tid; idx < BK * D / 4; idx += NT) {
+    const uint t = idx / (D / 4);
+    const uint c = idx % (D / 4) * 4;
+    half4 kh = half4(0.0h);
+    half4 vh = half4(0.0h);
+    if (k0 + int(t) >= t_lo && k0 + int(t) <= t_hi) {
+      if (from_ring) {
+        const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
+        kh = *(const device half4*)(ring_k + at);
+        vh = *(const device half4*)(ring_v + at);
+      } else {
+        const uint slot = kv_slot(table, uint(k0) + t);
+        if (Quant) {
+          constexpr uint B = mkv_params::kKvBlockTokens;
+          kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
+          vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
+        } else {
+          kh = *(const device half4*)(k_base + slot * slot_stride + c);
+          vh = *(const device half4*)(v_base + slot * slot_stride + c);
+        }
+      }
+    }
+    *(threadgroup half4*)(k_tile + t * D + c) = kh;
+    *(threadgroup half4*)(v_tile + t * D + c) = vh;
+  }
+}
+
 template <bool Quant, uint D, uint BK, uint R>
 inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device float* q,      // (n_queries, n_q_heads, D)
@@ -77,9 +119,6 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
   const int k_hi = first_q + int(n_tile_queries) - 1;
   const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
   const uint slot_stride = p.n_kv_heads * D;
-  const device half* k_base = (const device half*)kv + kv_head * D;
-  const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
-  const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
   const bool res = Quant && p.residual > 0;  // uniform
   const device half* ring_k = (const device half*)ring + kv_head * D;
   const device half* ring_v = ring_k + p.ring_slots * slot_stride;
@@ -108,34 +147,8 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
     // fed in other chunks, or partly from a prefix cache, gives the same bits).
     const int k_start = t_lo & ~3;
     for (int k0 = k_start; k0 <= t_hi; k0 += int(BK)) {
-      // Stage positions k0 .. k0+BK-1 (slots from the block table, or the
-      // ring) as half4s, zero outside [t_lo, t_hi] (a sliding table may have
-      // let those blocks go): D % 4 == 0, so every row and column c is 8-byte aligned.
-      for (uint idx = tid; idx < BK * D / 4; idx += S * 32) {
-        const uint t = idx / (D / 4);
-        const uint c = idx % (D / 4) * 4;
-        half4 kh = half4(0.0h);
-        half4 vh = half4(0.0h);
-        if (k0 + int(t) >= t_lo && k0 + int(t) <= t_hi) {
-          if (from_ring) {
-            const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
-            kh = *(const device half4*)(ring_k + at);
-            vh = *(const device half4*)(ring_v + at);
-          } else {
-            const uint slot = kv_slot(table, uint(k0) + t);
-            if (Quant) {
-              constexpr uint B = mkv_params::kKvBlockTokens;
-              kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
-              vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
-            } else {
-              kh = *(const device half4*)(k_base + slot * slot_stride + c);
-              vh = *(const device half4*)(v_base + slot * slot_stride + c);
-            }
-          }
-        }
-        *(threadgroup half4*)(k_tile + t * D + c) = kh;
-        *(threadgroup half4*)(v_tile + t * D + c) = vh;
-      }
+      attn_prefill_stage<Quant, D, BK, S * 32>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
+                                                k_tile, v_tile, tid);
       threadgroup_barrier(mem_flags::mem_threadgroup);
 
       for (uint b = 0; b < BK; b += 4) {

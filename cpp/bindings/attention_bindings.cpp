@@ -238,7 +238,8 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v, ring, residual,\n"
       "ring_slots, ring_lo: as for decode, each query with its own window start. logits ((n_queries, n_q_heads,\n"
       "n_tokens) f32), scores, score_rows_from (the first query row that adds), score_stride: as for decode.\n"
-      "variant: the kernels' shape, '' (the device's), 'gpu' (the GPU shape, also on the host) or 'host'.");
+      "variant: the kernels' shape, '' (the device's), 'gpu' (the GPU's SIMD shape, also on the host), 'host'\n"
+      "(the host executor's) or 'mma' (simdgroup_matrix, any device).");
 }
 
 }  // namespace

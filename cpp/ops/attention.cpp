@@ -227,16 +227,23 @@ bool decode_host_shape(const AttentionDesc& d, const gpu::Device* dev) {
   return true;
 }
 
-// Whether prefill runs the host executor's shape (metal/attention_prefill_host.metal):
-// as decode_host_shape, from prefill_variant.
-bool prefill_host_shape(const char* op, const AttentionDesc& d, const gpu::Device& dev) {
+// Prefill's kernel shape, from prefill_variant: the GPU's SIMD shape, the host
+// executor's (metal/attention_prefill_host.metal) or matrix units
+// (metal/attention_prefill_mma.h); '' is the device's own.
+enum class PrefillShape { gpu, host, mma };
+
+PrefillShape prefill_shape(const char* op, const AttentionDesc& d, const gpu::Device& dev) {
   const std::string& v = d.prefill_variant;
-  if (v.empty()) return dev.properties().lanes_are_fibers;
-  if (v == "gpu") return false;
-  if (v != "host") fail(op, "prefill_variant '" + v + "' is not one of '' (the device's shape), 'gpu' or 'host'");
-  if (!dev.properties().has_host_shapes)
+  const gpu::DeviceProperties props = dev.properties();
+  if (v.empty())
+    return props.matrix_units ? PrefillShape::mma : props.lanes_are_fibers ? PrefillShape::host : PrefillShape::gpu;
+  if (v == "gpu") return PrefillShape::gpu;
+  if (v == "mma") return PrefillShape::mma;
+  if (v != "host")
+    fail(op, "prefill_variant '" + v + "' is not one of '' (the device's shape), 'gpu', 'host' or 'mma'");
+  if (!props.has_host_shapes)
     fail(op, "prefill_variant 'host' is the host executor's shape, not built for " + dev.kind());
-  return true;
+  return PrefillShape::host;
 }
 
 size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
@@ -378,7 +385,8 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   validate_desc(op, d);
   if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
     fail(op, "split, split_chunks and decode_variant apply to attention_decode only");
-  const bool host = prefill_host_shape(op, d, dev);
+  const PrefillShape shape = prefill_shape(op, d, dev);
+  const bool host = shape == PrefillShape::host, mma = shape == PrefillShape::mma;
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
   check_view(op, "q", q, bytes, 4);
   check_view(op, "out", out, bytes, 4);
@@ -387,8 +395,12 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   // GPU shape: all rows of a threadgroup share its staged K/V tiles, as many
   // heads of the group as fit, the rest of the rows for more query positions.
   // Host shape: a lane is one query with up to attn_prefill_host_rows heads.
-  const uint32_t rows = host ? mkv_params::attn_prefill_host_rows(d.head_dim)
-                             : mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);
+  // Matrix units: blocks of 8 positions of one head, as many heads as there
+  // are blocks, the rest of the blocks for more positions.
+  const uint32_t mma_blocks = mkv_params::kAttnMmaSimdgroups * mkv_params::attn_prefill_mma_blocks(d.head_dim);
+  const uint32_t rows = host  ? mkv_params::attn_prefill_host_rows(d.head_dim)
+                        : mma ? mma_blocks
+                              : mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);
   mkv_params::AttnPrefill p{};
   p.n_q_heads = d.n_q_heads;
   p.n_kv_heads = d.n_kv_heads;
@@ -396,7 +408,9 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   head_blocks(p.group_size, rows, p.heads_per_block, p.head_blocks);
   p.n_queries = d.n_queries;
   p.q_pos0 = d.n_tokens - d.n_queries;
-  p.queries_per_tile = host ? mkv_params::kAttnPrefillHostQueries : rows / p.heads_per_block;
+  p.queries_per_tile = host  ? mkv_params::kAttnPrefillHostQueries
+                       : mma ? 8 * (mma_blocks / p.heads_per_block)
+                             : rows / p.heads_per_block;
   p.slots = d.slots;
   p.window = d.window;
   set_key_fields(p, d);
@@ -404,7 +418,8 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
     check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
                uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);
 
-  enc.set_pipeline(dev.pipeline(attention_prefill_kernel(attention_name_key(d), host)));
+  enc.set_pipeline(dev.pipeline(mma ? attention_prefill_mma_kernel(attention_name_key(d))
+                                    : attention_prefill_kernel(attention_name_key(d), host)));
   bind_params(enc, p, 0);
   bind(enc, q, 1);
   bind(enc, kv, 2);
@@ -414,7 +429,10 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   bind(enc, ring_or(d, kv), 6);
   bind(enc, p.logits ? d.logits : out, 7);
   enc.dispatch_threadgroups({ceil_div(d.n_queries, p.queries_per_tile), d.n_kv_heads * p.head_blocks, 1},
-                            {host ? mkv_params::kAttnPrefillHostQueries : kThreads, 1, 1});
+                            {host  ? mkv_params::kAttnPrefillHostQueries
+                             : mma ? mkv_params::kAttnMmaSimdgroups * 32
+                                   : kThreads,
+                             1, 1});
 }
 
 }  // namespace mkv::ops

@@ -57,9 +57,11 @@ struct AttentionDesc {
   // "nopf" (the GPU shape without prefetch, for benchmarks: a block's loads
   // wait for the previous block's math; D = 128).
   std::string decode_variant;
-  // Prefill: the kernels' shape, "" (the device's: the host executor's _h
-  // kernels of metal/attention_prefill_host.metal on the host, the GPU shape
-  // elsewhere), "gpu" (the GPU shape, also on the host) or "host" (the host only).
+  // Prefill: the kernels' shape, "" (the device's: matrix units where it
+  // reports them, the host executor's _h kernels of
+  // metal/attention_prefill_host.metal on the host, the GPU shape elsewhere),
+  // "gpu" (the GPU's SIMD shape, also on the host), "host" (the host only) or
+  // "mma" (simdgroup_matrix, metal/attention_prefill_mma.h, on any device).
   std::string prefill_variant;
   // The formats of the pool's K and V sections (metal/kv_format.h:
   // mkv_params::kKvF16, kKvQ8, kKvQ4, kKvQ2K for K, kKvQ2V for V). Any

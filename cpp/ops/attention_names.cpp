@@ -109,6 +109,10 @@ std::string attention_prefill_kernel(const AttnNameKey& k, bool host) {
   return attention_kernel_name(family("attn_prefill", k).c_str(), k.head_dim) + (host ? "_h" : "");
 }
 
+std::string attention_prefill_mma_kernel(const AttnNameKey& k) {
+  return attention_kernel_name(family("attn_prefill_mma", k).c_str(), k.head_dim);
+}
+
 std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   using namespace mkv_params;
   // Every descriptor shape a name depends on: formats (f16, each fixed pair, a
@@ -129,6 +133,7 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
         for (bool logits : {false, true}) {
           const AttnNameKey prefill{d, kf, vf, residual, logits, ""};
           names.insert(attention_prefill_kernel(prefill, false));
+          names.insert(attention_prefill_mma_kernel(prefill));
           if (host_shapes) names.insert(attention_prefill_kernel(prefill, true));
           for (const char* variant : {"", "nopf"})
             for (uint32_t per_block : {1u, attn_decode_rows(d)})

@@ -24,3 +24,13 @@ DECODE_SHAPES = ["", "gpu"] if TEST_DEVICE == "host" else [""]
 @pytest.fixture(params=DECODE_SHAPES, ids=lambda v: f"{v or 'device'}-shape")
 def shape(request) -> str:
     return request.param
+
+
+# Prefill's shapes: the decode ones and matrix units ("mma", simdgroup_matrix),
+# which every device runs (emulated where it has none).
+PREFILL_SHAPES = DECODE_SHAPES + ["mma"]
+
+
+@pytest.fixture(params=PREFILL_SHAPES, ids=lambda v: f"{v or 'device'}-shape")
+def prefill_shape(request) -> str:
+    return request.param

@@ -430,12 +430,12 @@ def prefill_sweep():
 
 
 @pytest.mark.parametrize("d,ratio,n_q,q_pos0", list(prefill_sweep()))
-def test_prefill_matches_reference(dev, shape, d, ratio, n_q, q_pos0):
+def test_prefill_matches_reference(dev, prefill_shape, d, ratio, n_q, q_pos0):
     n = q_pos0 + n_q
     rng = np.random.default_rng(n * d)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
-    got = prefill(dev, q, build_cache(k, v, spare=2), q_pos0=q_pos0, variant=shape)
+    got = prefill(dev, q, build_cache(k, v, spare=2), q_pos0=q_pos0, variant=prefill_shape)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5), atol=ATOL,
                                rtol=RTOL)
 
@@ -445,13 +445,13 @@ def test_prefill_matches_reference(dev, shape, d, ratio, n_q, q_pos0):
 @pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (40, 0, 8), (9, 50, 64), (64, 0, 100)])
 @pytest.mark.parametrize("d,ratio", [(64, 3), (256, 8)] + [(d, ratio_for(d)) for d in HEAD_DIMS
                                                          if d not in (64, 256)])
-def test_prefill_sliding_window(dev, shape, d, ratio, n_q, q_pos0, window):
+def test_prefill_sliding_window(dev, prefill_shape, d, ratio, n_q, q_pos0, window):
     n = q_pos0 + n_q
     rng = np.random.default_rng(n_q + q_pos0 + window)
     n_q_heads, n_kv = heads(ratio)
     q, k, v = make_inputs(rng, n_q, n_q_heads, n_kv, d, n)
     got = prefill(dev, q, build_cache(k, v, first=max(0, q_pos0 - window + 1)), q_pos0=q_pos0,
-                  window=window, variant=shape)
+                  window=window, variant=prefill_shape)
     np.testing.assert_allclose(got, attention(q, k, v, q_pos0, scale=d ** -0.5, window=window),
                                atol=ATOL, rtol=RTOL)
 
@@ -468,16 +468,18 @@ def repeated_decode_sweep():
 
 
 @pytest.mark.parametrize("d,window,n", list(repeated_decode_sweep()))
-def test_prefill_equals_repeated_decode(dev, shape, d, window, n):
+def test_prefill_equals_repeated_decode(dev, prefill_shape, d, window, n):
     """Prefill of n queries == n decode steps, the cache growing one token each."""
     q_pos0 = 0
     rng = np.random.default_rng([window, d])
     q, k, v = make_inputs(rng, n, 9, 3, d, n)
-    pre = prefill(dev, q, build_cache(k, v), q_pos0=q_pos0, window=window, variant=shape)
+    pre = prefill(dev, q, build_cache(k, v), q_pos0=q_pos0, window=window, variant=prefill_shape)
     for t in range(1, n + 1):
         first = max(0, t - window) if window else 0
         step = decode(dev, q[t - 1], build_cache(k[:t], v[:t], first=first), n_tokens=t, window=window)
-        np.testing.assert_allclose(pre[t - 1], step, atol=CLOSE, rtol=CLOSE, err_msg=f"step {t}")
+        # Matrix units sum Q·K 8 at a time and update the softmax per 8 keys: the reference's tolerance.
+        close = ATOL if prefill_shape == "mma" else CLOSE
+        np.testing.assert_allclose(pre[t - 1], step, atol=close, rtol=close, err_msg=f"step {t}")
 
 
 # ---- sinks and soft-capping -----------------------------------------------

@@ -75,7 +75,7 @@ def test_decode_writes_the_logits_and_the_scores(dev, shape, d, n_q_heads, n_kv,
 
 @pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 8, 2), (128, 4, 4)])
 @pytest.mark.parametrize("row_lo", [0, 30])
-def test_prefill_writes_the_logits_and_the_scores_of_rows_from_row_lo(dev, shape, d, n_q_heads, n_kv, row_lo):
+def test_prefill_writes_the_logits_and_the_scores_of_rows_from_row_lo(dev, prefill_shape, d, n_q_heads, n_kv, row_lo):
     rng = np.random.default_rng(d + row_lo)
     n, n_q, scale = 170, 40, 1 / np.sqrt(d)
     q, k, v = inputs(rng, n_q, n_q_heads, n_kv, d, n)
@@ -85,7 +85,7 @@ def test_prefill_writes_the_logits_and_the_scores_of_rows_from_row_lo(dev, shape
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(dev, dev.buffer_from(q), dev.buffer_from(c.pool), dev.buffer_from(c.table), out,
                           n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_queries=n_q, q_pos0=n - n_q,
-                          slots=c.slots, logits=logits, scores=scores, score_rows_from=row_lo, variant=shape)
+                          slots=c.slots, logits=logits, scores=scores, score_rows_from=row_lo, variant=prefill_shape)
     want = logits_ref(q, k, n - n_q, scale)
     got = logits.numpy().view(np.float32).reshape(n_q, n_q_heads, n)
     seen = np.isfinite(want)

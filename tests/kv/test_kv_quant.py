@@ -270,25 +270,25 @@ def half(x):
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
 @pytest.mark.parametrize("d", QUANT_DIMS)
-def test_prefill_reads_quantized_kv(dev, shape, kv_k, kv_v, d):
+def test_prefill_reads_quantized_kv(dev, prefill_shape, kv_k, kv_v, d):
     n_q, q_pos0, n_kv = 37, 50, 2
     n = q_pos0 + n_q
     q, k, v = inputs(3 * d, n_q, 4, n_kv, d, n)
     pool, table, slots = quant_pool(k, v, kv_k, kv_v)
-    got = run_prefill(dev, q, pool, table, slots, n_kv, q_pos0, kv_k, kv_v, variant=shape)
+    got = run_prefill(dev, q, pool, table, slots, n_kv, q_pos0, kv_k, kv_v, variant=prefill_shape)
     ref = attention(q, half(qr.roundtrip(k, kv_k)), half(qr.roundtrip(v, kv_v)), q_pos0, scale=d ** -0.5)
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("kv_k,kv_v", [("q8", "q8"), ("q4", "f16")])
-def test_prefill_quantized_sliding_with_sinks_and_softcap(dev, shape, kv_k, kv_v):
+def test_prefill_quantized_sliding_with_sinks_and_softcap(dev, prefill_shape, kv_k, kv_v):
     d, n_q, q_pos0, window, n_kv = 64, 40, 90, 48, 1
     n = q_pos0 + n_q
     q, k, v = inputs(11, n_q, 3, n_kv, d, n)
     pool, table, slots = quant_pool(k, v, kv_k, kv_v, first=(q_pos0 - window + 1) // B * B)
     sinks = np.array([0.5, -1.0, 2.0], np.float32)
     got = run_prefill(dev, q, pool, table, slots, n_kv, q_pos0, kv_k, kv_v, window=window, softcap=20.0,
-                      sinks=dev.buffer_from(sinks), variant=shape)
+                      sinks=dev.buffer_from(sinks), variant=prefill_shape)
     ref = attention(q, half(qr.roundtrip(k, kv_k)), half(qr.roundtrip(v, kv_v)), q_pos0, scale=d ** -0.5,
                     window=window, softcap=20.0, sinks=sinks)
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)

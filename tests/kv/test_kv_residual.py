@@ -110,7 +110,7 @@ def test_decode_with_eight_query_heads_a_kv_head(shape, kv_k, kv_v, d):
 
 @pytest.mark.parametrize("kv_k,kv_v", PAIRS)
 @pytest.mark.parametrize("d", [32, 64, 256])
-def test_prefill_gives_each_query_its_own_window(shape, kv_k, kv_v, d):
+def test_prefill_gives_each_query_its_own_window(prefill_shape, kv_k, kv_v, d):
     dev = test_device()
     n_q, q_pos0 = 70, 90
     n = q_pos0 + n_q
@@ -118,7 +118,7 @@ def test_prefill_gives_each_query_its_own_window(shape, kv_k, kv_v, d):
     ring_slots = R + n_q + B - 1 + (-(R + n_q + B - 1)) % B  # what a cache of max_chunk n_q keeps
     ring_lo = max(0, n - ring_slots)
     pool, table, slots, ring = pool_and_ring(k, v, kv_k, kv_v, ring_slots, ring_lo)
-    got = prefill(dev, q, pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, variant=shape)
+    got = prefill(dev, q, pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, variant=prefill_shape)
     # prefill stages the pool's dequantized values as half
     kq = qr.half(qr.roundtrip(k, qr.section_format(kv_k, 0)))
     vq = qr.half(qr.roundtrip(v, qr.section_format(kv_v, 1)))
@@ -130,8 +130,8 @@ def test_prefill_gives_each_query_its_own_window(shape, kv_k, kv_v, d):
         ref.append(attention(q[i:i + 1], kk, vv, p, scale=d ** -0.5)[0])
     np.testing.assert_allclose(got, np.stack(ref), atol=ATOL, rtol=RTOL)
     # chunk invariance: the same queries in two calls give the same bits
-    a = prefill(dev, q[:33], pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, variant=shape)
-    b = prefill(dev, q[33:], pool, table, slots, ring, q_pos0 + 33, kv_k, kv_v, ring_lo, variant=shape)
+    a = prefill(dev, q[:33], pool, table, slots, ring, q_pos0, kv_k, kv_v, ring_lo, variant=prefill_shape)
+    b = prefill(dev, q[33:], pool, table, slots, ring, q_pos0 + 33, kv_k, kv_v, ring_lo, variant=prefill_shape)
     np.testing.assert_array_equal(np.concatenate([a, b]), got)
 
 

@@ -1,0 +1,176 @@
+// Prefill attention on matrix units (attn_prefill_mma_*): the SIMD kernel's
+// staging, masks, residual-window passes and policy logits (attention_prefill.h),
+// with Q·Kᵀ and P·V as simdgroup_matrix 8x8 products and the online softmax
+// on the score fragments.
+//
+// Geometry. A threadgroup serves queries_per_tile positions (a multiple of 8)
+// x heads_per_block query heads of one KV head, as blocks of 8 rows: block b
+// is head b / (queries_per_tile / 8), positions 8 (b % ...) .. + 8 of the tile.
+// SIMD-group s takes blocks s, s + 4 (up to attn_prefill_mma_blocks(D)); per
+// block it holds Q (float, D / 8 fragments, loaded once through an 8x8 staging
+// square) and the output O (D / 8 float fragments), and per lane the running
+// max m and sum l of the row the lane's fragment elements belong to
+// (simdgroup_matrix's layout: a lane holds two adjacent columns of one row,
+// the 4 lanes of a row differ in lane bits 0 and 3, so a row's max and sum are
+// two xor shuffles).
+//
+// Per staged tile and 8-key block (absolute positions 8i .. 8i + 7, so a query's
+// result does not depend on its chunk or tile): S = Q Kᵀ (float accumulator,
+// half K), scaled and soft-capped, masked by each row's visible range; the
+// online softmax over the block's 8 keys; O = O x factor + P V (half V). A
+// block no row of the SIMD-group's block sees is skipped.
+//
+// Results are not the SIMD kernel's bits: products of 8 and the softmax's
+// 8-key steps sum in another order (tests hold both against numpy).
+#pragma once
+
+#include "attention.h"
+#include "attention_prefill.h"
+#include <metal_simdgroup_matrix>
+
+template <bool Quant, uint D, uint BK, uint RB>
+inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
+                                  const device float* q,      // (n_queries, n_q_heads, D)
+                                  const device uchar* kv,     // the layer's pool: K section, V section
+                                  const device uint* table,   // block table
+                                  const device uchar* ring,   // residual window (Quant, p.residual > 0)
+                                  const device float* sinks,  // (n_q_heads) if has_sinks
+                                  device float* out,          // (n_queries, n_q_heads, D)
+                                  device float* logits,       // (n_queries, n_q_heads, n_tokens) if p.logits
+                                  threadgroup half* k_tile,   // (BK, D)
+                                  threadgroup half* v_tile,   // (BK, D)
+                                  threadgroup float* square,  // (kAttnMmaSimdgroups, 64): Q staging
+                                  uint2 tg, uint tid, uint simd, uint lane) {
+  constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8;
+  const AttnHeadBlock hb = attn_head_block(p, tg.y);
+  const uint kv_head = hb.kv_head, g = hb.count;
+  const uint qi0 = tg.x * p.queries_per_tile;
+  const uint qblocks = p.queries_per_tile / 8;
+  const int window = int(p.window);
+  // This lane's row and first column in every fragment (the layout: docs/HOST_EXECUTOR.md).
+  const uint r = ((lane >> 4) & 1u) * 4 + ((lane >> 2) & 1u) * 2 + ((lane >> 1) & 1u);
+  const uint c = ((lane >> 3) & 1u) * 4 + (lane & 1u) * 2;
+
+  bool used[RB];   // the block exists (uniform in the SIMD-group)
+  uint head[RB];   // its query head
+  uint qb0[RB];    // its first query index (of the whole call)
+  int lo[RB], hi[RB];  // the keys this lane's row sees (empty past n_queries)
+  simdgroup_float8x8 qf[RB][D8], of[RB][D8];
+  float m[RB], l[RB];
+  const uint sq = simd * 64;  // this SIMD-group's square in `square`
+  for (uint j = 0; j < RB; ++j) {
+    const uint b = simd + NS * j;
+    used[j] = b < g * qblocks;
+    head[j] = hb.head0 + (used[j] ? b / qblocks : 0u);
+    qb0[j] = qi0 + (b % qblocks) * 8;
+    const uint qi = qb0[j] + r;
+    const bool live = used[j] && qi < p.n_queries;
+    hi[j] = live ? int(p.q_pos0 + qi) : -1;
+    lo[j] = live ? (window > 0 ? max(0, hi[j] - window + 1) : 0) : 0;
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+    for (uint d = 0; d < D8; ++d) {
+      of[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      if (!used[j]) {
+        qf[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        continue;
+      }
+      // Q's 8x8 square (rows: the block's positions, zero past n_queries), through threadgroup memory.
+      for (uint i = lane; i < 64; i += 32) {
+        const uint qr = qb0[j] + i / 8;
+        square[sq + i] = qr < p.n_queries ? q[(qr * p.n_q_heads + head[j]) * D + 8 * d + i % 8] : 0.0f;
+      }
+      simdgroup_barrier(mem_flags::mem_threadgroup);
+      simdgroup_load(qf[j][d], square + sq, 8);
+      simdgroup_barrier(mem_flags::mem_threadgroup);  // before the square is refilled
+    }
+  }
+
+  // Positions any row of the threadgroup may see: [k_lo, k_hi].
+  const uint n_tile_queries = min(p.queries_per_tile, p.n_queries - qi0);
+  const int first_q = int(p.q_pos0 + qi0);
+  const int k_hi = first_q + int(n_tile_queries) - 1;
+  const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
+  const uint slot_stride = p.n_kv_heads * D;
+  const bool res = Quant && p.residual > 0;  // uniform
+  const device half* ring_k = (const device half*)ring + kv_head * D;
+  const device half* ring_v = ring_k + p.ring_slots * slot_stride;
+  int ring_from[RB];
+  for (uint j = 0; j < RB; ++j)
+    ring_from[j] = res ? int(mkv_params::attn_ring_start(uint(max(hi[j], 0)), p.residual, p.ring_lo)) : hi[j] + 1;
+  const int s_first = res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : k_hi + 1;
+  const int s_last = res ? int(mkv_params::attn_ring_start(uint(k_hi), p.residual, p.ring_lo)) : k_hi + 1;
+  const uint n_tokens = p.q_pos0 + p.n_queries;
+
+  for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
+    const bool from_ring = pass == 1;
+    const int t_lo = from_ring ? max(k_lo, s_first) : k_lo;
+    const int t_hi = from_ring ? k_hi : min(k_hi, s_last - 1);
+    int plo[RB], phi[RB];
+    for (uint j = 0; j < RB; ++j) {
+      plo[j] = from_ring ? max(lo[j], ring_from[j]) : lo[j];
+      phi[j] = from_ring ? hi[j] : min(hi[j], ring_from[j] - 1);
+    }
+    for (int k0 = t_lo & ~7; k0 <= t_hi; k0 += int(BK)) {
+      attn_prefill_stage<Quant, D, BK, NS * 32>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
+                                                k_tile, v_tile, tid);
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      for (uint kb = 0; kb < BK; kb += 8) {
+        const int kp = k0 + int(kb);
+        for (uint j = 0; j < RB; ++j) {
+          if (!used[j]) continue;  // uniform in the SIMD-group
+          if (!simd_any(plo[j] <= kp + 7 && phi[j] >= kp)) continue;
+          simdgroup_float8x8 sf = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+          for (uint d = 0; d < D8; ++d) {
+            simdgroup_half8x8 kf;
+            simdgroup_load(kf, k_tile + kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
+            simdgroup_multiply_accumulate(sf, qf[j][d], kf, sf);
+          }
+          float s[2], pr[2];
+          float mx = -INFINITY;
+          for (uint i = 0; i < 2; ++i) {
+            const int key = kp + int(c + i);
+            s[i] = sf.thread_elements()[i] * p.scale;
+            if (p.softcap > 0.0f) s[i] = p.softcap * tanh(s[i] / p.softcap);
+            const bool sees = key >= plo[j] && key <= phi[j];
+            if (p.logits != 0 && sees) logits[((qb0[j] + r) * p.n_q_heads + head[j]) * n_tokens + uint(key)] = s[i];
+            s[i] = sees ? s[i] : -INFINITY;
+            mx = max(mx, s[i]);
+          }
+          mx = max(mx, simd_shuffle_xor(mx, ushort(1)));
+          mx = max(mx, simd_shuffle_xor(mx, ushort(8)));
+          const float m_new = max(m[j], mx);
+          const bool none = m_new == -INFINITY;  // nothing visible yet: keep the empty state
+          const float factor = none ? 1.0f : exp(m[j] - m_new);
+          for (uint i = 0; i < 2; ++i) pr[i] = none ? 0.0f : exp(s[i] - m_new);
+          float sum = pr[0] + pr[1];
+          sum += simd_shuffle_xor(sum, ushort(1));
+          sum += simd_shuffle_xor(sum, ushort(8));
+          l[j] = l[j] * factor + sum;
+          m[j] = none ? m[j] : m_new;
+          simdgroup_float8x8 pf;
+          pf.thread_elements()[0] = pr[0];
+          pf.thread_elements()[1] = pr[1];
+          for (uint d = 0; d < D8; ++d) {
+            of[j][d].thread_elements()[0] *= factor;
+            of[j][d].thread_elements()[1] *= factor;
+            simdgroup_half8x8 vf;
+            simdgroup_load(vf, v_tile + kb * D + 8 * d, D);  // (key, dim)
+            simdgroup_multiply_accumulate(of[j][d], pf, vf, of[j][d]);
+          }
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is overwritten next
+    }
+  }
+
+  for (uint j = 0; j < RB; ++j) {
+    const uint qi = qb0[j] + r;
+    if (!used[j] || qi >= p.n_queries) continue;
+    const float sink = p.has_sinks ? sinks[head[j]] : 0.0f;
+    device float* o = out + (qi * p.n_q_heads + head[j]) * D + c;
+    for (uint d = 0; d < D8; ++d)
+      for (uint i = 0; i < 2; ++i)
+        o[8 * d + i] = attn_finish(m[j], l[j], of[j][d].thread_elements()[i], p.has_sinks != 0, sink);
+  }
+}
