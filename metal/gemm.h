@@ -8,6 +8,7 @@
 #include "mkv_kernel.h"
 #include "linear_params.h"
 #include "quant.h"
+#include "gemm_common.h"
 
 // Geometry shared with the host (linear_params.h).
 using mkv_params::kGemvRows;
@@ -42,7 +43,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
     // rows past n_out re-read the last row, inputs past n_in (f16/f32) are 0.
     for (uint i = tid; i < kGemmRows * chunks_per_step; i += kGemmThreads) {
       const uint r = i / chunks_per_step, cc = i % chunks_per_step;
-      const ulong row = min(n0 + r, p.n_out - 1);
+      const ulong row = gemm_weight_row(p, tg.x, r);
       float4 v[F::kChunk / 4];
       if (k0 + cc * F::kChunk < p.n_in) {
         F::load(w + row * row_bytes, p.n_in, k0 / F::kChunk + cc, v);
@@ -73,6 +74,20 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
     threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }
 
+  if (gemm_glu(p)) {  // gate and up sums meet in threadgroup memory (the weight tile's, free after the loop)
+    for (uint i = 0; i < kTM; ++i)
+      for (uint j = 0; j < 4; ++j) ((threadgroup float*)ws)[(ty * kTM + i) * kGemmRows + tx * 4 + j] = acc[i][j];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    constexpr uint H = kGemmRows / 2;
+    for (uint i = tid; i < kGemmTokens * H; i += kGemmThreads) {
+      const uint t = t0 + i / H, n = tg.x * H + i % H;
+      if (t >= p.n_tokens || n >= p.n_out) continue;
+      const uint at = (i / H) * kGemmRows + i % H;  // the token's gate sum; its up sum is H further
+      y[ulong(t) * p.n_out + n] =
+          gemm_glu_value(p, ((const threadgroup float*)ws)[at], ((const threadgroup float*)ws)[at + H]);
+    }
+    return;
+  }
   for (uint i = 0; i < kTM; ++i) {
     const uint t = t0 + ty * kTM + i;
     for (uint j = 0; j < 4; ++j) {

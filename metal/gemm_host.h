@@ -24,6 +24,7 @@
 #include "mkv_kernel.h"
 #include "linear_params.h"
 #include "quant.h"
+#include "gemm_common.h"
 
 constant constexpr uint kGemmHostSlice = 8;  // tokens whose accumulators a lane holds in registers at once
 constant constexpr uint kGemmHostK = 16;     // inputs per step: one quantized chunk, four float ones
@@ -38,7 +39,10 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
   constexpr uint HR = mkv_params::kGemmHostRows, R4 = HR / 4, C = F::kChunk;
   constexpr uint T = mkv_params::kGemmTokens, S = kGemmHostSlice;
   static_assert(kGemmHostK % C == 0 && HR % 4 == 0 && T % S == 0, "whole chunks, float4s of rows, slices");
-  const uint n0 = tg.x * mkv_params::kGemmRows + lane * HR;
+  // A lane's rows: HR consecutive ones, or for a GLU 4 gate rows and the same 4 up rows
+  // (gemm_common.h), so the epilogue has both sums of its outputs.
+  const bool glu = gemm_glu(p);
+  const uint n0 = tg.x * gemm_tile_outputs(p) + lane * (glu ? HR / 2 : HR);  // the lane's first output
   const uint t0 = tg.y * T;
   if (n0 >= p.n_out) return;  // no collective below: an idle lane is fine
   const uint slices = (min(T, p.n_tokens - t0) + S - 1) / S;
@@ -47,7 +51,10 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
   // their sums are computed and never stored.
   const ulong row_bytes = F::row_bytes(p.n_in);
   const device uchar* wr[HR];
-  for (uint r = 0; r < HR; ++r) wr[r] = w + min(n0 + r, p.n_out - 1) * row_bytes;
+  for (uint r = 0; r < HR; ++r)
+    wr[r] = w + row_bytes * gemm_weight_row(p, tg.x, glu ? (r < HR / 2 ? 0u : mkv_params::kGemmRows / 2) +
+                                                           lane * (HR / 2) + r % (HR / 2)
+                                                     : lane * HR + r);
   float4 acc[T][R4];
   for (uint t = 0; t < T; ++t)
     for (uint r4 = 0; r4 < R4; ++r4) acc[t][r4] = float4(0.0f);
@@ -79,6 +86,15 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
     }
   }
 
+  if (glu) {
+    static_assert(R4 == 2, "a GLU lane holds one float4 of gate rows and one of up rows");
+    for (uint i = 0; i < slices * S; ++i)
+      for (uint j = 0; j < HR / 2; ++j) {
+        const uint t = t0 + i, n = n0 + j;
+        if (t < p.n_tokens && n < p.n_out) y[ulong(t) * p.n_out + n] = gemm_glu_value(p, acc[i][0][j], acc[i][1][j]);
+      }
+    return;
+  }
   for (uint i = 0; i < slices * S; ++i) {
     const uint t = t0 + i;
     for (uint j = 0; j < HR; ++j) {

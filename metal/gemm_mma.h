@@ -25,6 +25,7 @@
 #include "mkv_kernel.h"
 #include "linear_params.h"
 #include "quant.h"
+#include "gemm_common.h"
 #include <metal_simdgroup_matrix>
 
 template <typename F>
@@ -52,7 +53,7 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
     // (float formats' tails) are 0.
     for (uint i = tid; i < R * (K / C); i += NT) {
       const uint r = i / (K / C), cc = i % (K / C);
-      const ulong row = min(n0 + r, p.n_out - 1);
+      const ulong row = gemm_weight_row(p, tg.x, r);
       float4 v[C / 4];
       if (k0 + cc * C < p.n_in) {
         F::load(w + row * row_bytes, p.n_in, k0 / C + cc, v);
@@ -82,6 +83,15 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
   for (uint i = 0; i < 2; ++i)
     for (uint j = 0; j < 4; ++j) simdgroup_store(acc[i][j], ys, R, ulong2(sr + 8 * j, st + 8 * i));
   threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (gemm_glu(p)) {
+    constexpr uint H = R / 2;
+    for (uint i = tid; i < T * H; i += NT) {
+      const uint t = t0 + i / H, n = tg.x * H + i % H;
+      if (t >= p.n_tokens || n >= p.n_out) continue;
+      y[ulong(t) * p.n_out + n] = gemm_glu_value(p, ys[(i / H) * R + i % H], ys[(i / H) * R + H + i % H]);
+    }
+    return;
+  }
   for (uint i = tid; i < T * R; i += NT) {
     const uint t = t0 + i / R, n = n0 + i % R;
     if (t >= p.n_tokens || n >= p.n_out) continue;

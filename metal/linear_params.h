@@ -81,11 +81,16 @@ MKV_CONSTANT uint32_t kArgmaxSimds = 32;       // argmax on GPUs: at most this m
 //   (2 n_out, n_in) stack [W_gate; W_up]; flags 0.
 MKV_CONSTANT uint32_t kMatmulBias = 1;        // add bias; without it the bias buffer is a placeholder, not read
 MKV_CONSTANT uint32_t kMatmulAccumulate = 2;  // add to y's contents (a fused residual add)
+// gemm_* over a stacked [W_gate; W_up] (2 n_out rows): y = act(X · W_gateᵀ) * (X · W_upᵀ)
+// with act silu or gelu_tanh (activation.h); a tile's 64 rows are 32 gate rows and the
+// same 32 up rows (gemm_common.h). Neither bias nor accumulate with these.
+MKV_CONSTANT uint32_t kMatmulSwiglu = 4;
+MKV_CONSTANT uint32_t kMatmulGeglu = 8;
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
-  uint32_t flags;  // kMatmulBias | kMatmulAccumulate
+  uint32_t flags;  // kMatmulBias | kMatmulAccumulate, or kMatmulSwiglu / kMatmulGeglu (gemm only)
 };
 
 // embedding_*: out[t, :] = table[ids[t], :] * scale.

@@ -123,7 +123,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "matmul_glu",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const std::string& act,
-         uint32_t gemv_rows, uint32_t gemv_tokens) {
+         uint32_t gemv_rows, uint32_t gemv_tokens, const std::string& kernel) {
         ops::GluArgs a;
         a.x = {x};
         a.w = {w};
@@ -137,13 +137,15 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.act = act == "silu" ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
         a.gemv_rows = gemv_rows;
         a.gemv_tokens = gemv_tokens;
+        a.kernel = parse_kernel(kernel);
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul_glu(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
-      "act"_a = "silu", "gemv_rows"_a = 0, "gemv_tokens"_a = 0,
+      "act"_a = "silu", "gemv_rows"_a = 0, "gemv_tokens"_a = 0, "kernel"_a = "auto",
       "y (n_tokens, n_out) = act(x · w[:n_out]ᵀ) * (x · w[n_out:]ᵀ): w is the (2 n_out, n_in)\n"
       "stack of the gate and up matrices in wtype; act 'silu' (SwiGLU) or 'gelu_tanh' (GeGLU).\n"
-      "gemv_rows and gemv_tokens as in matmul.");
+      "gemv_rows and gemv_tokens as in matmul. kernel: 'auto' or 'gemv' (the fused gemv: decode), or\n"
+      "a gemm shape as in matmul (prefill: the gemm with the GLU in its epilogue).");
 
   m.def(
       "embedding",

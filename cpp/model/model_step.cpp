@@ -185,20 +185,31 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   add_residual(enc, ws, ws.attn(), *L.out, L.post_attn_norm, rows);
 
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
-  // Decode rows: gate and up in one stacked gemv that applies the activation.
+  // Gate and up in one pass over the stacked matrix that applies the activation:
+  // prefill rows through the gemm's GLU epilogue, decode rows the fused gemv.
   StepRows separate = rows;
-  if (rows.decode && L.gate_up.view.buffer) {
+  if (L.gate_up.view.buffer && rows.prefill + rows.decode) {
     ops::GluArgs g;
-    g.x = row(ws.h(), rows.prefill, H);
     g.w = L.gate_up.view;
-    g.y = row(ws.gate(), rows.prefill, m.ffn_hidden);
-    g.n_tokens = rows.decode;
     g.n_in = H;
     g.n_out = m.ffn_hidden;
     g.wtype = L.gate_up.type;
     g.act = m.activation == Activation::silu ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
-    ops::matmul_glu(dev, enc, g);
-    separate.decode = 0;
+    if (rows.prefill) {
+      g.x = ws.h();
+      g.y = ws.gate();
+      g.n_tokens = rows.prefill;
+      g.kernel = ops::MatmulKernel::gemm;
+      ops::matmul_glu(dev, enc, g);
+    }
+    if (rows.decode) {
+      g.x = row(ws.h(), rows.prefill, H);
+      g.y = row(ws.gate(), rows.prefill, m.ffn_hidden);
+      g.n_tokens = rows.decode;
+      g.kernel = ops::MatmulKernel::automatic;
+      ops::matmul_glu(dev, enc, g);
+    }
+    separate.prefill = separate.decode = 0;
   }
   if (const uint32_t n = separate.prefill + separate.decode) {
     linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), separate);

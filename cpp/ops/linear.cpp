@@ -270,6 +270,19 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
   check_view(op, "y (n_tokens, n_out) float32", a.y, y_bytes, 4);
   check_no_overlap(op, a.x, x_bytes, a.y, y_bytes);
 
+  if (a.kernel != MatmulKernel::automatic && a.kernel != MatmulKernel::gemv) {  // prefill: a gemm with the GLU epilogue
+    const GemmShape shape = gemm_shape(device, a.kernel);
+    const uint32_t flags = a.act == GluActivation::silu ? mkv_params::kMatmulSwiglu : mkv_params::kMatmulGeglu;
+    enc.set_pipeline(device.pipeline(gemm_name(a.wtype, shape)));
+    bind_params(enc, mkv_params::Matmul{a.n_tokens, a.n_in, a.n_out, flags}, 0);
+    bind(enc, a.w, 1);
+    bind(enc, a.x, 2);
+    bind(enc, a.y, 3);
+    bind(enc, a.x, 4);  // no bias: a placeholder, never read
+    enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows / 2), ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
+                              {gemm_threads(shape), 1, 1});
+    return;
+  }
   const char* act = a.act == GluActivation::silu ? "gemv_swiglu_" : "gemv_geglu_";
   // A GLU SIMD-group computes its rows of both halves: half the rows of a gemv
   // over the stacked 2 n_out (GPU shapes; the host's shapes stay as they are).

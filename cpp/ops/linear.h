@@ -84,6 +84,11 @@ struct GluArgs {
   GluActivation act = GluActivation::silu;
   uint32_t gemv_rows = 0;  // as MatmulArgs::gemv_rows
   uint32_t gemv_tokens = 0;  // as MatmulArgs::gemv_tokens
+  // automatic and gemv: the fused gemv (decode; each token's outputs those of a
+  // one-token step); gemm, gemm_gpu, gemm_host, gemm_mma: the prefill gemm of
+  // that shape with the GLU epilogue (metal/gemm_common.h), the same floats as
+  // two gemms and swiglu / geglu.
+  MatmulKernel kernel = MatmulKernel::automatic;
 };
 void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a);
 
