@@ -75,6 +75,41 @@ inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device
   }
 }
 
+// The keys a prefill tile's rows may see, [k_lo, k_hi] (queries qi0 .. qi0 + n - 1),
+// and with a residual window (res) the first keys its first and last rows read
+// from the ring (s_first, s_last): the pool's pass covers keys before s_last,
+// the ring's those from s_first. Shared by the SIMD and matrix kernels.
+struct AttnTileKeys {
+  int k_lo, k_hi, s_first, s_last;
+  bool res;
+};
+
+template <bool Quant>
+inline AttnTileKeys attn_prefill_tile_keys(constant mkv_params::AttnPrefill& p, uint qi0, uint n) {
+  AttnTileKeys t;
+  const int first_q = int(p.q_pos0 + qi0);
+  t.k_hi = first_q + int(n) - 1;
+  t.k_lo = p.window > 0 ? max(0, first_q - int(p.window) + 1) : 0;
+  t.res = Quant && p.residual > 0;  // uniform
+  t.s_first = t.res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : t.k_hi + 1;
+  t.s_last = t.res ? int(mkv_params::attn_ring_start(uint(t.k_hi), p.residual, p.ring_lo)) : t.k_hi + 1;
+  return t;
+}
+
+// The first key a row ending at key hi reads from the ring (hi + 1: none).
+inline int attn_prefill_ring_from(constant mkv_params::AttnPrefill& p, thread const AttnTileKeys& t, int hi) {
+  return t.res ? int(mkv_params::attn_ring_start(uint(max(hi, 0)), p.residual, p.ring_lo)) : hi + 1;
+}
+
+// A pass's keys (pool: pass 0, ring: pass 1): the tile's [x, y], and a row's
+// part of them given its own [lo, hi] and ring start.
+inline int2 attn_prefill_pass_keys(thread const AttnTileKeys& t, bool from_ring) {
+  return from_ring ? int2(max(t.k_lo, t.s_first), t.k_hi) : int2(t.k_lo, min(t.k_hi, t.s_last - 1));
+}
+inline int2 attn_prefill_row_keys(int lo, int hi, int ring_from, bool from_ring) {
+  return from_ring ? int2(max(lo, ring_from), hi) : int2(lo, min(hi, ring_from - 1));
+}
+
 template <bool Quant, uint D, uint BK, uint R>
 inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
                               const device float* q,      // (n_queries, n_q_heads, D)
@@ -114,31 +149,25 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
     }
   }
 
-  // Positions any row of the threadgroup may see: [k_lo, k_hi].
-  const int first_q = int(p.q_pos0 + qi0);
-  const int k_hi = first_q + int(n_tile_queries) - 1;
-  const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
+  // Positions any row of the threadgroup may see, and the ring's part of them.
+  const AttnTileKeys keys = attn_prefill_tile_keys<Quant>(p, qi0, n_tile_queries);
   const uint slot_stride = p.n_kv_heads * D;
-  const bool res = Quant && p.residual > 0;  // uniform
   const device half* ring_k = (const device half*)ring + kv_head * D;
   const device half* ring_v = ring_k + p.ring_slots * slot_stride;
-  // Each row's S (the first key it reads from the ring) and the tile's range of them.
-  int ring_from[R];
-  for (uint j = 0; j < R; ++j)
-    ring_from[j] = res ? int(mkv_params::attn_ring_start(uint(max(hi[j], 0)), p.residual, p.ring_lo)) : hi[j] + 1;
-  const int s_first = res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : k_hi + 1;
-  const int s_last = res ? int(mkv_params::attn_ring_start(uint(k_hi), p.residual, p.ring_lo)) : k_hi + 1;
+  int ring_from[R];  // each row's first key from the ring
+  for (uint j = 0; j < R; ++j) ring_from[j] = attn_prefill_ring_from(p, keys, hi[j]);
 
-  for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
+  for (uint pass = 0; pass < (keys.res ? 2u : 1u); ++pass) {
     const bool from_ring = pass == 1;
     // This pass's keys [t_lo, t_hi], and each row's part of them.
-    const int t_lo = from_ring ? max(k_lo, s_first) : k_lo;
-    const int t_hi = from_ring ? k_hi : min(k_hi, s_last - 1);
+    const int2 tk = attn_prefill_pass_keys(keys, from_ring);
+    const int t_lo = tk.x, t_hi = tk.y;
     int plo[R];
     int phi[R];
     for (uint j = 0; j < R; ++j) {
-      plo[j] = from_ring ? max(lo[j], ring_from[j]) : lo[j];
-      phi[j] = from_ring ? hi[j] : min(hi[j], ring_from[j] - 1);
+      const int2 rk = attn_prefill_row_keys(lo[j], hi[j], ring_from[j], from_ring);
+      plo[j] = rk.x;
+      phi[j] = rk.y;
     }
     // Positions any row of the threadgroup may see, [t_lo, t_hi]. The tiles
     // start at t_lo rounded down to a multiple of 4, so every row visits the

@@ -86,30 +86,24 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     }
   }
 
-  // Positions any row of the threadgroup may see: [k_lo, k_hi].
-  const uint n_tile_queries = min(p.queries_per_tile, p.n_queries - qi0);
-  const int first_q = int(p.q_pos0 + qi0);
-  const int k_hi = first_q + int(n_tile_queries) - 1;
-  const int k_lo = window > 0 ? max(0, first_q - window + 1) : 0;
+  // Positions any row of the threadgroup may see, and the ring's part of them (attention_prefill.h).
+  const AttnTileKeys keys = attn_prefill_tile_keys<Quant>(p, qi0, min(p.queries_per_tile, p.n_queries - qi0));
   const uint slot_stride = p.n_kv_heads * D;
-  const bool res = Quant && p.residual > 0;  // uniform
   const device half* ring_k = (const device half*)ring + kv_head * D;
   const device half* ring_v = ring_k + p.ring_slots * slot_stride;
-  int ring_from[RB];
-  for (uint j = 0; j < RB; ++j)
-    ring_from[j] = res ? int(mkv_params::attn_ring_start(uint(max(hi[j], 0)), p.residual, p.ring_lo)) : hi[j] + 1;
-  const int s_first = res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : k_hi + 1;
-  const int s_last = res ? int(mkv_params::attn_ring_start(uint(k_hi), p.residual, p.ring_lo)) : k_hi + 1;
+  int ring_from[RB];  // each row's first key from the ring
+  for (uint j = 0; j < RB; ++j) ring_from[j] = attn_prefill_ring_from(p, keys, hi[j]);
   const uint n_tokens = p.q_pos0 + p.n_queries;
 
-  for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
+  for (uint pass = 0; pass < (keys.res ? 2u : 1u); ++pass) {
     const bool from_ring = pass == 1;
-    const int t_lo = from_ring ? max(k_lo, s_first) : k_lo;
-    const int t_hi = from_ring ? k_hi : min(k_hi, s_last - 1);
+    const int2 tk = attn_prefill_pass_keys(keys, from_ring);
+    const int t_lo = tk.x, t_hi = tk.y;
     int plo[RB], phi[RB];
     for (uint j = 0; j < RB; ++j) {
-      plo[j] = from_ring ? max(lo[j], ring_from[j]) : lo[j];
-      phi[j] = from_ring ? hi[j] : min(hi[j], ring_from[j] - 1);
+      const int2 rk = attn_prefill_row_keys(lo[j], hi[j], ring_from[j], from_ring);
+      plo[j] = rk.x;
+      phi[j] = rk.y;
     }
     for (int k0 = t_lo & ~7; k0 <= t_hi; k0 += int(BK)) {
       attn_prefill_stage<Quant, D, BK, NS * 32>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,

@@ -9,18 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metalkv._core import ops
-
-from .reference import WTYPES, f32, fit, kernel_bytes, make_weights, matmul, matmul_tolerance
-
-
-def gemm(dev, kernel, x, stored, wtype, n_out, bias=None, y0=None):
-    n_tokens, n_in = x.shape
-    y = dev.buffer_from(y0) if y0 is not None else dev.buffer(n_tokens * n_out * 4)
-    ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(kernel_bytes(wtype, stored)), y,
-               n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
-               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, accumulate=y0 is not None)
-    return f32(y, (n_tokens, n_out))
+from .reference import WTYPES, fit, make_weights, matmul, matmul_tolerance
+from .test_gemm_host import gemm
 
 
 def emulated(dev) -> bool:
