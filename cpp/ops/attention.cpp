@@ -268,16 +268,16 @@ AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   // The device's own shape on the host, where the rows form applies: the same
-  // bits without the rendezvous (metal/attention_decode_rows.h). A query head
-  // is one threadgroup of one thread, which reads the K/V rows itself: the
-  // executor's threads share out heads rather than KV heads (9 over 2 threads
-  // where 3 left one idle half the time). "host" keeps the SIMD-group kernels.
+  // bits without the rendezvous (metal/attention_decode_rows.h). A threadgroup
+  // is one thread with a block of up to attn_decode_rows_heads(D) query heads
+  // of one KV head, which converts each K/V row once for all of them.
+  // "host" keeps the SIMD-group kernels.
   if (host && d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
       !d.residual && !d.logits.buffer && !plan.split) {
     plan.kernel = attention_decode_rows_kernel(d.head_dim);
-    plan.heads_per_block = 1;
-    plan.head_blocks = d.n_q_heads / d.n_kv_heads;
-    plan.threadgroups = d.n_q_heads;
+    head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows_heads(d.head_dim), plan.heads_per_block,
+                plan.head_blocks);
+    plan.threadgroups = d.n_kv_heads * plan.head_blocks;
     plan.threads = 1;
     plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   }

@@ -18,6 +18,16 @@ from devices import host_only, test_device  # tests/ is on sys.path
 pytestmark = host_only
 
 
+def rows_heads(d: int) -> int:
+    """Query heads a thread takes (mkv_params::attn_decode_rows_heads): 4 while
+    their G lane-group states of d floats fit 16 KiB, else 2."""
+    el = d // 4 if (d // 4) % (4 if d <= 64 else 8) == 0 else 16
+    kl = 1
+    while kl * el < d:
+        kl *= 2
+    return 4 if (32 // kl) * d * 4 * 4 <= 16384 else 2
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("ratio", [1, 3, 8, "mqa"])
 @pytest.mark.parametrize("n", [1, 5, 33, 200, 1500])
@@ -29,8 +39,11 @@ def test_rows_equal_the_host_shape(d, ratio, n):
     cache = build_cache(k, v, spare=1)
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
                                      slots=cache.slots, device=dev, split="never")
+    group, most = n_q_heads // n_kv, rows_heads(d)
+    blocks = -(-group // most)
     assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 1
-    assert plan["threadgroups"] == n_q_heads and plan["kv_bytes_read"] == plan["kv_bytes_visible"] * n_q_heads // n_kv
+    assert plan["heads_per_block"] == -(-group // blocks) and plan["threadgroups"] == n_kv * blocks
+    assert plan["kv_bytes_read"] == plan["kv_bytes_visible"] * blocks
     rows = decode(dev, q, cache, n_tokens=n, split="never")
     simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
     assert np.isfinite(simd).all()
