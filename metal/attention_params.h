@@ -95,6 +95,11 @@ constexpr uint32_t attn_decode_rows_heads(uint32_t head_dim) {
   return (32 / attn_decode_key_lanes_for(head_dim, attn_decode_host_lane_elems(head_dim))) * head_dim * 4 * 4 <= 16384
              ? 4 : 2;
 }
+// Its lane groups are split over this many threadgroups (parts of G / parts
+// groups, which the merge tree's first levels join inside a part): 3 KV heads
+// made 3 threadgroups over 2 executor threads, one idle half the time; a
+// second small kernel (attn_decode_rows_merge) joins the parts and finishes.
+MKV_CONSTANT uint32_t kAttnDecodeRowsParts = 2;
 
 // SIMD-groups per threadgroup of the split-K first pass (128 threads): at
 // the ~130-190 registers the decode kernels take, a 128-thread threadgroup

@@ -16,6 +16,7 @@ from .test_attention import HEAD_DIMS, decode, heads, make_inputs
 from devices import host_only, test_device  # tests/ is on sys.path
 
 pytestmark = host_only
+PARTS = 2  # mkv_params::kAttnDecodeRowsParts: threadgroups per head block, each a part of the lane groups
 
 
 def rows_heads(d: int) -> int:
@@ -42,7 +43,8 @@ def test_rows_equal_the_host_shape(d, ratio, n):
     group, most = n_q_heads // n_kv, rows_heads(d)
     blocks = -(-group // most)
     assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 1
-    assert plan["heads_per_block"] == -(-group // blocks) and plan["threadgroups"] == n_kv * blocks
+    assert plan["heads_per_block"] == -(-group // blocks) and plan["threadgroups"] == n_kv * blocks * PARTS
+    assert plan["scratch_bytes"] == n_q_heads * PARTS * (d + 2) * 4 <= plan["scratch_bound"]
     assert plan["kv_bytes_read"] == plan["kv_bytes_visible"] * blocks
     rows = decode(dev, q, cache, n_tokens=n, split="never")
     simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
