@@ -52,6 +52,25 @@ def test_rows_equal_the_host_shape(d, ratio, n):
     np.testing.assert_array_equal(rows, simd)
 
 
+@pytest.mark.parametrize("d", [32, 64, 112, 128, 160, 256])
+@pytest.mark.parametrize("n_q_heads,n_kv", [(10, 2), (12, 2), (14, 2), (7, 1), (16, 1)])
+@pytest.mark.parametrize("n", [2, 31, 777])
+def test_rows_uneven_head_blocks(d, n_q_heads, n_kv, n):
+    """GQA ratios 5, 6, 7, 7 and 16: head blocks of unequal size (a last block
+    with fewer heads than the others) and more blocks than one per KV head."""
+    dev = test_device()
+    rng = np.random.default_rng([d, n_q_heads, n])
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, spare=2)
+    plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
+                                     slots=cache.slots, device=dev, split="never")
+    assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h"
+    rows = decode(dev, q, cache, n_tokens=n, split="never")
+    simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
+    assert np.isfinite(simd).all()
+    np.testing.assert_array_equal(rows, simd)
+
+
 @pytest.mark.parametrize("d", [64, 128, 80, 256])
 @pytest.mark.parametrize("n,window", [(300, 17), (1000, 256), (40, 64)])
 @pytest.mark.parametrize("softcap,sinks", [(0.0, False), (30.0, True), (5.0, False)])
