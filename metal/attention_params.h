@@ -88,9 +88,10 @@ constexpr uint32_t attn_decode_host_lane_elems(uint32_t head_dim) {
 
 // The host's collective-free decode (metal/attention_decode_rows.h, the
 // _rows_h kernels): a thread takes up to attn_decode_rows_heads(D) query heads
-// of one KV head, so each K/V row is converted once for all of them; each
-// head holds G = 32 / key lanes online softmax states of D floats, kept under
-// 16 KiB of the fiber's 64 KiB stack: 4 heads up to D = 128, 2 at 160 .. 256.
+// of one KV head, so each K/V row is converted once for all of them; the
+// heads' G = 32 / key lanes online softmax states of D floats each (a thread
+// holds G / kAttnDecodeRowsParts of them) stay under 16 KiB of the fiber's
+// 64 KiB stack: 4 heads up to D = 128, 2 at 160 .. 256.
 constexpr uint32_t attn_decode_rows_heads(uint32_t head_dim) {
   return (32 / attn_decode_key_lanes_for(head_dim, attn_decode_host_lane_elems(head_dim))) * head_dim * 4 * 4 <= 16384
              ? 4 : 2;
