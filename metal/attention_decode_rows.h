@@ -1,21 +1,46 @@
 // The host executor's decode attention without collectives (the _rows_h
-// kernels of attention_decode_rows.metal, built for the host only): a lane
-// computes one query head's row alone, replaying what the host shape's
-// SIMD-group (attention_decode.h with S = 1 and EL = attn_decode_host_lane_elems)
-// computes for it, value for value: the G lane groups' own online softmax
-// states over their keys (positions i + u*G + g of each block of G * 4), each
-// score as KL lane partials of EL elements summed by the xor butterfly, the
-// groups merged by the same tree at the end, then the one-SIMD-group merge and
-// the finish. Results are bit-identical to the _h kernels; only the
-// rendezvous are gone (2 per row and 32 keys, each 32 fiber switches, made
-// decode at 1.5k tokens twice as slow as at 100). f16 K/V, single pass, no
-// residual window, no logits: the op keeps the _h kernels for the rest.
+// kernels of attention_decode_rows.metal, built for the host only): one
+// thread computes a block of up to R = attn_decode_rows_heads(D) query heads
+// of one KV head alone, replaying what the host shape's SIMD-group
+// (attention_decode.h with S = 1 and EL = attn_decode_host_lane_elems)
+// computes for each of them, value for value: the G lane groups' own online
+// softmax states over their keys (positions i + u*G + g of each block of
+// G * 4), each score as KL lane partials of EL elements summed by the xor
+// butterfly, the groups merged by the same tree at the end, then the
+// one-SIMD-group merge and the finish. Results are bit-identical to the _h
+// kernels; only the rendezvous are gone. f16 K/V, single pass, no residual
+// window, no logits: the op keeps the _h kernels for the rest.
 //
-// Registers are free on the host: a lane holds G states of D floats.
+// Why this shape (docs/ATTENTION.md, "Decode on the host"): the cost is
+// converting K/V from half and the per-element products, so
+//  - a K or V row is converted once for the R heads that read it (a thread per
+//    query head converted it R times), by half4 -> float4 (F16C) loads;
+//  - the R heads' score partials are one float4 (q transposed once, (D, R)):
+//    t_j += q[e][0..3] * k[e], the same sequential sum per head as the
+//    SIMD-group lane's, for 4 heads at once; 4 keys x KL partials in flight;
+//  - V accumulates a float4 of acc at a time across a group's 4 keys:
+//    (((acc * f + p0 v0) + p1 v1) + p2 v2) + p3 v3, the lane's order;
+//  - the G lane groups are cut into kAttnDecodeRowsParts threadgroups (3 KV
+//    heads over 2 executor threads left one idle half the time): a part joins
+//    its groups by the tree's first levels, attn_decode_rows_merge the parts
+//    by the rest, then finishes. The tree pairs aligned blocks, so cutting it
+//    at a level changes no value.
+// Registers are free on the host: a thread holds R x G / parts states of D floats.
 #pragma once
 
 #include "attention_decode.h"  // attn_merge_weight
 #include "kv_table.h"
+
+// A hint to fetch the next block's K/V rows while this block computes: the
+// rows of a long context come from DRAM (30 layers x 1,500 keys of SmolLM2:
+// 35 MB), and a lane group's rows 8 positions apart, 4 of them, defeat the
+// hardware's stream prefetch. MSL has no such hint; these kernels are built
+// for the host only, where it is the compiler's.
+#if defined(__METALKV_HOST__)
+#define MKV_ROWS_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define MKV_ROWS_PREFETCH(p)
+#endif
 
 // The host shape's geometry at head_dim D: elements a lane holds, lanes a key,
 // lane groups (keys a group takes per block: kAttnDecodeBlockKeys).
@@ -31,27 +56,52 @@ struct AttnGroupState {
   float acc[D];
 };
 
-// The score of one key as the host shape's lane group sums it: each of the KL
-// lanes' partial over its EL elements (idle lanes: +0), then the xor
-// butterfly, t_j = t_j + t_{j^x} for x = KL/2 .. 1 (the same value on every
-// lane: addition commutes).
+// The scores of a lane group's 4 keys (K rows at slot[u]) for the block's R <= 4
+// query heads at once, a float4 over the heads per key (qt[e] holds element e
+// of each head's q): each head's score as the host shape's lane group sums
+// it, lane j's partial over its EL elements (idle lanes: +0), then the xor
+// butterfly, t_j = t_j + t_{j^x} for x = KL/2 .. 1 (lane 0's value; every
+// lane's is the same: addition commutes). The 4 keys' KL partials are
+// independent chains, unrolled so that they overlap.
 template <uint D>
-inline float attn_rows_score(thread const float (&q)[D], const device half* k) {
+inline void attn_rows_scores(thread const float4* qt,  // (D): element e of each head's q
+                             const device half* k_base, thread const uint (&slot)[4], uint stride,
+                             thread float4* sh) {  // (4 keys): the heads' scores
   constexpr uint EL = attn_rows_lane_elems(D), KL = attn_rows_key_lanes(D);
-  float t[KL];
-  for (uint j = 0; j < KL; ++j) {
-    float d = 0.0f;
-    if (j * EL < D)
-      for (uint e = 0; e < EL; ++e) d += q[j * EL + e] * float(k[j * EL + e]);
-    t[j] = d;
+  // The keys' rows, converted once for every head, as scalars in memory: each
+  // product then reads its element as a broadcast operand of the multiply.
+  float kr[4][D];
+  MKV_UNROLL for (uint u = 0; u < 4; ++u)
+    MKV_UNROLL for (uint e = 0; e < D; e += 4) {
+      const float4 c = float4(*(const device half4*)(k_base + slot[u] * stride + e));
+      kr[u][e] = c.x;
+      kr[u][e + 1] = c.y;
+      kr[u][e + 2] = c.z;
+      kr[u][e + 3] = c.w;
+    }
+  float4 t[4][KL];
+  MKV_UNROLL for (uint u = 0; u < 4; ++u)
+    MKV_UNROLL for (uint j = 0; j < KL; ++j) t[u][j] = float4(0.0f);
+  // Element e of every lane's piece, then the next: 4 x KL independent sums in flight.
+  MKV_UNROLL for (uint e = 0; e < EL; ++e)
+    MKV_UNROLL for (uint j = 0; j < KL; ++j) {
+      if (j * EL < D) {
+        MKV_UNROLL for (uint u = 0; u < 4; ++u) t[u][j] += qt[j * EL + e] * kr[u][j * EL + e];
+      }
+    }
+  MKV_UNROLL for (uint u = 0; u < 4; ++u) {
+    MKV_UNROLL for (uint x = KL / 2; x > 0; x /= 2) {
+      float4 n[KL];
+      MKV_UNROLL for (uint j = 0; j < KL; ++j) n[j] = t[u][j] + t[u][j ^ x];
+      MKV_UNROLL for (uint j = 0; j < KL; ++j) t[u][j] = n[j];
+    }
+    sh[u] = t[u][0];
   }
-  for (uint x = KL / 2; x > 0; x /= 2) {
-    float n[KL];
-    for (uint j = 0; j < KL; ++j) n[j] = t[j] + t[j ^ x];
-    for (uint j = 0; j < KL; ++j) t[j] = n[j];
-  }
-  return t[0];
 }
+
+// max as fmax computes it (the other operand where one is NaN; which zero of
+// two does not matter here: m only enters as exp2(x - m)), without the libm call.
+inline float attn_rows_max(float a, float b) { return (a > b || isnan(b)) ? a : b; }
 
 // Merges state b into a as the host shape's shuffle step does.
 template <uint D>
@@ -63,19 +113,41 @@ inline void attn_rows_merge(thread AttnGroupState<D>& a, thread const AttnGroupS
   a.m = m_all;
 }
 
+// One lane group's online softmax step over its 4 keys of a block (scores
+// sr, masked), returning the weights of the 4 keys; acc is rescaled later.
+inline float4 attn_rows_softmax_step(thread float& m, thread float& l, float4 sr, thread float& factor) {
+  const float m_new = attn_rows_max(m, attn_rows_max(attn_rows_max(sr.x, sr.y), attn_rows_max(sr.z, sr.w)));
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  factor = exp2(m - m_use);
+  const float4 pr = exp2(sr - m_use);
+  l = l * factor + ((pr.x + pr.y) + (pr.z + pr.w));
+  m = m_new;
+  return pr;
+}
+
+// Where one part's state starts in scratch: (n_q_heads, parts, D + 2) floats, acc then m, l.
+inline uint attn_rows_part(uint d, uint qh, uint part) { return (qh * mkv_params::kAttnDecodeRowsParts + part) * (d + 2); }
+
+// First kernel: threadgroup (head block, part), one thread: the part's lane
+// groups [part * G / P, (part + 1) * G / P) over every visible key, joined by
+// the merge tree's levels inside the part, into parts (attn_rows_part).
 template <uint D>
 inline void attn_decode_rows_body(constant mkv_params::AttnDecode& p,
                                   const device float* q,      // (n_q_heads, D)
                                   const device uchar* kv,     // the layer's pool: K section, V section (f16)
                                   const device uint* table,   // block table: ceil(n_tokens / B) entries
-                                  const device float* sinks,  // (n_q_heads) if has_sinks
-                                  device float* out,          // (n_q_heads, D)
+                                  device float* parts,        // (n_q_heads, parts, D + 2)
                                   uint2 tg, uint lane) {
   constexpr uint G = attn_rows_groups(D), U = mkv_params::kAttnDecodeBlockKeys;
+  constexpr uint R = mkv_params::attn_decode_rows_heads(D);
+  constexpr uint GP = G / mkv_params::kAttnDecodeRowsParts;  // lane groups of a part
+  static_assert(U == 4, "a lane group's keys of a block are one float4");
+  static_assert(GP >= 1 && GP * mkv_params::kAttnDecodeRowsParts == G, "parts split the lane groups evenly");
   constexpr float LOG2E = 1.4426950408889634f;
   const AttnHeadBlock hb = attn_head_block(p, tg.x);
-  if (lane >= hb.count) return;  // no collective below: a finished lane is fine
-  const uint qh = hb.head0 + lane;
+  if (lane != 0) return;  // one thread a threadgroup (the op's plan)
+  const uint rows = min(hb.count, R);
+  const uint g0 = tg.y * GP;
 
   const uint n = p.n_tokens;
   const uint begin = (p.window > 0 && n > p.window) ? n - p.window : 0;
@@ -84,58 +156,119 @@ inline void attn_decode_rows_body(constant mkv_params::AttnDecode& p,
   const float q_scale = capped ? p.scale : p.scale * LOG2E;
   const float cap_out = p.softcap * LOG2E;
   const float cap_in = capped ? 1.0f / p.softcap : 0.0f;
-  float qr[D];
-  for (uint e = 0; e < D; ++e) qr[e] = q[qh * D + e] * q_scale;
+  float4 qt[D];  // (D, heads): element e of each head's q, 0 past the block's heads
+  for (uint e = 0; e < D; ++e) {
+    qt[e] = float4(0.0f);
+    for (uint r = 0; r < rows; ++r) qt[e][r] = q[(hb.head0 + r) * D + e] * q_scale;
+  }
 
   const uint slot_stride = p.n_kv_heads * D;
   const device half* k_base = (const device half*)kv + hb.kv_head * D;
   const device half* v_base = k_base + p.slots * slot_stride;
-  AttnGroupState<D> st[G];
-  for (uint g = 0; g < G; ++g) {
-    st[g].m = -INFINITY;
-    st[g].l = 0.0f;
-    for (uint e = 0; e < D; ++e) st[g].acc[e] = 0.0f;
-  }
+  AttnGroupState<D> st[R][GP];
+  for (uint r = 0; r < rows; ++r)
+    for (uint g = 0; g < GP; ++g) {
+      st[r][g].m = -INFINITY;
+      st[r][g].l = 0.0f;
+      for (uint e = 0; e < D; ++e) st[r][g].acc[e] = 0.0f;
+    }
 
   for (uint i = begin; i < end; i += G * U) {
-    for (uint g = 0; g < G; ++g) {
+    for (uint gp = 0; gp < GP; ++gp) {
+      const uint g = g0 + gp;
       uint slot[U];
-      float4 sr;
-      for (uint u = 0; u < U; ++u) {
-        const uint pos = min(i + u * G + g, end - 1);  // past the end: the last row again, masked
-        slot[u] = kv_slot(table, pos);
-        sr[u] = attn_rows_score<D>(qr, k_base + slot[u] * slot_stride);
-      }
-      if (capped) sr = cap_out * tanh(sr * cap_in);
       float4 valid;
-      for (uint u = 0; u < U; ++u) valid[u] = (i + u * G + g < end) ? 0.0f : -INFINITY;
-      sr += valid;
-      thread AttnGroupState<D>& s = st[g];
-      const float m_new = max(s.m, max(max(sr.x, sr.y), max(sr.z, sr.w)));
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float factor = exp2(s.m - m_use);
-      const float4 pr = exp2(sr - m_use);
-      s.l = s.l * factor + ((pr.x + pr.y) + (pr.z + pr.w));
-      s.m = m_new;
-      for (uint e = 0; e < D; ++e) s.acc[e] *= factor;
       for (uint u = 0; u < U; ++u) {
-        const device half* v = v_base + slot[u] * slot_stride;
-        for (uint e = 0; e < D; ++e) s.acc[e] += pr[u] * float(v[e]);
+        const uint pos = i + u * G + g;
+        slot[u] = kv_slot(table, min(pos, end - 1));  // past the end: the last row again, masked
+        valid[u] = pos < end ? 0.0f : -INFINITY;
+      }
+      for (uint u = 0; u < U; ++u) {  // the same group's rows of the next block
+        const uint ahead = i + G * U + u * G + g;
+        if (ahead < end) {
+          const uint off = kv_slot(table, ahead) * slot_stride;
+          for (uint e = 0; e < D; e += 32) {  // a 64-byte line of 32 halfs
+            MKV_ROWS_PREFETCH(k_base + off + e);
+            MKV_ROWS_PREFETCH(v_base + off + e);
+          }
+        }
+      }
+      float4 sh[U];  // (keys, heads)
+      attn_rows_scores<D>(qt, k_base, slot, slot_stride, sh);
+      // (heads, keys): head r's scores of the 4 keys as the lane group's float4.
+      const float4 lo01 = float4(sh[0].x, sh[1].x, sh[0].y, sh[1].y), hi01 = float4(sh[0].z, sh[1].z, sh[0].w, sh[1].w);
+      const float4 lo23 = float4(sh[2].x, sh[3].x, sh[2].y, sh[3].y), hi23 = float4(sh[2].z, sh[3].z, sh[2].w, sh[3].w);
+      const float4 hs[4] = {float4(lo01.xy, lo23.xy), float4(lo01.zw, lo23.zw), float4(hi01.xy, hi23.xy),
+                            float4(hi01.zw, hi23.zw)};
+      float4 pr[R];
+      float factor[R];
+      for (uint r = 0; r < rows; ++r) {
+        float4 sr = hs[r];
+        if (capped) sr = cap_out * tanh(sr * cap_in);
+        sr += valid;
+        pr[r] = attn_rows_softmax_step(st[r][gp].m, st[r][gp].l, sr, factor[r]);
+      }
+      for (uint e = 0; e < D; e += 4) {
+        const float4 v0 = float4(*(const device half4*)(v_base + slot[0] * slot_stride + e));
+        const float4 v1 = float4(*(const device half4*)(v_base + slot[1] * slot_stride + e));
+        const float4 v2 = float4(*(const device half4*)(v_base + slot[2] * slot_stride + e));
+        const float4 v3 = float4(*(const device half4*)(v_base + slot[3] * slot_stride + e));
+        for (uint r = 0; r < rows; ++r) {
+          thread float* acc = st[r][gp].acc + e;
+          float4 a = float4(acc[0], acc[1], acc[2], acc[3]) * factor[r];
+          a += pr[r].x * v0;
+          a += pr[r].y * v1;
+          a += pr[r].z * v2;
+          a += pr[r].w * v3;
+          acc[0] = a.x;
+          acc[1] = a.y;
+          acc[2] = a.z;
+          acc[3] = a.w;
+        }
       }
     }
   }
 
-  // The lane groups' merge tree (xor partners 1, 2, 4 ... groups apart), as lane group 0 sees it.
-  for (uint x = 1; x < G; x *= 2)
-    for (uint g = 0; g + x < G; g += 2 * x) attn_rows_merge<D>(st[g], st[g + x]);
+  for (uint r = 0; r < rows; ++r) {
+    // The merge tree's levels inside the part (xor partners 1, 2 ... groups
+    // apart), as lane group g0 sees them.
+    for (uint x = 1; x < GP; x *= 2)
+      for (uint g = 0; g + x < GP; g += 2 * x) attn_rows_merge<D>(st[r][g], st[r][g + x]);
+    device float* dst = parts + attn_rows_part(D, hb.head0 + r, tg.y);
+    for (uint e = 0; e < D; ++e) dst[e] = st[r][0].acc[e];
+    dst[D] = st[r][0].m;
+    dst[D + 1] = st[r][0].l;
+  }
+}
 
-  // The one-SIMD-group merge through threadgroup memory, then the finish.
-  const float m_all = max(-INFINITY, st[0].m);
-  const float w = attn_merge_weight(st[0].m, m_all);
-  const float l_all = 0.0f + st[0].l * attn_merge_weight(st[0].m, m_all);
+// Second kernel: threadgroup = query head, one thread: the merge tree's
+// remaining levels over the parts, then the one-SIMD-group merge through
+// threadgroup memory and the finish, as the host shape's lane group 0 does them.
+template <uint D>
+inline void attn_decode_rows_merge_body(constant mkv_params::AttnDecode& p,
+                                        const device float* parts,  // (n_q_heads, parts, D + 2)
+                                        const device float* sinks,  // (n_q_heads) if has_sinks
+                                        device float* out,          // (n_q_heads, D)
+                                        uint qh, uint lane) {
+  constexpr uint P = mkv_params::kAttnDecodeRowsParts;
+  constexpr float LOG2E = 1.4426950408889634f;
+  if (lane != 0) return;
+  AttnGroupState<D> s[P];
+  for (uint k = 0; k < P; ++k) {
+    const device float* src = parts + attn_rows_part(D, qh, k);
+    for (uint e = 0; e < D; ++e) s[k].acc[e] = src[e];
+    s[k].m = src[D];
+    s[k].l = src[D + 1];
+  }
+  for (uint x = 1; x < P; x *= 2)
+    for (uint k = 0; k + x < P; k += 2 * x) attn_rows_merge<D>(s[k], s[k + x]);
+
+  const float m_all = max(-INFINITY, s[0].m);
+  const float w = attn_merge_weight(s[0].m, m_all);
+  const float l_all = 0.0f + s[0].l * attn_merge_weight(s[0].m, m_all);
   const float sink2 = p.has_sinks ? sinks[qh] * LOG2E : 0.0f;
   for (uint e = 0; e < D; ++e) {
-    const float o = 0.0f + st[0].acc[e] * w;
+    const float o = 0.0f + s[0].acc[e] * w;
     out[qh * D + e] = attn_finish_sink<true>(m_all, l_all, o, p.has_sinks != 0, sink2);
   }
 }

@@ -94,6 +94,22 @@ constexpr uint32_t attn_decode_host_lane_elems(uint32_t head_dim) {
   return (head_dim / 4) % attn_decode_lane_elems(head_dim) == 0 ? head_dim / 4 : 16;
 }
 
+// The host's collective-free decode (metal/attention_decode_rows.h, the
+// _rows_h kernels): a thread takes up to attn_decode_rows_heads(D) query heads
+// of one KV head, so each K/V row is converted once for all of them; the
+// heads' G = 32 / key lanes online softmax states of D floats each (a thread
+// holds G / kAttnDecodeRowsParts of them) stay under 16 KiB of the fiber's
+// 64 KiB stack: 4 heads up to D = 128, 2 at 160 .. 256.
+constexpr uint32_t attn_decode_rows_heads(uint32_t head_dim) {
+  return (32 / attn_decode_key_lanes_for(head_dim, attn_decode_host_lane_elems(head_dim))) * head_dim * 4 * 4 <= 16384
+             ? 4 : 2;
+}
+// Its lane groups are split over this many threadgroups (parts of G / parts
+// groups, which the merge tree's first levels join inside a part): 3 KV heads
+// made 3 threadgroups over 2 executor threads, one idle half the time; a
+// second small kernel (attn_decode_rows_merge) joins the parts and finishes.
+MKV_CONSTANT uint32_t kAttnDecodeRowsParts = 2;
+
 // SIMD-groups per threadgroup of the split-K first pass (128 threads): at
 // the ~130-190 registers the decode kernels take, a 128-thread threadgroup
 // fits 3-4 times in a 64K-register SM where a 256-thread one fits once or

@@ -250,6 +250,13 @@ size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
   return size_t(d.n_q_heads) * chunks * (d.head_dim + 2) * sizeof(float);
 }
 
+// Whether the host's rows form may run d (the device picks the host shape):
+// f16 K/V, no residual window, no logits, no variant asked for, not split.
+bool rows_form_applies(const AttentionDesc& d) {
+  return d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
+         !d.residual && !d.logits.buffer;
+}
+
 AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu::Device* dev) {
   AttentionDecodePlan plan;
   const bool host = decode_host_shape(d, dev);
@@ -275,17 +282,20 @@ AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu
   plan.kv_bytes_visible = uint64_t(d.n_kv_heads) * plan.n_keys * kv_head_bytes(d);
   plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   // The device's own shape on the host, where the rows form applies: the same
-  // bits without the rendezvous (metal/attention_decode_rows.h). A query head
-  // is one threadgroup of one thread, which reads the K/V rows itself: the
-  // executor's threads share out heads rather than KV heads (9 over 2 threads
-  // where 3 left one idle half the time). "host" keeps the SIMD-group kernels.
-  if (host && d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
-      !d.residual && !d.logits.buffer && !plan.split) {
+  // bits without the rendezvous (metal/attention_decode_rows.h). A threadgroup
+  // is one thread with a block of up to attn_decode_rows_heads(D) query heads
+  // of one KV head, which converts each K/V row once for all of them, and one
+  // part of the lane groups (kAttnDecodeRowsParts: more threadgroups than the
+  // executor's threads); a second kernel merges the parts. "host" keeps the
+  // SIMD-group kernels.
+  if (host && rows_form_applies(d) && !plan.split) {
+    plan.rows = true;
     plan.kernel = attention_decode_rows_kernel(d.head_dim);
-    plan.heads_per_block = 1;
-    plan.head_blocks = d.n_q_heads / d.n_kv_heads;
-    plan.threadgroups = d.n_q_heads;
+    head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows_heads(d.head_dim), plan.heads_per_block,
+                plan.head_blocks);
+    plan.threadgroups = d.n_kv_heads * plan.head_blocks * mkv_params::kAttnDecodeRowsParts;
     plan.threads = 1;
+    plan.scratch_bytes = scratch_for(d, mkv_params::kAttnDecodeRowsParts);
     plan.kv_bytes_read = plan.kv_bytes_visible * plan.head_blocks;
   }
   return plan;
@@ -314,7 +324,9 @@ size_t attention_decode_scratch_bytes(const AttentionDesc& d) {
   uint32_t chunks = 0;
   if (d.split == AttentionSplit::automatic) chunks = n_keys >= kAttnSplitMinKeys && most >= 2 ? most : 0;
   else if (d.split == AttentionSplit::always) chunks = d.split_chunks ? d.split_chunks : std::max(2u, most);
-  return scratch_for(d, std::min(chunks, n_keys));
+  // The host's rows form (any device: this bound does not know which) keeps its parts' states.
+  const uint32_t parts = d.split != AttentionSplit::always && rows_form_applies(d) ? mkv_params::kAttnDecodeRowsParts : 0;
+  return scratch_for(d, std::max(std::min(chunks, n_keys), parts));
 }
 
 void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d,
@@ -352,6 +364,20 @@ void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
   bind(enc, table, 5);
   bind(enc, ring_or(d, kv), 6);
   bind(enc, p.logits ? d.logits : out, 7);
+  if (plan.rows) {  // the parts' states, then their merge and the finish
+    check_view(op, "scratch (attention_decode_scratch_bytes)", scratch, plan.scratch_bytes, 16);
+    bind(enc, sinks_or_q, 3);
+    bind(enc, out, 4);
+    bind(enc, scratch, 7);
+    enc.dispatch_threadgroups({grid.x, mkv_params::kAttnDecodeRowsParts, 1}, {plan.threads, 1, 1});
+    enc.set_pipeline(dev.pipeline(attention_decode_rows_merge_kernel(d.head_dim)));
+    bind_params(enc, p, 0);
+    bind(enc, scratch, 1);
+    bind(enc, d.has_sinks ? sinks : scratch, 2);
+    bind(enc, out, 3);
+    enc.dispatch_threadgroups({d.n_q_heads, 1, 1}, {1, 1, 1});
+    return;
+  }
   if (!plan.split) {
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);

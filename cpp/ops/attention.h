@@ -114,7 +114,8 @@ struct AttentionDecodePlan {
   uint32_t threadgroups = 0;   // of the first kernel
   uint32_t threads = 0;        // per threadgroup of the first kernel (the shape's SIMD-groups x 32)
   uint32_t wave = 0;           // threadgroups of the split kernel the device runs at once
-  size_t scratch_bytes = 0;    // 0 unless split
+  size_t scratch_bytes = 0;    // 0 unless split or rows
+  bool rows = false;           // the host's rows form: parts + attn_decode_rows_merge_*
   // K/V bytes loaded per step, from the kernel's access pattern: each
   // (KV head, head block, chunk) threadgroup loads the K and V rows of its
   // chunk once and chunks partition the visible range, so read =

@@ -98,9 +98,12 @@ std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t p
          decode_suffix(k, per_block, host);
 }
 
-
 std::string attention_decode_rows_kernel(uint32_t head_dim) {
   return attention_kernel_name("attn_decode_f16", head_dim) + "_rows_h";
+}
+
+std::string attention_decode_rows_merge_kernel(uint32_t head_dim) {
+  return attention_kernel_name("attn_decode_rows_merge", head_dim) + "_h";
 }
 
 std::string attention_reduce_kernel(uint32_t head_dim) { return attention_kernel_name("attn_decode_reduce", head_dim); }
@@ -125,7 +128,10 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   std::set<std::string> names = {kAttnScoresStatsKernel, kAttnScoresAddKernel};
   for (uint32_t d : kAttnHeadDims) {
     names.insert(attention_reduce_kernel(d));
-    if (host_shapes) names.insert(attention_decode_rows_kernel(d));
+    if (host_shapes) {
+      names.insert(attention_decode_rows_kernel(d));
+      names.insert(attention_decode_rows_merge_kernel(d));
+    }
     for (auto [kf, vf] : formats) {
       if (!kv_format_fits(kf, d) || !kv_format_fits(vf, d)) continue;
       for (bool residual : {false, true}) {

@@ -16,6 +16,17 @@ from .test_attention import HEAD_DIMS, decode, heads, make_inputs
 from devices import host_only, test_device  # tests/ is on sys.path
 
 pytestmark = host_only
+PARTS = 2  # mkv_params::kAttnDecodeRowsParts: threadgroups per head block, each a part of the lane groups
+
+
+def rows_heads(d: int) -> int:
+    """Query heads a thread takes (mkv_params::attn_decode_rows_heads): 4 while
+    their G lane-group states of d floats fit 16 KiB, else 2."""
+    el = d // 4 if (d // 4) % (4 if d <= 64 else 8) == 0 else 16
+    kl = 1
+    while kl * el < d:
+        kl *= 2
+    return 4 if (32 // kl) * d * 4 * 4 <= 16384 else 2
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -29,8 +40,31 @@ def test_rows_equal_the_host_shape(d, ratio, n):
     cache = build_cache(k, v, spare=1)
     plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
                                      slots=cache.slots, device=dev, split="never")
+    group, most = n_q_heads // n_kv, rows_heads(d)
+    blocks = -(-group // most)
     assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h" and plan["threads"] == 1
-    assert plan["threadgroups"] == n_q_heads and plan["kv_bytes_read"] == plan["kv_bytes_visible"] * n_q_heads // n_kv
+    assert plan["heads_per_block"] == -(-group // blocks) and plan["threadgroups"] == n_kv * blocks * PARTS
+    assert plan["scratch_bytes"] == n_q_heads * PARTS * (d + 2) * 4 <= plan["scratch_bound"]
+    assert plan["kv_bytes_read"] == plan["kv_bytes_visible"] * blocks
+    rows = decode(dev, q, cache, n_tokens=n, split="never")
+    simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
+    assert np.isfinite(simd).all()
+    np.testing.assert_array_equal(rows, simd)
+
+
+@pytest.mark.parametrize("d", [32, 64, 112, 128, 160, 256])
+@pytest.mark.parametrize("n_q_heads,n_kv", [(10, 2), (12, 2), (14, 2), (7, 1), (16, 1)])
+@pytest.mark.parametrize("n", [2, 31, 777])
+def test_rows_uneven_head_blocks(d, n_q_heads, n_kv, n):
+    """GQA ratios 5, 6, 7, 7 and 16: head blocks of unequal size (a last block
+    with fewer heads than the others) and more blocks than one per KV head."""
+    dev = test_device()
+    rng = np.random.default_rng([d, n_q_heads, n])
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, spare=2)
+    plan = ops.attention_decode_plan(n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n,
+                                     slots=cache.slots, device=dev, split="never")
+    assert plan["kernel"] == f"attn_decode_f16_d{d}_rows_h"
     rows = decode(dev, q, cache, n_tokens=n, split="never")
     simd = decode(dev, q, cache, n_tokens=n, split="never", variant="host")
     assert np.isfinite(simd).all()
