@@ -25,6 +25,8 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
                  const device float* x [[buffer(2)]],      // (n_tokens, n_in)
                  device float* y [[buffer(3)]],            // (n_tokens, n_out)
                  const device float* bias [[buffer(4)]],   // (n_out) if p.flags has kMatmulBias
+                 device float* y2 [[buffer(5)]],           // kMatmulSplit: the second and third
+                 device float* y3 [[buffer(6)]],           // outputs' buffers (gemm_common.h); y if none
                  uint2 tg [[threadgroup_position_in_grid]],
                  uint tid [[thread_index_in_threadgroup]]) {
   // k-major tiles, so the inner loop reads 4 consecutive tokens / rows as one float4.
@@ -93,7 +95,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
     for (uint j = 0; j < 4; ++j) {
       const uint n = n0 + tx * 4 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      device float& out = y[ulong(t) * p.n_out + n];
+      device float& out = gemm_out(p, y, y2, y3, t, n);
       const float v = acc[i][j] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
       out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
     }

@@ -1,5 +1,6 @@
 // What the three prefill gemm shapes (gemm.h, gemm_host.h, gemm_mma.h) share:
-// which weight row each of a tile's kGemmRows rows reads, and the GLU epilogue.
+// which weight row each of a tile's kGemmRows rows reads, where an output goes
+// (one buffer, or three with kMatmulSplit), and the GLU epilogue.
 //
 // A plain tile covers kGemmRows outputs, its row r reading weight row n0 + r.
 // A GLU tile (p.flags has kMatmulSwiglu or kMatmulGeglu; the weight is the
@@ -34,4 +35,14 @@ inline ulong gemm_weight_row(constant mkv_params::Matmul& p, uint tx, uint r) {
 // act(gate) * up, act as the flags say.
 inline float gemm_glu_value(constant mkv_params::Matmul& p, float gate, float up) {
   return ((p.flags & mkv_params::kMatmulSwiglu) ? ActSilu::apply(gate) : ActGeluTanh::apply(gate)) * up;
+}
+
+// Where output (t, n) goes: y (n_tokens, n_out), or with kMatmulSplit the
+// column's own buffer, each token-major with its own width.
+inline device float& gemm_out(constant mkv_params::Matmul& p, device float* y, device float* y2, device float* y3,
+                              uint t, uint n) {
+  if ((p.flags & mkv_params::kMatmulSplit) == 0) return y[ulong(t) * p.n_out + n];
+  if (n < p.split_a) return y[ulong(t) * p.split_a + n];
+  if (n < p.split_b) return y2[ulong(t) * (p.split_b - p.split_a) + (n - p.split_a)];
+  return y3[ulong(t) * (p.n_out - p.split_b) + (n - p.split_b)];
 }

@@ -35,6 +35,8 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
                            const device float* x,     // (n_tokens, n_in)
                            device float* y,           // (n_tokens, n_out)
                            const device float* bias,  // (n_out) if p.flags has kMatmulBias
+                           device float* y2,          // kMatmulSplit's second and third outputs
+                           device float* y3,
                            uint2 tg, uint lane) {
   constexpr uint HR = mkv_params::kGemmHostRows, R4 = HR / 4, C = F::kChunk;
   constexpr uint T = mkv_params::kGemmTokens, S = kGemmHostSlice;
@@ -100,7 +102,7 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
     for (uint j = 0; j < HR; ++j) {
       const uint n = n0 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      device float& out = y[ulong(t) * p.n_out + n];
+      device float& out = gemm_out(p, y, y2, y3, t, n);
       const float v = acc[i][j / 4][j % 4] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
       out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
     }

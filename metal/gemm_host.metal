@@ -12,9 +12,11 @@ MKV_MAX_THREADS(mkv_params::kGemmHostThreads) kernel void gemm_host(constant mkv
                                                                const device float* x [[buffer(2)]],
                                                                device float* y [[buffer(3)]],
                                                                const device float* bias [[buffer(4)]],
+                                                               device float* y2 [[buffer(5)]],
+                                                               device float* y3 [[buffer(6)]],
                                                                uint2 tg [[threadgroup_position_in_grid]],
                                                                uint lane [[thread_index_in_threadgroup]]) {
-  gemm_host_body<F>(p, w, x, y, bias, tg, lane);
+  gemm_host_body<F>(p, w, x, y, bias, y2, y3, tg, lane);
 }
 
 #define MKV_GEMM_HOST_FORMAT(fmt, F) MKV_KERNEL(MKV_STR(gemm_##fmt##_h), gemm_host<F>)

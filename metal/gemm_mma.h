@@ -34,6 +34,8 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           const device float* x,     // (n_tokens, n_in)
                           device float* y,           // (n_tokens, n_out)
                           const device float* bias,  // (n_out) if p.flags has kMatmulBias
+                          device float* y2,          // kMatmulSplit's second and third outputs
+                          device float* y3,
                           threadgroup float* xs,     // (kGemmTokens, kGemmMmaK)
                           threadgroup float* ws,     // (kGemmRows, kGemmMmaK)
                           threadgroup float* ys,     // (kGemmTokens, kGemmRows)
@@ -95,7 +97,7 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
   for (uint i = tid; i < T * R; i += NT) {
     const uint t = t0 + i / R, n = n0 + i % R;
     if (t >= p.n_tokens || n >= p.n_out) continue;
-    device float& out = y[ulong(t) * p.n_out + n];
+    device float& out = gemm_out(p, y, y2, y3, t, n);
     const float v = ys[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
     out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
   }

@@ -11,13 +11,15 @@ MKV_MAX_THREADS(mkv_params::kGemmMmaThreads) kernel void gemm_mma(constant mkv_p
                                                             const device float* x [[buffer(2)]],
                                                             device float* y [[buffer(3)]],
                                                             const device float* bias [[buffer(4)]],
+                                                            device float* y2 [[buffer(5)]],
+                                                            device float* y3 [[buffer(6)]],
                                                             uint2 tg [[threadgroup_position_in_grid]],
                                                             uint tid [[thread_index_in_threadgroup]],
                                                             uint simd [[simdgroup_index_in_threadgroup]]) {
   threadgroup float xs[mkv_params::kGemmTokens * mkv_params::kGemmMmaK];
   threadgroup float ws[mkv_params::kGemmRows * mkv_params::kGemmMmaK];
   threadgroup float ys[mkv_params::kGemmTokens * mkv_params::kGemmRows];
-  gemm_mma_body<F>(p, w, x, y, bias, xs, ws, ys, tg, tid, simd);
+  gemm_mma_body<F>(p, w, x, y, bias, y2, y3, xs, ws, ys, tg, tid, simd);
 }
 
 #define MKV_GEMM_MMA_FORMAT(fmt, F) MKV_KERNEL(MKV_STR(gemm_mma_##fmt), gemm_mma<F>)

@@ -86,11 +86,17 @@ MKV_CONSTANT uint32_t kMatmulAccumulate = 2;  // add to y's contents (a fused re
 // same 32 up rows (gemm_common.h). Neither bias nor accumulate with these.
 MKV_CONSTANT uint32_t kMatmulSwiglu = 4;
 MKV_CONSTANT uint32_t kMatmulGeglu = 8;
+// gemm_* over stacked matrices whose outputs go to three token-major buffers
+// (q, k and v from one [W_q; W_k; W_v]): columns [0, split_a) to y (buffer 3),
+// [split_a, split_b) to y2 (buffer 5), [split_b, n_out) to y3 (buffer 6).
+MKV_CONSTANT uint32_t kMatmulSplit = 16;
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
-  uint32_t flags;  // kMatmulBias | kMatmulAccumulate, or kMatmulSwiglu / kMatmulGeglu (gemm only)
+  uint32_t flags;  // kMatmulBias | kMatmulAccumulate | kMatmulSplit, or kMatmulSwiglu / kMatmulGeglu (gemm only)
+  uint32_t split_a;  // kMatmulSplit: where y2's and y3's columns start
+  uint32_t split_b;
 };
 
 // embedding_*: out[t, :] = table[ids[t], :] * scale.
@@ -139,7 +145,7 @@ struct Softmax {
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::Matmul) == 16, "Matmul params layout");
+static_assert(sizeof(mkv_params::Matmul) == 24, "Matmul params layout");
 static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
 static_assert(sizeof(mkv_params::RmsNorm) == 20, "RmsNorm params layout");
 static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");

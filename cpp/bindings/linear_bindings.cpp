@@ -4,10 +4,14 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "bindings.h"
 #include "ops/elementwise.h"
@@ -85,7 +89,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "matmul",
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
-         const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens) {
+         const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens,
+         std::optional<std::tuple<uint32_t, uint32_t>> split, const BufferPtr& y2, const BufferPtr& y3) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -99,11 +104,17 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.accumulate = accumulate;
         a.gemv_rows = gemv_rows;
         a.gemv_tokens = gemv_tokens;
+        if (split) {
+          std::tie(a.split_a, a.split_b) = *split;
+          if (a.split_a == 0) ops::fail("matmul", "split=(split_a, split_b) needs split_a > 0");
+          a.y2 = {y2};
+          a.y3 = {y3};
+        }
         run_compute(d, [&](gpu::ComputeEncoder& enc) { ops::matmul(*d.device, enc, a); });
       },
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
-      "gemv_tokens"_a = 0,
+      "gemv_tokens"_a = 0, "split"_a = nb::none(), "y2"_a.none() = nb::none(), "y3"_a.none() = nb::none(),
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
@@ -117,7 +128,9 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "8 for f16), or 1 / 2 / 4 (the GPU shapes) / 8 / 32 to run that variant. gemv_tokens: tokens a\n"
       "threadgroup computes with one weight pass, 0 for the device's choice (1 for one token; else 8 on\n"
       "the host executor with rows 8 or 32, 4 on GPUs with rows 1 or 2); every token's outputs are\n"
-      "bit-identical whatever it is.");
+      "bit-identical whatever it is. split=(split_a, split_b) with y2, y3 (gemm kernels): w stacks three\n"
+      "matrices (q, k, v) and y takes columns [0, split_a), y2 [split_a, split_b), y3 the rest, each\n"
+      "(n_tokens, its columns).");
 
   m.def(
       "matmul_glu",

@@ -104,16 +104,36 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   gpu::Device& dev = *device_;
   const size_t Q = size_t(m.n_heads) * m.head_dim, KV = size_t(m.n_kv_heads) * m.head_dim;
   // Decode rows take q/k/v from one stacked gemv, (D, Q + 2 KV) in ws.qkv();
-  // prefill rows from three gemms into ws.q/k/v (token-major).
+  // prefill rows from one gemm over the same stack whose epilogue sends the
+  // columns to ws.q/k/v (token-major); without the stack, three of each.
   const bool stacked = rows.decode && L.qkv.view.buffer;
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
     StepRows separate = rows;
+    const Weight* qkv_bias = L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr;
     if (stacked) {
-      linear_rows(enc, row(ws.h(), rows.prefill, H), L.qkv, L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr, ws.qkv(),
-                  rows.decode, ops::MatmulKernel::gemv, false);
+      linear_rows(enc, row(ws.h(), rows.prefill, H), L.qkv, qkv_bias, ws.qkv(), rows.decode, ops::MatmulKernel::gemv,
+                  false);
       separate.decode = 0;
+    }
+    if (rows.prefill && L.qkv.view.buffer) {
+      ops::MatmulArgs a;
+      a.x = ws.h();
+      a.w = L.qkv.view;
+      a.y = ws.q();
+      a.y2 = ws.k();
+      a.y3 = ws.v();
+      if (qkv_bias) a.bias = qkv_bias->view;
+      a.n_tokens = rows.prefill;
+      a.n_in = H;
+      a.n_out = uint32_t(Q + 2 * KV);
+      a.split_a = uint32_t(Q);
+      a.split_b = uint32_t(Q + KV);
+      a.wtype = L.qkv.type;
+      a.kernel = ops::MatmulKernel::gemm;
+      ops::matmul(dev, enc, a);
+      separate.prefill = 0;
     }
     if (separate.prefill + separate.decode) {
       linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), separate);

@@ -215,6 +215,23 @@ void dispatch_gemv(gpu::ComputeEncoder& enc, uint32_t rows, uint32_t tokens, uin
   enc.dispatch_threadgroups({ceil_div(n_out, rows * simds), ceil_div(n_tokens, tokens), 1}, {32 * simds, 1, 1});
 }
 
+// A split's three outputs: 0 < split_a < split_b < n_out, each (n_tokens, its
+// columns) float32, none overlapping x.
+void check_split_outputs(const MatmulArgs& a, size_t x_bytes) {
+  if (!(a.split_a < a.split_b && a.split_b < a.n_out))
+    fail(kOp, "split_a and split_b must cut n_out in three: 0 < split_a < split_b < n_out, got " +
+                  std::to_string(a.split_a) + ", " + std::to_string(a.split_b) + " of " + std::to_string(a.n_out));
+  const size_t row = size_t(a.n_tokens) * 4;
+  const struct { const char* what; const BufferView& v; size_t bytes; } outs[] = {
+      {"y (n_tokens, split_a) float32", a.y, row * a.split_a},
+      {"y2 (n_tokens, split_b - split_a) float32", a.y2, row * (a.split_b - a.split_a)},
+      {"y3 (n_tokens, n_out - split_b) float32", a.y3, row * (a.n_out - a.split_b)}};
+  for (const auto& o : outs) {
+    check_view(kOp, o.what, o.v, o.bytes, 4);
+    check_no_overlap(kOp, a.x, x_bytes, o.v, o.bytes);
+  }
+}
+
 }  // namespace
 
 void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) {
@@ -225,14 +242,20 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   check_view(kOp, "x (n_tokens, n_in) float32", a.x, x_bytes, 16);
   check_view(kOp, ("w (n_out, n_in) " + std::string(weight_type_name(a.wtype))).c_str(), a.w,
              w_bytes, weight_align(a.wtype));
-  check_view(kOp, "y (n_tokens, n_out) float32", a.y, y_bytes, 4);
-  check_no_overlap(kOp, a.x, x_bytes, a.y, y_bytes);
+  const bool split = a.split_a != 0;
+  if (split) {
+    check_split_outputs(a, x_bytes);
+  } else {
+    check_view(kOp, "y (n_tokens, n_out) float32", a.y, y_bytes, 4);
+    check_no_overlap(kOp, a.x, x_bytes, a.y, y_bytes);
+  }
   const bool has_bias = a.bias.buffer != nullptr;
   if (has_bias) check_view(kOp, "bias (n_out) float32", a.bias, size_t(a.n_out) * 4, 4);
 
   // 2. Pick the kernel.
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
+  if (split && gemv) fail(kOp, "split outputs (split_a) need a gemm kernel: kernel='gemm' and more than one token");
   const uint32_t tokens = gemv ? pick_gemv_tokens(kOp, device, a.gemv_tokens, a.gemv_rows, a.n_tokens) : 0;
   const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens, tokens) : 0;
   const GemmShape shape = gemv ? GemmShape::gpu : gemm_shape(device, a.kernel);
@@ -242,14 +265,18 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
-                         (a.accumulate ? mkv_params::kMatmulAccumulate : 0u);
-  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags};
+                         (a.accumulate ? mkv_params::kMatmulAccumulate : 0u) | (split ? mkv_params::kMatmulSplit : 0u);
+  const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags, a.split_a, a.split_b};
   enc.set_pipeline(pipeline);
   bind_params(enc, p, 0);
   bind(enc, a.w, 1);
   bind(enc, a.x, 2);
   bind(enc, a.y, 3);
   bind(enc, has_bias ? a.bias : a.x, 4);
+  if (!gemv) {  // without a split, y stands in for the second and third outputs (never written)
+    bind(enc, split ? a.y2 : a.y, 5);
+    bind(enc, split ? a.y3 : a.y, 6);
+  }
   if (gemv) {
     dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
   } else {
@@ -279,6 +306,8 @@ void matmul_glu(gpu::Device& device, gpu::ComputeEncoder& enc, const GluArgs& a)
     bind(enc, a.x, 2);
     bind(enc, a.y, 3);
     bind(enc, a.x, 4);  // no bias: a placeholder, never read
+    bind(enc, a.y, 5);  // no split: placeholders, never written
+    bind(enc, a.y, 6);
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows / 2), ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},
                               {gemm_threads(shape), 1, 1});
     return;

@@ -45,6 +45,13 @@ struct MatmulArgs {
   uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (gemv_rows()), or 1, 2, 4, 8, 32
   uint32_t gemv_tokens = 0; // gemv tokens per threadgroup: 0 = the device's (gemv_tokens()), 1, or
                             // kGemvTokensHost (rows 8 or 32) / kGemvTokensGpu (rows 1 or 2)
+  // A gemm over stacked matrices into three token-major outputs (q, k, v from
+  // [W_q; W_k; W_v]): split_a > 0 sends columns [0, split_a) to y, [split_a,
+  // split_b) to y2 and [split_b, n_out) to y3. Gemm kernels only.
+  uint32_t split_a = 0;
+  uint32_t split_b = 0;
+  BufferView y2;
+  BufferView y3;
 };
 
 // Rows per SIMD-group of the gemv a device runs best, the one place that
