@@ -275,10 +275,15 @@ def statement_start(text: str, pos: int) -> bool:
     return True
 
 
+# `threadgroup T* p = ...;` or `threadgroup T& r = ...;`: a thread variable that
+# points into threadgroup memory, not a threadgroup variable.
+TG_POINTER = re.compile(r"threadgroup\s+[^;=\[{}]*[*&]")
+
+
 def threadgroup_declarations(src: Source) -> list[ThreadgroupDecl]:
     text, decls, last = src.text, [], 0
     for m in re.finditer(r"\bthreadgroup\b", text):
-        if m.start() < last or not statement_start(text, m.start()):
+        if m.start() < last or not statement_start(text, m.start()) or TG_POINTER.match(text, m.start()):
             continue
         d = TG_DECL.match(text, m.start())
         file, line = src.where(m.start())

@@ -174,3 +174,16 @@ def test_a_kernel_file_compiles_with_nvcc(tmp_path, name):
                          capture_output=True, text=True, env=_env_without_preload())
     assert res.returncode == 0, res.stderr
     assert "warning" not in res.stderr, res.stderr
+
+
+def test_pointers_into_threadgroup_memory_are_thread_variables():
+    """`threadgroup float* p = ...;` declares a pointer in thread space, not a
+    threadgroup variable: both passes leave it as it is (an array is rewritten)."""
+    text = ("kernel void k(device float* out) {\n"
+            "  threadgroup float tile[64];\n"
+            "  threadgroup float* half_tile = tile + 32;\n"
+            "  threadgroup float& first = tile[0];\n"
+            "  out[0] = half_tile[0] + first;\n"
+            "}\n")
+    decls = kernel_source.threadgroup_declarations(kernel_source.Source(text, str(ROOT)))
+    assert [(d.name, d.type, d.dims) for d in decls] == [("tile", "float", "[64]")]
