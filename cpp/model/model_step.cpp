@@ -141,7 +141,9 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), separate);
     }
     if (m.qk_norm) {
-      const uint32_t n = separate.prefill + separate.decode;
+      // ws.q/k hold the prefill rows (from the split gemm or three) and the
+      // decode rows that did not take the stacked gemv, after them.
+      const uint32_t n = rows.prefill + separate.decode;
       if (n) {
         norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
         norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);

@@ -104,8 +104,8 @@ def test_gemv_f16_matches_numpy(dev, rows, cols):
     rng = np.random.default_rng(rows * cols)
     w = rng.uniform(-1, 1, (rows, cols)).astype(np.float16)
     x = rng.uniform(-1, 1, cols).astype(np.float32)
-    # mkv_params::Matmul {n_tokens, n_in, n_out, has_bias}; no bias: x stands in at index 4
-    params = np.array([1, cols, rows, 0], np.uint32).tobytes()
+    # mkv_params::Matmul {n_tokens, n_in, n_out, flags, split_a, split_b}; no bias: x stands in at index 4
+    params = np.array([1, cols, rows, 0, 0, 0], np.uint32).tobytes()
     groups = -(-rows // 16)  # 2 SIMD-groups x 8 rows per threadgroup
     *_, y, _ = run(dev, "gemv_f16", [params, w, x, np.zeros(rows, np.float32), x], groups, 64)
     ref = w.astype(np.float64) @ x.astype(np.float64)
