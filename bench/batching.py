@@ -6,6 +6,7 @@ generated token, and time to first token with a cached system prompt.
     python bench/batching.py --batches 1,4,16,64 --new-tokens 16 --json out.json
     python bench/batching.py --model DIR --device cuda        # any model directory or GGUF on a GPU
     python bench/batching.py --random-llama 8b --device cuda  # a random Llama-3-8B shape (needs torch)
+    python bench/batching.py --modes invariant,gemm           # batch-invariant steps beside decode rows in the gemm
 
 1. Throughput: for each N in --batches, N different prompts of --prompt random ids go
    in as one generate_ids list (greedy, 1 token each: the prefill), each into a cache of
@@ -19,7 +20,10 @@ generated token, and time to first token with a cached system prompt.
    gemv_tokens(N) sequences (ops.gemv_tokens: 1 for one, 8 on the host executor, 4 on
    GPUs), the embedding one row per sequence: (matrix bytes * ceil(N / T) + N rows) / N.
    Loads, not DRAM reads: on a GPU the threadgroups of one row block run close together
-   and some of their loads hit L2.
+   and some of their loads hit L2. Mode 'gemm' (Engine.load(batch_invariant=False)): from
+   the device's gemm_decode_rows sequences on, the projections run as a gemm that loads a
+   matrix once per 32 sequences (its tile). --modes runs each mode with its own engine, one
+   after the other, in the same process.
 3. Time to first token of a request whose --system-tokens system prompt is in the
    prefix cache vs not: the same request (system prompt + its own 24 ids) after one
    other request with that system prompt, with prefix_cache on and off (median of
@@ -53,6 +57,8 @@ def parse_args(argv=None):
                     help="build a random-weight Llama shape with transformers (bench/gpu/engine.py) and use it")
     ap.add_argument("--device", default="host")
     ap.add_argument("--batches", default="1,4,16,64")
+    ap.add_argument("--modes", default="invariant",
+                    help="comma-separated: 'invariant' (the default engine), 'gemm' (batch_invariant=False)")
     ap.add_argument("--prompt", type=int, default=32, help="prompt ids per sequence")
     ap.add_argument("--new-tokens", type=int, default=16, help="greedy tokens per sequence")
     ap.add_argument("--system-tokens", type=int, default=1000)
@@ -114,8 +120,9 @@ def throughput(eng, n: int, a) -> dict:
     eng.generate_ids(prompts(n, a.prompt, vocab, 200 + n), max_tokens=a.new_tokens, **kw)
     wall = time.perf_counter() - t0
     whole, row = matrix_bytes(eng)
-    per_pass = ops.gemv_tokens(eng.device, n)
-    return {"sequences": n, "decode_wall_s": decode_wall, "decode_tok_s": n * a.new_tokens / decode_wall,
+    gemm_rows = eng.device.properties["gemm_decode_rows"]
+    per_pass = 32 if not eng.batch_invariant and gemm_rows and n >= gemm_rows else ops.gemv_tokens(eng.device, n)
+    return {"sequences": n, "batch_invariant": eng.batch_invariant, "decode_wall_s": decode_wall, "decode_tok_s": n * a.new_tokens / decode_wall,
             "decode_max_batch": st["max_batch"], "end_to_end_wall_s": wall,
             "end_to_end_tok_s": eng.last_stats["generated_tokens"] / wall, "gemv_tokens": per_pass,
             "weight_bytes_per_token": (whole * math.ceil(n / per_pass) + n * row) / n}
@@ -145,19 +152,29 @@ def ttft(eng, a) -> dict:
 def main(argv=None) -> int:
     a = parse_args(argv)
     model = str(random_llama(a.random_llama, a.device)) if a.random_llama else a.model
-    t0 = time.perf_counter()
     batches = [int(x) for x in a.batches.split(",")]
-    eng = metalkv.Engine.load(model, device=a.device, context=max(a.context, a.system_tokens + 64),
-                              max_seqs=max(batches))
-    load_s = time.perf_counter() - t0
-    rows = [throughput(eng, n, a) for n in batches]
-    cache = ttft(eng, a) if a.system_tokens else {}
-    base = rows[0]["decode_tok_s"]
-    print(f"{eng.device.name}; {model or 'default model'}; prompt {a.prompt}, {a.new_tokens} new tokens each; "
-          f"load {load_s:.1f} s")
-    print(f"{'sequences':>10}{'decode tok/s':>14}{'speedup':>9}{'end-to-end tok/s':>18}{'weight MB/token':>17}")
+    modes = a.modes.split(",")
+    if any(m not in ("invariant", "gemm") for m in modes):
+        raise SystemExit(f"--modes {a.modes}: expected 'invariant' and/or 'gemm'")
+    rows, cache = [], {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        eng = metalkv.Engine.load(model, device=a.device, context=max(a.context, a.system_tokens + 64),
+                                  max_seqs=max(batches), batch_invariant=mode == "invariant")
+        load_s = time.perf_counter() - t0
+        rows += [throughput(eng, n, a) for n in batches]
+        if not cache and a.system_tokens:
+            cache = ttft(eng, a)
+        device = eng.device
+        del eng
+    base = {r["batch_invariant"]: r["decode_tok_s"] for r in rows[::-1]}  # each mode's first row
+    print(f"{device.name} (gemm_decode_rows {device.properties['gemm_decode_rows']}); {model or 'default model'}; "
+          f"prompt {a.prompt}, {a.new_tokens} new tokens each; load {load_s:.1f} s")
+    print(f"{'mode':>10}{'sequences':>10}{'decode tok/s':>14}{'speedup':>9}{'end-to-end tok/s':>18}"
+          f"{'weight MB/token':>17}")
     for r in rows:
-        print(f"{r['sequences']:>10}{r['decode_tok_s']:>14.2f}{r['decode_tok_s'] / base:>9.2f}"
+        print(f"{'invariant' if r['batch_invariant'] else 'gemm':>10}{r['sequences']:>10}{r['decode_tok_s']:>14.2f}"
+              f"{r['decode_tok_s'] / base[r['batch_invariant']]:>9.2f}"
               f"{r['end_to_end_tok_s']:>18.2f}{r['weight_bytes_per_token'] / 1e6:>17.2f}")
     if cache:
         print(f"time to first token, {a.system_tokens}-token system prompt + 24: "
@@ -165,7 +182,7 @@ def main(argv=None) -> int:
               f"not cached {cache['ttft_uncached_s'] * 1e3:.1f} ms")
     if a.json:
         Path(a.json).write_text(json.dumps({
-            "date": datetime.date.today().isoformat(), "machine": platform.node(), "device": eng.device.name,
+            "date": datetime.date.today().isoformat(), "machine": platform.node(), "device": device.name,
             "model": model or "default", "args": vars(a), "load_s": load_s, "rows": rows, "ttft": cache}, indent=1))
     return 0
 

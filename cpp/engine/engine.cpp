@@ -10,8 +10,9 @@ namespace {
 [[noreturn]] void fail(const std::string& m) { ops::fail("engine", m); }
 std::string str(int64_t v) { return std::to_string(v); }
 
-SchedulerOptions scheduler_options(const EngineOptions& o) {
-  return {o.prefill_chunk, o.max_seqs, o.step_tokens ? o.step_tokens : o.prefill_chunk + o.max_seqs};
+SchedulerOptions scheduler_options(const EngineOptions& o, const gpu::Device& device) {
+  return {o.prefill_chunk, o.max_seqs, o.step_tokens ? o.step_tokens : o.prefill_chunk + o.max_seqs,
+          o.batch_invariant ? 0 : device.properties().gemm_decode_rows};
 }
 
 }  // namespace
@@ -63,7 +64,7 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
         device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
                                         c.capacity, c.max_chunk, memory));
   }
-  scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_));
+  scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_, *device_));
 }
 
 std::unique_ptr<kv::KvCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {

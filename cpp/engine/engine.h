@@ -38,6 +38,11 @@ struct EngineOptions {
   // capacity; kv::kKvMemoryAuto: auto_kv_memory()). With a policy a cache keeps
   // its budget in its full layers, whatever capacity it asks for.
   kv::KvOptions kv;
+  // true: a sequence's logits are bit-identical alone and in a batch
+  // (docs/BATCHING.md). false: a step with at least the device's
+  // gemm_decode_rows decoding sequences runs their projections as a gemm
+  // (Model::encode_step), faster with many sequences, equal only to rounding.
+  bool batch_invariant = true;
 };
 
 inline constexpr uint32_t kMaxSeqs = 4096;

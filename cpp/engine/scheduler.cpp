@@ -24,7 +24,8 @@ Scheduler::Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> 
     : device_(device),
       model_(model),
       options_(options),
-      runner_(device, model, options.step_tokens, std::max(options.prefill_chunk, options.max_seqs)) {
+      runner_(device, model, options.step_tokens, std::max(options.prefill_chunk, options.max_seqs),
+              options.gemm_decode_rows) {
   if (options_.prefill_chunk == 0 || options_.max_seqs == 0)
     ops::fail("engine", "prefill_chunk and max_seqs must be at least 1");
   if (options_.step_tokens < options_.max_seqs + std::min(options_.prefill_chunk, 2u))

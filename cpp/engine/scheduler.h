@@ -50,6 +50,7 @@ struct SchedulerOptions {
   uint32_t prefill_chunk = 128;  // most prompt tokens of one job in one step
   uint32_t max_seqs = 64;        // jobs running at once (decoding or prefilling)
   uint32_t step_tokens = 192;    // rows one step may feed (the token budget)
+  uint32_t gemm_decode_rows = 0;  // Model::encode_step's: 0 keeps batch invariance
 };
 
 // One call: what it feeds and how it samples. The cache must stay alive, and

@@ -6,11 +6,12 @@
 namespace mkv::engine {
 
 StepRunner::StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t step_rows,
-                       uint32_t logit_rows)
+                       uint32_t logit_rows, uint32_t gemm_decode_rows)
     : device_(std::move(device)),
       model_(std::move(model)),
       queue_(device_->new_command_queue()),
-      ws_(*device_, model_->spec(), step_rows, logit_rows) {
+      ws_(*device_, model_->spec(), step_rows, logit_rows),
+      gemm_decode_rows_(gemm_decode_rows) {
   tokens_ = device_->new_buffer(size_t(logit_rows) * sizeof(int32_t));
   work_ = device_->new_buffer(size_t(logit_rows) * model_->spec().vocab * sizeof(float));
 }
@@ -24,7 +25,7 @@ gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const
   gpu::Counters counters;
   {
     kv::EncoderSession session(*queue_);  // the model commits every few layers (Model::encode_step)
-    model_->encode_step(session, ws_, segments);
+    model_->encode_step(session, ws_, segments, gemm_decode_rows_);
     gpu::ComputeEncoder& enc = session.compute();
     for (uint32_t r = 0; r < samplers.size(); ++r) {
       const Sampler& s = samplers[r];

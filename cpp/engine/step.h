@@ -25,9 +25,10 @@ struct Sampler {
 class StepRunner {
  public:
   // step_rows: rows (tokens) a step may feed, the scheduler's step_tokens
-  // (not a call's max_tokens); logit_rows: rows of logits (and samplers) a step may make.
+  // (not a call's max_tokens); logit_rows: rows of logits (and samplers) a step
+  // may make; gemm_decode_rows: Model::encode_step's (0: batch-invariant steps).
   StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, uint32_t step_rows,
-             uint32_t logit_rows);
+             uint32_t logit_rows, uint32_t gemm_decode_rows = 0);
 
   uint32_t step_rows() const { return ws_.step_rows(); }
   uint32_t logit_rows() const { return ws_.logit_rows(); }
@@ -49,6 +50,7 @@ class StepRunner {
   model::Workspace ws_;
   gpu::BufferPtr tokens_;  // (logit_rows) int32: the sampled ids
   gpu::BufferPtr work_;    // (logit_rows, vocab) float: each sampler's scratch
+  uint32_t gemm_decode_rows_;
 };
 
 }  // namespace mkv::engine

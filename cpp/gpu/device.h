@@ -87,6 +87,12 @@ struct DeviceProperties {
   // Elsewhere the matrices work (the host's and the CUDA device's preludes) but
   // are emulated: the ops keep their SIMD shapes and tests run gemm_mma.
   bool matrix_units = false;
+  // Decoding sequences from which a step's projections run faster as one gemm
+  // than as the several-token gemv, measured per device (docs/BATCHING.md
+  // "Decode rows in the gemm"); taken only by an engine that gives up batch
+  // invariance (EngineOptions::batch_invariant). 0: never (the gemm does not
+  // win at any count on this device).
+  uint32_t gemm_decode_rows = 0;
 };
 
 class Pipeline {

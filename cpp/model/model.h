@@ -91,7 +91,16 @@ class Model {
   // buffer), so the GPU starts on the first layers while the rest are encoded:
   // on an H200, encoding and launching an 8B step's 324 dispatches took about
   // as long as running them.
-  void encode_step(kv::EncoderSession& session, Workspace& ws, const std::vector<Segment>& segments) const;
+  //
+  // gemm_decode_rows: 0 (the default) keeps batch invariance: the one-token
+  // rows' projections run as the several-token gemv, whose sums for a row are
+  // those of the row alone. n >= 1: when a step has at least n one-token rows,
+  // their projections (the lm_head's sampled rows too) join the gemm, which
+  // reads each weight once per tile of 32 rows instead of once per few tokens:
+  // more tokens a second, but a row's sums then differ in their last bits from
+  // the same row decoded alone (EngineOptions::batch_invariant).
+  void encode_step(kv::EncoderSession& session, Workspace& ws, const std::vector<Segment>& segments,
+                   uint32_t gemm_decode_rows = 0) const;
   // Rows of logits a step writes (what ws.logits() then holds).
   static uint32_t logit_rows(const std::vector<Segment>& segments);
   static constexpr uint32_t kLayersPerCommandBuffer = 4;
@@ -107,19 +116,24 @@ class Model {
   };
   void stack_layer(const std::string& prefix, Layer& L);
   const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
-  // The rows of a step: multi-token segments' rows [0, prefill), one-token ones after.
+  // The rows of a step: multi-token segments' rows [0, prefill), one-token ones
+  // after. Projections: rows [0, gemm) through the gemm, [gemm, gemm + gemv)
+  // (one-token rows) through the several-token gemv.
   struct StepRows {
     uint32_t prefill = 0;
     uint32_t decode = 0;
+    uint32_t gemm = 0;
+    uint32_t gemv = 0;
+    bool sampled_gemm = false;    // the lm_head's sampled rows through the gemm too
     std::vector<uint32_t> first;  // per segment: its first row
   };
-  StepRows check_step(const Workspace& ws, const std::vector<Segment>& segments) const;
+  StepRows check_step(const Workspace& ws, const std::vector<Segment>& segments, uint32_t gemm_decode_rows) const;
   void encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs, const StepRows& rows,
                     uint32_t l) const;
   void encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,
                      const StepRows& rows) const;
-  // y = x W (+ bias) over a step's rows: a gemm over the prefill rows, a gemv
-  // over the one-token rows (rows of x and y at the same indices).
+  // y = x W (+ bias) over a step's rows: a gemm over rows.gemm, a gemv over
+  // rows.gemv after them (rows of x and y at the same indices).
   void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
               const ops::BufferView& y, const StepRows& rows, bool accumulate = false) const;
   void linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,

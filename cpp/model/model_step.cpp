@@ -7,7 +7,9 @@
 // several-token gemv over the decode rows (each weight read once per step, or
 // once per kGemvTokens decode rows); the store and attention run per segment.
 // What a row computes never depends on the other rows, so a sequence decoded
-// in a batch is bit-identical to the same sequence decoded alone.
+// in a batch is bit-identical to the same sequence decoded alone. Unless the
+// caller opts out (gemm_decode_rows): then a step's decode rows, when there
+// are enough of them, join the prefill rows' gemm (StepRows::gemm).
 #include "model/model.h"
 
 #include <algorithm>
@@ -33,7 +35,8 @@ uint32_t Model::logit_rows(const std::vector<Segment>& segments) {
   return n;
 }
 
-Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment>& segs) const {
+Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment>& segs,
+                                  uint32_t gemm_decode_rows) const {
   if (segs.empty()) fail("a step needs at least one segment");
   StepRows rows;
   uint64_t total = 0;
@@ -55,6 +58,10 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
   if (logit_rows(segs) > ws.logit_rows())
     fail("a step writes at most " + str(ws.logit_rows()) + " rows of logits, got " + str(logit_rows(segs)));
   // (each segment's stores: check_segment, run by the caller before the step)
+  const bool join = gemm_decode_rows && rows.decode >= gemm_decode_rows;
+  rows.gemm = rows.prefill + (join ? rows.decode : 0);
+  rows.gemv = rows.prefill + rows.decode - rows.gemm;
+  rows.sampled_gemm = gemm_decode_rows && logit_rows(segs) >= gemm_decode_rows;
   return rows;
 }
 
@@ -85,10 +92,10 @@ void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, cons
 void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
                    const ops::BufferView& y, const StepRows& rows, bool accumulate) const {
   const size_t in = w.cols(), out = w.rows();
-  if (rows.prefill) linear_rows(enc, x, w, bias, y, rows.prefill, ops::MatmulKernel::gemm, accumulate);
-  if (rows.decode)
-    linear_rows(enc, row(x, rows.prefill, in), w, bias, row(y, rows.prefill, out), rows.decode,
-                ops::MatmulKernel::gemv, accumulate);
+  if (rows.gemm) linear_rows(enc, x, w, bias, y, rows.gemm, ops::MatmulKernel::gemm, accumulate);
+  if (rows.gemv)
+    linear_rows(enc, row(x, rows.gemm, in), w, bias, row(y, rows.gemm, out), rows.gemv, ops::MatmulKernel::gemv,
+                accumulate);
 }
 
 void Model::norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const ops::BufferView& out,
@@ -103,21 +110,22 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   const uint32_t H = m.hidden, n_rows = rows.prefill + rows.decode;
   gpu::Device& dev = *device_;
   const size_t Q = size_t(m.n_heads) * m.head_dim, KV = size_t(m.n_kv_heads) * m.head_dim;
-  // Decode rows take q/k/v from one stacked gemv, (D, Q + 2 KV) in ws.qkv();
-  // prefill rows from one gemm over the same stack whose epilogue sends the
-  // columns to ws.q/k/v (token-major); without the stack, three of each.
-  const bool stacked = rows.decode && L.qkv.view.buffer;
+  // The gemv's rows take q/k/v from one stacked gemv, (rows.gemv, Q + 2 KV)
+  // in ws.qkv(); the gemm's rows from one gemm over the same stack whose
+  // epilogue sends the columns to ws.q/k/v (token-major); without the stack,
+  // three of each.
+  const bool stacked = rows.gemv && L.qkv.view.buffer;
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
     StepRows separate = rows;
     const Weight* qkv_bias = L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr;
     if (stacked) {
-      linear_rows(enc, row(ws.h(), rows.prefill, H), L.qkv, qkv_bias, ws.qkv(), rows.decode, ops::MatmulKernel::gemv,
+      linear_rows(enc, row(ws.h(), rows.gemm, H), L.qkv, qkv_bias, ws.qkv(), rows.gemv, ops::MatmulKernel::gemv,
                   false);
-      separate.decode = 0;
+      separate.gemv = 0;
     }
-    if (rows.prefill && L.qkv.view.buffer) {
+    if (rows.gemm && L.qkv.view.buffer) {
       ops::MatmulArgs a;
       a.x = ws.h();
       a.w = L.qkv.view;
@@ -125,7 +133,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       a.y2 = ws.k();
       a.y3 = ws.v();
       if (qkv_bias) a.bias = qkv_bias->view;
-      a.n_tokens = rows.prefill;
+      a.n_tokens = rows.gemm;
       a.n_in = H;
       a.n_out = uint32_t(Q + 2 * KV);
       a.split_a = uint32_t(Q);
@@ -133,22 +141,22 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       a.wtype = L.qkv.type;
       a.kernel = ops::MatmulKernel::gemm;
       ops::matmul(dev, enc, a);
-      separate.prefill = 0;
+      separate.gemm = 0;
     }
-    if (separate.prefill + separate.decode) {
+    if (separate.gemm + separate.gemv) {
       linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), separate);
       linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), separate);
       linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), separate);
     }
     if (m.qk_norm) {
-      // ws.q/k hold the prefill rows (from the split gemm or three) and the
-      // decode rows that did not take the stacked gemv, after them.
-      const uint32_t n = rows.prefill + separate.decode;
+      // ws.q/k hold the gemm's rows (from the split gemm or three) and the
+      // gemv's rows that did not take the stacked gemv, after them.
+      const uint32_t n = rows.gemm + separate.gemv;
       if (n) {
         norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
         norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
       }
-      for (uint32_t t = 0; stacked && t < rows.decode; ++t) {  // a decode row's q and k lie apart in ws.qkv()
+      for (uint32_t t = 0; stacked && t < rows.gemv; ++t) {  // a decode row's q and k lie apart in ws.qkv()
         const ops::BufferView qt = row(ws.qkv(), t, Q + 2 * KV), kt = at(qt, Q * sizeof(float));
         norm(enc, qt, *L.q_norm, qt, m.n_heads, m.head_dim);
         norm(enc, kt, *L.k_norm, kt, m.n_kv_heads, m.head_dim);
@@ -163,8 +171,8 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     kv::KvCache& cache = *seg.cache;
     const uint32_t r0 = rows.first[i];
     ops::BufferView q = row(ws.q(), r0, Q), k = row(ws.k(), r0, KV), v = row(ws.v(), r0, KV);
-    if (stacked && seg.n == 1) {
-      q = row(ws.qkv(), r0 - rows.prefill, Q + 2 * KV);
+    if (stacked && r0 >= rows.gemm) {
+      q = row(ws.qkv(), r0 - rows.gemm, Q + 2 * KV);
       k = at(q, Q * sizeof(float));
       v = at(q, (Q + KV) * sizeof(float));
     }
@@ -208,32 +216,32 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
 
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
   // Gate and up in one pass over the stacked matrix that applies the activation:
-  // prefill rows through the gemm's GLU epilogue, decode rows the fused gemv.
+  // the gemm's rows through its GLU epilogue, the gemv's rows the fused gemv.
   StepRows separate = rows;
-  if (L.gate_up.view.buffer && rows.prefill + rows.decode) {
+  if (L.gate_up.view.buffer && rows.gemm + rows.gemv) {
     ops::GluArgs g;
     g.w = L.gate_up.view;
     g.n_in = H;
     g.n_out = m.ffn_hidden;
     g.wtype = L.gate_up.type;
     g.act = m.activation == Activation::silu ? ops::GluActivation::silu : ops::GluActivation::gelu_tanh;
-    if (rows.prefill) {
+    if (rows.gemm) {
       g.x = ws.h();
       g.y = ws.gate();
-      g.n_tokens = rows.prefill;
+      g.n_tokens = rows.gemm;
       g.kernel = ops::MatmulKernel::gemm;
       ops::matmul_glu(dev, enc, g);
     }
-    if (rows.decode) {
-      g.x = row(ws.h(), rows.prefill, H);
-      g.y = row(ws.gate(), rows.prefill, m.ffn_hidden);
-      g.n_tokens = rows.decode;
+    if (rows.gemv) {
+      g.x = row(ws.h(), rows.gemm, H);
+      g.y = row(ws.gate(), rows.gemm, m.ffn_hidden);
+      g.n_tokens = rows.gemv;
       g.kernel = ops::MatmulKernel::automatic;
       ops::matmul_glu(dev, enc, g);
     }
-    separate.prefill = separate.decode = 0;
+    separate.gemm = separate.gemv = 0;
   }
-  if (const uint32_t n = separate.prefill + separate.decode) {
+  if (const uint32_t n = separate.gemm + separate.gemv) {
     linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), separate);
     linear(enc, ws.h(), *L.up, nullptr, ws.up(), separate);
     if (m.activation == Activation::silu)
@@ -278,15 +286,19 @@ void Model::encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::ve
     x = ws.gathered();
   }
   norm(enc, x, *out_norm_, ws.h(), n, H);
-  // A sampled row's logits come from a gemv, as when its sequence runs alone.
+  // A sampled row's logits come from a gemv, as when its sequence runs alone
+  // (unless the step's caller opted out: rows.sampled_gemm).
   const bool all = segs.size() == 1 && segs[0].logits == Logits::all;
-  linear_rows(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n, all ? ops::MatmulKernel::automatic : ops::MatmulKernel::gemv,
-              false);
+  const ops::MatmulKernel kernel = all ? ops::MatmulKernel::automatic
+                                   : rows.sampled_gemm ? ops::MatmulKernel::gemm
+                                                       : ops::MatmulKernel::gemv;
+  linear_rows(enc, ws.h(), *lm_head_, nullptr, ws.logits(), n, kernel, false);
   if (spec_.final_softcap > 0) ops::softcap(*device_, enc, ws.logits(), n * spec_.vocab, spec_.final_softcap);
 }
 
-void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs) const {
-  const StepRows rows = check_step(ws, segs);
+void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<Segment>& segs,
+                        uint32_t gemm_decode_rows) const {
+  const StepRows rows = check_step(ws, segs, gemm_decode_rows);
   const uint32_t H = spec_.hidden, n_rows = rows.prefill + rows.decode;
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n_rows, H, spec_.vocab,
                  spec_.embedding_scale);

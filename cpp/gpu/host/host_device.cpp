@@ -280,6 +280,7 @@ class HostDevice final : public Device {
     p.has_host_shapes = true;
     p.gemv_rows = mkv_params::kGemvRowsWide;
     p.gemv_tokens = mkv_params::kGemvTokensHost;
+    p.gemm_decode_rows = mkv_params::kGemmDecodeRowsHost;
     return p;
   }
   BufferPtr new_buffer(size_t length) override {

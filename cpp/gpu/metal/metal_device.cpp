@@ -73,6 +73,7 @@ DeviceProperties MetalDevice::properties() const {
   // SIMD lanes in hardware (device.h): the GPU shapes, gemv widths chosen by the wave.
   p.gemv_tokens = mkv_params::kGemvTokensGpu;
   p.matrix_units = device_->supportsFamily(MTL::GPUFamilyApple7);  // simdgroup_matrix in hardware
+  p.gemm_decode_rows = p.matrix_units ? mkv_params::kGemmDecodeRowsApple : 0;
   return p;
 }
 
