@@ -177,12 +177,24 @@ inline ulong packed_row_bytes(uint nb, uint block_bytes) {
   constexpr ulong a = mkv_params::kPackedRowAlign;
   return (ulong(nb) * block_bytes + a - 1) / a * a;
 }
-// Bytes of a word as floats: byte e is element e. Exact, and without an
-// int-to-float conversion (a quarter- or eighth-rate instruction on GPUs):
-// 0x4B000000 | b is the float 2^23 + b, minus 2^23 is b.
-inline float4 byte_floats(uint word) {
-  const uint4 b = (uint4(word) >> uint4(0, 8, 16, 24)) & 0xFFu;  // SIMD shifts on a CPU
-  return as_type<float4>(b | 0x4B000000u) - 8388608.0f;
+// The bits 0x4B000000 | byte e of a word, for e = 0..3: the floats 2^23 + byte.
+// nvcc turns the portable form into a shift and two logic operations a byte
+// (it has no two-constant LOP3 and does not find the byte permute); CUDA's
+// __byte_perm does it in one PRMT (docs/KERNELS.md "Instructions per weight").
+inline uint4 byte_bits(uint word) {
+#if defined(__METALKV_CUDA__)
+  return uint4(__byte_perm(word, 0x4B000000u, 0x7650u), __byte_perm(word, 0x4B000000u, 0x7651u),
+               __byte_perm(word, 0x4B000000u, 0x7652u), __byte_perm(word, 0x4B000000u, 0x7653u));
+#else
+  return ((uint4(word) >> uint4(0, 8, 16, 24)) & 0xFFu) | 0x4B000000u;  // SIMD shifts on a CPU
+#endif
+}
+// Bytes of a word as floats minus `minus` (an integer below 2^23): byte e is
+// element e. Exact, and without an int-to-float conversion (a quarter- or
+// eighth-rate instruction on GPUs): 0x4B000000 | b is the float 2^23 + b, and
+// (2^23 + b) - (2^23 + minus) is b - minus exactly, one subtraction for both.
+inline float4 byte_floats(uint word, float minus = 0.0f) {
+  return as_type<float4>(byte_bits(word)) - (8388608.0f + minus);
 }
 // Σ_e byte e of q[i] · x[i][e] over a chunk's four words.
 inline float dot_bytes(uint4 q, thread const float4* x) {
@@ -214,7 +226,7 @@ struct FmtQ8_0 {
     return Raw{load16(row + 16 * c), plane_at<half>(row, n / kBlock, mkv_params::kQ8_0PlaneD, c / 2)};
   }
   // Weights 4i .. 4i + 4 of the chunk, / d: int8 q as (q ^ 0x80) - 128 = (q + 128) - 128, exact.
-  static float4 quants(uint word) { return byte_floats(word ^ 0x80808080u) - 128.0f; }
+  static float4 quants(uint word) { return byte_floats(word ^ 0x80808080u, 128.0f); }
   static void load(const device uchar* row, uint n, uint c, thread float4* w) {
     const Raw r = fetch(row, n, c);
     const float d = float(r.d);
@@ -245,7 +257,7 @@ struct FmtQ4_0 {
     const Raw r = fetch(row, n, c);
     const float d = float(r.d);
     const uint4 q = nibbles(r.q, 4 * r.h);
-    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 8.0f) * d;
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i], 8.0f) * d;
   }
   // Σ (q - 8)·d·x = d·(Σ q·x - 8·Σ x): xsum is shared by every row of a lane.
   static float dot(thread const Raw& r, thread const float4* x, float xsum) {
@@ -287,7 +299,7 @@ struct FmtQ5_0 {
     const Raw r = fetch(row, n, c);
     const float d = float(r.d);
     const uint4 q = quants(r);
-    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 16.0f) * d;
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i], 16.0f) * d;
   }
   // d·(Σ q·x − 16·Σ x).
   static float dot(thread const Raw& r, thread const float4* x, float xsum) {
@@ -414,7 +426,7 @@ struct FmtQ6_K {
     const Raw r = fetch(row, n, c);
     const float dsc = float(r.d) * float(r.scale);
     const uint4 q = quants(r);
-    for (uint i = 0; i < 4; ++i) w[i] = (byte_floats(q[i]) - 32.0f) * dsc;
+    for (uint i = 0; i < 4; ++i) w[i] = byte_floats(q[i], 32.0f) * dsc;
   }
   // d·sc·(Σ q·x − 32·Σ x).
   static float dot(thread const Raw& r, thread const float4* x, float xsum) {
