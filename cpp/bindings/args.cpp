@@ -1,5 +1,7 @@
 #include "bindings/args.h"
 
+#include "engine/engine.h"
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
@@ -43,7 +45,7 @@ double number_arg(const char* op, const char* name, nb::handle v) {
 engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle temperature, nb::handle top_k,
                                          nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty,
                                          nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
-                                         nb::handle logprobs) {
+                                         nb::handle logprobs, nb::handle speculate, nb::handle draft_tokens) {
   engine::GenerateOptions o;
   o.max_tokens = int_arg("generate", "max_tokens", max_tokens);
   o.sampling.temperature = number_arg("sampling", "temperature", temperature);
@@ -57,6 +59,18 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
     const int64_t n = int_arg("generate", "logprobs", logprobs);
     engine::check_logprobs(n);  // before narrowing: 2**40 is reported as given
     o.logprobs = int32_t(n);
+  }
+  if (!speculate.is_none()) {
+    if (!PyUnicode_Check(speculate.ptr()) || nb::cast<std::string>(speculate) != "lookup")
+      bad_type("generate", "speculate", speculate, "None or 'lookup' (prompt lookup)");
+    o.speculate = engine::Speculate::lookup;
+  }
+  if (!draft_tokens.is_none()) {
+    const int64_t n = int_arg("generate", "draft_tokens", draft_tokens);
+    if (n < 1 || n > engine::kMaxDraftTokens)  // before narrowing
+      throw gpu::ArgumentError("generate", "draft_tokens", py_repr(draft_tokens),
+                               "an int in 1.." + std::to_string(engine::kMaxDraftTokens) + " (ids proposed per step)");
+    o.draft_tokens = uint32_t(n);
   }
   // the seed's range is its type's: checked here, where Python's int meets uint64
   if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr())) bad_type("generate", "seed", seed, "an int in [0, 2**64)");

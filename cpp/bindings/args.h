@@ -25,7 +25,8 @@ engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::
                                          nanobind::handle top_k, nanobind::handle top_p, nanobind::handle min_p,
                                          nanobind::handle repetition_penalty, nanobind::handle presence_penalty,
                                          nanobind::handle frequency_penalty, nanobind::handle seed,
-                                         nanobind::handle logprobs);
+                                         nanobind::handle logprobs, nanobind::handle speculate,
+                                         nanobind::handle draft_tokens);
 
 // Token ids: a 1-D sequence of ints, each inside the vocabulary.
 std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);

@@ -19,6 +19,7 @@
 #include "bindings.h"
 #include "bindings/args.h"
 #include "engine/engine.h"
+#include "engine/lookup.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -150,7 +151,8 @@ std::map<std::string, double> stats_dict(const engine::Stats& s) {
       {"generated_tokens", s.generated_tokens},   {"prefill_steps", s.prefill_steps},
       {"decode_steps", s.decode_steps},           {"queue_seconds", s.queue_seconds},
       {"prefill_seconds", s.prefill_seconds},     {"decode_seconds", s.decode_seconds},
-      {"max_batch", s.max_batch},
+      {"max_batch", s.max_batch},                 {"draft_proposed", s.draft_proposed},
+      {"draft_accepted", s.draft_accepted},
       {"batch_size", s.decode_steps ? double(s.batch_sequences) / s.decode_steps : double(s.max_batch)}};
   for (auto [prefix, c] : {std::pair<const char*, const gpu::Counters*>{"prefill_", &s.prefill_counters},
                            {"decode_", &s.decode_counters}})
@@ -188,20 +190,26 @@ void bind_engine(nb::module_& m, nb::module_&) {
   }));
   m.attr("DEFAULT_MAX_TOKENS") = engine::GenerateOptions{}.max_tokens;  // metalkv.Sampling's default
   m.def(
+      "lookup_drafts",
+      [](const std::vector<int32_t>& history, uint32_t k) { return engine::lookup_drafts(history, k); },
+      "history"_a, "k"_a,
+      "Prompt lookup's proposal (cpp/engine/lookup.h): up to k ids that followed the latest earlier occurrence of\n"
+      "the history's last 4, 3 or 2 ids (the longest that occurred), or [].");
+  m.def(
       "check_max_seqs", [](nb::handle n) { engine::check_max_seqs(int_arg("engine", "max_seqs", n)); }, "max_seqs"_a,
       "Raises ArgumentError unless max_seqs is an int in 1..4096 (Engine.load checks it before reading a model).");
   m.def(
       "check_generate",
       [](nb::handle max_tokens, nb::handle temperature, nb::handle top_k, nb::handle top_p, nb::handle min_p,
          nb::handle repetition_penalty, nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
-         nb::handle logprobs) {
+         nb::handle logprobs, nb::handle speculate, nb::handle draft_tokens) {
         engine::check_generate_options(generate_options(max_tokens, temperature, top_k, top_p, min_p,
                                                         repetition_penalty, presence_penalty, frequency_penalty,
-                                                        seed, logprobs));
+                                                        seed, logprobs, speculate, draft_tokens));
       },
       nb::kw_only(), "max_tokens"_a = engine::GenerateOptions{}.max_tokens, "temperature"_a = 0.0, "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0,
       "repetition_penalty"_a = 1.0, "presence_penalty"_a = 0.0, "frequency_penalty"_a = 0.0, "seed"_a = 0,
-      "logprobs"_a.none() = nb::none(),
+      "logprobs"_a.none() = nb::none(), "speculate"_a.none() = nb::none(), "draft_tokens"_a.none() = nb::none(),
       "The checks Engine.generate makes of its options, without a model: raises ArgumentError (a ValueError "
       "naming the argument) for a value of the wrong type or range.");
 
@@ -381,11 +389,12 @@ void bind_engine(nb::module_& m, nb::module_&) {
              nb::handle top_k, nb::handle top_p, nb::handle min_p, nb::handle repetition_penalty,
              nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
-             PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs) {
+             PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs,
+             nb::handle speculate, nb::handle draft_tokens) {
             PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o = generate_options(max_tokens, temperature, top_k, top_p, min_p,
                                                          repetition_penalty, presence_penalty, frequency_penalty,
-                                                         seed, logprobs);
+                                                         seed, logprobs, speculate, draft_tokens);
             o.stop_ids = stop_ids;
             o.keep = keep;
             o.paced = paced;
@@ -402,6 +411,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "frequency_penalty"_a = 0.0, "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{}, "keep"_a = nb::none(),
           "paced"_a = false, "prefix_cache"_a = true, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0,
           "ephemeral"_a = false, "keep_logits"_a = false, "logprobs"_a.none() = nb::none(),
+          "speculate"_a.none() = nb::none(), "draft_tokens"_a.none() = nb::none(),
           "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
           "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
           "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
@@ -415,7 +425,9 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "(not the prompt), id j generated c times loses frequency_penalty * c + presence_penalty * (c > 0)\n"
           "from its logit, after the repetition penalty and before temperature (greedy included). logprobs\n"
           "(None or -1: off; 0..20): Request.logprobs() gives, for each id, its log-probability under the raw\n"
-          "logits it was sampled from (before penalties and temperature) and the top `logprobs` ids with theirs.")
+          "logits it was sampled from (before penalties and temperature) and the top `logprobs` ids with theirs.\n"
+          "speculate ('lookup' or None) and draft_tokens (1..16, default 4): speculative decoding by prompt lookup,\n"
+          "greedy only; the ids and logits are those without it (docs/SPECULATIVE.md).")
       .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
                    "Calls waiting for admission (max_seqs running, or the KV pool without room).")
       .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })

@@ -22,6 +22,15 @@ void check_generate_options(const GenerateOptions& o) {
     throw gpu::ArgumentError("generate", "max_tokens", str(o.max_tokens), "an int >= 0");
   ops::validate_sampling(o.sampling);
   check_logprobs(o.logprobs);
+  if (o.speculate != Speculate::none) {
+    if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens)
+      throw gpu::ArgumentError("generate", "draft_tokens", str(o.draft_tokens),
+                               "an int in 1.." + str(kMaxDraftTokens) + " (ids proposed per step)");
+    if (!o.sampling.greedy())
+      throw gpu::ArgumentError("generate", "speculate", "'lookup'",
+                               "greedy decoding (temperature 0, no repetition, presence or frequency penalty): "
+                               "sampled speculation (the rejection rule) is not built yet");
+  }
 }
 
 void check_max_seqs(int64_t n) {
@@ -106,6 +115,10 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
   check_generate_options(o);
   check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
   check_room(cache, o.keep.value_or(cache.length(0)), uint32_t(prompt.size()));
+  if (o.speculate != Speculate::none && (cache.spec().residual || cache.spec().policy.kind != kv::PolicyKind::none))
+    throw gpu::ArgumentError("generate", "speculate", "'lookup'",
+                             "a cache without a residual window (kv_residual) or an eviction policy (kv_policy): "
+                             "verifying there is not built yet");
   Job job;
   job.cache = &cache;
   job.prompt = std::move(prompt);

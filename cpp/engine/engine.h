@@ -46,6 +46,7 @@ struct EngineOptions {
 };
 
 inline constexpr uint32_t kMaxSeqs = 4096;
+inline constexpr uint32_t kMaxDraftTokens = 16;  // GenerateOptions::draft_tokens' most
 void check_max_seqs(int64_t n);  // 1..kMaxSeqs; ArgumentError("max_seqs") (int64: a binding checks before narrowing)
 // The default KV budget: a quarter of the device's memory (DeviceProperties::
 // memory_bytes: on a Mac the GPU's recommended working set, shared with

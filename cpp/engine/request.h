@@ -46,6 +46,10 @@ class Channel {
   bool signalled_ = false;
 };
 
+// Speculative decoding (docs/SPECULATIVE.md): none, or prompt lookup, whose
+// proposals are the ids that followed an earlier occurrence of the latest ids.
+enum class Speculate { none, lookup };
+
 struct GenerateOptions {
   int64_t max_tokens = 256;          // >= 0
   ops::SamplingParams sampling;
@@ -59,6 +63,10 @@ struct GenerateOptions {
   // was sampled from (before penalties and temperature), and the top `logprobs`
   // ids with theirs (Request::logprobs).
   int32_t logprobs = -1;
+  // lookup: each decode step also verifies up to draft_tokens proposed ids in
+  // the same step (greedy only: ids and logits are those of decoding without it).
+  Speculate speculate = Speculate::none;
+  uint32_t draft_tokens = 4;
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its
                                      // blocks go back at once, for the calls waiting for them)
   // Tests: the scheduler holds the call before its k-th step (1 = the first)
@@ -79,6 +87,8 @@ struct Stats {
   double decode_seconds = 0;   // the decode steps after it
   uint64_t batch_sequences = 0;  // summed over its decode steps: sequences in each step
   uint32_t max_batch = 0;        // most sequences in one of its steps
+  uint32_t draft_proposed = 0;   // speculative decoding: ids proposed and verified,
+  uint32_t draft_accepted = 0;   // and those of them the model's own choice confirmed
   gpu::Counters prefill_counters;  // of the whole steps it took part in
   gpu::Counters decode_counters;
   // "stop" (a stop id), "length" (max_tokens), "context_full" (a full layer

@@ -104,8 +104,15 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
   uint32_t next_sample = 0;
   for (const StepPlan::Part& p : plan.parts) {
     Running& r = *p.r;
-    // Speculative decoding's seam: here the rejected rows of p.tentative would
-    // be truncated (KvCache::truncate) before the commit of the accepted ones.
+    if (p.logits == model::Logits::each) {  // a speculating job: its id and proposals, verified
+      r.stats.decode_steps++;
+      r.stats.decode_counters += out.counters;
+      r.stats.batch_sequences += n_parts;
+      r.stats.max_batch = std::max(r.stats.max_batch, n_parts);
+      take_verified(r, p, plan.ids.data() + p.at, out.sampled.data() + next_sample, next_sample);
+      next_sample += p.n;
+      continue;
+    }
     r.cache().commit(plan.ids.data() + p.at, p.n, r.job.options.prefix_cache);
     const bool decoding = r.phase == Running::Phase::decode;
     if (decoding) {
@@ -169,6 +176,35 @@ void Scheduler::take_id(Running& r, int32_t id, uint32_t logit_row) {
     finish(r, "length");
   else if (cache_full(r.cache()))
     finish(r, "context_full");
+}
+
+// A verified segment: fed ids[0] (the last id) and proposals ids[1..n), row i
+// sampled sampled[i], the model's own choice after ids[0..i]. Proposal i is
+// accepted while it equals sampled[i - 1]; the ids decoding alone would have
+// emitted are sampled[0..a] (a accepted), up to the first that ends the call.
+// The cache keeps the rows of the ids decoding alone would have fed (the
+// last emitted id is fed by the next step), the rest are truncated before the
+// commit, and each emitted id goes through take_id with its own logits row.
+void Scheduler::take_verified(Running& r, const StepPlan::Part& p, const int32_t* ids, const int32_t* sampled,
+                              uint32_t logit_row) {
+  const uint32_t m = p.n - 1;
+  uint32_t a = 0;
+  while (a < m && sampled[a] == ids[a + 1]) ++a;
+  r.stats.draft_proposed += m;
+  r.stats.draft_accepted += a;
+  r.draft_k = a == m ? std::min(r.draft_k + 1, r.job.options.draft_tokens) : a + 1;
+  // Ids emitted: up to a stop id (not emitted) or max_tokens.
+  const std::vector<int32_t>& stops = r.job.options.stop_ids;
+  uint32_t rows = 0;  // rows whose sampled id is taken (a stop id included)
+  while (rows <= a) {
+    const int32_t id = sampled[rows++];
+    if (std::find(stops.begin(), stops.end(), id) != stops.end()) break;
+    if (int64_t(r.out.size()) + rows >= r.job.options.max_tokens) break;
+  }
+  kv::KvCache& cache = r.cache();
+  cache.truncate(cache.length(0) - (p.n - rows));  // within the last store: always possible
+  cache.commit(ids, rows, r.job.options.prefix_cache, /*decode_rows=*/true);
+  for (uint32_t i = 0; i < rows && r.phase != Running::Phase::done; ++i) take_id(r, sampled[i], logit_row + i);
 }
 
 // ---- retiring -------------------------------------------------------------------

@@ -91,16 +91,15 @@ class Scheduler {
       Running* r = nullptr;
       uint32_t n = 0;  // rows (tokens) it feeds
       model::Logits logits = model::Logits::none;  // last: it samples; all: a logits call, alone
-      // The seam for speculative decoding: of the n rows, the last `tentative`
-      // may be rolled back after the step (drafts a verifier may reject;
-      // apply_step would truncate the rejected ones before its commit). 0 today.
+      // Speculative decoding (Logits::each): of the n rows, the last `tentative`
+      // are proposed ids; apply_step truncates the rejected ones before its commit.
       uint32_t tentative = 0;
       size_t at = 0;  // its first row in ids
     };
     std::vector<Part> parts;
     std::vector<model::Segment> segments;  // one per part
     std::vector<int32_t> ids;              // (rows) the tokens the step feeds
-    std::vector<Sampler> samplers;         // one per part with Logits::last, in order
+    std::vector<Sampler> samplers;         // one per Logits::last part, one per row of a Logits::each one
     uint32_t dropped = 0;                  // jobs chosen whose store check failed (finished)
   };
   struct StepOutput {
@@ -117,11 +116,14 @@ class Scheduler {
   void control();
   void choose_rows(StepPlan& plan);
   void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
+  uint32_t propose(Running& r, uint32_t spare, uint64_t unread);
   // run
   bool run_step(const StepPlan& plan, StepOutput& out);
   // apply
   void apply_step(const StepPlan& plan, const StepOutput& out);
   void take_id(Running& r, int32_t id, uint32_t logit_row);
+  void take_verified(Running& r, const StepPlan::Part& p, const int32_t* ids, const int32_t* sampled,
+                     uint32_t logit_row);
   void finish(Running& r, const std::string& reason, std::exception_ptr error = nullptr);
   void restore(Running& r);
   void retire();

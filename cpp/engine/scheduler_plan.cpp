@@ -2,6 +2,7 @@
 // feeds (scheduler.h; admission and the caller's controls: scheduler_admit.cpp).
 #include <algorithm>
 
+#include "engine/lookup.h"
 #include "engine/scheduler_running.h"
 
 namespace mkv::engine {
@@ -31,7 +32,37 @@ uint32_t prompt_chunk(uint32_t rem, uint32_t cap, uint32_t budget) {
   return take >= 2 ? take : 0;
 }
 
+// Tokens a store may still put into every full layer of the cache.
+uint32_t room(const kv::KvCache& cache) {
+  uint32_t n = cache.spec().max_chunk;
+  for (uint32_t l = 0; l < cache.n_layers(); ++l)
+    if (!cache.wraps(l)) n = std::min(n, cache.spec().capacity - std::min(cache.spec().capacity, cache.length(l)));
+  return n;
+}
+
 }  // namespace
+
+// A decoding job's proposals for this step (into r.drafts), at most `spare`:
+// no more than it may still emit less one (the verified row's own id comes
+// too), than a paced caller may be ahead, and than leaves the cache a free
+// slot after the step (a full cache ends the call at the same id as without
+// speculation), so every stored row is one decoding without it would store.
+uint32_t Scheduler::propose(Running& r, uint32_t spare, uint64_t unread) {
+  r.drafts.clear();
+  if (!r.speculates() || spare == 0) return 0;
+  if (r.draft_k == 0) r.draft_k = r.job.options.draft_tokens;
+  const int64_t left = r.job.options.max_tokens - int64_t(r.out.size());
+  uint64_t cap = std::min<uint64_t>({r.draft_k, spare, uint64_t(std::max<int64_t>(left - 1, 0))});
+  if (!r.job.request->unpaced()) cap = std::min<uint64_t>(cap, r.ahead > unread + 1 ? r.ahead - unread - 1 : 0);
+  const uint32_t free = room(r.cache());
+  cap = std::min<uint64_t>(cap, free >= 3 ? free - 2 : 0);  // 1 + drafts rows, and one slot left
+  if (cap == 0) return 0;
+  // What the cache holds (earlier turns of a conversation too), then the id this step feeds.
+  std::vector<int32_t> history = r.cache().record().tokens();
+  history.push_back(r.out.back());
+  r.drafts = lookup_drafts(history, uint32_t(cap));
+  return uint32_t(r.drafts.size());
+}
 
 Scheduler::StepPlan Scheduler::plan_step() {
   admit();  // reserves every block an admitted job may take
@@ -62,15 +93,25 @@ void Scheduler::choose_rows(StepPlan& plan) {
   };
   std::vector<Choice> multi, single;
   uint32_t budget = runner_.step_rows(), logit_rows = runner_.logit_rows();
+  std::vector<std::pair<Running*, uint64_t>> decoding;  // (job, ids its caller has not read)
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::decode || r.holding()) continue;
     const uint64_t unread = r.out.size() - std::min<uint64_t>(r.job.request->taken(), r.out.size());
     if (unread >= r.ahead && !r.job.request->unpaced()) continue;  // paced: wait for the caller to read
+    decoding.push_back({&r, unread});
+  }
+  // A row for each, then proposals to verify from the rows left after those
+  // (a speculating job's segment: its id and its drafts, each a decode row).
+  const size_t rows_free = std::min(budget, logit_rows);
+  uint32_t spare = uint32_t(rows_free - std::min(decoding.size(), rows_free));
+  for (auto [rp, unread] : decoding) {
     if (budget == 0 || logit_rows == 0) break;
-    single.push_back({&r, 1, true});
-    --budget;
-    --logit_rows;
+    const uint32_t m = propose(*rp, spare, unread);
+    spare -= m;
+    single.push_back({rp, 1 + m, true});
+    budget -= 1 + m;
+    logit_rows -= 1 + m;
   }
   for (auto& rp : running_) {
     Running& r = *rp;
@@ -84,7 +125,10 @@ void Scheduler::choose_rows(StepPlan& plan) {
     logit_rows -= sample;
   }
   for (const std::vector<Choice>* list : {&multi, &single})
-    for (const Choice& c : *list) add_part(plan, *c.r, c.n, c.sample ? model::Logits::last : model::Logits::none);
+    for (const Choice& c : *list) {
+      const bool verify = c.r->phase == Running::Phase::decode && c.n > 1;
+      add_part(plan, *c.r, c.n, verify ? model::Logits::each : c.sample ? model::Logits::last : model::Logits::none);
+    }
 }
 
 void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits) {
@@ -99,15 +143,23 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
     ++plan.dropped;
     return;
   }
-  plan.parts.push_back({&r, n, logits, 0, plan.ids.size()});
+  const uint32_t tentative = logits == model::Logits::each ? n - 1 : 0;
+  plan.parts.push_back({&r, n, logits, tentative, plan.ids.size()});
   plan.segments.push_back({&r.cache(), n, logits});
-  if (r.phase == Running::Phase::decode)
+  if (r.phase == Running::Phase::decode) {
     plan.ids.push_back(r.out.back());
-  else
+    plan.ids.insert(plan.ids.end(), r.drafts.begin(), r.drafts.begin() + tentative);
+  } else {
     plan.ids.insert(plan.ids.end(), r.job.prompt.begin() + r.fed, r.job.prompt.begin() + r.fed + n);
-  if (logits == model::Logits::last)  // a draw wherever a token is sampled: the same seed, the same draws, whatever the chunks
+  }
+  // A draw wherever a token is sampled: the same seed, the same draws, whatever
+  // the chunks. Verified rows are greedy (GenerateOptions::speculate): one
+  // sampler a row, no draw.
+  if (logits == model::Logits::last)
     plan.samplers.push_back(
         {&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, r.draw()});
+  for (uint32_t i = 0; logits == model::Logits::each && i < n; ++i)
+    plan.samplers.push_back({&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, 0.0f});
 }
 
 }  // namespace mkv::engine

@@ -46,6 +46,10 @@ struct Scheduler::Running {
   uint32_t ahead = std::numeric_limits<uint32_t>::max();  // ids it may run ahead of a paced caller
   Stats stats;
   std::vector<float> logits;  // a logits call's rows
+  // Speculative decoding: this step's proposed ids (verified after out.back()),
+  // and how many the next step may propose (adapts to what was accepted).
+  std::vector<int32_t> drafts;
+  uint32_t draft_k = 0;
 
   kv::KvCache& cache() { return *job.cache; }
   // Whether a test holds the call before this step (GenerateOptions::hold_at_step).
@@ -56,6 +60,7 @@ struct Scheduler::Running {
     return true;
   }
   uint32_t n() const { return uint32_t(job.prompt.size()); }
+  bool speculates() const { return job.options.speculate != Speculate::none; }
   float draw() { return float(rng() >> 40) * 0x1.0p-24f; }  // uniform in [0, 1), 24 bits
   bool penalty_on() const { return job.options.sampling.repetition_penalty != 1.0; }
   uint32_t n_counted() const { return uint32_t(pairs.size() / 2); }

@@ -399,9 +399,9 @@ void KvCache::write_ring(uint32_t layer, uint32_t first, uint32_t n, const uint8
   ring_.write(layer, first, n, lengths_[layer], k, v);
 }
 
-void KvCache::commit(const int32_t* ids, uint32_t n, bool publish) {
+void KvCache::commit(const int32_t* ids, uint32_t n, bool publish, bool decode_rows) {
   record_.record(ids, n);
-  record_.stored(lengths_[0] - n, n);
+  if (!decode_rows) record_.stored(lengths_[0] - n, n);
   if (publish && !owns_pool_) prefix::publish(*this);
 }
 

@@ -267,7 +267,9 @@ class KvCache {
   // tokens `ids` it stored in every layer (positions length(0) - n ..): records
   // them, notes them stored (SequenceRecord::stored), and with `publish` (the
   // call uses the prefix cache) publishes the full canonical blocks over a shared pool.
-  void commit(const int32_t* ids, uint32_t n, bool publish);
+  // decode_rows: the rows were computed as decode rows (a speculative step's
+  // verification), whatever n: they never extend the canonical prefix.
+  void commit(const int32_t* ids, uint32_t n, bool publish, bool decode_rows = false);
   // Becomes a cache of n tokens (`ids`) whose rows are the pool's blocks
   // `blocks` (per group, per logical block; -1 where a sliding group needs
   // none). Needs an empty cache; the blocks stay cached for others.

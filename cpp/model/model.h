@@ -42,9 +42,12 @@ namespace mkv::model {
 
 // Which rows of a segment get logits: none (a prompt chunk that samples
 // nothing), the last (it samples the next token: the lm_head runs as a gemv,
-// as for one token), or all of them (Engine::prefill's logits: a gemm over the
-// rows, alone in its step).
-enum class Logits { none, last, all };
+// as for one token), all of them (Engine::prefill's logits: a gemm over the
+// rows, alone in its step), or each: speculative verification, where every
+// row is a decode row (the gemv, and decode attention at the row's own
+// position), so row i's logits are, bit for bit, what decoding the first i + 1
+// tokens one at a time gives (docs/SPECULATIVE.md).
+enum class Logits { none, last, all, each };
 
 // One sequence's part of a step: n tokens fed into *cache at positions
 // cache->length(0) .. + n - 1.
@@ -82,7 +85,8 @@ class Model {
   // Encodes one step: the segments' tokens (ws ids rows, in segment order, which
   // the host has written) at their caches' next positions. Segments of n >= 2
   // tokens come first, then the one-token ones; a cache appears once; with
-  // Logits::all the segment is the step's only one. Stores their K/V in the
+  // Logits::all the segment is the step's only one; a Logits::each segment
+  // (verification) counts among the one-token ones. Stores their K/V in the
   // caches and writes the logits asked for to ws.logits() rows, in segment
   // order. Each segment must have passed check_segment since its cache last
   // changed (then a step fails before any layer's length moves); raises
@@ -125,6 +129,7 @@ class Model {
     uint32_t gemm = 0;
     uint32_t gemv = 0;
     bool sampled_gemm = false;    // the lm_head's sampled rows through the gemm too
+    bool verify = false;          // a segment with Logits::each
     std::vector<uint32_t> first;  // per segment: its first row
   };
   StepRows check_step(const Workspace& ws, const std::vector<Segment>& segments, uint32_t gemm_decode_rows) const;

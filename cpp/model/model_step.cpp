@@ -31,7 +31,8 @@ ops::BufferView row(const ops::BufferView& v, uint32_t r, size_t width) { return
 
 uint32_t Model::logit_rows(const std::vector<Segment>& segments) {
   uint32_t n = 0;
-  for (const Segment& s : segments) n += s.logits == Logits::all ? s.n : s.logits == Logits::last ? 1 : 0;
+  for (const Segment& s : segments)
+    n += s.logits == Logits::all || s.logits == Logits::each ? s.n : s.logits == Logits::last ? 1 : 0;
   return n;
 }
 
@@ -44,14 +45,16 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
     const Segment& s = segs[i];
     if (!s.cache) fail("segment " + str(i) + " has no cache");
     if (s.n == 0) fail("segment " + str(i) + " feeds no token");
-    if (s.n > 1 && rows.decode > 0)
-      fail("segment " + str(i) + " feeds " + str(s.n) + " tokens after a one-token segment; multi-token segments "
+    const bool decode_rows = s.n == 1 || s.logits == Logits::each;
+    if (!decode_rows && rows.decode > 0)
+      fail("segment " + str(i) + " feeds " + str(s.n) + " prompt tokens after a decode segment; prompt segments "
            "come first");
     if (s.logits == Logits::all && segs.size() > 1) fail("a segment that wants every row's logits is a step of its own");
     for (size_t j = 0; j < i; ++j)
       if (segs[j].cache == s.cache) fail("segments " + str(j) + " and " + str(i) + " feed the same cache");
     rows.first.push_back(uint32_t(total));
-    (s.n > 1 ? rows.prefill : rows.decode) += s.n;
+    (decode_rows ? rows.decode : rows.prefill) += s.n;
+    rows.verify = rows.verify || s.logits == Logits::each;
     total += s.n;
   }
   if (total > ws.step_rows()) fail("a step takes 1.." + str(ws.step_rows()) + " tokens, got " + str(total));
@@ -68,6 +71,11 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
 void Model::check_segment(const Segment& s) const {
   if (!s.cache) fail("a segment has no cache");
   check_cache(*s.cache);
+  // Verification reads each row's keys as decode would at its position; a
+  // residual window's view and an eviction policy's scores follow the cache's
+  // length, not a row's (not built yet: the scheduler does not speculate there).
+  if (s.logits == Logits::each && (s.cache->spec().residual || s.cache->spec().policy.kind != kv::PolicyKind::none))
+    fail("a verification segment needs a cache without a residual window or an eviction policy");
   // Every layer before any is encoded, so a step fails before any layer's
   // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
   for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
@@ -114,7 +122,9 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   // in ws.qkv(); the gemm's rows from one gemm over the same stack whose
   // epilogue sends the columns to ws.q/k/v (token-major); without the stack,
   // three of each.
-  const bool stacked = rows.gemv && L.qkv.view.buffer;
+  // (A step that verifies stores several rows of a segment at once: its q/k/v
+  // must be token-major, so it takes the separate gemvs, the same sums.)
+  const bool stacked = rows.gemv && L.qkv.view.buffer && !rows.verify;
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
@@ -200,7 +210,16 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
         cache.scores_attention(l) ? ws.policy_scratch(logit_bytes + size_t(seg.n) * m.n_heads * 8) : ops::BufferView{};
     if (policy.buffer) d.logits = policy;
     const ops::BufferView out = row(ws.attn(), r0, Q);
-    if (seg.n == 1)
+    if (seg.logits == Logits::each) {
+      // Row i decodes at its own position: the keys before it and its own.
+      ops::AttentionDesc di = d;
+      di.n_queries = 1;
+      for (uint32_t i = 0; i < seg.n; ++i) {
+        di.n_tokens = d.n_tokens - (seg.n - 1 - i);
+        ops::attention_decode(dev, enc, di, row(q, i, Q), cache.region(l), cache.table(l), row(out, i, Q), {},
+                              ws.attention_scratch(ops::attention_decode_scratch_bytes(di)));
+      }
+    } else if (seg.n == 1)
       ops::attention_decode(dev, enc, d, q, cache.region(l), cache.table(l), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
@@ -271,7 +290,7 @@ void Model::encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::ve
   std::vector<int32_t> picked;
   for (size_t i = 0; i < segs.size(); ++i) {
     const uint32_t last = rows.first[i] + segs[i].n - 1;
-    if (segs[i].logits == Logits::all)
+    if (segs[i].logits == Logits::all || segs[i].logits == Logits::each)
       for (uint32_t r = rows.first[i]; r <= last; ++r) picked.push_back(int32_t(r));
     else if (segs[i].logits == Logits::last)
       picked.push_back(int32_t(last));

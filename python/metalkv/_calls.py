@@ -145,13 +145,16 @@ def request_stats(raw: dict) -> dict:
     st = dict(raw)
     p = st["prompt_tokens"]
     st["prefill_tok_s"] = p / st["prefill_seconds"] if st["prefill_seconds"] else 0.0
-    # decode steps feed one token each; the first generated token came with the prefill
+    # a decode step samples one id, and one more per accepted proposal (speculative
+    # decoding); the first generated token came with the prefill
     steps = st["decode_steps"]
-    st["decode_tok_s"] = steps / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
+    decoded = steps + st["draft_accepted"]
+    st["decode_tok_s"] = decoded / st["decode_seconds"] if steps and st["decode_seconds"] else 0.0
+    st["draft_acceptance"] = st["draft_accepted"] / st["draft_proposed"] if st["draft_proposed"] else 0.0
     for k in ("dispatches", "compute_encoders", "blit_encoders", "command_buffers_committed", "waits"):
         st[f"{k}_per_token"] = st.get(f"decode_{k}", 0) / steps if steps else 0.0
     for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "prefill_steps", "decode_steps",
-              "max_batch"):
+              "max_batch", "draft_proposed", "draft_accepted"):
         st[k] = int(st[k])
     return st
 

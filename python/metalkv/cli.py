@@ -128,6 +128,11 @@ def _add_sampling_flags(p: argparse.ArgumentParser, *, unset: bool = False) -> N
                    help="subtracted once per use from the logit of tokens the reply has used, in [-2, 2]; "
                         "0 = off" + shown)
     p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
+    p.add_argument("--speculate", choices=("lookup",), default=None,
+                   help="speculative decoding: 'lookup' verifies ids proposed from earlier text (the prompt, the "
+                        "reply so far) in each step; greedy only, the same output, faster when the reply quotes "
+                        "or edits the prompt")
+    p.add_argument("--draft-tokens", type=int, default=None, help="ids proposed per step with --speculate (default: 4)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:

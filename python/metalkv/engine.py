@@ -48,6 +48,8 @@ class Sampling:
     presence_penalty: float = 0.0     # 0 = off
     frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
+    speculate: str | None = None      # 'lookup': speculative decoding by prompt lookup (greedy only)
+    draft_tokens: int | None = None   # ids proposed per step (None: 4)
 
     @classmethod
     def of(cls, options: dict, what: str) -> "Sampling":
@@ -60,6 +62,11 @@ class Sampling:
         """Raises metalkv.ArgumentError (a ValueError naming the argument)."""
         _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
         return self
+
+    def greedy(self) -> bool:
+        """Whether every token is the most likely one (what speculate needs)."""
+        return (self.temperature == 0 and self.repetition_penalty == 1 and self.presence_penalty == 0
+                and self.frequency_penalty == 0)
 
     def _core_kwargs(self, seed: int) -> dict:
         kw = asdict(self)
@@ -402,7 +409,11 @@ class Engine:
         cache=, continues the conversation or text the cache holds; system= sets
         the chat's system prompt. sampling: the fields of metalkv.Sampling
         (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
-        presence_penalty, frequency_penalty, seed).
+        presence_penalty, frequency_penalty, seed, speculate, draft_tokens).
+        speculate='lookup' (greedy only): each step also verifies up to draft_tokens
+        ids proposed from an earlier occurrence of the latest ones (prompt lookup);
+        the text is exactly what it is without it, often sooner when the reply
+        quotes or edits the prompt (docs/SPECULATIVE.md).
         A list of prompts runs them together (batched into shared steps) and returns
         a list of texts; cache= is then None or a list of caches, one per prompt.
         Calls from several threads are batched the same way; each gets exactly what
