@@ -145,7 +145,10 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   if (p.min_p > 0.0f) lo = max(lo, order_key(m + log(p.min_p)));  // p_i >= min_p * p_max
 
   // 5. Draw: each thread owns a contiguous chunk; prefix sums of chunk masses
-  //    in index order find the chunk holding uniform * total.
+  //    in index order find the chunk holding uniform * total. Verifying a
+  //    draft: it is the token with probability p(draft) = its mass / total;
+  //    otherwise the draw skips it (the rest of the distribution, renormalized:
+  //    speculative sampling's residual for a proposal that was certain).
   const uint chunk = (p.vocab + kThreads - 1) / kThreads;
   const uint begin = min(tid * chunk, p.vocab), end = min(begin + chunk, p.vocab);
   float mine = 0.0f;
@@ -156,21 +159,29 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   if (tid == 0) {
     float total = 0.0f;
     for (uint t = 0; t < kThreads; ++t) total += chunk_sums[t];
-    const float target = p.uniform * total;
+    const uint d = p.draft < p.vocab ? p.draft : mkv_params::kNoDraft;
+    const float dmass = d != mkv_params::kNoDraft && order_key(work[d]) >= lo ? exp(work[d] - m) : 0.0f;
+    if (dmass > 0.0f && p.accept * total < dmass) {
+      token[0] = d;
+      return;
+    }
+    const float target = p.uniform * (total - dmass);
     float acc = 0.0f;
     uint pick = 0xffffffffu;
     for (uint t = 0; t < kThreads && pick == 0xffffffffu; ++t) {
-      if (acc + chunk_sums[t] <= target) { acc += chunk_sums[t]; continue; }
+      const bool has_d = d != mkv_params::kNoDraft && d / chunk == t;
+      const float mass = chunk_sums[t] - (has_d ? dmass : 0.0f);
+      if (acc + mass <= target) { acc += mass; continue; }
       const uint b0 = min(t * chunk, p.vocab), e0 = min(b0 + chunk, p.vocab);
       for (uint i = b0; i < e0; ++i) {
-        if (order_key(work[i]) < lo) continue;
+        if (order_key(work[i]) < lo || i == d) continue;
         acc += exp(work[i] - m);
         if (acc > target) { pick = i; break; }
       }
     }
     if (pick == 0xffffffffu) {  // rounding left target at the very end: the last kept token
       for (uint i = p.vocab; i-- > 0;)
-        if (order_key(work[i]) >= lo) { pick = i; break; }
+        if (order_key(work[i]) >= lo && i != d) { pick = i; break; }
     }
     token[0] = pick;
   }

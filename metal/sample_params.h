@@ -22,13 +22,21 @@ struct Sample {
   uint32_t n_counted;          // 0 = off (both penalties 0, or nothing generated yet)
   float presence_penalty;      // 0 = off
   float frequency_penalty;     // 0 = off
-  uint32_t pad;                // to 48 bytes: a multiple of 16, as Metal's constant buffers like
+  // Speculative verification (docs/SPECULATIVE.md): a proposed id, taken with
+  // probability p(draft) under the filtered distribution (when accept <
+  // p(draft)); otherwise the token is drawn with `uniform` from that
+  // distribution without the draft. kNoDraft: an ordinary draw.
+  uint32_t draft;
+  float accept;                // the acceptance draw, in [0, 1)
+  uint32_t pad[3];             // to 64 bytes: a multiple of 16, as Metal's constant buffers like
 };
+MKV_CONSTANT uint32_t kNoDraft = 0xffffffffu;
 
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
 #include <cstddef>
-static_assert(sizeof(mkv_params::Sample) == 48, "Sample params layout");
+static_assert(sizeof(mkv_params::Sample) == 64, "Sample params layout");
+static_assert(offsetof(mkv_params::Sample, draft) == 44, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, n_counted) == 32, "Sample params layout");
 #endif

@@ -17,7 +17,7 @@ void bind_sample(nb::module_&, nb::module_& ops) {
       [](PyDevice& dev, const gpu::BufferPtr& logits, uint32_t vocab, float uniform,
          double temperature, int64_t top_k, double top_p, double min_p, double repetition_penalty,
          const gpu::BufferPtr& penalty_ids, uint32_t n_penalty_ids, double presence_penalty,
-         double frequency_penalty, const gpu::BufferPtr& counted, uint32_t n_counted) {
+         double frequency_penalty, const gpu::BufferPtr& counted, uint32_t n_counted, int32_t draft, float accept) {
         if (!logits || logits->length() < size_t(vocab) * 4)
           throw gpu::GpuError("[sample] logits buffer holds fewer than vocab floats");
         if (n_penalty_ids && (!penalty_ids || penalty_ids->length() < size_t(n_penalty_ids) * 4))
@@ -30,7 +30,7 @@ void bind_sample(nb::module_&, nb::module_& ops) {
                                     frequency_penalty};
         run_compute(dev, [&](gpu::ComputeEncoder& enc) {
           ops::sample(*dev.device, enc, {logits, 0}, {penalty_ids, 0}, n_penalty_ids, {{counted, 0}, n_counted},
-                      {work, 0}, {token, 0}, vocab, s, uniform);
+                      {work, 0}, {token, 0}, vocab, s, uniform, {draft, accept});
         });
         uint32_t id = 0;
         token->read(0, &id, sizeof id);
@@ -39,10 +39,12 @@ void bind_sample(nb::module_&, nb::module_& ops) {
       "device"_a, "logits"_a, "vocab"_a, "uniform"_a = 0.0f, "temperature"_a = 0.0,
       "top_k"_a = 0, "top_p"_a = 1.0, "min_p"_a = 0.0, "repetition_penalty"_a = 1.0,
       "penalty_ids"_a.none() = nb::none(), "n_penalty_ids"_a = 0, "presence_penalty"_a = 0.0,
-      "frequency_penalty"_a = 0.0, "counted"_a.none() = nb::none(), "n_counted"_a = 0,
+      "frequency_penalty"_a = 0.0, "counted"_a.none() = nb::none(), "n_counted"_a = 0, "draft"_a = -1,
+      "accept"_a = 0.0f,
       "Draws one token id from a row of logits on the device. penalty_ids: uint32 ids the repetition penalty\n"
       "scales; counted: n_counted (id, count) uint32 pairs, each id once, that presence_penalty and\n"
-      "frequency_penalty subtract count * frequency + presence from.");
+      "frequency_penalty subtract count * frequency + presence from. draft >= 0: speculative verification, the\n"
+      "draft kept when accept < its probability, else a draw with `uniform` from the rest.");
 }
 
 }  // namespace

@@ -26,10 +26,10 @@ void check_generate_options(const GenerateOptions& o) {
     if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens)
       throw gpu::ArgumentError("generate", "draft_tokens", str(o.draft_tokens),
                                "an int in 1.." + str(kMaxDraftTokens) + " (ids proposed per step)");
-    if (!o.sampling.greedy())
+    if (o.sampling.repetition_penalty != 1.0 || o.sampling.counts_on())
       throw gpu::ArgumentError("generate", "speculate", "'lookup'",
-                               "greedy decoding (temperature 0, no repetition, presence or frequency penalty): "
-                               "sampled speculation (the rejection rule) is not built yet");
+                               "no repetition, presence or frequency penalty (a verified row's penalties would "
+                               "have to count the proposals before it: not built yet)");
   }
 }
 
@@ -115,10 +115,9 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
   check_generate_options(o);
   check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
   check_room(cache, o.keep.value_or(cache.length(0)), uint32_t(prompt.size()));
-  if (o.speculate != Speculate::none && (cache.spec().residual || cache.spec().policy.kind != kv::PolicyKind::none))
+  if (o.speculate != Speculate::none && cache.spec().policy.kind != kv::PolicyKind::none)
     throw gpu::ArgumentError("generate", "speculate", "'lookup'",
-                             "a cache without a residual window (kv_residual) or an eviction policy (kv_policy): "
-                             "verifying there is not built yet");
+                             "a cache without an eviction policy (kv_policy): verifying there is not built yet");
   Job job;
   job.cache = &cache;
   job.prompt = std::move(prompt);

@@ -64,7 +64,8 @@ struct GenerateOptions {
   // ids with theirs (Request::logprobs).
   int32_t logprobs = -1;
   // lookup: each decode step also verifies up to draft_tokens proposed ids in
-  // the same step (greedy only: ids and logits are those of decoding without it).
+  // the same step. Greedy: ids and logits are those of decoding without it;
+  // sampled: each id follows the same distribution (no penalties, for now).
   Speculate speculate = Speculate::none;
   uint32_t draft_tokens = 4;
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its

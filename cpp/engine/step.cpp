@@ -35,7 +35,7 @@ gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const
         ops::argmax(*device_, enc, logits, token, 1, vocab);
       else
         ops::sample(*device_, enc, logits, s.penalty_ids, s.n_penalty, s.counted,
-                    {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform);
+                    {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform, s.draft);
     }
     counters = session.finish();
   }

@@ -20,6 +20,7 @@ struct Sampler {
   uint32_t n_penalty = 0;
   ops::GeneratedCounts counted;  // (id, count) of the ids generated so far (read when presence/frequency is on)
   float uniform = 0.0f;          // the draw in [0, 1) (unused when greedy)
+  ops::DraftDraw draft;          // speculative verification of a sampled row (none: an ordinary draw)
 };
 
 class StepRunner {

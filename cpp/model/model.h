@@ -137,10 +137,16 @@ class Model {
                     uint32_t l) const;
   void encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,
                      const StepRows& rows) const;
+  // Which of a step's two kinds of projection rows a linear() computes (a
+  // fused path may have done the others; their rows keep their places).
+  struct RowKinds {
+    bool gemm, gemv;
+  };
   // y = x W (+ bias) over a step's rows: a gemm over rows.gemm, a gemv over
   // rows.gemv after them (rows of x and y at the same indices).
   void linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
-              const ops::BufferView& y, const StepRows& rows, bool accumulate = false) const;
+              const ops::BufferView& y, const StepRows& rows, bool accumulate = false,
+              RowKinds kinds = {true, true}) const;
   void linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
                    const ops::BufferView& y, uint32_t n, ops::MatmulKernel kernel, bool accumulate) const;
   void norm(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w,

@@ -71,11 +71,12 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
 void Model::check_segment(const Segment& s) const {
   if (!s.cache) fail("a segment has no cache");
   check_cache(*s.cache);
-  // Verification reads each row's keys as decode would at its position; a
-  // residual window's view and an eviction policy's scores follow the cache's
-  // length, not a row's (not built yet: the scheduler does not speculate there).
-  if (s.logits == Logits::each && (s.cache->spec().residual || s.cache->spec().policy.kind != kv::PolicyKind::none))
-    fail("a verification segment needs a cache without a residual window or an eviction policy");
+  // Verification reads each row's keys as decode would at its position (its
+  // residual window too: the ring keeps max_chunk positions more than the
+  // window); an eviction policy's scores and evictions follow the cache's
+  // rows, not a row's (not built yet: the engine does not speculate there).
+  if (s.logits == Logits::each && s.cache->spec().policy.kind != kv::PolicyKind::none)
+    fail("a verification segment needs a cache without an eviction policy");
   // Every layer before any is encoded, so a step fails before any layer's
   // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
   for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
@@ -98,10 +99,10 @@ void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, cons
 }
 
 void Model::linear(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
-                   const ops::BufferView& y, const StepRows& rows, bool accumulate) const {
+                   const ops::BufferView& y, const StepRows& rows, bool accumulate, RowKinds kinds) const {
   const size_t in = w.cols(), out = w.rows();
-  if (rows.gemm) linear_rows(enc, x, w, bias, y, rows.gemm, ops::MatmulKernel::gemm, accumulate);
-  if (rows.gemv)
+  if (kinds.gemm && rows.gemm) linear_rows(enc, x, w, bias, y, rows.gemm, ops::MatmulKernel::gemm, accumulate);
+  if (kinds.gemv && rows.gemv)
     linear_rows(enc, row(x, rows.gemm, in), w, bias, row(y, rows.gemm, out), rows.gemv, ops::MatmulKernel::gemv,
                 accumulate);
 }
@@ -128,12 +129,12 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
-    StepRows separate = rows;
+    RowKinds separate{true, true};  // what the three separate projections still compute
     const Weight* qkv_bias = L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr;
     if (stacked) {
       linear_rows(enc, row(ws.h(), rows.gemm, H), L.qkv, qkv_bias, ws.qkv(), rows.gemv, ops::MatmulKernel::gemv,
                   false);
-      separate.gemv = 0;
+      separate.gemv = false;
     }
     if (rows.gemm && L.qkv.view.buffer) {
       ops::MatmulArgs a;
@@ -151,17 +152,17 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       a.wtype = L.qkv.type;
       a.kernel = ops::MatmulKernel::gemm;
       ops::matmul(dev, enc, a);
-      separate.gemm = 0;
+      separate.gemm = false;
     }
-    if (separate.gemm + separate.gemv) {
-      linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), separate);
-      linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), separate);
-      linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), separate);
+    if ((separate.gemm && rows.gemm) || (separate.gemv && rows.gemv)) {
+      linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), rows, false, separate);
+      linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), rows, false, separate);
+      linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), rows, false, separate);
     }
     if (m.qk_norm) {
       // ws.q/k hold the gemm's rows (from the split gemm or three) and the
       // gemv's rows that did not take the stacked gemv, after them.
-      const uint32_t n = rows.gemm + separate.gemv;
+      const uint32_t n = rows.gemm + (separate.gemv ? rows.gemv : 0);
       if (n) {
         norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
         norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
@@ -236,7 +237,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
   // Gate and up in one pass over the stacked matrix that applies the activation:
   // the gemm's rows through its GLU epilogue, the gemv's rows the fused gemv.
-  StepRows separate = rows;
+  bool fused = false;
   if (L.gate_up.view.buffer && rows.gemm + rows.gemv) {
     ops::GluArgs g;
     g.w = L.gate_up.view;
@@ -258,11 +259,11 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       g.kernel = ops::MatmulKernel::automatic;
       ops::matmul_glu(dev, enc, g);
     }
-    separate.gemm = separate.gemv = 0;
+    fused = true;
   }
-  if (const uint32_t n = separate.gemm + separate.gemv) {
-    linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), separate);
-    linear(enc, ws.h(), *L.up, nullptr, ws.up(), separate);
+  if (const uint32_t n = fused ? 0 : rows.gemm + rows.gemv) {
+    linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), rows);
+    linear(enc, ws.h(), *L.up, nullptr, ws.up(), rows);
     if (m.activation == Activation::silu)
       ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
     else

@@ -30,12 +30,14 @@ void validate_sampling(const SamplingParams& s) {
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform) {
+            float uniform, DraftDraw draft) {
   validate_sampling(s);
   if (vocab == 0) fail("sample", "vocab must be > 0");
   if (!(uniform >= 0.0f && uniform < 1.0f))
     fail("sample", "uniform draw must be in [0, 1), got " + std::to_string(uniform));
   if (s.counts_on() && counted.n && !counted.pairs.buffer) fail("sample", "counted pairs given without a buffer");
+  if (draft.draft >= 0 && (uint32_t(draft.draft) >= vocab || !(draft.accept >= 0.0f && draft.accept < 1.0f)))
+    fail("sample", "a draft must be an id of the vocabulary with an acceptance draw in [0, 1)");
   mkv_params::Sample p{};
   p.vocab = vocab;
   p.n_penalty_ids = n_penalty_ids;
@@ -48,6 +50,8 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   p.n_counted = s.counts_on() ? counted.n : 0;
   p.presence_penalty = float(s.presence_penalty);
   p.frequency_penalty = float(s.frequency_penalty);
+  p.draft = draft.draft >= 0 ? uint32_t(draft.draft) : mkv_params::kNoDraft;
+  p.accept = draft.accept;
 
   enc.set_pipeline(dev.pipeline(kSampleKernel));
   bind_params(enc, p, 0);

@@ -42,10 +42,20 @@ struct GeneratedCounts {
 // uniform in [0, 1) is the draw (ignored when greedy). work: vocab floats of
 // scratch. penalty_ids: n_penalty_ids uint32 token ids (may be empty), read
 // when repetition_penalty != 1; counted: read when presence or frequency is on.
+// Speculative verification (docs/SPECULATIVE.md): a proposed id and its
+// acceptance draw; draft < 0: none.
+struct DraftDraw {
+  int32_t draft = -1;
+  float accept = 0.0f;  // in [0, 1)
+};
+
+// With a draft: token[0] = the draft with probability p(draft) under the
+// filtered distribution (accept < p(draft)), else a draw with `uniform` from
+// that distribution without the draft. Greedy ignores it (the caller compares).
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform);
+            float uniform, DraftDraw draft = {});
 
 // Every kernel name sample builds (one: sample_f32; tests/gpu/test_kernel_names.py).
 std::vector<std::string> sample_kernel_names();

@@ -48,7 +48,7 @@ class Sampling:
     presence_penalty: float = 0.0     # 0 = off
     frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
-    speculate: str | None = None      # 'lookup': speculative decoding by prompt lookup (greedy only)
+    speculate: str | None = None      # 'lookup': speculative decoding by prompt lookup (no penalties)
     draft_tokens: int | None = None   # ids proposed per step (None: 4)
 
     @classmethod
@@ -63,10 +63,9 @@ class Sampling:
         _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
         return self
 
-    def greedy(self) -> bool:
-        """Whether every token is the most likely one (what speculate needs)."""
-        return (self.temperature == 0 and self.repetition_penalty == 1 and self.presence_penalty == 0
-                and self.frequency_penalty == 0)
+    def speculable(self) -> bool:
+        """Whether speculate may be on: no repetition, presence or frequency penalty."""
+        return self.repetition_penalty == 1 and self.presence_penalty == 0 and self.frequency_penalty == 0
 
     def _core_kwargs(self, seed: int) -> dict:
         kw = asdict(self)
@@ -410,10 +409,11 @@ class Engine:
         the chat's system prompt. sampling: the fields of metalkv.Sampling
         (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, seed, speculate, draft_tokens).
-        speculate='lookup' (greedy only): each step also verifies up to draft_tokens
-        ids proposed from an earlier occurrence of the latest ones (prompt lookup);
-        the text is exactly what it is without it, often sooner when the reply
-        quotes or edits the prompt (docs/SPECULATIVE.md).
+        speculate='lookup' (no penalties): each step also verifies up to draft_tokens
+        ids proposed from an earlier occurrence of the latest ones (prompt lookup),
+        often sooner when the reply quotes or edits the prompt: greedy, the text is
+        exactly what it is without it; sampled, each token follows the same
+        distribution (other draws, so another text for a seed) (docs/SPECULATIVE.md).
         A list of prompts runs them together (batched into shared steps) and returns
         a list of texts; cache= is then None or a list of caches, one per prompt.
         Calls from several threads are batched the same way; each gets exactly what

@@ -20,6 +20,15 @@ def test_generate(engine, capsys):
                      r"finish: stop \(the model ended its turn\); context \d+/128 tokens\]", err)
 
 
+def test_generate_speculating(engine, capsys):
+    """--speculate lookup: the same text as without it (greedy), on the default model."""
+    quote = "Copy this sentence exactly: the cat sat on the mat and looked at the hat."
+    assert cli.main(["generate", quote, "--max-tokens", "24", "--device", "host", "--context", "128",
+                     "--speculate", "lookup", "--draft-tokens", "3"]) == 0
+    out, _ = capsys.readouterr()
+    assert out == engine.generate(quote, max_tokens=24) + "\n"
+
+
 @pytest.mark.parametrize("policy,prompt", [("streaming", None), ("snapkv", "whole")])
 def test_generate_with_an_eviction_policy_goes_past_its_budget(engine, capsys, policy, prompt):
     """--kv-policy/--kv-budget/--kv-prompt: 48 tokens of reply through a budget of 64 (the
@@ -89,6 +98,8 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--kv-budget", "64"], "--kv-budget does nothing without --kv-policy"),
     (["--kv-policy", "streaming", "--kv-window", "8"], "--kv-window does nothing with --kv-policy 'streaming'"),
     (["--device", "cuda"], "--device cuda: not available on this machine"),
+    (["--speculate", "lookup", "--repetition-penalty", "1.2"], "--speculate 'lookup': expected no repetition"),
+    (["--speculate", "lookup", "--draft-tokens", "0"], "--draft-tokens 0: expected an int in 1..16"),
     (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "
                                                           "folder /nonexistent/dir does not exist"),
     (["--load-cache", "/nonexistent/x.safetensors"], "--load-cache /nonexistent/x.safetensors: No such file"),

@@ -246,3 +246,40 @@ def test_penalty_flags_reach_the_sampling_options():
     assert s["presence_penalty"] == 0.5 and s["frequency_penalty"] == -1.25
     d = cli._sampling(cli._parser().parse_args(["generate", "hi"]))
     assert d["presence_penalty"] == metalkv.Sampling().presence_penalty == 0.0 == d["frequency_penalty"]
+
+
+# ---- speculative verification (docs/SPECULATIVE.md) ---------------------------------
+@pytest.mark.parametrize("filters", [dict(temperature=1.0), dict(temperature=0.7, top_k=8),
+                                     dict(temperature=1.3, top_p=0.8, min_p=0.02)])
+def test_a_draft_is_kept_with_its_probability_and_the_rest_is_drawn_without_it(host, filters):
+    """A proposed id d is the token exactly when the acceptance draw is below p(d),
+    p the filtered distribution; otherwise the draw comes from p without d,
+    renormalized (speculative sampling's residual for a certain proposal), so
+    over both draws each id comes with probability p."""
+    vocab = 24
+    x = logits_row(vocab, 7) / 2
+    p = reference_probs(x, **filters)
+    buf = host.buffer_from(x)
+    kept = np.flatnonzero(p > 0)
+    for d in (int(np.argmax(p)), int(kept[len(kept) // 2])):
+        below, above = max(p[d] - 1e-4, 0.0), min(p[d] + 1e-4, 0.9999)
+        assert ops.sample(host, buf, vocab, 0.5, draft=d, accept=below, **filters) == d
+        assert ops.sample(host, buf, vocab, 0.5, draft=d, accept=above, **filters) != d
+        rest = np.where(np.arange(vocab) == d, 0.0, p)
+        grid = (np.arange(200) + 0.5) / 200
+        got = np.bincount([ops.sample(host, buf, vocab, float(u), draft=d, accept=0.9999, **filters)
+                           for u in grid], minlength=vocab) / len(grid)
+        np.testing.assert_allclose(got, rest / rest.sum(), atol=1.5 / len(grid))
+        # and the whole: P(t) = p(d) [t = d] + (1 - p(d)) rest(t) / (1 - p(d)) = p(t)
+        whole = p[d] * (np.arange(vocab) == d) + (1 - p[d]) * got
+        np.testing.assert_allclose(whole, p, atol=1.5 / len(grid))
+
+
+def test_a_draft_the_filters_drop_is_an_ordinary_draw(host):
+    vocab = 24
+    x = logits_row(vocab, 8)
+    p = reference_probs(x, temperature=1.0, top_k=4)
+    d = int(np.argmin(p))  # outside the top 4
+    for u in (0.1, 0.5, 0.93):
+        assert ops.sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4, draft=d, accept=0.0) == \
+            ops.sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4) == draw(p, u)

@@ -1,9 +1,11 @@
-"""Speculative decoding by prompt lookup (docs/SPECULATIVE.md). The reference is
-decoding without it: every call must get the same ids and, bit for bit, the same
-logits rows each id was sampled from (keep_logits), and leave its cache at the
-same length, whatever was proposed and rejected; alone, batched, with stop ids,
-max_tokens and stop strings falling inside an accepted run. The proposals come
-from _core.lookup_drafts, held against a plain Python reading of its rule."""
+"""Speculative decoding by prompt lookup (docs/SPECULATIVE.md). Greedy, the
+reference is decoding without it: every call must get the same ids and, bit for
+bit, the same logits rows each id was sampled from (keep_logits), and leave its
+cache at the same length, whatever was proposed and rejected; alone, batched,
+with stop ids, max_tokens and stop strings falling inside an accepted run.
+Sampled, the ids must follow the model's distribution (a chi-square test on a
+16-token vocabulary against the engine's own logits). The proposals come from
+_core.lookup_drafts, held against a plain Python reading of its rule."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 import metalkv
 from metalkv import _core
 
-from .test_batching import load, prompts
+from .test_batching import load, prompts, sliding, tiny, tiny_text  # noqa: F401 (fixtures)
 
 LOOKUP = dict(speculate="lookup")
 
@@ -68,16 +70,6 @@ def same_as_plain(engine, ps, **kw):
     return proposed, accepted
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_gguf):
-    return load(tiny_gguf)
-
-
-@pytest.fixture(scope="module")
-def sliding(tiny_sliding_dir):
-    return load(tiny_sliding_dir)
-
-
 @pytest.mark.parametrize("draft_tokens", [1, 4, 16])
 def test_ids_logits_and_cache_as_without_it(tiny, draft_tokens):
     same_as_plain(tiny, looping(6, seed=draft_tokens), max_tokens=40, stop_ids=[], draft_tokens=draft_tokens)
@@ -92,6 +84,16 @@ def test_sliding_layers(sliding):
 @pytest.mark.parametrize("kv", [dict(kv_k="q8", kv_v="q8"), dict(kv_k="q4", kv_v="q8", kv_residual=0)])
 def test_quantized_cache(tiny_gguf, kv):
     same_as_plain(load(tiny_gguf, **kv), looping(4, seed=5), max_tokens=40, stop_ids=[])
+
+
+@pytest.mark.parametrize("kv", [dict(kv_k="q4", kv_v="q4"), dict(kv_k="q2", kv_v="q2", kv_rotate=True)])
+def test_residual_window(tiny_gguf, kv):
+    """A quantized cache with its residual window (128 f16 positions; q2 seals K
+    per block): each verified row reads its own window from the ring and what
+    precedes it from the pool, as decode at its position does; well past the
+    window."""
+    engine = load(tiny_gguf, context=512, **kv)
+    same_as_plain(engine, [p * 4 for p in looping(3, seed=9)], max_tokens=200, stop_ids=[])
 
 
 def test_stop_ids_and_max_tokens_inside_an_accepted_run(tiny):
@@ -126,6 +128,21 @@ def test_a_conversation_continues_the_same(tiny):
     np.testing.assert_array_equal(caches[0][3], caches[1][3])
 
 
+def test_a_saved_cache_continues_the_same(tiny, tmp_path):
+    """A cache a speculating call filled, saved and read back, continues as the
+    cache of a plain call does."""
+    p, q = looping(2, seed=23)
+    texts = []
+    for kw in (dict(), LOOKUP):
+        c = tiny.new_cache()
+        run(tiny, p, cache=c, max_tokens=30, stop_ids=[], **kw)
+        c.save(tmp_path / "c.safetensors")
+        back = tiny.load_cache(tmp_path / "c.safetensors")
+        texts.append(run(tiny, q, cache=back, max_tokens=30, stop_ids=[], **kw)[:2])
+    assert texts[0][0] == texts[1][0]
+    np.testing.assert_array_equal(texts[0][1], texts[1][1])
+
+
 def test_batched_with_plain_calls(tiny):
     """A list where every other call speculates, batched into shared steps: each
     gets what it gets alone without speculation."""
@@ -136,6 +153,22 @@ def test_batched_with_plain_calls(tiny):
     assert together == alone
     st = tiny.last_stats
     assert st["max_batch"] > 1 and sum(r["draft_accepted"] for r in st["requests"]) > 0
+
+
+def test_verified_rows_beside_a_prompt_chunk(tiny_gguf):
+    """A speculating call decodes while a longer prompt is read in chunks of 8 in
+    the same steps: the prompt rows go through the gemm (q/k/v split by its
+    epilogue), the verified rows through the separate gemvs after them. Its
+    prompt holds every bigram (L, v), so it proposes from its first decode
+    step on. Each call gets what it gets alone without speculation."""
+    engine = load(tiny_gguf, context=512)
+    fast = [x for v in range(64) for x in (3, v, 7)] + [3]
+    long = np.random.default_rng(4).integers(1, 64, 320).tolist()
+    kw = dict(max_tokens=60, stop_ids=())
+    together = engine.generate_ids([fast, long], **kw, **LOOKUP)  # first: nothing of either cached yet
+    st = engine.last_stats["requests"]
+    assert st[0]["draft_accepted"] > 0 and st[1]["prefill_steps"] >= 35
+    assert together == [engine.generate_ids(p, **kw) for p in (fast, long)]
 
 
 def test_streams_with_stop_strings(tiny_text):
@@ -158,21 +191,12 @@ def test_streams_with_stop_strings(tiny_text):
     assert accepted > 0
 
 
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory):
-    from models.tiny import TINY_VOCAB, write_gguf  # tests/ is on sys.path
-
-    f = tmp_path_factory.mktemp("spec_text") / "tiny_text.gguf"
-    write_gguf(f, tokenizer=TINY_VOCAB, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=64)
-    return f
-
-
 @pytest.mark.parametrize("kw,match", [
     (dict(speculate="ngram"), r"speculate='ngram': expected None or 'lookup'"),
     (dict(speculate="lookup", draft_tokens=0), r"draft_tokens=0: expected an int in 1\.\.16"),
     (dict(speculate="lookup", draft_tokens=True), r"draft_tokens=True: expected an int"),
-    (dict(speculate="lookup", temperature=0.7), r"speculate='lookup': expected greedy decoding"),
-    (dict(speculate="lookup", repetition_penalty=1.2), r"speculate='lookup': expected greedy decoding"),
+    (dict(speculate="lookup", repetition_penalty=1.2), r"speculate='lookup': expected no repetition, presence"),
+    (dict(speculate="lookup", frequency_penalty=0.5), r"speculate='lookup': expected no repetition, presence"),
 ])
 def test_options_are_checked(tiny, kw, match):
     with pytest.raises(metalkv.ArgumentError, match=match):
@@ -181,9 +205,10 @@ def test_options_are_checked(tiny, kw, match):
         metalkv.Sampling(**kw).check()
 
 
-def test_caches_it_cannot_verify_are_refused(tiny_gguf):
-    engine = load(tiny_gguf, kv_k="q4", kv_v="q4")  # a residual window by default
-    with pytest.raises(metalkv.ArgumentError, match=r"speculate='lookup': expected a cache without a residual"):
+@pytest.mark.parametrize("policy", ["streaming", "h2o"])
+def test_caches_it_cannot_verify_are_refused(tiny_gguf, policy):
+    engine = load(tiny_gguf, kv_policy=policy, kv_budget=64)
+    with pytest.raises(metalkv.ArgumentError, match=r"speculate='lookup': expected a cache without an eviction"):
         engine.generate_ids([1, 2, 3], max_tokens=4, **LOOKUP)
     assert engine.generate_ids([1, 2, 3], max_tokens=4) is not None  # and without it, it runs
 
@@ -212,3 +237,41 @@ def test_the_server_speculates_for_greedy_requests_only(tiny_engine_text):
 @pytest.fixture(scope="module")
 def tiny_engine_text(tiny_text):
     return load(tiny_text, context=256)
+
+
+def test_sampled_ids_follow_the_models_distribution(tmp_path):
+    """Every prompt bigram (L, v) is followed by D, so after any first id t1 the
+    lookup proposes D for the second: it is kept with probability p(D | t1) and
+    otherwise the second id is drawn from the rest. Over 1,200 seeds the second
+    ids' counts must match the sum over seeds of p(. | prompt, t1) (the engine's
+    logits at temperature 8), chi-square below its 0.1 % critical value; a rule
+    that kept D twice as often scores above 200 here. And a seed gives the same
+    ids every time."""
+    from models.tiny import write_gguf  # tests/ is on sys.path
+
+    vocab, L, D, T, n = 16, 3, 7, 8.0, 1200
+    f = tmp_path / "v16.gguf"
+    write_gguf(f, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=vocab)
+    engine = metalkv.Engine.load(f, progress=False, context=128)
+    prompt = [x for v in range(vocab) for x in (L, v, D)] + [L]
+    kw = dict(max_tokens=3, temperature=T, speculate="lookup", stop_ids=())
+    seconds, proposed, accepted = [], 0, 0
+    for seed in range(n):
+        ids = engine.generate_ids(prompt, seed=seed, **kw)
+        proposed += engine.last_stats["draft_proposed"]
+        accepted += engine.last_stats["draft_accepted"]
+        seconds.append(tuple(ids[:2]))
+    assert proposed >= n and accepted > 0  # D proposed after every first id
+    probs = {}
+    expected, observed = np.zeros(vocab), np.zeros(vocab)
+    for t1, t2 in seconds:
+        if t1 not in probs:
+            x = engine.logits(prompt + [t1])[-1].astype(np.float64) / T
+            probs[t1] = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+        expected += probs[t1]
+        observed[t2] += 1
+    cells = expected >= 5
+    chi2 = float((((observed - expected) ** 2) / expected)[cells].sum())
+    critical = {15: 37.70, 14: 36.12, 13: 34.53, 12: 32.91}[int(cells.sum()) - 1]  # chi-square, p = 0.001
+    assert chi2 < critical, (chi2, observed, expected)
+    assert engine.generate_ids(prompt, seed=5, **kw) == engine.generate_ids(prompt, seed=5, **kw)

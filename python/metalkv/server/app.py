@@ -76,8 +76,8 @@ class Server:
             max_tokens = job.max_tokens or self.max_tokens or max(room, 1)
             for j in range(job.n):
                 sampling = dict(self.defaults, **job.sampling, max_tokens=max_tokens)
-                if sampling.get("speculate") and not Sampling(**sampling).greedy():
-                    # `serve --speculate` speeds up greedy requests; sampled ones decode without it
+                if sampling.get("speculate") and not Sampling(**sampling).speculable():
+                    # `serve --speculate` speeds up requests without penalties; those decode without it
                     sampling.pop("speculate")
                     sampling.pop("draft_tokens", None)
                 if sampling.get("seed") is not None:  # choices differ, each reproducible
