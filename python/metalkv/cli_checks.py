@@ -23,6 +23,7 @@ _PHRASES = {
     "new_cache(capacity=...) or Engine.load(context=...)": "--context",
     "Engine.load(context=...)": "--context",
     "create the cache with a larger capacity": "a larger --context",
+    "speculate='lookup'": "--speculate lookup",
 }
 _KV_NAMES = re.compile(r"\b(" + "|".join(sorted((row["name"] for row in KV_OPTIONS), key=len, reverse=True)) + r")\b")
 

@@ -100,6 +100,7 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--device", "cuda"], "--device cuda: not available on this machine"),
     (["--speculate", "lookup", "--repetition-penalty", "1.2"], "--speculate 'lookup': expected no repetition"),
     (["--speculate", "lookup", "--draft-tokens", "0"], "--draft-tokens 0: expected an int in 1..16"),
+    (["--draft-tokens", "3"], "--draft-tokens 3: expected to come with --speculate"),
     (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "
                                                           "folder /nonexistent/dir does not exist"),
     (["--load-cache", "/nonexistent/x.safetensors"], "--load-cache /nonexistent/x.safetensors: No such file"),

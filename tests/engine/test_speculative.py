@@ -57,11 +57,12 @@ def run(engine, p, cache=None, **kw):
     return ids, r.logits(), r.stats, [c.length(l) for l in range(engine.config.n_layers)]
 
 
-def same_as_plain(engine, ps, **kw):
+def same_as_plain(engine, ps, draft_tokens=None, **kw):
     proposed = accepted = 0
+    spec = dict(LOOKUP, **({"draft_tokens": draft_tokens} if draft_tokens else {}))
     for p in ps:
         ids_a, logits_a, _, len_a = run(engine, p, **kw)
-        ids_b, logits_b, st, len_b = run(engine, p, **kw, **LOOKUP)
+        ids_b, logits_b, st, len_b = run(engine, p, **kw, **spec)
         assert ids_b == ids_a and len_b == len_a
         np.testing.assert_array_equal(logits_b, logits_a)
         proposed += st["draft_proposed"]
@@ -195,6 +196,7 @@ def test_streams_with_stop_strings(tiny_text):
     (dict(speculate="ngram"), r"speculate='ngram': expected None or 'lookup'"),
     (dict(speculate="lookup", draft_tokens=0), r"draft_tokens=0: expected an int in 1\.\.16"),
     (dict(speculate="lookup", draft_tokens=True), r"draft_tokens=True: expected an int"),
+    (dict(draft_tokens=4), r"draft_tokens=4: expected to come with speculate='lookup'"),
     (dict(speculate="lookup", repetition_penalty=1.2), r"speculate='lookup': expected no repetition, presence"),
     (dict(speculate="lookup", frequency_penalty=0.5), r"speculate='lookup': expected no repetition, presence"),
 ])
