@@ -61,14 +61,16 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
     o.logprobs = int32_t(n);
   }
   if (!speculate.is_none()) {
-    if (!PyUnicode_Check(speculate.ptr()) || nb::cast<std::string>(speculate) != "lookup")
-      bad_type("generate", "speculate", speculate, "None or 'lookup' (prompt lookup)");
-    o.speculate = engine::Speculate::lookup;
+    const std::string how = PyUnicode_Check(speculate.ptr()) ? nb::cast<std::string>(speculate) : "";
+    if (how != "lookup" && how != "draft")
+      bad_type("generate", "speculate", speculate, "None, 'lookup' (prompt lookup) or 'draft' (the draft model)");
+    o.speculate = how == "draft" ? engine::Speculate::draft : engine::Speculate::lookup;
   }
   if (!draft_tokens.is_none()) {
     if (speculate.is_none())  // nothing a caller gives is dropped unsaid
       throw gpu::ArgumentError("generate", "draft_tokens", py_repr(draft_tokens),
-                               "to come with speculate='lookup' (ids proposed per step of speculative decoding)");
+                               "to come with speculate='lookup' or 'draft' (ids proposed per step of speculative "
+                               "decoding)");
     const int64_t n = int_arg("generate", "draft_tokens", draft_tokens);
     if (n < 1 || n > engine::kMaxDraftTokens)  // before narrowing
       throw gpu::ArgumentError("generate", "draft_tokens", py_repr(draft_tokens),

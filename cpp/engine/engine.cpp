@@ -26,6 +26,10 @@ void check_generate_options(const GenerateOptions& o) {
     if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens)
       throw gpu::ArgumentError("generate", "draft_tokens", str(o.draft_tokens),
                                "an int in 1.." + str(kMaxDraftTokens) + " (ids proposed per step)");
+    if (o.speculate == Speculate::draft && !o.sampling.greedy())
+      throw gpu::ArgumentError("generate", "speculate", "'draft'",
+                               "greedy decoding with a draft model (sampled, its proposals' probabilities would "
+                               "enter the rule: not built yet)");
     if (o.sampling.repetition_penalty != 1.0 || o.sampling.counts_on())
       throw gpu::ArgumentError("generate", "speculate", "'lookup'",
                                "no repetition, presence or frequency penalty (a verified row's penalties would "
@@ -53,9 +57,13 @@ size_t auto_kv_memory(gpu::Device& device, const model::Model& model, uint32_t k
   return std::max(3 * one, std::min(share ? share : one, kAutoKvSequences * one));
 }
 
-Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, EngineOptions options)
+Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, EngineOptions options,
+               std::shared_ptr<const model::Model> draft)
     : device_(std::move(device)), model_(std::move(model)), options_(options) {
   if (!device_) fail("device is null");
+  if (draft && draft->spec().vocab != model_->spec().vocab)
+    throw gpu::ArgumentError("engine", "draft", "a model of " + str(draft->spec().vocab) + " ids",
+                             "a draft model with the target's vocabulary (" + str(model_->spec().vocab) + " ids)");
   if (options_.prefill_chunk == 0) fail("prefill_chunk must be at least 1");
   check_max_seqs(options_.max_seqs);
   kv_ = kv::resolve(options_.kv, model_->spec().n_layers, model_->spec().head_dim, options_.kv_context);
@@ -73,7 +81,7 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
         device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
                                         c.capacity, c.max_chunk, memory));
   }
-  scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_, *device_));
+  scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_, *device_), std::move(draft));
 }
 
 std::unique_ptr<kv::KvCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {
@@ -115,6 +123,9 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
   check_generate_options(o);
   check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
   check_room(cache, o.keep.value_or(cache.length(0)), uint32_t(prompt.size()));
+  if (o.speculate == Speculate::draft && !scheduler_->has_draft())
+    throw gpu::ArgumentError("generate", "speculate", "'draft'",
+                             "an engine loaded with a draft model (Engine.load(draft=...), --draft-model)");
   if (o.speculate != Speculate::none && cache.spec().policy.kind != kv::PolicyKind::none)
     throw gpu::ArgumentError("generate", "speculate", "'lookup'",
                              "a cache without an eviction policy (kv_policy): verifying there is not built yet");

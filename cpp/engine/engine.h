@@ -78,7 +78,10 @@ void check_token_ids(const Int* ids, size_t n, uint32_t vocab) {
 
 class Engine {
  public:
-  Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, EngineOptions options = {});
+  // draft: a smaller model with the same vocabulary for speculative decoding
+  // (Speculate::draft); nullptr: none.
+  Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, EngineOptions options = {},
+         std::shared_ptr<const model::Model> draft = nullptr);
 
   const model::Model& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }

@@ -46,9 +46,10 @@ class Channel {
   bool signalled_ = false;
 };
 
-// Speculative decoding (docs/SPECULATIVE.md): none, or prompt lookup, whose
-// proposals are the ids that followed an earlier occurrence of the latest ids.
-enum class Speculate { none, lookup };
+// Speculative decoding (docs/SPECULATIVE.md): none; prompt lookup, whose
+// proposals are the ids that followed an earlier occurrence of the latest ids;
+// or the engine's draft model's greedy ids.
+enum class Speculate { none, lookup, draft };
 
 struct GenerateOptions {
   int64_t max_tokens = 256;          // >= 0

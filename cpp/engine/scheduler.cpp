@@ -20,7 +20,8 @@ bool cache_full(const kv::KvCache& cache) {
 
 }  // namespace
 
-Scheduler::Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options)
+Scheduler::Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options,
+                     std::shared_ptr<const model::Model> draft)
     : device_(device),
       model_(model),
       options_(options),
@@ -31,6 +32,7 @@ Scheduler::Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> 
   if (options_.step_tokens < options_.max_seqs + std::min(options_.prefill_chunk, 2u))
     ops::fail("engine", "step_tokens " + str(options_.step_tokens) + " leaves no room for a prompt chunk beside " +
                             str(options_.max_seqs) + " decoding sequences (max_seqs); it must be at least max_seqs + 2");
+  if (draft) drafter_ = std::make_unique<Drafter>(device, std::move(draft), options_.prefill_chunk);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -204,6 +206,7 @@ void Scheduler::take_verified(Running& r, const StepPlan::Part& p, const int32_t
   kv::KvCache& cache = r.cache();
   cache.truncate(cache.length(0) - (p.n - rows));  // within the last store: always possible
   cache.commit(ids, rows, r.job.options.prefix_cache, /*decode_rows=*/true);
+  if (r.job.options.speculate == Speculate::draft) drafter_->rollback(r.draft, cache.length(0));
   for (uint32_t i = 0; i < rows && r.phase != Running::Phase::done; ++i) take_id(r, sampled[i], logit_row + i);
 }
 

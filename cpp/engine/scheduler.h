@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/draft.h"
 #include "engine/request.h"
 #include "engine/step.h"
 #include "kv/kv_cache.h"
@@ -65,7 +66,10 @@ struct Job {
 
 class Scheduler {
  public:
-  Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options);
+  // draft: a draft model for Speculate::draft calls (nullptr: none).
+  Scheduler(gpu::DevicePtr device, std::shared_ptr<const model::Model> model, SchedulerOptions options,
+            std::shared_ptr<const model::Model> draft = nullptr);
+  bool has_draft() const { return drafter_ != nullptr; }
   ~Scheduler();  // stop()
   // Aborts what is still queued or running (their caches as before), then joins the
   // thread; later submits fail. Idempotent; not to be called from two threads at once.
@@ -133,6 +137,7 @@ class Scheduler {
   std::shared_ptr<const model::Model> model_;
   SchedulerOptions options_;
   StepRunner runner_;
+  std::unique_ptr<Drafter> drafter_;  // with a draft model
   std::shared_ptr<Channel> wakeup_ = std::make_shared<Channel>();
   mutable std::mutex mutex_;  // guards queue_, in_flight_, stop_, n_running_
   bool stop_ = false;

@@ -60,7 +60,9 @@ uint32_t Scheduler::propose(Running& r, uint32_t spare, uint64_t unread) {
   // What the cache holds (earlier turns of a conversation too), then the id this step feeds.
   std::vector<int32_t> history = r.cache().record().tokens();
   history.push_back(r.out.back());
-  r.drafts = lookup_drafts(history, uint32_t(cap));
+  r.drafts = r.job.options.speculate == Speculate::draft
+                 ? drafter_->propose(r.draft, history, uint32_t(cap), r.cache().spec().capacity)
+                 : lookup_drafts(history, uint32_t(cap));
   return uint32_t(r.drafts.size());
 }
 

@@ -50,6 +50,7 @@ struct Scheduler::Running {
   // and how many the next step may propose (adapts to what was accepted).
   std::vector<int32_t> drafts;
   uint32_t draft_k = 0;
+  DraftCache draft;  // Speculate::draft: the draft model's cache
 
   kv::KvCache& cache() { return *job.cache; }
   // Whether a test holds the call before this step (GenerateOptions::hold_at_step).

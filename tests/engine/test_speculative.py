@@ -13,6 +13,7 @@ import pytest
 
 import metalkv
 from metalkv import _core
+from devices import TEST_DEVICE  # tests/ is on sys.path
 
 from .test_batching import load, prompts, sliding, tiny, tiny_text  # noqa: F401 (fixtures)
 
@@ -193,7 +194,7 @@ def test_streams_with_stop_strings(tiny_text):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(speculate="ngram"), r"speculate='ngram': expected None or 'lookup'"),
+    (dict(speculate="ngram"), r"speculate='ngram': expected None, 'lookup' \(prompt lookup\) or 'draft'"),
     (dict(speculate="lookup", draft_tokens=0), r"draft_tokens=0: expected an int in 1\.\.16"),
     (dict(speculate="lookup", draft_tokens=True), r"draft_tokens=True: expected an int"),
     (dict(draft_tokens=4), r"draft_tokens=4: expected to come with speculate='lookup'"),
@@ -277,3 +278,69 @@ def test_sampled_ids_follow_the_models_distribution(tmp_path):
     critical = {15: 37.70, 14: 36.12, 13: 34.53, 12: 32.91}[int(cells.sum()) - 1]  # chi-square, p = 0.001
     assert chi2 < critical, (chi2, observed, expected)
     assert engine.generate_ids(prompt, seed=5, **kw) == engine.generate_ids(prompt, seed=5, **kw)
+
+
+# ---- a draft model ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    """(target, the target as its own draft, a target whose draft is another random model
+    with a narrower feed-forward): tiny llama GGUFs with one 64-token vocabulary."""
+    from models.tiny import TINY_VOCAB, write_gguf  # tests/ is on sys.path
+
+    d = tmp_path_factory.mktemp("drafts")
+    shape = dict(tokenizer=TINY_VOCAB, n_heads=2, n_kv_heads=1, head_dim=64, vocab=64)
+    write_gguf(d / "target.gguf", hidden=128, ffn=64, seed=0, **shape)
+    write_gguf(d / "small.gguf", hidden=128, ffn=32, seed=1, **shape)
+    kw = dict(device=TEST_DEVICE, progress=False, context=256, prefill_chunk=8)
+    return (metalkv.Engine.load(d / "target.gguf", **kw),
+            metalkv.Engine.load(d / "target.gguf", draft=d / "target.gguf", **kw),
+            metalkv.Engine.load(d / "target.gguf", draft=d / "small.gguf", **kw))
+
+
+def test_a_draft_model_gives_what_decoding_alone_gives(drafts):
+    """Greedy: the same ids, logits rows and cache length as without speculation,
+    whether the draft is the target itself (nearly every proposal right) or a
+    different model (most wrong); alone and batched."""
+    plain, itself, other = drafts
+    ps = looping(3, seed=29) + prompts(2, seed=7)
+    kw = dict(max_tokens=40, stop_ids=[])
+    for engine, least in ((itself, 0.9), (other, 0.0)):
+        proposed = accepted = 0
+        for p in ps:
+            a, b = run(plain, p, **kw), run(engine, p, speculate="draft", **kw)
+            assert b[0] == a[0] and b[3] == a[3]
+            np.testing.assert_array_equal(b[1], a[1])
+            proposed += b[2]["draft_proposed"]
+            accepted += b[2]["draft_accepted"]
+        assert proposed > 0 and accepted >= least * proposed
+        assert engine.generate_ids(ps, speculate="draft", **kw) == [plain.generate_ids(p, **kw) for p in ps]
+
+
+def test_a_conversation_with_a_draft_model(drafts):
+    """The draft cache follows the target's: a second turn in the same cache, and a
+    turn rolled back with keep, each as without speculation."""
+    plain, itself, _ = drafts
+    p, q = looping(2, seed=31)
+    out = []
+    for engine, kw in ((plain, {}), (itself, dict(speculate="draft"))):
+        c = engine.new_cache()
+        first = run(engine, p, cache=c, max_tokens=20, stop_ids=[], **kw)[0]
+        second = run(engine, q, cache=c, max_tokens=20, stop_ids=[], **kw)[0]
+        again = run(engine, q, cache=c, max_tokens=20, stop_ids=[], keep=len(p) + 10, **kw)[0]
+        out.append((first, second, again, c.length(0)))
+    assert out[0] == out[1]
+
+
+def test_draft_models_are_checked(drafts, tmp_path):
+    from models.tiny import TINY_VOCAB, write_gguf  # tests/ is on sys.path
+
+    plain, itself, _ = drafts
+    with pytest.raises(metalkv.ArgumentError, match=r"speculate='draft': expected an engine loaded with a draft"):
+        plain.generate_ids([1, 2, 3], max_tokens=4, speculate="draft")
+    with pytest.raises(metalkv.ArgumentError, match=r"speculate='draft': expected greedy decoding with a draft"):
+        itself.generate_ids([1, 2, 3], max_tokens=4, speculate="draft", temperature=0.8)
+    write_gguf(tmp_path / "v32.gguf", hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=32, vocab=32)
+    write_gguf(tmp_path / "target.gguf", tokenizer=TINY_VOCAB, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64,
+               ffn=32, vocab=64)
+    with pytest.raises(metalkv.ModelLoadError, match=r"the draft model has 32 token ids, target.gguf has 64"):
+        metalkv.Engine.load(tmp_path / "target.gguf", draft=tmp_path / "v32.gguf", progress=False, context=64)
