@@ -69,8 +69,8 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
   if (!draft_tokens.is_none()) {
     if (speculate.is_none())  // nothing a caller gives is dropped unsaid
       throw gpu::ArgumentError("generate", "draft_tokens", py_repr(draft_tokens),
-                               "to come with speculate='lookup' or 'draft' (ids proposed per step of speculative "
-                               "decoding)");
+                               "to come with speculate='lookup' or speculate='draft' (ids proposed per step of "
+                               "speculative decoding)");
     const int64_t n = int_arg("generate", "draft_tokens", draft_tokens);
     if (n < 1 || n > engine::kMaxDraftTokens)  // before narrowing
       throw gpu::ArgumentError("generate", "draft_tokens", py_repr(draft_tokens),

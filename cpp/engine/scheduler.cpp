@@ -161,8 +161,7 @@ void Scheduler::take_id(Running& r, int32_t id, uint32_t logit_row) {
     r.logits.resize(at + vocab);
     runner_.read_logits(r.logits.data() + at, 1, logit_row);
   }
-  const std::vector<int32_t>& stops = r.job.options.stop_ids;
-  if (std::find(stops.begin(), stops.end(), id) != stops.end()) return finish(r, "stop");
+  if (r.stops_at(id)) return finish(r, "stop");
   std::optional<TokenLogprob> logprob;
   if (r.job.options.logprobs >= 0) {  // of the raw row: before penalties and temperature
     r.row.resize(vocab);
@@ -196,11 +195,9 @@ void Scheduler::take_verified(Running& r, const StepPlan::Part& p, const int32_t
   r.stats.draft_accepted += a;
   r.draft_k = a == m ? std::min(r.draft_k + 1, r.job.options.draft_tokens) : a + 1;
   // Ids emitted: up to a stop id (not emitted) or max_tokens.
-  const std::vector<int32_t>& stops = r.job.options.stop_ids;
   uint32_t rows = 0;  // rows whose sampled id is taken (a stop id included)
   while (rows <= a) {
-    const int32_t id = sampled[rows++];
-    if (std::find(stops.begin(), stops.end(), id) != stops.end()) break;
+    if (r.stops_at(sampled[rows++])) break;
     if (int64_t(r.out.size()) + rows >= r.job.options.max_tokens) break;
   }
   kv::KvCache& cache = r.cache();

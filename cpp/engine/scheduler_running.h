@@ -62,6 +62,10 @@ struct Scheduler::Running {
   }
   uint32_t n() const { return uint32_t(job.prompt.size()); }
   bool speculates() const { return job.options.speculate != Speculate::none; }
+  bool stops_at(int32_t id) const {  // a stop id: it ends the call, not emitted
+    const std::vector<int32_t>& s = job.options.stop_ids;
+    return std::find(s.begin(), s.end(), id) != s.end();
+  }
   float draw() { return float(rng() >> 40) * 0x1.0p-24f; }  // uniform in [0, 1), 24 bits
   bool penalty_on() const { return job.options.sampling.repetition_penalty != 1.0; }
   uint32_t n_counted() const { return uint32_t(pairs.size() / 2); }

@@ -24,6 +24,7 @@ _PHRASES = {
     "Engine.load(context=...)": "--context",
     "create the cache with a larger capacity": "a larger --context",
     "speculate='lookup'": "--speculate lookup",
+    "speculate='draft'": "--speculate draft",
 }
 _KV_NAMES = re.compile(r"\b(" + "|".join(sorted((row["name"] for row in KV_OPTIONS), key=len, reverse=True)) + r")\b")
 

@@ -25,8 +25,9 @@ def test_generate_speculating(engine, capsys):
     quote = "Copy this sentence exactly: the cat sat on the mat and looked at the hat."
     assert cli.main(["generate", quote, "--max-tokens", "24", "--device", "host", "--context", "128",
                      "--speculate", "lookup", "--draft-tokens", "3"]) == 0
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert out == engine.generate(quote, max_tokens=24) + "\n"
+    assert re.search(r"; \d+ of [1-9]\d* proposed ids accepted; finish:", err), err
 
 
 def test_generate_with_a_draft_model(engine, default_gguf, capsys):
@@ -110,7 +111,7 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--device", "cuda"], "--device cuda: not available on this machine"),
     (["--speculate", "lookup", "--repetition-penalty", "1.2"], "--speculate 'lookup': expected no repetition"),
     (["--speculate", "lookup", "--draft-tokens", "0"], "--draft-tokens 0: expected an int in 1..16"),
-    (["--draft-tokens", "3"], "--draft-tokens 3: expected to come with --speculate"),
+    (["--draft-tokens", "3"], "--draft-tokens 3: expected to come with --speculate lookup or --speculate draft"),
     (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "
                                                           "folder /nonexistent/dir does not exist"),
     (["--load-cache", "/nonexistent/x.safetensors"], "--load-cache /nonexistent/x.safetensors: No such file"),

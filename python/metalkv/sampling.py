@@ -1,0 +1,76 @@
+"""What a generate call is asked for besides its prompt: metalkv.Sampling (how tokens
+are drawn, speculative decoding's options), stop strings, and the check that a draft
+model speaks the target's tokens. The checks themselves are the C++ engine's
+(_core.check_generate), so Python and C++ cannot disagree."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from . import _core
+from .errors import argument_error
+from .models import LoadedModel, ModelLoadError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a generate call draws its tokens. The defaults the CLI shows and uses;
+    max_tokens's and the checks of every value are the C++ engine's
+    (_core.DEFAULT_MAX_TOKENS, _core.check_generate), so Python and C++ cannot disagree."""
+    max_tokens: int = _core.DEFAULT_MAX_TOKENS
+    temperature: float = 0.0          # 0 = greedy
+    top_k: int = 0                    # 0 = off
+    top_p: float = 1.0                # 1 = off
+    min_p: float = 0.0                # 0 = off
+    repetition_penalty: float = 1.0   # 1 = off
+    presence_penalty: float = 0.0     # 0 = off
+    frequency_penalty: float = 0.0    # 0 = off
+    seed: int | None = None           # None: a fresh random seed per call
+    speculate: str | None = None      # 'lookup' (prompt lookup, no penalties) or 'draft' (the draft model, greedy)
+    draft_tokens: int | None = None   # ids proposed per step (None: 4)
+
+    @classmethod
+    def of(cls, options: dict, what: str) -> "Sampling":
+        unknown = set(options) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        return cls(**options).check()
+
+    def check(self) -> "Sampling":
+        """Raises metalkv.ArgumentError (a ValueError naming the argument)."""
+        _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
+        return self
+
+    def speculable(self) -> bool:
+        """Whether speculate may be on: no repetition, presence or frequency penalty."""
+        return self.repetition_penalty == 1 and self.presence_penalty == 0 and self.frequency_penalty == 0
+
+    def _core_kwargs(self, seed: int) -> dict:
+        kw = asdict(self)
+        kw["seed"] = seed
+        return kw
+
+
+def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model proposes ids the target verifies: the ids must mean the same tokens.
+    Raises ModelLoadError naming the first difference."""
+    a, b = target.config.vocab, draft.config.vocab
+    if a != b:
+        raise ModelLoadError(f"{draft.path}: the draft model has {b} token ids, {target.path.name} has {a}; "
+                             f"a draft model needs the same vocabulary")
+    ta, tb = target.tokenizer, draft.tokenizer
+    if ta is None or tb is None:
+        return  # token ids only: the same count is all there is to check
+    for i in range(a):
+        if ta.id_to_token(i) != tb.id_to_token(i):
+            raise ModelLoadError(f"{draft.path}: token id {i} is {tb.id_to_token(i)!r} for the draft model and "
+                                 f"{ta.id_to_token(i)!r} for {target.path.name}; a draft model needs the same "
+                                 f"tokenizer")
+
+
+def _check_stop(stop) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise argument_error("generate", "stop", stop, "a non-empty str or a list of them")
+    return list(stops)
