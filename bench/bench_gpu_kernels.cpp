@@ -347,9 +347,9 @@ Grid gpu_grid(bool quick) {
   g.prefill.push_back({256, 32, 8, 4096});
   g.gemv = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
   g.glu = {{14336, 4096}};
-  for (uint32_t t : {64u, 512u})
-    for (const auto& s : g.gemv)
-      if (t == 64 || s[0] != 128256) g.gemm.push_back({s[0], s[1], t});  // prefill runs lm_head on 1 token
+  for (uint32_t t : {64u, 512u, 4096u})
+    for (const auto& s : g.gemv)  // prefill runs lm_head on 1 token; 4096 tokens on the issue 32 shapes
+      if ((t == 64 || s[0] != 128256) && (t != 4096 || s[1] == 4096)) g.gemm.push_back({s[0], s[1], t});
   return g;
 }
 

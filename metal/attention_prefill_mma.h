@@ -10,9 +10,9 @@
 // block it holds Q (float, D / 8 fragments, loaded once through an 8x8 staging
 // square) and the output O (D / 8 float fragments), and per lane the running
 // max m and sum l of the row the lane's fragment elements belong to
-// (simdgroup_matrix's layout: a lane holds two adjacent columns of one row,
-// the 4 lanes of a row differ in lane bits 0 and 3, so a row's max and sum are
-// two xor shuffles).
+// (simdgroup_matrix's layout, metal/fragment.h: a lane holds two adjacent
+// columns of one row, the 4 lanes of a row differ in two lane bits, so a row's
+// max and sum are two xor shuffles).
 //
 // Per staged tile and 8-key block (absolute positions 8i .. 8i + 7, so a query's
 // result does not depend on its chunk or tile): S = Q Kᵀ (float accumulator,
@@ -26,6 +26,7 @@
 
 #include "attention.h"
 #include "attention_prefill.h"
+#include "fragment.h"
 #include <metal_simdgroup_matrix>
 
 template <bool Quant, uint D, uint BK, uint RB>
@@ -47,9 +48,8 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
   const uint qi0 = tg.x * p.queries_per_tile;
   const uint qblocks = p.queries_per_tile / 8;
   const int window = int(p.window);
-  // This lane's row and first column in every fragment (the layout: docs/HOST_EXECUTOR.md).
-  const uint r = ((lane >> 4) & 1u) * 4 + ((lane >> 2) & 1u) * 2 + ((lane >> 1) & 1u);
-  const uint c = ((lane >> 3) & 1u) * 4 + (lane & 1u) * 2;
+  // This lane's row and first column in every fragment.
+  const uint r = fragment_row(lane), c = fragment_col(lane);
 
   bool used[RB];   // the block exists (uniform in the SIMD-group)
   uint head[RB];   // its query head
@@ -132,14 +132,14 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
             mx = max(mx, s[i]);
           }
           mx = max(mx, simd_shuffle_xor(mx, ushort(1)));
-          mx = max(mx, simd_shuffle_xor(mx, ushort(8)));
+          mx = max(mx, simd_shuffle_xor(mx, kFragmentRowXor));
           const float m_new = max(m[j], mx);
           const bool none = m_new == -INFINITY;  // nothing visible yet: keep the empty state
           const float factor = none ? 1.0f : exp(m[j] - m_new);
           for (uint i = 0; i < 2; ++i) pr[i] = none ? 0.0f : exp(s[i] - m_new);
           float sum = pr[0] + pr[1];
           sum += simd_shuffle_xor(sum, ushort(1));
-          sum += simd_shuffle_xor(sum, ushort(8));
+          sum += simd_shuffle_xor(sum, kFragmentRowXor);
           l[j] = l[j] * factor + sum;
           m[j] = none ? m[j] : m_new;
           simdgroup_float8x8 pf;

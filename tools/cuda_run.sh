@@ -50,6 +50,12 @@ stage_build() {
   note "build: rc=$rc, $(ls build/cuda-wheel 2>/dev/null | tr '\n' ' ')"
 }
 
+# The built wheel into $OUT (it comes back if under 16 MB): carried in .whl/ by
+# later calls, it spares them the build (install takes .whl/*.whl).
+stage_keep_wheel() {
+  cp build/cuda-wheel/*.whl "$OUT/" && note "keep-wheel: $(ls -s build/cuda-wheel/*.whl)"
+}
+
 stage_install() {
   step "install the wheels (carried and built here)"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_START = re.compile(r"^extern \"C\" __global__ .*?\s(\w+)\((?:::mkv|\))")
+KERNEL_START = re.compile(r"^extern \"C\" __global__ .*?\s(?!__launch_bounds__)(\w+)\((?:::mkv|\))")
 REGISTRAR = re.compile(r"^const ::mkv::cuda::KernelRegistrar mkv_registrar_\d+")
 
 # Opcode classes (the opcode's first dotted part).

@@ -152,12 +152,13 @@ void bind_gpu(nb::module_& m, nb::module_& ops_m) {
             out["gemv_rows"] = p.gemv_rows;
             out["gemv_tokens"] = p.gemv_tokens;
             out["matrix_units"] = p.matrix_units;
+            out["matrix_layout"] = p.matrix_layout;
             out["gemm_decode_rows"] = p.gemm_decode_rows;
             return out;
           },
           "What launch sizes, kernel shapes and default budgets are computed from: {'compute_units', "
           "'max_threads_per_unit', 'threadgroup_memory_per_unit', 'memory_bytes', 'lanes_are_fibers', "
-          "'has_host_shapes', 'gemv_rows', 'gemv_tokens', 'matrix_units', 'gemm_decode_rows'} (cpp/gpu/device.h DeviceProperties).")
+          "'has_host_shapes', 'gemv_rows', 'gemv_tokens', 'matrix_units', 'matrix_layout', 'gemm_decode_rows'} (cpp/gpu/device.h DeviceProperties).")
       .def("kernel_names", [](const PyDevice& d) { return d.device->kernel_names(); })
       .def(
           "buffer",

@@ -83,10 +83,15 @@ struct DeviceProperties {
   // (8) on the host executor (metal/linear_params.h, ops/linear.h gemv_tokens).
   uint32_t gemv_tokens = 1;
   // simdgroup_matrix runs on matrix units (Apple GPUs from the Apple7 family,
-  // M1 and A14): the prefill gemm takes the gemm_mma shape (metal/gemm_mma.h).
-  // Elsewhere the matrices work (the host's and the CUDA device's preludes) but
-  // are emulated: the ops keep their SIMD shapes and tests run gemm_mma.
+  // M1 and A14; NVIDIA GPUs from sm_80, as mma.sync): the prefill gemm and
+  // prefill attention take their mma shapes (metal/gemm_mma.h,
+  // attention_prefill_mma.h). On the host the matrices are emulated: the ops
+  // keep their SIMD shapes and tests run the mma ones.
   bool matrix_units = false;
+  // Which lanes hold which elements of a simdgroup_matrix (metal/fragment.h):
+  // "apple" (Apple GPUs and the host executor) or "mma" (the CUDA device:
+  // mma.sync's accumulator layout).
+  const char* matrix_layout = "apple";
   // Decoding sequences from which a step's projections run faster as one gemm
   // than as the several-token gemv, measured per device (docs/BATCHING.md
   // "Decode rows in the gemm"); taken only by an engine that gives up batch

@@ -75,9 +75,9 @@ template <typename T>
 
 // The layout: out[lane][0..1] = the elements lane holds of a matrix loaded
 // from src (so the test sees which source elements land where); then the
-// diagonal and filled constructors (out rows 32..63, 64..95); then a product
-// after every lane doubled its own elements of A (out rows 96..127): the
-// product must see all lanes' changes.
+// diagonal and filled constructors (out rows 32..63, 64..95); then products
+// after every lane doubled its own elements of M, as A (out rows 96..127) and
+// as B (rows 128..159): a product must see all lanes' changes.
 template <typename T>
 [[kernel]] void test_sgm_layout(const device T* src [[buffer(0)]],
                                 device T* out [[buffer(1)]],
@@ -96,6 +96,8 @@ template <typename T>
   simdgroup_matrix<T, 8, 8> prod;
   simdgroup_multiply(prod, twice, diag);
   simdgroup_store(prod, out + 192, 8);
+  simdgroup_multiply(prod, diag, twice);  // the changed matrix as B
+  simdgroup_store(prod, out + 256, 8);
 }
 
 MKV_KERNEL("test_sgm_mma_f32", test_sgm_mma<float>)

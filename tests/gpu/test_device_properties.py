@@ -34,7 +34,8 @@ def test_properties_are_positive():
     p = test_device().properties
     assert set(p) == {"compute_units", "max_threads_per_unit", "threadgroup_memory_per_unit", "memory_bytes",
                       "lanes_are_fibers", "has_host_shapes", "gemv_rows", "gemv_tokens", "matrix_units",
-                      "gemm_decode_rows"}
+                      "matrix_layout", "gemm_decode_rows"}
+    assert p["matrix_layout"] in ("apple", "mma")
     assert p["compute_units"] >= 1 and p["max_threads_per_unit"] >= 32
     assert p["memory_bytes"] >= 2**30  # every device we run on has a GiB
     assert p["threadgroup_memory_per_unit"] >= 32768  # Metal's per-threadgroup limit fits

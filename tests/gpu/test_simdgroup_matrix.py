@@ -126,13 +126,17 @@ def test_half_inputs_into_a_float_accumulator(dev, t):
         np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)
 
 
-def lane_layout():
-    """(row, column) of lane l's two elements, as documented."""
+def lane_layout(layout: str):
+    """(row, column) of lane l's two elements on a device of this matrix_layout
+    (metal/fragment.h): Apple's (the host follows it) or mma.sync's (cuda)."""
     rc = []
     for l in range(32):
         bit = [(l >> i) & 1 for i in range(5)]
-        r = 4 * bit[4] + 2 * bit[2] + bit[1]
-        c = 4 * bit[3] + 2 * bit[0]
+        if layout == "apple":
+            r, c = 4 * bit[4] + 2 * bit[2] + bit[1], 4 * bit[3] + 2 * bit[0]
+        else:
+            assert layout == "mma", layout
+            r, c = l // 4, 2 * (l % 4)
         rc.append([(r, c), (r, c + 1)])
     return rc
 
@@ -141,16 +145,19 @@ def lane_layout():
 def test_layout_and_constructors(dev, t):
     storage, to, back = TYPES[t]
     src = np.arange(64, dtype=np.float32)  # element (r, c) holds 8r + c, exact in every type
-    out = back(run(dev, f"test_sgm_layout_{t}", [to(src), np.zeros(256, storage)], 1, 32)[1])
+    out = back(run(dev, f"test_sgm_layout_{t}", [to(src), np.zeros(320, storage)], 1, 32)[1])
     held = out[:64].reshape(32, 2)
-    for lane, pair in enumerate(lane_layout()):
+    lanes = lane_layout(dev.properties["matrix_layout"])
+    for lane, pair in enumerate(lanes):
         assert [held[lane, i] for i in range(2)] == [8 * r + c for r, c in pair], lane
-    layout = sorted(rc for pair in lane_layout() for rc in pair)
+    layout = sorted(rc for pair in lanes for rc in pair)
     assert layout == [(r, c) for r in range(8) for c in range(8)]  # every element exactly once
     np.testing.assert_array_equal(out[64:128].reshape(8, 8), 3 * np.eye(8))
     np.testing.assert_array_equal(out[128:192], np.full(64, 2.0))
-    # every lane doubled its own elements; the product sees them all: 2 M x 3 I
+    # every lane doubled its own elements; the product sees them all: 2 M x 3 I,
+    # and with the changed matrix as B (the cuda device gathers its B operand then)
     np.testing.assert_array_equal(out[192:256].reshape(8, 8), 6 * src.reshape(8, 8))
+    np.testing.assert_array_equal(out[256:320].reshape(8, 8), 6 * src.reshape(8, 8))
 
 
 def test_a_product_needs_the_whole_simdgroup(dev):

@@ -1,8 +1,9 @@
 """The prefill gemm on simdgroup_matrix (gemm_mma_<fmt>, metal/gemm_mma.h) on any
 device: against numpy for every weight format, and, where products follow the
-host executor's documented order (the host, the cuda device's shuffle form),
+host executor's documented order (the host: devices without matrix units),
 equal bit for bit to the SIMD gemm (gemm_gpu): the same products added onto 0
-in increasing k. Ragged tiles, float rows with a partial 32-input step, bias
+in increasing k. On matrix units (Apple GPUs, the cuda device's tensor cores)
+the sums run in the hardware's order, within the float32 tolerance. Ragged tiles, float rows with a partial 32-input step, bias
 and the fused residual add."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .test_gemm_host import gemm
 
 
 def emulated(dev) -> bool:
-    """Matrices in the host's order: the host executor and the cuda device's preludes."""
+    """Matrices in the host's order: the host executor's prelude."""
     return not dev.properties["matrix_units"]
 
 
@@ -50,7 +51,19 @@ def test_float_rows_with_partial_steps(dev, wtype, n_in):
     case(dev, wtype, 9, 17, n_in, seed=n_in, with_bias=True)
 
 
-def test_the_device_default(dev):
-    """kernel='gemm' runs gemm_mma exactly where the device reports matrix units."""
-    props = dev.properties
-    assert props["matrix_units"] == (dev.kind == "metal")
+@pytest.mark.parametrize("wtype", ["f16", "q4_k"])
+def test_the_device_default(dev, wtype):
+    """kernel='gemm' runs gemm_mma exactly where the device reports matrix units:
+    its outputs are gemm_mma's bits there and the SIMD gemm's elsewhere."""
+    rng = np.random.default_rng(7)
+    stored, _ = make_weights(wtype, 70, fit(wtype, 256), rng)
+    x = rng.standard_normal((40, fit(wtype, 256))).astype(np.float32)
+    default = gemm(dev, "gemm", x, stored, wtype, 70)
+    mma = gemm(dev, "gemm_mma", x, stored, wtype, 70)
+    if dev.properties["matrix_units"]:
+        np.testing.assert_array_equal(default.view(np.uint32), mma.view(np.uint32))
+    else:
+        assert dev.kind == "host"  # every GPU we build for has them (Apple7+, sm_80+)
+        props = dev.properties
+        own = "gemm_host" if props["lanes_are_fibers"] and props["has_host_shapes"] else "gemm_gpu"
+        np.testing.assert_array_equal(default.view(np.uint32), gemm(dev, own, x, stored, wtype, 70).view(np.uint32))

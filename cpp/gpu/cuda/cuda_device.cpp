@@ -80,8 +80,11 @@ class CudaDevice final : public Device {
         sink_(std::make_shared<CounterSink>()) {
     // SIMT lanes (device.h): the GPU shapes, gemv widths chosen by the wave.
     props_.gemv_tokens = mkv_params::kGemvTokensGpu;
-    // gemm_decode_rows stays 0: the SIMD gemm (5-6 TFLOP/s on the H200) costs
-    // more per decoding sequence than the gemv re-reading its weights per 4.
+    // mma.sync's bfloat16 shapes (the prelude's products) need sm_80.
+    props_.matrix_units = prop.major >= 8;
+    props_.matrix_layout = "mma";
+    // gemm_decode_rows stays 0 until measured: the gemv at 4 tokens a
+    // threadgroup against the gemm on tensor cores (docs/BATCHING.md).
   }
   std::string kind() const override { return "cuda"; }
   std::string name() const override { return name_; }
