@@ -6,7 +6,8 @@
 // (tokens x k) into threadgroup memory; each of the 4 SIMD-groups then takes
 // 16 tokens x 32 rows: 2 x 4 accumulators, fed by 8x8 blocks of X (A) and of
 // W read transposed (B = Wᵀ). The sums go through threadgroup memory to the
-// epilogue (bias, the fused residual add), which is the SIMD gemm's.
+// epilogue (bias, the fused residual add), which is the SIMD gemm's. Half and
+// bfloat weights stay in their own type in the tile (GemmMmaTile).
 //
 // Where products follow the host executor's documented order (k in order, one
 // rounding per operation: the host, the CUDA device's shuffle form), every
@@ -18,8 +19,8 @@
 // Tile sizes: 32 x 64 with 4 SIMD-groups and a 32-input step, the middle of
 // what the peers use on Apple GPUs (MLX's steel gemm 32-64 square tiles of 4
 // SIMD-groups with 16-32 inputs a step; llama.cpp's kernel_mul_mm 64 x 32,
-// 4 SIMD-groups, 32 inputs): 20 KiB of threadgroup memory (weights and
-// activations as float, and the output staging). To confirm on a Mac.
+// 4 SIMD-groups, 32 inputs): up to 20 KiB of threadgroup memory (weights and
+// activations, and the output staging). To confirm on a Mac.
 #pragma once
 
 #include "mkv_kernel.h"
@@ -28,7 +29,20 @@
 #include "gemm_common.h"
 #include <metal_simdgroup_matrix>
 
-template <typename F>
+// The weight tile's element type: the weights' own for half and bfloat rows
+// (exact, half the threadgroup memory, and operands a device's matrix units
+// take as they are), float for f32 rows and dequantized blocks.
+template <typename F> struct GemmMmaTile { typedef float type; };
+template <> struct GemmMmaTile<FmtF16> { typedef half type; };
+template <> struct GemmMmaTile<FmtBF16> { typedef bfloat type; };
+
+inline void gemm_tile_store(threadgroup float* t, float4 v) { *(threadgroup float4*)t = v; }
+inline void gemm_tile_store(threadgroup half* t, float4 v) { *(threadgroup half4*)t = half4(v); }
+inline void gemm_tile_store(threadgroup bfloat* t, float4 v) {
+  for (uint e = 0; e < 4; ++e) t[e] = bfloat(v[e]);
+}
+
+template <typename F, typename W>
 inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           const device uchar* w,     // (n_out, n_in) in format F
                           const device float* x,     // (n_tokens, n_in)
@@ -37,13 +51,26 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           device float* y2,          // kMatmulSplit's second and third outputs
                           device float* y3,
                           threadgroup float* xs,     // (kGemmTokens, kGemmMmaK)
-                          threadgroup float* ws,     // (kGemmRows, kGemmMmaK)
+                          threadgroup W* ws,         // (kGemmRows, kGemmMmaK)
                           threadgroup float* ys,     // (kGemmTokens, kGemmRows)
                           uint2 tg, uint tid, uint simd) {
   constexpr uint T = mkv_params::kGemmTokens, R = mkv_params::kGemmRows, K = mkv_params::kGemmMmaK;
   constexpr uint NT = mkv_params::kGemmMmaThreads, C = F::kChunk;
+  constexpr uint WN = R * (K / C), WI = (WN + NT - 1) / NT;  // weight chunks a step, and a thread's share
+  constexpr uint XI = T * K / 4 / NT;                          // activation float4s a thread copies a step
   const uint n0 = tg.x * R, t0 = tg.y * T;
   const ulong row_bytes = F::row_bytes(p.n_in);
+  // What a thread stages, the same every step: its weight rows (rows past
+  // n_out re-read the last row) and activation rows (past n_tokens: zeros).
+  const device uchar* wrow[WI];
+  for (uint n = 0; n < WI; ++n) wrow[n] = w + gemm_weight_row(p, tg.x, min(tid + n * NT, WN - 1) / (K / C)) * row_bytes;
+  const device float* xrow[XI];
+  bool xlive[XI];
+  for (uint n = 0; n < XI; ++n) {
+    const uint t = (tid + n * NT) / (K / 4);
+    xlive[n] = t0 + t < p.n_tokens;
+    xrow[n] = x + ulong(xlive[n] ? t0 + t : 0u) * p.n_in;
+  }
   // SIMD-group s: tokens 16 (s / 2) .. + 16, rows 32 (s % 2) .. + 32.
   const uint st = (simd / 2) * 16, sr = (simd % 2) * 32;
   simdgroup_float8x8 acc[2][4];
@@ -51,29 +78,30 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
     for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 
   for (uint k0 = 0; k0 < p.n_in; k0 += K) {
-    // Weight tile: rows past n_out re-read the last row; inputs past n_in
-    // (float formats' tails) are 0.
-    for (uint i = tid; i < R * (K / C); i += NT) {
+    // Weight tile: inputs past n_in (float formats' tails) are 0.
+    for (uint n = 0; n < WI; ++n) {
+      const uint i = tid + n * NT;
+      if (WN % NT != 0 && i >= WN) break;
       const uint r = i / (K / C), cc = i % (K / C);
-      const ulong row = gemm_weight_row(p, tg.x, r);
       float4 v[C / 4];
       if (k0 + cc * C < p.n_in) {
-        F::load(w + row * row_bytes, p.n_in, k0 / C + cc, v);
+        F::load(wrow[n], p.n_in, k0 / C + cc, v);
       } else {
         for (uint j = 0; j < C / 4; ++j) v[j] = float4(0.0f);
       }
-      for (uint j = 0; j < C / 4; ++j) *(threadgroup float4*)(ws + r * K + cc * C + 4 * j) = v[j];
+      for (uint j = 0; j < C / 4; ++j) gemm_tile_store(ws + r * K + cc * C + 4 * j, v[j]);
     }
-    // Activation tile: tokens past n_tokens and inputs past n_in are 0.
-    for (uint i = tid; i < T * K / 4; i += NT) {
-      const uint t = i / (K / 4), k = k0 + (i % (K / 4)) * 4;
+    // Activation tile: inputs past n_in are 0.
+    for (uint n = 0; n < XI; ++n) {
+      const uint i = tid + n * NT, t = i / (K / 4), kk = (i % (K / 4)) * 4;
       float4 v = float4(0.0f);
-      if (t0 + t < p.n_tokens && k < p.n_in) v = *(const device float4*)(x + ulong(t0 + t) * p.n_in + k);
-      *(threadgroup float4*)(xs + t * K + (i % (K / 4)) * 4) = v;
+      if (xlive[n] && k0 + kk < p.n_in) v = *(const device float4*)(xrow[n] + k0 + kk);
+      *(threadgroup float4*)(xs + t * K + kk) = v;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint kk = 0; kk < K; kk += 8) {
-      simdgroup_float8x8 a[2], b[4];
+      simdgroup_float8x8 a[2];
+      simdgroup_matrix<W, 8, 8> b[4];
       for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, st + 8 * i));
       for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
       for (uint i = 0; i < 2; ++i)

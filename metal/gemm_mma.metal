@@ -17,9 +17,9 @@ MKV_MAX_THREADS(mkv_params::kGemmMmaThreads) kernel void gemm_mma(constant mkv_p
                                                             uint tid [[thread_index_in_threadgroup]],
                                                             uint simd [[simdgroup_index_in_threadgroup]]) {
   threadgroup float xs[mkv_params::kGemmTokens * mkv_params::kGemmMmaK];
-  threadgroup float ws[mkv_params::kGemmRows * mkv_params::kGemmMmaK];
+  threadgroup typename GemmMmaTile<F>::type ws[mkv_params::kGemmRows * mkv_params::kGemmMmaK];
   threadgroup float ys[mkv_params::kGemmTokens * mkv_params::kGemmRows];
-  gemm_mma_body<F>(p, w, x, y, bias, y2, y3, xs, ws, ys, tg, tid, simd);
+  gemm_mma_body<F, typename GemmMmaTile<F>::type>(p, w, x, y, bias, y2, y3, xs, ws, ys, tg, tid, simd);
 }
 
 #define MKV_GEMM_MMA_FORMAT(fmt, F) MKV_KERNEL(MKV_STR(gemm_mma_##fmt), gemm_mma<F>)
