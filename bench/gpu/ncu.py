@@ -8,7 +8,8 @@
    below --calls times on the cuda device after one warm-up round (skipped by ncu's
    --launch-skip): decode attention D=128, 32/8 heads, split-K at 4k and 32k context (the
    first pass and the reduce), gemv f16 4096x4096 and 14336x4096, gemv q4_0 and q8_0
-   14336x4096 (the op's default width each), gemm f16 4096x4096 with 64 tokens. Buffers are
+   14336x4096 (the op's default width each), the gemm (the device's shape) f16 and q4_k
+   14336x4096 with 512 tokens. Buffers are
    zero-filled (metalkv's buffers are); no bench rotation is needed, ncu flushes the caches
    before each replay pass (--cache-control all). metalkv-bench is not the program profiled:
    its chunk sweep launches the split-K kernel with the same grid at 4k and at 32k, so its
@@ -77,11 +78,12 @@ TARGETS = (
     ("gemv f16 14336x4096", "matmul", {"wtype": "f16", "n_out": 14336, "n_in": 4096, "n_tokens": 1}),
     ("gemv q4_0 14336x4096", "matmul", {"wtype": "q4_0", "n_out": 14336, "n_in": 4096, "n_tokens": 1}),
     ("gemv q8_0 14336x4096", "matmul", {"wtype": "q8_0", "n_out": 14336, "n_in": 4096, "n_tokens": 1}),
-    ("gemm f16 4096x4096 t64", "matmul", {"wtype": "f16", "n_out": 4096, "n_in": 4096, "n_tokens": 64}),
+    ("gemm f16 14336x4096 t512", "matmul", {"wtype": "f16", "n_out": 14336, "n_in": 4096, "n_tokens": 512}),
+    ("gemm q4_k 14336x4096 t512", "matmul", {"wtype": "q4_k", "n_out": 14336, "n_in": 4096, "n_tokens": 512}),
 )
 KERNEL_REGEX = (r"regex:^(attn_decode_split_f16_d128|attn_decode_reduce_d128|gemv_(f16|q4_0|q8_0)_r[124]"
-                r"|gemm_f16)$")
-BLOCK_BYTES = {"f16": (1, 2), "q4_0": (32, 18), "q8_0": (32, 34)}  # (weights, bytes) per block
+                r"|gemm(_mma)?_(f16|q4_k))$")
+BLOCK_BYTES = {"f16": (1, 2), "q4_0": (32, 18), "q8_0": (32, 34), "q4_k": (256, 144)}  # (weights, bytes) per block
 
 
 def log(*a) -> None:
