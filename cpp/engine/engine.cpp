@@ -26,10 +26,6 @@ void check_generate_options(const GenerateOptions& o) {
     if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens)
       throw gpu::ArgumentError("generate", "draft_tokens", str(o.draft_tokens),
                                "an int in 1.." + str(kMaxDraftTokens) + " (ids proposed per step)");
-    if (o.speculate == Speculate::draft && !o.sampling.greedy())
-      throw gpu::ArgumentError("generate", "speculate", "'draft'",
-                               "greedy decoding with a draft model (sampled, its proposals' probabilities would "
-                               "enter the rule: not built yet)");
     if (o.sampling.repetition_penalty != 1.0 || o.sampling.counts_on())
       throw gpu::ArgumentError("generate", "speculate", "'lookup'",
                                "no repetition, presence or frequency penalty (a verified row's penalties would "

@@ -98,7 +98,8 @@ class Engine:
         in the gemm"), each sequence's logits equal to its alone run only up to rounding.
         draft: a smaller model with the same vocabulary (a GGUF file, an HF directory or id) for
         speculate='draft': its greedy ids are proposed and the model verifies them, the reply the
-        same as without it (docs/SPECULATIVE.md); its tokenizer must map every id to the same token."""
+        same as without it (greedy) or drawn from the same distribution (sampled)
+        (docs/SPECULATIVE.md); its tokenizer must map every id to the same token."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)

@@ -25,7 +25,7 @@ class Sampling:
     presence_penalty: float = 0.0     # 0 = off
     frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
-    speculate: str | None = None      # 'lookup' (prompt lookup, no penalties) or 'draft' (the draft model, greedy)
+    speculate: str | None = None      # 'lookup' (prompt lookup) or 'draft' (the draft model); no penalties
     draft_tokens: int | None = None   # ids proposed per step (None: 4)
 
     @classmethod

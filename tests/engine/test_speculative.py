@@ -242,6 +242,45 @@ def tiny_engine_text(tiny_text):
     return load(tiny_text, context=256)
 
 
+# The chi-square distribution's 0.1 % critical values by degrees of freedom.
+CHI2_CRITICAL = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88,
+                 10: 29.59, 11: 31.26, 12: 32.91, 13: 34.53, 14: 36.12, 15: 37.70}
+
+
+def v16_model(path, seed=0):
+    """A tiny llama GGUF with a 16-token vocabulary (the chi-square tests' cells)."""
+    from models.tiny import write_gguf  # tests/ is on sys.path
+
+    write_gguf(path, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=16, seed=seed)
+    return path
+
+
+def second_ids_chi2(engine, prompt, n, **kw):
+    """Over n seeds, the chi-square of the second generated ids against the sum over
+    seeds of p(. | prompt, first id) (the engine's logits at the call's temperature),
+    its 0.1 % critical value, and the proposed and accepted counts."""
+    vocab, temperature = 16, kw["temperature"]
+    seconds, proposed, accepted = [], 0, 0
+    for seed in range(n):
+        ids = engine.generate_ids(prompt, seed=seed, max_tokens=3, stop_ids=(), **kw)
+        proposed += engine.last_stats["draft_proposed"]
+        accepted += engine.last_stats["draft_accepted"]
+        seconds.append(tuple(ids[:2]))
+    probs = {}
+    expected, observed = np.zeros(vocab), np.zeros(vocab)
+    for t1, t2 in seconds:
+        if t1 not in probs:
+            x = engine.logits(prompt + [t1])[-1].astype(np.float64) / temperature
+            probs[t1] = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+        expected += probs[t1]
+        observed[t2] += 1
+    cells = expected >= 5
+    chi2 = float((((observed - expected) ** 2) / expected)[cells].sum())
+    critical = CHI2_CRITICAL[int(cells.sum()) - 1]
+
+    return chi2, critical, proposed, accepted
+
+
 def test_sampled_ids_follow_the_models_distribution(tmp_path):
     """Every prompt bigram (L, v) is followed by D, so after any first id t1 the
     lookup proposes D for the second: it is kept with probability p(D | t1) and
@@ -250,34 +289,15 @@ def test_sampled_ids_follow_the_models_distribution(tmp_path):
     logits at temperature 8), chi-square below its 0.1 % critical value; a rule
     that kept D twice as often scores above 200 here. And a seed gives the same
     ids every time."""
-    from models.tiny import write_gguf  # tests/ is on sys.path
-
-    vocab, L, D, T, n = 16, 3, 7, 8.0, 1200
-    f = tmp_path / "v16.gguf"
-    write_gguf(f, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=64, vocab=vocab)
-    engine = metalkv.Engine.load(f, progress=False, context=128)
-    prompt = [x for v in range(vocab) for x in (L, v, D)] + [L]
-    kw = dict(max_tokens=3, temperature=T, speculate="lookup", stop_ids=())
-    seconds, proposed, accepted = [], 0, 0
-    for seed in range(n):
-        ids = engine.generate_ids(prompt, seed=seed, **kw)
-        proposed += engine.last_stats["draft_proposed"]
-        accepted += engine.last_stats["draft_accepted"]
-        seconds.append(tuple(ids[:2]))
+    L, D, n = 3, 7, 1200
+    engine = metalkv.Engine.load(v16_model(tmp_path / "v16.gguf"), progress=False, context=128)
+    prompt = [x for v in range(16) for x in (L, v, D)] + [L]
+    kw = dict(temperature=8.0, speculate="lookup")
+    chi2, critical, proposed, accepted = second_ids_chi2(engine, prompt, n, **kw)
     assert proposed >= n and accepted > 0  # D proposed after every first id
-    probs = {}
-    expected, observed = np.zeros(vocab), np.zeros(vocab)
-    for t1, t2 in seconds:
-        if t1 not in probs:
-            x = engine.logits(prompt + [t1])[-1].astype(np.float64) / T
-            probs[t1] = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
-        expected += probs[t1]
-        observed[t2] += 1
-    cells = expected >= 5
-    chi2 = float((((observed - expected) ** 2) / expected)[cells].sum())
-    critical = {15: 37.70, 14: 36.12, 13: 34.53, 12: 32.91}[int(cells.sum()) - 1]  # chi-square, p = 0.001
-    assert chi2 < critical, (chi2, observed, expected)
-    assert engine.generate_ids(prompt, seed=5, **kw) == engine.generate_ids(prompt, seed=5, **kw)
+    assert chi2 < critical, chi2
+    assert engine.generate_ids(prompt, seed=5, max_tokens=3, **kw) == \
+        engine.generate_ids(prompt, seed=5, max_tokens=3, **kw)
 
 
 # ---- a draft model ---------------------------------------------------------------
@@ -337,10 +357,25 @@ def test_draft_models_are_checked(drafts, tmp_path):
     plain, itself, _ = drafts
     with pytest.raises(metalkv.ArgumentError, match=r"speculate='draft': expected an engine loaded with a draft"):
         plain.generate_ids([1, 2, 3], max_tokens=4, speculate="draft")
-    with pytest.raises(metalkv.ArgumentError, match=r"speculate='draft': expected greedy decoding with a draft"):
-        itself.generate_ids([1, 2, 3], max_tokens=4, speculate="draft", temperature=0.8)
     write_gguf(tmp_path / "v32.gguf", hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn=32, vocab=32)
     write_gguf(tmp_path / "target.gguf", tokenizer=TINY_VOCAB, hidden=128, n_heads=2, n_kv_heads=1, head_dim=64,
                ffn=32, vocab=64)
     with pytest.raises(metalkv.ModelLoadError, match=r"the draft model has 32 token ids, target.gguf has 64"):
         metalkv.Engine.load(tmp_path / "target.gguf", draft=tmp_path / "v32.gguf", progress=False, context=64)
+
+
+def test_sampled_ids_with_a_draft_model_follow_the_models_distribution(tmp_path):
+    """Sampled, the draft model's greedy id after the first id is the proposal (a
+    certain one: the rule keeps it with probability p(proposal) and otherwise draws
+    from the rest), so the second ids follow the target's distribution: the same
+    chi-square test as prompt lookup's, over 1,200 seeds, with another random model
+    as the draft. And a seed gives the same ids every time."""
+    target, small = v16_model(tmp_path / "target.gguf"), v16_model(tmp_path / "small.gguf", seed=1)
+    engine = metalkv.Engine.load(target, draft=small, progress=False, context=128)
+    prompt = [int(x) for x in np.random.default_rng(4).integers(0, 16, 40)]
+    kw = dict(temperature=4.0, speculate="draft", draft_tokens=1)
+    chi2, critical, proposed, accepted = second_ids_chi2(engine, prompt, 1200, **kw)
+    assert proposed >= 1200 and 0 < accepted < proposed
+    assert chi2 < critical, chi2
+    assert engine.generate_ids(prompt, seed=5, max_tokens=6, **kw) == \
+        engine.generate_ids(prompt, seed=5, max_tokens=6, **kw)
