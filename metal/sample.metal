@@ -40,6 +40,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        device float* work [[buffer(3)]],                // (vocab) scratch
                        device uint* token [[buffer(4)]],                // (1) result
                        const device uint2* counted [[buffer(5)]],       // (n_counted) (id, count)
+                       const device uint* extra [[buffer(6)]],          // (n_extra) ids counted once more each
                        uint tid [[thread_index_in_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
@@ -47,6 +48,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   threadgroup float best_value[kSimds];
   threadgroup uint best_index[kSimds];
   threadgroup float chunk_sums[kThreads];
+  threadgroup uint extra_counted[mkv_params::kSampleMaxExtra];  // extra[x]'s id is in `counted`
 
   // 1. Repetition penalty (transformers: divide positive logits, multiply
   //    negative ones); applying it twice to a repeated id writes the same value.
@@ -65,11 +67,34 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
 
   // 1b. Presence and frequency penalties (OpenAI's) over what this call
   //     generated, on top of the repetition penalty; each id comes once in
-  //     `counted`, so no two threads write one logit.
-  if (p.n_counted > 0) {
+  //     `counted`, so no two threads write one logit. The extra ids add to
+  //     their pair's count; those `counted` lacks get theirs from thread 0,
+  //     once per id, with all its occurrences.
+  if (p.n_counted > 0 || p.n_extra > 0) {
+    if (tid < p.n_extra) extra_counted[tid] = 0;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint j = tid; j < p.n_counted; j += kThreads) {
       const uint2 c = counted[j];
-      if (c.x < p.vocab && c.y > 0) work[c.x] -= float(c.y) * p.frequency_penalty + p.presence_penalty;
+      uint n = c.y;
+      for (uint x = 0; x < p.n_extra; ++x)
+        if (extra[x] == c.x) {
+          ++n;
+          extra_counted[x] = 1;
+        }
+      if (c.x < p.vocab && n > 0) work[c.x] -= float(n) * p.frequency_penalty + p.presence_penalty;
+    }
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+    if (tid == 0) {
+      for (uint x = 0; x < p.n_extra; ++x) {
+        const uint id = extra[x];
+        bool first = extra_counted[x] == 0 && id < p.vocab;
+        uint n = 0;
+        for (uint y = 0; y < p.n_extra; ++y) {
+          n += extra[y] == id ? 1u : 0u;
+          first = first && !(y < x && extra[y] == id);
+        }
+        if (first) work[id] -= float(n) * p.frequency_penalty + p.presence_penalty;
+      }
     }
     threadgroup_barrier(mem_flags::mem_device);
   }

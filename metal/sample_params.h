@@ -28,9 +28,15 @@ struct Sample {
   // distribution without the draft. kNoDraft: an ordinary draw.
   uint32_t draft;
   float accept;                // the acceptance draw, in [0, 1)
-  uint32_t pad[3];             // to 64 bytes: a multiple of 16, as Metal's constant buffers like
+  // Ids this row's context holds beyond `counted`, in order (buffer 6): a
+  // verified row's proposals before it. Each occurrence counts once more for
+  // the presence/frequency penalties, as if `counted` held them: an id's
+  // penalty is one subtraction of its whole count, the same bits as without.
+  uint32_t n_extra;            // at most kSampleMaxExtra
+  uint32_t pad[2];             // to 64 bytes: a multiple of 16, as Metal's constant buffers like
 };
 MKV_CONSTANT uint32_t kNoDraft = 0xffffffffu;
+MKV_CONSTANT uint32_t kSampleMaxExtra = 16;  // the engine's most proposals a step (kMaxDraftTokens)
 
 }  // namespace mkv_params
 
@@ -39,4 +45,5 @@ MKV_CONSTANT uint32_t kNoDraft = 0xffffffffu;
 static_assert(sizeof(mkv_params::Sample) == 64, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, draft) == 44, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, n_counted) == 32, "Sample params layout");
+static_assert(offsetof(mkv_params::Sample, n_extra) == 52, "Sample params layout");
 #endif

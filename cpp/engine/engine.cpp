@@ -2,7 +2,12 @@
 
 #include <algorithm>
 
+#include "metal/sample_params.h"
 #include "ops/elementwise.h"
+
+// A verified row passes the sampler the proposals before it (Running::proposed).
+static_assert(mkv::engine::kMaxDraftTokens <= mkv_params::kSampleMaxExtra,
+              "the sampler's extra counted ids must hold a step's proposals");
 
 namespace mkv::engine {
 namespace {
@@ -26,10 +31,6 @@ void check_generate_options(const GenerateOptions& o) {
     if (o.draft_tokens < 1 || o.draft_tokens > kMaxDraftTokens)
       throw gpu::ArgumentError("generate", "draft_tokens", str(o.draft_tokens),
                                "an int in 1.." + str(kMaxDraftTokens) + " (ids proposed per step)");
-    if (o.sampling.repetition_penalty != 1.0 || o.sampling.counts_on())
-      throw gpu::ArgumentError("generate", "speculate", "'lookup'",
-                               "no repetition, presence or frequency penalty (a verified row's penalties would "
-                               "have to count the proposals before it: not built yet)");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "engine/scheduler_running.h"
 #include "kv/prefix_cache.h"
+#include "metal/sample_params.h"
 
 namespace mkv::engine {
 
@@ -74,6 +75,8 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     r.penalty->write(0, pen.data(), pen.size() * sizeof(uint32_t));
   }
   if (o.sampling.counts_on()) r.counted = device_->new_buffer(16 * 2 * sizeof(uint32_t));  // 16 ids, then doubled
+  if (o.sampling.counts_on() && r.speculates())
+    r.proposed = device_->new_buffer(mkv_params::kSampleMaxExtra * sizeof(uint32_t));
   if (o.paced) {
     r.ahead = 8;  // a sliding layer rolls back at most max_chunk + 1 one-token steps
     for (uint32_t w : c.spec().windows)

@@ -155,15 +155,19 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
     plan.ids.insert(plan.ids.end(), r.job.prompt.begin() + r.fed, r.job.prompt.begin() + r.fed + n);
   }
   // A draw wherever a token is sampled: the same seed, the same draws, whatever
-  // the chunks. A verified segment: a sampler a row; sampled, row i < n - 1
+  // the chunks. A verified segment: a sampler a row, its penalties counting the
+  // proposals before it; sampled, row i < n - 1
   // verifies proposal i + 1 (its acceptance draw, then the draw used if it is
   // rejected), the last row draws the next id (docs/SPECULATIVE.md).
   const bool greedy = r.job.options.sampling.greedy();
   if (logits == model::Logits::last)
     plan.samplers.push_back(
         {&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, r.draw()});
+  if (logits == model::Logits::each) r.stage_proposals(*device_, tentative);
   for (uint32_t i = 0; logits == model::Logits::each && i < n; ++i) {
-    Sampler s{&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, 0.0f};
+    // Row i's context holds the proposals before it: its penalties count them.
+    Sampler s{&r.job.options.sampling, {r.penalty, 0}, r.n_penalty + i,
+              {{r.counted, 0}, r.n_counted(), {r.proposed, 0}, r.proposed ? i : 0}, 0.0f};
     if (!greedy && i + 1 < n) s.draft = {r.drafts[i], r.draw()};
     if (!greedy) s.uniform = r.draw();
     plan.samplers.push_back(s);

@@ -51,6 +51,10 @@ struct Scheduler::Running {
   std::vector<int32_t> drafts;
   uint32_t draft_k = 0;
   DraftCache draft;  // Speculate::draft: the draft model's cache
+  // The proposals as uint32 on the device for the penalties of the rows that
+  // verify them (presence/frequency: kSampleMaxExtra ids; repetition: written
+  // past the n_penalty ids of `penalty`, which the accepted ids then overwrite).
+  gpu::BufferPtr proposed;
 
   kv::KvCache& cache() { return *job.cache; }
   // Whether a test holds the call before this step (GenerateOptions::hold_at_step).
@@ -87,6 +91,13 @@ struct Scheduler::Running {
     }
     pairs.insert(pairs.end(), {uint32_t(id), 1u});
     append_words(dev, counted, 2 * k, &pairs[2 * k], 2);
+  }
+  // A verified row i sees the proposals before it: the device copies the
+  // penalties read (row i takes n_penalty + i ids, and i extra counted ids).
+  void stage_proposals(gpu::Device& dev, uint32_t m) {
+    const std::vector<uint32_t> ids(drafts.begin(), drafts.begin() + m);
+    if (penalty_on()) append_words(dev, penalty, n_penalty, ids.data(), m);  // n_penalty stays: not context yet
+    if (job.options.sampling.counts_on() && m) proposed->write(0, ids.data(), m * sizeof(uint32_t));
   }
   // Writes n words after the first `used` of buf; a full buffer doubles first (its used words
   // kept), so appends stay O(1) amortized.

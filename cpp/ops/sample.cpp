@@ -36,6 +36,8 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   if (!(uniform >= 0.0f && uniform < 1.0f))
     fail("sample", "uniform draw must be in [0, 1), got " + std::to_string(uniform));
   if (s.counts_on() && counted.n && !counted.pairs.buffer) fail("sample", "counted pairs given without a buffer");
+  if (counted.n_extra > mkv_params::kSampleMaxExtra || (counted.n_extra && !counted.extra.buffer))
+    fail("sample", "extra counted ids: at most " + std::to_string(mkv_params::kSampleMaxExtra) + ", in a buffer");
   if (draft.draft >= 0 && (uint32_t(draft.draft) >= vocab || !(draft.accept >= 0.0f && draft.accept < 1.0f)))
     fail("sample", "a draft must be an id of the vocabulary with an acceptance draw in [0, 1)");
   mkv_params::Sample p{};
@@ -48,6 +50,7 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   p.repetition_penalty = float(s.repetition_penalty);
   p.uniform = uniform;
   p.n_counted = s.counts_on() ? counted.n : 0;
+  p.n_extra = s.counts_on() ? counted.n_extra : 0;
   p.presence_penalty = float(s.presence_penalty);
   p.frequency_penalty = float(s.frequency_penalty);
   p.draft = draft.draft >= 0 ? uint32_t(draft.draft) : mkv_params::kNoDraft;
@@ -60,6 +63,7 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   bind(enc, work, 3);
   bind(enc, token, 4);
   bind(enc, counted.pairs.buffer ? counted.pairs : logits, 5);  // unused when n_counted == 0
+  bind(enc, p.n_extra ? counted.extra : logits, 6);                // unused when n_extra == 0
   enc.dispatch_threadgroups({1, 1, 1}, {1024, 1, 1});
 }
 

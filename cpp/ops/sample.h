@@ -36,6 +36,10 @@ void validate_sampling(const SamplingParams& s);
 struct GeneratedCounts {
   BufferView pairs;
   uint32_t n = 0;
+  // n_extra uint32 ids (at most kSampleMaxExtra) counted once more each: a
+  // verified row's proposals before it (metal/sample_params.h).
+  BufferView extra;
+  uint32_t n_extra = 0;
 };
 
 // token[0] = a token drawn from logits (vocab floats) with the filters of s;

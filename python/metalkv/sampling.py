@@ -25,7 +25,7 @@ class Sampling:
     presence_penalty: float = 0.0     # 0 = off
     frequency_penalty: float = 0.0    # 0 = off
     seed: int | None = None           # None: a fresh random seed per call
-    speculate: str | None = None      # 'lookup' (prompt lookup) or 'draft' (the draft model); no penalties
+    speculate: str | None = None      # 'lookup' (prompt lookup) or 'draft' (the draft model)
     draft_tokens: int | None = None   # ids proposed per step (None: 4)
 
     @classmethod
@@ -39,10 +39,6 @@ class Sampling:
         """Raises metalkv.ArgumentError (a ValueError naming the argument)."""
         _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
         return self
-
-    def speculable(self) -> bool:
-        """Whether speculate may be on: no repetition, presence or frequency penalty."""
-        return self.repetition_penalty == 1 and self.presence_penalty == 0 and self.frequency_penalty == 0
 
     def _core_kwargs(self, seed: int) -> dict:
         kw = asdict(self)

@@ -109,7 +109,6 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--kv-budget", "64"], "--kv-budget does nothing without --kv-policy"),
     (["--kv-policy", "streaming", "--kv-window", "8"], "--kv-window does nothing with --kv-policy 'streaming'"),
     (["--device", "cuda"], "--device cuda: not available on this machine"),
-    (["--speculate", "lookup", "--repetition-penalty", "1.2"], "--speculate 'lookup': expected no repetition"),
     (["--speculate", "lookup", "--draft-tokens", "0"], "--draft-tokens 0: expected an int in 1..16"),
     (["--draft-tokens", "3"], "--draft-tokens 3: expected to come with --speculate lookup or --speculate draft"),
     (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "

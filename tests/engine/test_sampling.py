@@ -125,6 +125,33 @@ def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties
     assert changed >= 1  # the penalties decided some of these rows
 
 
+def test_extra_counted_ids_are_counted_as_if_merged(host):
+    """A verified row's proposals as extra ids (repeats, ids already counted, new
+    ones): the same token, greedy and over 300 draws, as with them merged into the
+    pairs (each id's penalty one subtraction of its whole count); and they matter."""
+    vocab = 5000
+    rng = np.random.default_rng(21)
+    x = logits_row(vocab, 5)
+    top = np.argsort(-x)
+    generated = np.concatenate([top[[1, 4, 4, 9]], rng.integers(0, vocab, 12)])
+    extra = np.array([top[0], top[0], top[1], top[2], generated[5], top[3], top[0]], np.uint32)
+    merged = counted_args(host, np.concatenate([generated, extra]))
+    base = dict(counted_args(host, generated), extra=host.buffer_from(extra), n_extra=len(extra))
+    without = counted_args(host, generated)
+    differs = 0
+    for penalties in (dict(presence_penalty=1.5, frequency_penalty=0.8), dict(presence_penalty=-0.7),
+                      dict(frequency_penalty=2.0)):
+        for u in [None] + list(np.linspace(0.0, 0.997, 300)):
+            kw = dict(penalties) if u is None else dict(penalties, temperature=1.0, uniform=float(u))
+            want = ops.sample(host, host.buffer_from(x), vocab, **merged, **kw)
+            assert ops.sample(host, host.buffer_from(x), vocab, **base, **kw) == want, (penalties, u)
+            differs += ops.sample(host, host.buffer_from(x), vocab, **without, **kw) != want
+    assert differs > 10
+    with pytest.raises(Exception, match="at most 16"):
+        ops.sample(host, host.buffer_from(x), vocab, presence_penalty=1.0, extra=host.buffer_from(
+            np.zeros(17, np.uint32)), n_extra=17)
+
+
 CASES = [dict(temperature=0.8), dict(temperature=1.0, top_k=40), dict(temperature=0.7, top_p=0.9),
          dict(temperature=1.2, min_p=0.05), dict(temperature=0.9, top_k=50, top_p=0.8, min_p=0.02),
          dict(temperature=1.0, repetition_penalty=1.3),

@@ -77,6 +77,17 @@ def test_ids_logits_and_cache_as_without_it(tiny, draft_tokens):
     same_as_plain(tiny, looping(6, seed=draft_tokens), max_tokens=40, stop_ids=[], draft_tokens=draft_tokens)
 
 
+def test_frequency_penalty_counts_the_proposals_before_each_row(tmp_path):
+    """Lookup proposes ids of the prompt, so the repetition penalty already sees them;
+    presence and frequency count them once emitted. Row i of a verified segment must
+    count the proposals before it: with a 16-token vocabulary and the strongest
+    frequency penalty the replies are those without speculation (rows that ignore
+    those proposals change 6 of these 12 replies)."""
+    engine = metalkv.Engine.load(v16_model(tmp_path / "v16.gguf"), progress=False, context=256)
+    ps = [[x % 16 for x in p] for p in looping(12, seed=13)]
+    same_as_plain(engine, ps, max_tokens=60, stop_ids=[], temperature=0.0, frequency_penalty=2.0)
+
+
 def test_sliding_layers(sliding):
     """Gemma 3's window-8 ring layers: a verified segment stores its rows at once
     and each row reads its own window; past the window many times over."""
@@ -198,8 +209,6 @@ def test_streams_with_stop_strings(tiny_text):
     (dict(speculate="lookup", draft_tokens=0), r"draft_tokens=0: expected an int in 1\.\.16"),
     (dict(speculate="lookup", draft_tokens=True), r"draft_tokens=True: expected an int"),
     (dict(draft_tokens=4), r"draft_tokens=4: expected to come with speculate='lookup'"),
-    (dict(speculate="lookup", repetition_penalty=1.2), r"speculate='lookup': expected no repetition, presence"),
-    (dict(speculate="lookup", frequency_penalty=0.5), r"speculate='lookup': expected no repetition, presence"),
 ])
 def test_options_are_checked(tiny, kw, match):
     with pytest.raises(metalkv.ArgumentError, match=match):
@@ -216,9 +225,9 @@ def test_caches_it_cannot_verify_are_refused(tiny_gguf, policy):
     assert engine.generate_ids([1, 2, 3], max_tokens=4) is not None  # and without it, it runs
 
 
-def test_the_server_speculates_for_greedy_requests_only(tiny_engine_text):
-    """`serve --speculate lookup`: a greedy request gets the reply it gets without
-    it (and speculated); a sampled one is not refused, it decodes without it."""
+def test_the_server_speculates_for_every_request(tiny_engine_text):
+    """`serve --speculate lookup`: a greedy request, with penalties or without, gets
+    the reply it gets without it; a sampled one decodes too."""
     pytest.importorskip("uvicorn")
     pytest.importorskip("openai")
     from server.conftest import LiveServer  # tests/ is on sys.path
@@ -227,9 +236,10 @@ def test_the_server_speculates_for_greedy_requests_only(tiny_engine_text):
     fast = LiveServer(tiny_engine_text, model_name="tiny", defaults=dict(speculate="lookup", draft_tokens=4))
     try:
         ask = dict(model="tiny", prompt="abcabcabcabcabcab", max_tokens=32)
-        a = plain.client().completions.create(**ask, temperature=0)
-        b = fast.client().completions.create(**ask, temperature=0)
-        assert b.choices[0].text == a.choices[0].text
+        for extra in ({}, dict(frequency_penalty=0.4, presence_penalty=0.3)):
+            a = plain.client().completions.create(**ask, temperature=0, **extra)
+            b = fast.client().completions.create(**ask, temperature=0, **extra)
+            assert b.choices[0].text == a.choices[0].text
         sampled = fast.client().completions.create(**ask, temperature=0.8, seed=3)
         assert sampled.choices[0].finish_reason in ("length", "stop")
     finally:
@@ -334,6 +344,24 @@ def test_a_draft_model_gives_what_decoding_alone_gives(drafts):
             accepted += b[2]["draft_accepted"]
         assert proposed > 0 and accepted >= least * proposed
         assert engine.generate_ids(ps, speculate="draft", **kw) == [plain.generate_ids(p, **kw) for p in ps]
+
+
+@pytest.mark.parametrize("penalties", [dict(repetition_penalty=1.3), dict(presence_penalty=1.0, frequency_penalty=0.5),
+                                       dict(repetition_penalty=1.2, presence_penalty=-0.5, frequency_penalty=1.0)])
+def test_penalties_with_a_draft_model(drafts, penalties):
+    """A draft model proposes ids the context may lack: row i's repetition penalty
+    sees the proposals before it, and presence/frequency count them, so greedy
+    replies, logits rows and caches are those without speculation (rows that
+    ignore those proposals change 4-6 of these 10 replies)."""
+    plain, itself, _ = drafts
+    kw = dict(max_tokens=40, stop_ids=[], temperature=0.0, **penalties)
+    accepted = 0
+    for p in prompts(6, seed=7) + looping(4, seed=3):
+        a, b = run(plain, p, **kw), run(itself, p, speculate="draft", **kw)
+        assert b[0] == a[0] and b[3] == a[3]
+        np.testing.assert_array_equal(b[1], a[1])
+        accepted += b[2]["draft_accepted"]
+    assert accepted > 50
 
 
 def test_a_conversation_with_a_draft_model(drafts):

@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..engine import Sampling
 from ..errors import ArgumentError, argument_error
 from . import protocol as proto
 from .bridge import Bridge, Overloaded, Run
@@ -76,10 +75,6 @@ class Server:
             max_tokens = job.max_tokens or self.max_tokens or max(room, 1)
             for j in range(job.n):
                 sampling = dict(self.defaults, **job.sampling, max_tokens=max_tokens)
-                if sampling.get("speculate") and not Sampling(**sampling).speculable():
-                    # `serve --speculate` speeds up requests without penalties; those decode without it
-                    sampling.pop("speculate")
-                    sampling.pop("draft_tokens", None)
                 if sampling.get("seed") is not None:  # choices differ, each reproducible
                     sampling["seed"] = (sampling["seed"] + j) % 2**64
                 specs.append(dict(prompt=ids, stop=job.stop, logprobs=job.logprobs, **sampling))
