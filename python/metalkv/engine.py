@@ -375,7 +375,7 @@ class Engine:
         the chat's system prompt. sampling: the fields of metalkv.Sampling
         (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, seed, speculate, draft_tokens).
-        speculate='lookup' (no penalties): each step also verifies up to draft_tokens
+        speculate='lookup': each step also verifies up to draft_tokens
         ids proposed from an earlier occurrence of the latest ones (prompt lookup),
         often sooner when the reply quotes or edits the prompt: greedy, the text is
         exactly what it is without it; sampled, each token follows the same
