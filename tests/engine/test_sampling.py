@@ -127,7 +127,7 @@ def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties
 
 def test_extra_counted_ids_are_counted_as_if_merged(host):
     """A verified row's proposals as extra ids (repeats, ids already counted, new
-    ones): the same token, greedy and over 300 draws, as with them merged into the
+    ones): the same token, greedy and over 100 draws, as with them merged into the
     pairs (each id's penalty one subtraction of its whole count); and they matter."""
     vocab = 5000
     rng = np.random.default_rng(21)
@@ -141,12 +141,12 @@ def test_extra_counted_ids_are_counted_as_if_merged(host):
     differs = 0
     for penalties in (dict(presence_penalty=1.5, frequency_penalty=0.8), dict(presence_penalty=-0.7),
                       dict(frequency_penalty=2.0)):
-        for u in [None] + list(np.linspace(0.0, 0.997, 300)):
+        for u in [None] + list(np.linspace(0.0, 0.997, 100)):
             kw = dict(penalties) if u is None else dict(penalties, temperature=1.0, uniform=float(u))
             want = ops.sample(host, host.buffer_from(x), vocab, **merged, **kw)
             assert ops.sample(host, host.buffer_from(x), vocab, **base, **kw) == want, (penalties, u)
             differs += ops.sample(host, host.buffer_from(x), vocab, **without, **kw) != want
-    assert differs > 10
+    assert differs > 100, differs  # 265 of the 303 here
     with pytest.raises(Exception, match="at most 16"):
         ops.sample(host, host.buffer_from(x), vocab, presence_penalty=1.0, extra=host.buffer_from(
             np.zeros(17, np.uint32)), n_extra=17)
