@@ -50,14 +50,20 @@ stage_build() {
   note "build: rc=$rc, $(ls build/cuda-wheel 2>/dev/null | tr '\n' ' ')"
 }
 
-# The built wheel into $OUT (it comes back if under 16 MB): carried in .whl/ by
-# later calls, it spares them the build (install takes .whl/*.whl).
+# The built wheel into $OUT in parts of 15 MB (a file comes back only under 16
+# MB; the wheel is ~50 MB) and its name. Copied into .whl/ here and carried,
+# they spare a later call on a fresh machine the build: install joins them.
 stage_keep_wheel() {
-  cp build/cuda-wheel/*.whl "$OUT/" && note "keep-wheel: $(ls -s build/cuda-wheel/*.whl)"
+  local whl; whl=$(ls build/cuda-wheel/*.whl) || { note "keep-wheel: no wheel built"; return 1; }
+  split -b 15M "$whl" "$OUT/metalkv-wheel.part-" && basename "$whl" > "$OUT/metalkv-wheel.name"
+  note "keep-wheel: $(basename "$whl") in $(ls "$OUT"/metalkv-wheel.part-* | wc -l) parts"
 }
 
 stage_install() {
   step "install the wheels (carried and built here)"
+  if [ -f .whl/metalkv-wheel.name ] && [ ! -d build/cuda-wheel ]; then  # a carried build (keep-wheel)
+    mkdir -p build/cuda-wheel && cat .whl/metalkv-wheel.part-* > "build/cuda-wheel/$(cat .whl/metalkv-wheel.name)"
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl $(ls build/cuda-wheel/*.whl 2>/dev/null) \
     || { note "install: FAILED"; return 1; }
