@@ -95,9 +95,10 @@ struct Scheduler::Running {
   // A verified row i sees the proposals before it: the device copies the
   // penalties read (row i takes n_penalty + i ids, and i extra counted ids).
   void stage_proposals(gpu::Device& dev, uint32_t m) {
+    if (m == 0 || !(penalty_on() || job.options.sampling.counts_on())) return;
     const std::vector<uint32_t> ids(drafts.begin(), drafts.begin() + m);
     if (penalty_on()) append_words(dev, penalty, n_penalty, ids.data(), m);  // n_penalty stays: not context yet
-    if (job.options.sampling.counts_on() && m) proposed->write(0, ids.data(), m * sizeof(uint32_t));
+    if (job.options.sampling.counts_on()) proposed->write(0, ids.data(), m * sizeof(uint32_t));
   }
   // Writes n words after the first `used` of buf; a full buffer doubles first (its used words
   // kept), so appends stay O(1) amortized.
