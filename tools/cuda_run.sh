@@ -11,7 +11,7 @@
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...")
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
-#        NCU_ARGS (e.g. --calls 1), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
+#        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
 #        CONTEXT (engine-context's cached positions, default 32768)
 #
 # The wheels come from .whl/ (carried: the pure-Python packages the machine
@@ -115,6 +115,16 @@ stage_bench_engine() {
     > "$OUT/bench_engine.txt" 2>&1
   note "bench/gpu/engine.py: rc=$?"
   tail -30 "$OUT/bench_engine.txt"
+}
+
+# Speculative decoding's mechanics on walk models of the 8B and 1B shapes (bench/gpu/speculative.py):
+# lookup (no match, copy, edited copy), the target as its own draft, a 1B-shaped draft, each beside plain decode.
+stage_bench_speculative() {
+  step "speculative decoding: 8B-shaped walk target, lookup and drafts beside plain decode"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/speculative.py --json "$OUT/bench_speculative.json" ${SPEC_ARGS:-} \
+    > "$OUT/bench_speculative.txt" 2>&1
+  note "bench/gpu/speculative.py: rc=$?"
+  tail -20 "$OUT/bench_speculative.txt"
 }
 
 # metalkv alone (no transformers) on the model bench-engine saved: without the
