@@ -204,7 +204,8 @@ struct AttnPrefill {
 // + i. stats: per (row, head) the max m and sum l of exp(s - m), grid (rows from row_lo, n_q_heads),
 // 256 threads. add: scores[kv_head * score_stride + j] += the probability of
 // key j summed over the rows from row_lo and the kv_head's query heads, one
-// thread per (key, KV head).
+// thread per (key, KV head); accumulate 0: = instead of += (a verified row's
+// share, kept aside until the rows a step keeps are known).
 struct AttnScores {
   uint32_t n_q_heads;
   uint32_t n_kv_heads;
@@ -212,6 +213,23 @@ struct AttnScores {
   uint32_t n_queries;
   uint32_t row_lo;
   uint32_t stride;
+  uint32_t score_stride;
+  uint32_t accumulate;
+};
+
+// attn_scores_apply (attention_scores.metal): the shares of a verified
+// segment's kept rows (speculative decoding), added to the scores in row
+// order: scores[h * score_stride + j] += shares[r * row_stride + h *
+// share_stride + j] for each row r < rows whose bit is set in row_mask, and
+// key j < keys + r (row r saw keys + r keys). One add per row, as decoding
+// the rows one step at a time does. Grid (ceil((keys + rows - 1) / 64), n_kv_heads), 64 threads.
+struct AttnScoresApply {
+  uint32_t n_kv_heads;
+  uint32_t keys;
+  uint32_t rows;
+  uint32_t row_mask;
+  uint32_t row_stride;
+  uint32_t share_stride;
   uint32_t score_stride;
 };
 
@@ -225,7 +243,8 @@ constexpr uint32_t attn_ring_start(uint32_t pos, uint32_t residual, uint32_t rin
 }  // namespace mkv_params
 
 #ifndef __METAL_VERSION__
-static_assert(sizeof(mkv_params::AttnScores) == 28, "AttnScores params layout");
+static_assert(sizeof(mkv_params::AttnScores) == 32, "AttnScores params layout");
+static_assert(sizeof(mkv_params::AttnScoresApply) == 28, "AttnScoresApply params layout");
 static_assert(sizeof(mkv_params::AttnDecode) == 76, "AttnDecode params layout");
 static_assert(sizeof(mkv_params::AttnDecodeReduce) == 12, "AttnDecodeReduce params layout");
 static_assert(sizeof(mkv_params::AttnPrefill) == 76, "AttnPrefill params layout");

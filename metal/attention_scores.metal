@@ -3,7 +3,8 @@
 // become each key's attention probability, summed over the query rows and the
 // query heads of its KV head, and added to the layer's score buffer. Two
 // kernels, so no two threads add to one score: stats finds each (row, head)'s
-// softmax max and sum, add walks the keys.
+// softmax max and sum, add walks the keys. A third, apply, adds the shares of
+// a verified segment's rows that a speculative step keeps.
 #include "mkv_kernel.h"
 #include "attention_params.h"
 
@@ -62,5 +63,22 @@ MKV_MAX_THREADS(64) kernel void attn_scores_add(constant mkv_params::AttnScores&
       sum += exp(logits[at * p.stride + j] - ml[at * 2]) / ml[at * 2 + 1];
     }
   }
-  scores[kvh * p.score_stride + j] += sum;
+  if (p.accumulate)
+    scores[kvh * p.score_stride + j] += sum;
+  else
+    scores[kvh * p.score_stride + j] = sum;
+}
+
+// Grid (ceil((keys + rows - 1) / 64), n_kv_heads); 64 threads, one key each.
+MKV_MAX_THREADS(64) kernel void attn_scores_apply(constant mkv_params::AttnScoresApply& p [[buffer(0)]],
+                              const device float* shares [[buffer(1)]],  // (rows, n_kv_heads, share_stride)
+                              device float* scores [[buffer(2)]],        // (n_kv_heads, score_stride)
+                              uint2 tg [[threadgroup_position_in_grid]],
+                              uint tid [[thread_index_in_threadgroup]]) {
+  const uint j = tg.x * 64 + tid, h = tg.y;
+  if (j + 1 >= p.keys + p.rows) return;
+  float s = scores[h * p.score_stride + j];
+  for (uint r = 0; r < p.rows; ++r)
+    if (((p.row_mask >> r) & 1u) != 0 && j < p.keys + r) s += shares[r * p.row_stride + h * p.share_stride + j];
+  scores[h * p.score_stride + j] = s;
 }

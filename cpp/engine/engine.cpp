@@ -123,9 +123,6 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
   if (o.speculate == Speculate::draft && !scheduler_->has_draft())
     throw gpu::ArgumentError("generate", "speculate", "'draft'",
                              "an engine loaded with a draft model (Engine.load(draft=...), --draft-model)");
-  if (o.speculate != Speculate::none && cache.spec().policy.kind != kv::PolicyKind::none)
-    throw gpu::ArgumentError("generate", "speculate", "'lookup'",
-                             "a cache without an eviction policy (kv_policy): verifying there is not built yet");
   Job job;
   job.cache = &cache;
   job.prompt = std::move(prompt);

@@ -202,6 +202,11 @@ void Scheduler::take_verified(Running& r, const StepPlan::Part& p, const int32_t
   }
   kv::KvCache& cache = r.cache();
   cache.truncate(cache.length(0) - (p.n - rows));  // within the last store: always possible
+  if (cache.spec().policy.traits().scores_attention) {  // the kept rows' shares of the scores, in row order
+    kv::EncoderSession enc(runner_.queue());
+    cache.apply_verified_shares(enc, rows);
+    enc.finish();
+  }
   cache.commit(ids, rows, r.job.options.prefix_cache, /*decode_rows=*/true);
   if (r.job.options.speculate == Speculate::draft) drafter_->rollback(r.draft, cache.length(0));
   for (uint32_t i = 0; i < rows && r.phase != Running::Phase::done; ++i) take_id(r, sampled[i], logit_row + i);

@@ -44,9 +44,11 @@ uint32_t room(const kv::KvCache& cache) {
 
 // A decoding job's proposals for this step (into r.drafts), at most `spare`:
 // no more than it may still emit less one (the verified row's own id comes
-// too), than a paced caller may be ahead, and than leaves the cache a free
-// slot after the step (a full cache ends the call at the same id as without
-// speculation), so every stored row is one decoding without it would store.
+// too), than a paced caller may be ahead, than leaves the cache a free slot
+// after the step (a full cache ends the call at the same id as without
+// speculation), and than an eviction policy stores before its next eviction
+// (decoding alone would evict between the rows; a step that evicts verifies
+// nothing), so every stored row is one decoding without it would store.
 uint32_t Scheduler::propose(Running& r, uint32_t spare, uint64_t unread) {
   r.drafts.clear();
   if (!r.speculates() || spare == 0) return 0;
@@ -56,6 +58,8 @@ uint32_t Scheduler::propose(Running& r, uint32_t spare, uint64_t unread) {
   if (!r.job.request->unpaced()) cap = std::min<uint64_t>(cap, r.ahead > unread + 1 ? r.ahead - unread - 1 : 0);
   const uint32_t free = room(r.cache());
   cap = std::min<uint64_t>(cap, free >= 3 ? free - 2 : 0);  // 1 + drafts rows, and one slot left
+  const uint32_t room = r.cache().room_before_eviction();
+  cap = std::min<uint64_t>(cap, room >= 1 ? room - 1 : 0);
   if (cap == 0) return 0;
   // What the cache holds (earlier turns of a conversation too), then the id this step feeds.
   std::vector<int32_t> history = r.cache().record().tokens();

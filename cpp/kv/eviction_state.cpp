@@ -20,6 +20,7 @@
 
 #include "kv/kv_cache_errors.h"
 #include "kv/block_pool.h"
+#include "ops/attention.h"
 #include "ops/kv_evict.h"
 
 namespace mkv::kv {
@@ -36,6 +37,8 @@ void EvictionState::init(gpu::Device& device, const KvPolicySpec& policy, const 
   const uint32_t n_layers = uint32_t(windows.size());
   budgets_ = policy.kind == PolicyKind::none ? std::vector<uint32_t>{} : layer_budgets(policy, windows);
   counts_.assign(n_layers, 0);
+  since_.assign(n_layers, 0);
+  share_mask_.assign(n_layers, 0);
   kept_pos_.assign(n_layers, {});
   score_at_.assign(n_layers, -1);
   if (policy.kind == PolicyKind::none) return;
@@ -47,6 +50,7 @@ void EvictionState::init(gpu::Device& device, const KvPolicySpec& policy, const 
     kept_pos_[l].assign(per_layer, 0);
     if (scored) score_at_[l] = n_scored++;
   }
+  n_scored_ = uint32_t(n_scored);
   if (n_scored) {  // one buffer: an eviction reads and writes every layer's in one copy each
     scores_ = device.new_buffer(size_t(n_scored) * per_layer * sizeof(float));
     const std::vector<float> zeros(size_t(n_scored) * per_layer, 0.0f);
@@ -72,17 +76,68 @@ ops::BufferView EvictionState::scores(uint32_t layer) const {
   return {scores_, size_t(score_at_[layer]) * n_kv_heads_ * capacity_ * sizeof(float)};
 }
 
-uint32_t EvictionState::score_rows_from(uint32_t layer, uint32_t n_queries, uint32_t length) const {
-  if (!policy_.observes()) return 0;
-  const uint32_t count = counts_[layer];  // the step's queries are stored already
-  const uint32_t first_index = count - n_queries;
-  // the observation window: the last `window` indices before the eviction to
-  // come, at the budget or, inside an open prompt, at the prompt's end
+// The observation window: the last `window` indices before the eviction to
+// come, at the budget or, inside an open prompt, at the prompt's end.
+uint32_t EvictionState::observed_from(uint32_t layer, uint32_t count, uint32_t length) const {
   uint32_t end = budget(layer);
   if (length > prompt_start_ && length <= prompt_end_)
     end = uint32_t(std::min<uint64_t>(capacity_, uint64_t(count) + (prompt_end_ - length)));
-  const uint32_t observed = end > policy_.window ? end - policy_.window : 0;
+  return end > policy_.window ? end - policy_.window : 0;
+}
+
+uint32_t EvictionState::score_rows_from(uint32_t layer, uint32_t n_queries, uint32_t length) const {
+  if (!policy_.observes()) return 0;
+  const uint32_t count = counts_[layer];  // the step's queries are stored already
+  const uint32_t first_index = count - n_queries, observed = observed_from(layer, count, length);
   return observed > first_index ? std::min(observed - first_index, n_queries) : 0;
+}
+
+uint32_t EvictionState::room(uint32_t layer, uint32_t length) const {
+  const uint32_t lim = limit(layer, length);
+  return lim > counts_[layer] ? lim - counts_[layer] : 0;
+}
+
+// Row r of n_rows sees the layer as decoding it alone would once it is
+// stored: n_rows - 1 - r fewer indices and positions.
+ops::BufferView EvictionState::share(uint32_t layer, uint32_t row, uint32_t n_rows, uint32_t length) {
+  if (!scores_attention(layer) || n_rows > 32 || row >= n_rows)
+    fail("verify_share: layer " + str(layer) + ", row " + str(row) + " of " + str(n_rows) +
+         " (a layer whose policy scores by attention; at most 32 rows)");
+  if (row == 0) share_mask_[layer] = 0;
+  const uint32_t later = n_rows - 1 - row, count = counts_[layer] - later;
+  if (policy_.observes() && observed_from(layer, count, length - later) > count - 1) return {};
+  if (share_stride_ == 0)
+    for (uint32_t l = 0; l < counts_.size(); ++l)
+      if (scores_attention(l)) share_stride_ = std::max(share_stride_, budget(l));
+  if (counts_[layer] > share_stride_)
+    fail("verify_share: layer " + str(layer) + " holds " + str(counts_[layer]) + " indices, past its budget " +
+         str(share_stride_) + " (a verified segment is stored only where no eviction is due)");
+  const size_t row_floats = size_t(n_scored_) * n_kv_heads_ * share_stride_;
+  if (n_rows > share_rows_) {
+    shares_ = device_->new_buffer(n_rows * row_floats * sizeof(float));
+    share_rows_ = n_rows;
+  }
+  share_mask_[layer] |= 1u << row;
+  return {shares_, (row * row_floats + size_t(score_at_[layer]) * n_kv_heads_ * share_stride_) * sizeof(float)};
+}
+
+void EvictionState::apply_shares(EncoderSession& enc, uint32_t rows) {
+  if (rows == 0) return;
+  for (uint32_t l = 0; l < counts_.size(); ++l) {
+    const uint32_t mask = share_mask_[l] & (rows >= 32 ? ~0u : (1u << rows) - 1);
+    share_mask_[l] = 0;
+    if (!scores_attention(l) || mask == 0) continue;
+    ops::ScoresApplyDesc d;
+    d.n_kv_heads = n_kv_heads_;
+    d.keys = counts_[l] - rows + 1;  // row 0's: the kept rows are the last stored
+    d.rows = rows;
+    d.row_mask = mask;
+    d.row_stride = n_scored_ * n_kv_heads_ * share_stride_;
+    d.share_stride = share_stride_;
+    d.score_stride = capacity_;
+    ops::attention_scores_apply(*device_, enc.compute(), d,
+                                {shares_, size_t(score_at_[l]) * n_kv_heads_ * share_stride_ * sizeof(float)}, scores(l));
+  }
 }
 
 void EvictionState::open_prompt(uint32_t n, const std::vector<uint32_t>& lengths) {
@@ -108,6 +163,7 @@ void EvictionState::stored(EncoderSession& enc, uint32_t layer, const ops::Buffe
                            uint32_t n_new) {
   const uint32_t index = counts_[layer];
   counts_[layer] = index + n_new;
+  since_[layer] += n_new;
   if (!evicts(layer)) return;
   for (uint32_t h = 0; h < n_kv_heads_; ++h)
     for (uint32_t t = 0; t < n_new; ++t) kept_pos_[layer][size_t(h) * capacity_ + index + t] = first + t;
@@ -178,6 +234,7 @@ void EvictionState::apply(const std::vector<uint32_t>& layers, Plan& p) {
   for (size_t i = 0; i < layers.size(); ++i) {
     kept_pos_[layers[i]] = std::move(p.kept_pos[i]);
     counts_[layers[i]] = p.keep;
+    since_[layers[i]] = 0;
   }
   evicted_ += p.count - p.keep;
 }
@@ -192,11 +249,12 @@ void EvictionState::clear_scores(uint32_t layer, uint32_t from) {
 }
 
 void EvictionState::truncated(uint32_t n, const std::vector<uint32_t>& lengths) {
-  for (uint32_t l = 0; l < counts_.size(); ++l)
-    if (counts_[l] == lengths[l]) {
-      if (n < counts_[l]) clear_scores(l, n);
-      counts_[l] = n;
-    }
+  for (uint32_t l = 0; l < counts_.size(); ++l) {
+    const uint32_t back = lengths[l] - n, count = counts_[l] - back;  // (back <= since_[l] where it evicted)
+    if (back) clear_scores(l, count);
+    counts_[l] = count;
+    since_[l] = since_[l] > back ? since_[l] - back : 0;
+  }
   prompt_start_ = prompt_end_ = 0;  // (a call opens its prompt after rolling back)
 }
 
@@ -204,8 +262,14 @@ void EvictionState::reset() {
   for (uint32_t l = 0; l < counts_.size(); ++l)
     if (counts_[l]) clear_scores(l, 0);
   std::fill(counts_.begin(), counts_.end(), 0u);
+  std::fill(since_.begin(), since_.end(), 0u);
   evicted_ = 0;
   prompt_start_ = prompt_end_ = 0;
+}
+
+void EvictionState::start_at(const std::vector<uint32_t>& first) {
+  counts_ = first;
+  std::fill(since_.begin(), since_.end(), 0u);  // (what came before is not this cache's to take back)
 }
 
 void EvictionState::set_kept(uint32_t layer, uint32_t length, const std::vector<uint32_t>& positions,
@@ -229,10 +293,11 @@ void EvictionState::set_kept(uint32_t layer, uint32_t length, const std::vector<
     for (uint32_t h = 0; h < H; ++h)
       v.buffer->write(v.offset + size_t(h) * capacity_ * sizeof(float), scores_in + size_t(h) * n, n * sizeof(float));
   evicted_ = length - n;
+  since_[layer] = 0;
 }
 
 EvictionState::Saved EvictionState::save() const {
-  Saved s{counts_, kept_pos_, {}, evicted_, prompt_start_, prompt_end_};
+  Saved s{counts_, since_, kept_pos_, {}, evicted_, prompt_start_, prompt_end_};
   if (scores_) {
     s.scores.resize(scores_->length() / sizeof(float));
     scores_->read(0, s.scores.data(), scores_->length());
@@ -242,6 +307,7 @@ EvictionState::Saved EvictionState::save() const {
 
 void EvictionState::restore(const Saved& s) {
   counts_ = s.counts;
+  since_ = s.since;
   kept_pos_ = s.kept_pos;
   evicted_ = s.evicted;
   prompt_start_ = s.prompt_start;

@@ -46,6 +46,17 @@ class EvictionState {
   bool scores_attention(uint32_t layer) const { return evicts(layer) && policy_.traits().scores_attention; }
   // KvCache::score_rows_from, for a layer of `length` positions (its step's queries stored).
   uint32_t score_rows_from(uint32_t layer, uint32_t n_queries, uint32_t length) const;
+  // KvCache::room: tokens the layer takes before a store evicts (0: the next store evicts).
+  uint32_t room(uint32_t layer, uint32_t length) const;
+
+  // Speculative verification of a scoring-by-attention layer (KvCache::verify_share):
+  // row `row` of a segment of n_rows (stored, the layer at `length`) writes
+  // its share of the scores here, or nowhere (a null view) when decoding it
+  // alone would add none (snapkv outside its window). apply_shares adds the
+  // shares of the first `rows` rows, the ones kept (KvCache::truncate first).
+  ops::BufferView share(uint32_t layer, uint32_t row, uint32_t n_rows, uint32_t length);
+  uint32_t share_stride() const { return share_stride_; }
+  void apply_shares(EncoderSession& enc, uint32_t rows);
 
   // KvCache::open_prompt: the next n tokens are one prompt (lengths: the cache's now).
   void open_prompt(uint32_t n, const std::vector<uint32_t>& lengths);
@@ -73,13 +84,15 @@ class EvictionState {
   Plan plan(const std::vector<uint32_t>& layers, uint32_t n_new) const;
   void apply(const std::vector<uint32_t>& layers, Plan& plan);
 
-  // The cache's other moves: truncated to n (lengths: before; the layers that
-  // have evicted stay where they are, KvCache::truncate refuses otherwise),
+  // The cache's other moves: truncated to n (lengths: before; a layer that
+  // has evicted goes back over the rows stored since, no further: KvCache::truncate checks),
   // reset, every layer starting at first[l] (an adopted prefix or a saved
   // cache read back).
   void truncated(uint32_t n, const std::vector<uint32_t>& lengths);
   void reset();
-  void start_at(const std::vector<uint32_t>& first) { counts_ = first; }
+  void start_at(const std::vector<uint32_t>& first);
+  // Rows stored into the layer since its last eviction: those a truncate can take back.
+  uint32_t since_eviction(uint32_t layer) const { return since_[layer]; }
 
   // A saved evicting layer put back (KvCache::set_kept): its count() indices
   // become these positions ((n_kv_heads, count) uint32) with these scores
@@ -88,7 +101,7 @@ class EvictionState {
 
   // Its share of a checkpoint: the host state and a copy of the scores.
   struct Saved {
-    std::vector<uint32_t> counts;
+    std::vector<uint32_t> counts, since;
     std::vector<std::vector<uint32_t>> kept_pos;
     std::vector<float> scores;
     uint64_t evicted = 0;
@@ -99,15 +112,23 @@ class EvictionState {
 
  private:
   void clear_scores(uint32_t layer, uint32_t from);  // zeroes indices from.. of every head
+  uint32_t observed_from(uint32_t layer, uint32_t count, uint32_t length) const;  // snapkv's window's first index
 
   gpu::Device* device_ = nullptr;  // the cache's (it outlives this part)
   KvPolicySpec policy_;
   uint32_t n_kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
   std::vector<uint32_t> counts_;                 // per layer
+  std::vector<uint32_t> since_;                  // per layer: rows stored since its last eviction
   std::vector<uint32_t> budgets_;                // per layer with a policy: budget(layer) (0: sliding)
   std::vector<std::vector<uint32_t>> kept_pos_;  // evicting layers: (n_kv_heads, capacity) positions
   gpu::BufferPtr scores_;                        // a scoring policy's: (n_kv_heads, capacity) float per layer
   std::vector<int64_t> score_at_;                // per layer: its place in scores_, -1 without
+  uint32_t n_scored_ = 0;                        // layers with a place
+  // verified rows' shares: (rows, scored layers, n_kv_heads, share_stride_)
+  // float, share_stride_ the largest budget; which rows of each layer wrote one
+  gpu::BufferPtr shares_;
+  uint32_t share_stride_ = 0, share_rows_ = 0;
+  std::vector<uint32_t> share_mask_;
   uint64_t evicted_ = 0;
   uint32_t prompt_start_ = 0, prompt_end_ = 0;   // the open prompt, positions [start, end) (end 0: none)
 };

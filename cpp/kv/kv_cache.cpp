@@ -331,28 +331,28 @@ void KvCache::copy_rows(uint32_t layer, uint32_t kv, uint32_t first, uint32_t n,
 
 void KvCache::truncate(uint32_t n) {
   Lock lock(pool_->mutex());
+  auto evicted = [&](uint32_t l) { return eviction_.count(l) != lengths_[l]; };
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     if (n > lengths_[l])
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it holds only " + str(lengths_[l]));
-    if (n < lengths_[l] && eviction_.count(l) != lengths_[l])
+    if (evicted(l) && lengths_[l] - n > eviction_.since_eviction(l))
       fail("cannot truncate layer " + str(l) + " to " + str(n) + " tokens: it has evicted " +
            str(lengths_[l] - eviction_.count(l)) + " of its " + str(lengths_[l]) + " (kv_policy '" +
-           policy_name(spec_.policy.kind) + "'), so what it held at " + str(n) + " is gone; reset() it instead");
+           policy_name(spec_.policy.kind) + "'), last " + str(eviction_.since_eviction(l)) +
+           " tokens ago, so what it held at " + str(n) + " is gone; reset() it instead");
   }
-  // (a layer that has evicted can only stay where it is: its table holds its
-  // count, below n; the others' index is their position)
-  auto moves = [&](const Group& g) { return eviction_.count(g.layers[0]) == lengths_[g.layers[0]]; };
+  // (a layer that has evicted holds its count in its table: it goes back as
+  // many indices as positions; the others' index is their position)
+  auto table_length = [&](const Group& g) { return eviction_.count(g.layers[0]) - (lengths_[g.layers[0]] - n); };
   for (const Group& g : groups_) {
-    if (!moves(g)) continue;
     try {
-      g.table->check_truncate(n);
+      g.table->check_truncate(table_length(g));
     } catch (const gpu::GpuError& e) {
       fail("cannot truncate layer " + str(g.layers[0]) + " (window " + str(g.window) + ") to " + str(n) +
            " tokens: " + e.what());
     }
   }
-  for (Group& g : groups_)
-    if (moves(g)) g.table->truncate(n);  // entries past n are never read: no sync
+  for (Group& g : groups_) g.table->truncate(table_length(g));  // entries past it are never read: no sync
   eviction_.truncated(n, lengths_);
   std::fill(lengths_.begin(), lengths_.end(), n);
   ring_.truncated(n);

@@ -181,6 +181,20 @@ class KvCache {
   // budget) compresses them to the budget, chosen by scores that saw the
   // whole prompt (snapkv: by its last `window` queries). Otherwise a no-op.
   void open_prompt(uint32_t n);
+  // Tokens every layer takes before a store evicts (0: the next store does;
+  // the most a uint32 holds without a policy): what a verified segment may
+  // store (speculative decoding stores none where an eviction is due).
+  uint32_t room_before_eviction() const;
+  // Speculative verification over a layer that scores by attention: row
+  // `row` of a verified segment of n_rows (stored) writes its share of the
+  // scores here (attention_scores, accumulate false; share_stride() floats a
+  // KV head), or nowhere (a null view: decoding it alone adds none). After
+  // the step, truncate() to the kept rows, then apply_verified_shares(rows):
+  // the kept rows' shares are added in row order, the bits decoding them one
+  // step at a time gives.
+  BufferView verify_share(uint32_t layer, uint32_t row, uint32_t n_rows);
+  uint32_t share_stride() const { return eviction_.share_stride(); }
+  void apply_verified_shares(EncoderSession& enc, uint32_t rows) { eviction_.apply_shares(enc, rows); }
 
   // The checks store() makes, without encoding: call it for every layer before
   // a multi-layer step to fail before any layer's n has moved.
@@ -192,7 +206,9 @@ class KvCache {
   // it can always go back to max_chunk positions before the start of its last
   // store (after one-token steps: its last max_chunk + 1 tokens; more while
   // its oldest block is not yet let go) and still hold the window n needs.
-  // Raises GpuError before changing anything when a layer cannot.
+  // A layer that has evicted (kv_policy) goes back over the tokens stored
+  // since its last eviction, no further. Raises GpuError before changing
+  // anything when a layer cannot.
   void truncate(uint32_t n);
 
   void reset();  // every layer back to n = 0, no tokens, no messages

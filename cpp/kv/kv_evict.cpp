@@ -51,6 +51,18 @@ uint32_t KvCache::score_rows_from(uint32_t layer, uint32_t n_queries) const {
 
 void KvCache::open_prompt(uint32_t n) { eviction_.open_prompt(n, lengths_); }
 
+uint32_t KvCache::room_before_eviction() const {
+  uint32_t room = ~0u;
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (eviction_.evicts(l)) room = std::min(room, eviction_.room(l, lengths_[l]));
+  return room;
+}
+
+BufferView KvCache::verify_share(uint32_t layer, uint32_t row, uint32_t n_rows) {
+  check_layer(layer);
+  return eviction_.share(layer, row, n_rows, lengths_[layer]);
+}
+
 void KvCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   constexpr uint32_t B = kBlockTokens;
   EvictionState::Plan plan = eviction_.plan(g.layers, n_new);

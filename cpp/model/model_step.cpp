@@ -73,10 +73,11 @@ void Model::check_segment(const Segment& s) const {
   check_cache(*s.cache);
   // Verification reads each row's keys as decode would at its position (its
   // residual window too: the ring keeps max_chunk positions more than the
-  // window); an eviction policy's scores and evictions follow the cache's
-  // rows, not a row's (not built yet: the engine does not speculate there).
-  if (s.logits == Logits::each && s.cache->spec().policy.kind != kv::PolicyKind::none)
-    fail("a verification segment needs a cache without an eviction policy");
+  // window). Under an eviction policy its rows must fit before the next
+  // eviction: decoding them one at a time would evict between them.
+  if (s.logits == Logits::each && s.n > s.cache->room_before_eviction())
+    fail("a verification segment of " + str(s.n) + " rows is stored where an eviction is due (room for " +
+         str(s.cache->room_before_eviction()) + ")");
   // Every layer before any is encoded, so a step fails before any layer's
   // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
   for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
@@ -212,20 +213,27 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     if (policy.buffer) d.logits = policy;
     const ops::BufferView out = row(ws.attn(), r0, Q);
     if (seg.logits == Logits::each) {
-      // Row i decodes at its own position: the keys before it and its own.
+      // Row i decodes at its own position: the keys before it and its own. A
+      // policy's scores get each row's share apart (KvCache::verify_share),
+      // added once the rows the step keeps are known.
       ops::AttentionDesc di = d;
       di.n_queries = 1;
       for (uint32_t i = 0; i < seg.n; ++i) {
         di.n_tokens = d.n_tokens - (seg.n - 1 - i);
         ops::attention_decode(dev, enc, di, row(q, i, Q), cache.region(l), cache.table(l), row(out, i, Q), {},
                               ws.attention_scratch(ops::attention_decode_scratch_bytes(di)));
+        if (!policy.buffer) continue;
+        const ops::BufferView share = cache.verify_share(l, i, seg.n);
+        if (share.buffer)
+          ops::attention_scores(dev, enc, di, 0, share, cache.share_stride(), {policy.buffer, policy.offset + logit_bytes},
+                                /*accumulate=*/false);
       }
     } else if (seg.n == 1)
       ops::attention_decode(dev, enc, d, q, cache.region(l), cache.table(l), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
       ops::attention_prefill(dev, enc, d, q, cache.region(l), cache.table(l), out, {});
-    if (policy.buffer)
+    if (policy.buffer && seg.logits != Logits::each)
       ops::attention_scores(dev, enc, d, cache.score_rows_from(l, seg.n), cache.scores(l), cache.spec().capacity,
                             {policy.buffer, policy.offset + logit_bytes});
     if (lay.rotate) ops::hadamard(dev, enc, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated

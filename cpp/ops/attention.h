@@ -155,9 +155,23 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
 // (n_kv_heads, score_stride) float each key's attention probability summed
 // over the query rows from row_lo and the query heads of its KV head.
 // scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats and
-// attn_scores_add (metal/attention_scores.metal).
+// attn_scores_add (metal/attention_scores.metal). accumulate false: writes
+// the sums instead of adding them (a verified row's share, for
+// attention_scores_apply once the step's kept rows are known).
 void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
-                      const BufferView& scores, uint32_t score_stride, const BufferView& scratch);
+                      const BufferView& scores, uint32_t score_stride, const BufferView& scratch,
+                      bool accumulate = true);
+
+// The shares a verified segment's rows wrote (attention_scores, accumulate
+// false; (rows, n_kv_heads, share_stride) float, rows row_stride floats
+// apart) added to scores (n_kv_heads, score_stride) in row order, only rows
+// whose bit is set in row_mask; row r saw keys + r keys. Kernel attn_scores_apply.
+struct ScoresApplyDesc {
+  uint32_t n_kv_heads = 0, keys = 0, rows = 0, row_mask = 0;
+  uint32_t row_stride = 0, share_stride = 0, score_stride = 0;
+};
+void attention_scores_apply(gpu::Device& dev, gpu::ComputeEncoder& enc, const ScoresApplyDesc& d,
+                            const BufferView& shares, const BufferView& scores);
 
 // Kernel names, built in one place: attn_decode_f16_d128, ...
 std::string attention_kernel_name(const char* family, uint32_t head_dim);

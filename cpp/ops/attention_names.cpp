@@ -125,7 +125,7 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   std::vector<std::pair<uint32_t, uint32_t>> formats = {{kKvF16, kKvF16}, {kKvQ8, kKvF16}};
   for (const KvPair& p : kKvPairs) formats.push_back({p.k, p.v});
   const bool host_shapes = dev.properties().has_host_shapes;
-  std::set<std::string> names = {kAttnScoresStatsKernel, kAttnScoresAddKernel};
+  std::set<std::string> names = {kAttnScoresStatsKernel, kAttnScoresAddKernel, kAttnScoresApplyKernel};
   for (uint32_t d : kAttnHeadDims) {
     names.insert(attention_reduce_kernel(d));
     if (host_shapes) {

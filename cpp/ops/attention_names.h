@@ -35,8 +35,9 @@ std::string attention_reduce_kernel(uint32_t head_dim);
 std::string attention_prefill_kernel(const AttnNameKey& k, bool host);
 // attn_prefill_mma_<family>_dD: prefill on matrix units (metal/attention_prefill_mma.h).
 std::string attention_prefill_mma_kernel(const AttnNameKey& k);
-// attention_scores' two kernels (metal/attention_scores.metal).
+// attention_scores' two kernels and attention_scores_apply's (metal/attention_scores.metal).
 inline constexpr const char* kAttnScoresStatsKernel = "attn_scores_stats";
 inline constexpr const char* kAttnScoresAddKernel = "attn_scores_add";
+inline constexpr const char* kAttnScoresApplyKernel = "attn_scores_apply";
 
 }  // namespace mkv::ops

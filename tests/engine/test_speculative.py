@@ -217,12 +217,52 @@ def test_options_are_checked(tiny, kw, match):
         metalkv.Sampling(**kw).check()
 
 
-@pytest.mark.parametrize("policy", ["streaming", "h2o"])
-def test_caches_it_cannot_verify_are_refused(tiny_gguf, policy):
-    engine = load(tiny_gguf, kv_policy=policy, kv_budget=64)
-    with pytest.raises(metalkv.ArgumentError, match=r"speculate='lookup': expected a cache without an eviction"):
-        engine.generate_ids([1, 2, 3], max_tokens=4, **LOOKUP)
-    assert engine.generate_ids([1, 2, 3], max_tokens=4) is not None  # and without it, it runs
+def policy_state(cache, n_layers):
+    """Per layer: length, count, kept positions per head and the scores' bits."""
+    out = []
+    for l in range(n_layers):
+        kept = [cache.kept_positions(l, h) for h in range(cache.n_kv_heads)] if cache.evicts(l) else None
+        sc = cache.scores(l)
+        out.append((cache.length(l), cache.count(l), kept, None if sc is None else sc[:, :cache.count(l)].tobytes()))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["streaming", "keynorm", "h2o", "snapkv", "pyramidkv"])
+def test_eviction_policies(tiny_gguf, policy):
+    """Under every eviction policy, well past its budget (several evictions per
+    reply): the ids, logits rows, kept positions and scores bits decoding gives
+    without speculation. A verified step stores no more rows than fit before the
+    next eviction, and the scores get only the kept rows' shares, added one row at
+    a time (adding the rejected rows' shares too fails h2o, snapkv and pyramidkv
+    here; adding the kept ones in one sum changes h2o's scores bits)."""
+    engine = load(tiny_gguf, context=256, kv_policy=policy, kv_budget=96, kv_sinks=4,
+                  **({"kv_window": 16} if policy in ("snapkv", "pyramidkv") else {}))
+    proposed = accepted = 0
+    for p in [q * 3 for q in looping(4, seed=23)]:
+        runs = []
+        for spec in ({}, LOOKUP):
+            cache = engine.new_cache()
+            ids, logits, st, _ = run(engine, p, cache, max_tokens=200, stop_ids=[], **spec)
+            runs.append((ids, logits, policy_state(cache, engine.config.n_layers), cache.evicted))
+            proposed += st["draft_proposed"]
+            accepted += st["draft_accepted"]
+        (ids_a, logits_a, state_a, evicted_a), (ids_b, logits_b, state_b, _) = runs
+        assert ids_b == ids_a
+        np.testing.assert_array_equal(logits_b, logits_a)
+        assert state_b == state_a
+        assert evicted_a >= 64  # (evictions during the reply, not only of the prompt)
+    assert 0 < accepted <= proposed
+
+
+def test_eviction_policies_batched(tiny_gguf):
+    """h2o, several speculating calls sharing steps: each as alone without it."""
+    engine = load(tiny_gguf, context=256, kv_policy="h2o", kv_budget=96)
+    ps = looping(6, seed=29)
+    kw = dict(max_tokens=150, stop_ids=())
+    alone = [engine.generate_ids(p, **kw) for p in ps]
+    assert engine.generate_ids(ps, **kw, **LOOKUP) == alone
+    st = engine.last_stats
+    assert st["max_batch"] > 1 and sum(r["draft_accepted"] for r in st["requests"]) > 0
 
 
 def test_the_server_speculates_for_every_request(tiny_engine_text):

@@ -222,8 +222,16 @@ def test_policy_arguments_and_limits_are_clear_errors(host):
         cache.append_all_layers(one, one)
     assert cache.length(0) == 70 and cache.count(0) <= 64
     cache.truncate(70)  # where it is: fine
-    with pytest.raises(metalkv.GpuError, match="it has evicted .* reset\\(\\) it instead"):
-        cache.truncate(69)
+    # The 65th store evicted to 32 (evict_keep(64, 1)); the 6 stored since can be taken back, no more.
+    assert cache.count(0) == 38
+    cache.truncate(69)
+    assert cache.count(0) == 37 and max(cache.kept_positions(0, 0)) == 68
+    cache.truncate(64)
+    assert cache.count(0) == 32 and max(cache.kept_positions(0, 0)) == 63
+    with pytest.raises(metalkv.GpuError, match="it has evicted .* last 0 tokens ago, .* reset\\(\\) it instead"):
+        cache.truncate(63)
+    cache.append_all_layers(one, one)  # stores on at 64
+    assert cache.length(0) == 65 and cache.count(0) == 33 and max(cache.kept_positions(0, 0)) == 64
     with pytest.raises(metalkv.GpuError, match="no longer addressed by position"):
         cache.read_rows(0, 0, 0, 1)
     cache.reset()
