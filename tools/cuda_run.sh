@@ -65,7 +65,7 @@ stage_install() {
     mkdir -p build/cuda-wheel && cat .whl/metalkv-wheel.part-* > "build/cuda-wheel/$(cat .whl/metalkv-wheel.name)"
   fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl/*.whl $(ls build/cuda-wheel/*.whl 2>/dev/null) \
+    $(ls .whl/*.whl build/cuda-wheel/*.whl 2>/dev/null) \
     || { note "install: FAILED"; return 1; }
   export PYTHONPATH=/tmp/site
   python3 -c "import metalkv; print('metalkv', metalkv.__version__, metalkv._core.build_info(), metalkv.devices()); \
