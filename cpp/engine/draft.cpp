@@ -9,12 +9,30 @@ namespace {
 
 const ops::SamplingParams kGreedy{};
 
+Sampler greedy() {
+  Sampler s;
+  s.params = &kGreedy;
+  return s;
+}
+
 }  // namespace
 
 Drafter::Drafter(gpu::DevicePtr device, std::shared_ptr<const model::Model> draft, uint32_t max_chunk)
-    : device_(device), draft_(draft), max_chunk_(std::max(max_chunk, 1u)), runner_(device, draft, max_chunk_, 1) {}
+    : device_(device),
+      draft_(draft),
+      max_chunk_(std::max(max_chunk, kCatchUpRows)),
+      runner_(device, draft, max_chunk_, kCatchUpRows) {}
 
 int32_t Drafter::feed(kv::KvCache& cache, const int32_t* ids, uint32_t n) {
+  if (n >= 2 && n <= kCatchUpRows) {  // decode rows (the gemv), each row its logits; the last one's id
+    const model::Segment seg{&cache, n, model::Logits::each};
+    draft_->check_segment(seg);
+    std::vector<int32_t> step_ids(ids, ids + n), sampled;
+    const std::vector<Sampler> samplers(n, greedy());
+    runner_.run({seg}, step_ids, samplers, sampled);
+    cache.commit(step_ids.data(), n, false, /*decode_rows=*/true);
+    return sampled.back();
+  }
   int32_t next = -1;
   for (uint32_t done = 0; done < n;) {
     uint32_t take = std::min(n - done, max_chunk_);
@@ -23,7 +41,7 @@ int32_t Drafter::feed(kv::KvCache& cache, const int32_t* ids, uint32_t n) {
     draft_->check_segment(seg);
     std::vector<int32_t> step_ids(ids + done, ids + done + take), sampled;
     std::vector<Sampler> samplers;
-    if (last) samplers.push_back({&kGreedy, {}, 0, {}, 0.0f});
+    if (last) samplers.push_back(greedy());
     runner_.run({seg}, step_ids, samplers, sampled);
     cache.commit(step_ids.data(), take, false);
     if (last) next = sampled[0];

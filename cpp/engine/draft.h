@@ -23,6 +23,13 @@ struct DraftCache {
   std::unique_ptr<kv::KvCache> cache;  // the draft model's, made at the first proposal
 };
 
+// The most ids a catch-up feeds as decode rows (after a verified step: the
+// last proposal and the target's own id; after a rejection: one). Longer ones
+// (a prompt) go through the prompt path, whose gemm pads a few rows to a whole
+// tile: measured on an H100, a 2-id catch-up cost an 8B-shaped draft 66 ms as
+// a prompt chunk against 6 ms for a decode step.
+inline constexpr uint32_t kCatchUpRows = 4;
+
 class Drafter {
  public:
   // max_chunk: most ids one draft step feeds (its caches' prompt chunks).
@@ -38,7 +45,8 @@ class Drafter {
   void rollback(DraftCache& state, uint32_t kept);
 
  private:
-  // Feeds ids into the cache in steps of at most max_chunk; the last step samples: the id after them.
+  // Feeds ids into the cache: up to kCatchUpRows as one step of decode rows,
+  // more in prompt steps of at most max_chunk; the last row samples: the id after them.
   int32_t feed(kv::KvCache& cache, const int32_t* ids, uint32_t n);
 
   gpu::DevicePtr device_;
