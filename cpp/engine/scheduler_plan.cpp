@@ -164,14 +164,23 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
   // verifies proposal i + 1 (its acceptance draw, then the draw used if it is
   // rejected), the last row draws the next id (docs/SPECULATIVE.md).
   const bool greedy = r.job.options.sampling.greedy();
-  if (logits == model::Logits::last)
-    plan.samplers.push_back(
-        {&r.job.options.sampling, {r.penalty, 0}, r.n_penalty, {{r.counted, 0}, r.n_counted()}, r.draw()});
+  Sampler base;
+  base.params = &r.job.options.sampling;
+  base.penalty_ids = {r.penalty, 0};
+  base.n_penalty = r.n_penalty;
+  base.counted.pairs = {r.counted, 0};
+  base.counted.n = r.n_counted();
+  if (logits == model::Logits::last) {
+    base.uniform = r.draw();
+    plan.samplers.push_back(base);
+  }
   if (logits == model::Logits::each) r.stage_proposals(*device_, tentative);
   for (uint32_t i = 0; logits == model::Logits::each && i < n; ++i) {
     // Row i's context holds the proposals before it: its penalties count them.
-    Sampler s{&r.job.options.sampling, {r.penalty, 0}, r.n_penalty + i,
-              {{r.counted, 0}, r.n_counted(), {r.proposed, 0}, r.proposed ? i : 0}, 0.0f};
+    Sampler s = base;
+    s.n_penalty = r.n_penalty + i;
+    s.counted.extra = {r.proposed, 0};
+    s.counted.n_extra = r.proposed ? i : 0;
     if (!greedy && i + 1 < n) s.draft = {r.drafts[i], r.draw()};
     if (!greedy) s.uniform = r.draw();
     plan.samplers.push_back(s);
