@@ -41,6 +41,8 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        device uint* token [[buffer(4)]],                // (1) result
                        const device uint2* counted [[buffer(5)]],       // (n_counted) (id, count)
                        const device uint* extra [[buffer(6)]],          // (n_extra) ids counted once more each
+                       const device uint* mask [[buffer(7)]],           // (ceil(vocab / 32)) allowed ids' bits
+                       const device uint2* bias [[buffer(8)]],          // (n_bias) (id, float bits)
                        uint tid [[thread_index_in_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
@@ -96,6 +98,21 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
         if (first) work[id] -= float(n) * p.frequency_penalty + p.presence_penalty;
       }
     }
+    threadgroup_barrier(mem_flags::mem_device);
+  }
+
+  // 1c. Constrained decoding: logit_bias (distinct ids: no two threads add
+  //     to one logit), then the mask.
+  if (p.n_bias > 0) {
+    for (uint j = tid; j < p.n_bias; j += kThreads) {
+      const uint2 b = bias[j];
+      if (b.x < p.vocab) work[b.x] += as_type<float>(b.y);
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+  }
+  if (p.masked != 0) {
+    for (uint i = tid; i < p.vocab; i += kThreads)
+      if (((mask[i / 32] >> (i % 32)) & 1u) == 0) work[i] = -INFINITY;
     threadgroup_barrier(mem_flags::mem_device);
   }
 

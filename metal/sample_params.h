@@ -33,10 +33,16 @@ struct Sample {
   // the presence/frequency penalties, as if `counted` held them: an id's
   // penalty is one subtraction of its whole count, the same bits as without.
   uint32_t n_extra;            // at most kSampleMaxExtra
-  uint32_t pad[2];             // to 64 bytes: a multiple of 16, as Metal's constant buffers like
+  // Constrained decoding (docs/CONSTRAINED.md), after the penalties: logit[id]
+  // += bias over the n_bias (id, bias bits) pairs of buffer 8 (distinct ids),
+  // then every id whose bit is clear in the bitmask of buffer 7 (bit id % 32
+  // of word id / 32) becomes -inf: it is never drawn, nor the argmax.
+  uint32_t n_bias;             // 0 = off
+  uint32_t masked;             // 0 = no mask
 };
 MKV_CONSTANT uint32_t kNoDraft = 0xffffffffu;
 MKV_CONSTANT uint32_t kSampleMaxExtra = 16;  // the engine's most proposals a step (kMaxDraftTokens)
+MKV_CONSTANT uint32_t kSampleMaxBias = 1024;  // logit_bias entries (OpenAI takes up to 300)
 
 }  // namespace mkv_params
 
@@ -46,4 +52,5 @@ static_assert(sizeof(mkv_params::Sample) == 64, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, draft) == 44, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, n_counted) == 32, "Sample params layout");
 static_assert(offsetof(mkv_params::Sample, n_extra) == 52, "Sample params layout");
+static_assert(offsetof(mkv_params::Sample, masked) == 60, "Sample params layout");
 #endif

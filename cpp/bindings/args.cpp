@@ -89,6 +89,19 @@ engine::GenerateOptions generate_options(nb::handle max_tokens, nb::handle tempe
   return o;
 }
 
+std::vector<std::pair<int32_t, float>> logit_bias_arg(nb::handle bias) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (bias.is_none()) return out;
+  if (!PyDict_Check(bias.ptr())) bad_type("generate", "logit_bias", bias, "None or a dict {token id: bias}");
+  for (auto [k, v] : nb::borrow<nb::dict>(bias)) {
+    const int64_t id = int_arg("generate", "logit_bias", k);
+    if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max())
+      bad_type("generate", "logit_bias", k, "token ids inside the vocabulary");
+    out.emplace_back(int32_t(id), float(number_arg("generate", "logit_bias", v)));
+  }
+  return out;
+}
+
 std::vector<int32_t> token_ids_arg(nb::handle ids, uint32_t vocab) {
   using Ids64 = nb::ndarray<nb::ro, int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
   using Ids32 = nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;

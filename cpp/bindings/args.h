@@ -8,6 +8,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -27,6 +28,10 @@ engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::
                                          nanobind::handle frequency_penalty, nanobind::handle seed,
                                          nanobind::handle logprobs, nanobind::handle speculate,
                                          nanobind::handle draft_tokens);
+
+// logit_bias: None or a dict {int id: number}; types checked here, ids and
+// ranges by Engine::submit (engine::check_logit_bias).
+std::vector<std::pair<int32_t, float>> logit_bias_arg(nanobind::handle bias);
 
 // Token ids: a 1-D sequence of ints, each inside the vocabulary.
 std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);

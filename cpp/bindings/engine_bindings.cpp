@@ -2,6 +2,7 @@
 // Engine (python/metalkv/engine.py) goes through. Python loads and tokenizes;
 // everything per token happens here with the GIL released.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
@@ -411,11 +412,14 @@ void bind_engine(nb::module_& m, nb::module_&) {
              nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
              PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs,
-             nb::handle speculate, nb::handle draft_tokens) {
+             nb::handle speculate, nb::handle draft_tokens, nb::handle logit_bias,
+             std::shared_ptr<engine::Constraint> constraint) {
             PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o = generate_options(max_tokens, temperature, top_k, top_p, min_p,
                                                          repetition_penalty, presence_penalty, frequency_penalty,
                                                          seed, logprobs, speculate, draft_tokens);
+            o.logit_bias = logit_bias_arg(logit_bias);
+            o.constraint = std::move(constraint);
             o.stop_ids = stop_ids;
             o.keep = keep;
             o.paced = paced;
@@ -433,6 +437,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "paced"_a = false, "prefix_cache"_a = true, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0,
           "ephemeral"_a = false, "keep_logits"_a = false, "logprobs"_a.none() = nb::none(),
           "speculate"_a.none() = nb::none(), "draft_tokens"_a.none() = nb::none(),
+          "logit_bias"_a.none() = nb::none(), "constraint"_a.none() = nb::none(),
           "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
           "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
           "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
@@ -449,7 +454,9 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "logits it was sampled from (before penalties and temperature) and the top `logprobs` ids with theirs.\n"
           "speculate ('lookup' or None) and draft_tokens (1..16, default 4): speculative decoding by prompt lookup,\n"
           "no penalties; greedy, the ids and logits are those without it; sampled, the same distribution\n"
-          "(docs/SPECULATIVE.md).")
+          "(docs/SPECULATIVE.md). logit_bias ({id: bias}, OpenAI's, bias in [-100, 100]): added to those logits\n"
+          "after the penalties. constraint (a metalkv._core.Constraint): only the ids it allows are sampled, and\n"
+          "the call ends when it is done (docs/CONSTRAINED.md).")
       .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
                    "Calls waiting for admission (max_seqs running, or the KV pool without room).")
       .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })

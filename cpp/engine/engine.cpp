@@ -34,6 +34,20 @@ void check_generate_options(const GenerateOptions& o) {
   }
 }
 
+void check_logit_bias(const std::vector<std::pair<int32_t, float>>& bias, uint32_t vocab) {
+  if (bias.size() > mkv_params::kSampleMaxBias)
+    throw gpu::ArgumentError("generate", "logit_bias", str(bias.size()) + " entries",
+                             "at most " + str(mkv_params::kSampleMaxBias) + " token ids");
+  for (const auto& [id, b] : bias) {
+    if (id < 0 || uint32_t(id) >= vocab)
+      throw gpu::ArgumentError("generate", "logit_bias", "{" + std::to_string(id) + ": ...}",
+                               "token ids in 0.." + str(vocab - 1));
+    if (!(b >= -100.0f && b <= 100.0f))  // OpenAI's range; NaN fails too
+      throw gpu::ArgumentError("generate", "logit_bias", "{" + std::to_string(id) + ": " + gpu::format_number(b) + "}",
+                               "biases in [-100, 100]");
+  }
+}
+
 void check_max_seqs(int64_t n) {
   if (n < 1 || n > kMaxSeqs)
     throw gpu::ArgumentError("engine", "max_seqs", str(n), "an int in 1.." + str(kMaxSeqs) + " (calls batched at once)");
@@ -119,6 +133,7 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
                                         std::shared_ptr<Channel> channel) {
   check_generate_options(o);
   check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
+  check_logit_bias(o.logit_bias, model_->spec().vocab);
   check_room(cache, o.keep.value_or(cache.length(0)), uint32_t(prompt.size()));
   if (o.speculate == Speculate::draft && !scheduler_->has_draft())
     throw gpu::ArgumentError("generate", "speculate", "'draft'",

@@ -63,6 +63,8 @@ void check_generate_options(const GenerateOptions& o);
 // GenerateOptions::logprobs's range, -1..20 (taken as int64, so a binding checks
 // a Python int before narrowing it).
 void check_logprobs(int64_t n);
+// logit_bias: at most kSampleMaxBias ids of the vocabulary, biases in [-100, 100].
+void check_logit_bias(const std::vector<std::pair<int32_t, float>>& bias, uint32_t vocab);
 
 // Every id must be a row of the vocabulary; raises ArgumentError("token_ids").
 template <class Int>

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "gpu/device.h"
 #include "ops/sample.h"
 
@@ -69,6 +70,11 @@ struct GenerateOptions {
   // sampled: each id follows the same distribution (no penalties, for now).
   Speculate speculate = Speculate::none;
   uint32_t draft_tokens = 4;
+  // Constrained decoding (docs/CONSTRAINED.md): added to the logits after the
+  // penalties, (id, bias) with distinct ids (OpenAI's logit_bias); and the
+  // ids the constraint allows (none: every id).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::shared_ptr<Constraint> constraint;
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its
                                      // blocks go back at once, for the calls waiting for them)
   // Tests: the scheduler holds the call before its k-th step (1 = the first)

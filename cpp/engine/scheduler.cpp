@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 
 #include "engine/scheduler_running.h"
@@ -83,7 +84,10 @@ bool Scheduler::step() {
 
 bool Scheduler::run_step(const StepPlan& plan, StepOutput& out) {
   try {
-    out.counters = runner_.run(plan.segments, plan.ids, plan.samplers, out.sampled);
+    const bool masks = std::any_of(plan.parts.begin(), plan.parts.end(),
+                                   [](const StepPlan::Part& p) { return p.r->constraint() != nullptr; });
+    out.counters = runner_.run(plan.segments, plan.ids, plan.samplers, out.sampled,
+                               masks ? std::function<void()>([&] { fill_masks(plan); }) : std::function<void()>());
     const StepPlan::Part& p = plan.parts[0];
     if (p.logits == model::Logits::all) {  // a logits call, alone in its step: its rows, read back now
       const uint32_t vocab = model_->spec().vocab;
@@ -156,6 +160,8 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
 // A job's sampled id: its logits and logprobs, the stop ids, its penalties, its end.
 void Scheduler::take_id(Running& r, int32_t id, uint32_t logit_row) {
   const uint32_t vocab = model_->spec().vocab;
+  if (!r.constraint_error.empty())
+    return finish(r, "aborted", std::make_exception_ptr(gpu::GpuError("[constraint] " + r.constraint_error)));
   if (r.job.options.keep_logits) {
     const size_t at = r.logits.size();
     r.logits.resize(at + vocab);
@@ -173,6 +179,13 @@ void Scheduler::take_id(Running& r, int32_t id, uint32_t logit_row) {
   if (r.job.options.sampling.counts_on()) r.count(*device_, id);
   if (r.penalty_on()) r.penalize(*device_, id);  // the penalty looks at what was generated too
   ++r.n_penalty;
+  if (Constraint* c = r.constraint()) {
+    if (!c->advance(id)) {
+      r.constraint_error = "it refused the id " + str(uint32_t(id)) + " it allowed: " + c->error();
+      return finish(r, "aborted", std::make_exception_ptr(gpu::GpuError("[constraint] " + r.constraint_error)));
+    }
+    if (c->done()) return finish(r, "stop");  // complete: nothing more may come
+  }
   if (int64_t(r.out.size()) >= r.job.options.max_tokens)
     finish(r, "length");
   else if (cache_full(r.cache()))
@@ -196,10 +209,15 @@ void Scheduler::take_verified(Running& r, const StepPlan::Part& p, const int32_t
   r.draft_k = a == m ? std::min(r.draft_k + 1, r.job.options.draft_tokens) : a + 1;
   // Ids emitted: up to a stop id (not emitted) or max_tokens.
   uint32_t rows = 0;  // rows whose sampled id is taken (a stop id included)
+  uint32_t advanced = 0;  // a constraint: up to the id that completes it, taken back below (take_id takes them)
+  Constraint* c = r.constraint_error.empty() ? r.constraint() : nullptr;
   while (rows <= a) {
-    if (r.stops_at(sampled[rows++])) break;
+    const int32_t id = sampled[rows++];
+    if (r.stops_at(id)) break;
     if (int64_t(r.out.size()) + rows >= r.job.options.max_tokens) break;
+    if (c && (!c->advance(id) || (++advanced, c->done()))) break;
   }
+  if (advanced) c->rollback(advanced);
   kv::KvCache& cache = r.cache();
   cache.truncate(cache.length(0) - (p.n - rows));  // within the last store: always possible
   if (cache.spec().policy.traits().scores_attention) {  // the kept rows' shares of the scores, in row order

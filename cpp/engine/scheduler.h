@@ -121,6 +121,10 @@ class Scheduler {
   void choose_rows(StepPlan& plan);
   void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
   uint32_t propose(Running& r, uint32_t spare, uint64_t unread);
+  // Constrained decoding (scheduler_plan.cpp): the words of one mask row, and
+  // the step's masks, computed while its forward pass runs (StepRunner's hook).
+  uint32_t mask_words() const { return (model_->spec().vocab + 31) / 32; }
+  void fill_masks(const StepPlan& plan);
   // run
   bool run_step(const StepPlan& plan, StepOutput& out);
   // apply

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 
 #include "engine/scheduler_running.h"
 #include "kv/prefix_cache.h"
@@ -77,6 +78,20 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   if (o.sampling.counts_on()) r.counted = device_->new_buffer(16 * 2 * sizeof(uint32_t));  // 16 ids, then doubled
   if (o.sampling.counts_on() && r.speculates())
     r.proposed = device_->new_buffer(mkv_params::kSampleMaxExtra * sizeof(uint32_t));
+  if (!o.logit_bias.empty()) {
+    std::vector<uint32_t> pairs;
+    for (const auto& [id, b] : o.logit_bias) {
+      uint32_t bits;
+      std::memcpy(&bits, &b, sizeof bits);
+      pairs.insert(pairs.end(), {uint32_t(id), bits});
+    }
+    r.bias = device_->new_buffer(pairs.size() * sizeof(uint32_t));
+    r.bias->write(0, pairs.data(), pairs.size() * sizeof(uint32_t));
+  }
+  if (o.constraint) {  // a row for each id a step may sample: a verified segment's too
+    const size_t rows = 1 + (r.speculates() ? o.draft_tokens : 0);
+    r.mask = device_->new_buffer(rows * mask_words() * sizeof(uint32_t));
+  }
   if (o.paced) {
     r.ahead = 8;  // a sliding layer rolls back at most max_chunk + 1 one-token steps
     for (uint32_t w : c.spec().windows)

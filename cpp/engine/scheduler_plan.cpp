@@ -67,7 +67,37 @@ uint32_t Scheduler::propose(Running& r, uint32_t spare, uint64_t unread) {
   r.drafts = r.job.options.speculate == Speculate::draft
                  ? drafter_->propose(r.draft, history, uint32_t(cap), r.cache().spec().capacity)
                  : lookup_drafts(history, uint32_t(cap));
+  if (Constraint* c = r.constraint())  // the grammar takes these, or the rest could never be kept
+    r.drafts.resize(c->valid_prefix(r.drafts.data(), uint32_t(r.drafts.size())));
   return uint32_t(r.drafts.size());
+}
+
+// Each constrained job's mask rows for this step, written to its mask buffer:
+// one for a sampled row; a verified segment's row i after advancing its
+// proposals 1..i (propose() kept only those the constraint takes), taken back
+// after. A row that allows nothing ends the call (apply_step).
+void Scheduler::fill_masks(const StepPlan& plan) {
+  const uint32_t words = mask_words();
+  for (const StepPlan::Part& p : plan.parts) {
+    Running& r = *p.r;
+    Constraint* c = r.constraint();
+    if (!c || (p.logits != model::Logits::last && p.logits != model::Logits::each)) continue;
+    const uint32_t rows = p.logits == model::Logits::each ? p.n : 1;
+    r.mask_rows.assign(size_t(rows) * words, 0u);
+    uint32_t advanced = 0;
+    for (uint32_t i = 0; i < rows && r.constraint_error.empty(); ++i) {
+      uint32_t* row = r.mask_rows.data() + size_t(i) * words;
+      c->allowed(row, words);
+      if (std::all_of(row, row + words, [](uint32_t w) { return w == 0; }))
+        r.constraint_error = "it allows no token here: " + c->error();
+      else if (i + 1 < rows && !c->advance(r.drafts[i]))
+        r.constraint_error = "a proposal it had taken failed: " + c->error();
+      else
+        advanced += i + 1 < rows;
+    }
+    if (advanced) c->rollback(advanced);
+    r.mask->write(0, r.mask_rows.data(), r.mask_rows.size() * sizeof(uint32_t));
+  }
 }
 
 Scheduler::StepPlan Scheduler::plan_step() {
@@ -170,6 +200,7 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
   base.n_penalty = r.n_penalty;
   base.counted.pairs = {r.counted, 0};
   base.counted.n = r.n_counted();
+  base.edits = r.edits(0, mask_words());
   if (logits == model::Logits::last) {
     base.uniform = r.draw();
     plan.samplers.push_back(base);
@@ -181,6 +212,7 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
     s.n_penalty = r.n_penalty + i;
     s.counted.extra = {r.proposed, 0};
     s.counted.n_extra = r.proposed ? i : 0;
+    s.edits = r.edits(i, mask_words());
     if (!greedy && i + 1 < n) s.draft = {r.drafts[i], r.draw()};
     if (!greedy) s.uniform = r.draw();
     plan.samplers.push_back(s);

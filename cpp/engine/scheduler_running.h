@@ -55,6 +55,12 @@ struct Scheduler::Running {
   // verify them (presence/frequency: kSampleMaxExtra ids; repetition: written
   // past the n_penalty ids of `penalty`, which the accepted ids then overwrite).
   gpu::BufferPtr proposed;
+  // Constrained decoding: the sampler's mask rows (one per row it samples this
+  // step, ceil(vocab / 32) uint32 words each) and logit_bias pairs on the device,
+  // the mask's host rows, and what went wrong in the constraint (the call ends).
+  gpu::BufferPtr mask, bias;
+  std::vector<uint32_t> mask_rows;
+  std::string constraint_error;
 
   kv::KvCache& cache() { return *job.cache; }
   // Whether a test holds the call before this step (GenerateOptions::hold_at_step).
@@ -65,6 +71,15 @@ struct Scheduler::Running {
     return true;
   }
   uint32_t n() const { return uint32_t(job.prompt.size()); }
+  Constraint* constraint() const { return job.options.constraint.get(); }
+  // The sampler's edits for row `row` of what this job samples in a step.
+  ops::LogitEdits edits(uint32_t row, uint32_t words) const {
+    ops::LogitEdits e;
+    if (mask) e.mask = {mask, size_t(row) * words * sizeof(uint32_t)};
+    if (bias) e.bias = {bias, 0};
+    e.n_bias = uint32_t(job.options.logit_bias.size());
+    return e;
+  }
   bool speculates() const { return job.options.speculate != Speculate::none; }
   bool stops_at(int32_t id) const {  // a stop id: it ends the call, not emitted
     const std::vector<int32_t>& s = job.options.stop_ids;

@@ -17,7 +17,8 @@ StepRunner::StepRunner(gpu::DevicePtr device, std::shared_ptr<const model::Model
 }
 
 gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const std::vector<int32_t>& ids,
-                              const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled) {
+                              const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled,
+                              const std::function<void()>& before_sampling) {
   const uint32_t vocab = model_->spec().vocab;
   if (!samplers.empty() && samplers.size() != model::Model::logit_rows(segments))
     ops::fail("engine", "a step samples every segment that wants its last row's logits, or none");
@@ -26,16 +27,21 @@ gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const
   {
     kv::EncoderSession session(*queue_);  // the model commits every few layers (Model::encode_step)
     model_->encode_step(session, ws_, segments, gemm_decode_rows_);
+    if (before_sampling) {
+      session.flush();  // the forward pass runs while the host does the rest
+      before_sampling();
+    }
     gpu::ComputeEncoder& enc = session.compute();
     for (uint32_t r = 0; r < samplers.size(); ++r) {
       const Sampler& s = samplers[r];
       const ops::BufferView logits{ws_.logits().buffer, size_t(r) * vocab * sizeof(float)};
       const ops::BufferView token{tokens_, r * sizeof(int32_t)};
-      if (s.params->greedy())
+      if (s.params->greedy() && !s.edits.on())
         ops::argmax(*device_, enc, logits, token, 1, vocab);
       else
         ops::sample(*device_, enc, logits, s.penalty_ids, s.n_penalty, s.counted,
-                    {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform, s.draft);
+                    {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform, s.draft,
+                    s.edits);
     }
     counters = session.finish();
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gpu/device.h"
@@ -21,6 +22,7 @@ struct Sampler {
   ops::GeneratedCounts counted;  // (id, count) of the ids generated so far (read when presence/frequency is on)
   float uniform = 0.0f;          // the draw in [0, 1) (unused when greedy)
   ops::DraftDraw draft;          // speculative verification of a sampled row (none: an ordinary draw)
+  ops::LogitEdits edits;         // constrained decoding: logit_bias and the allowed ids' mask
 };
 
 class StepRunner {
@@ -38,10 +40,13 @@ class StepRunner {
   // Encodes, commits and waits for one step: `ids` are the segments' tokens in
   // order; samplers, one per Logits::last segment (or none: then the logits
   // stay in the workspace for read_logits). sampled[i] is sampler i's token.
+  // before_sampling runs once the forward pass is committed, while the device
+  // runs it, before the samplers are encoded: constrained decoding's masks.
   // Each segment must have passed Model::check_segment (the scheduler's plan
   // checks each, so one that cannot be stored fails alone).
   gpu::Counters run(const std::vector<model::Segment>& segments, const std::vector<int32_t>& ids,
-                    const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled);
+                    const std::vector<Sampler>& samplers, std::vector<int32_t>& sampled,
+                    const std::function<void()>& before_sampling = {});
   void read_logits(float* dst, uint32_t rows, uint32_t first = 0) const { ws_.read_logits(dst, rows, first); }
 
  private:

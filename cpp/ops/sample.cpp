@@ -30,7 +30,7 @@ void validate_sampling(const SamplingParams& s) {
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform, DraftDraw draft) {
+            float uniform, DraftDraw draft, const LogitEdits& edits) {
   validate_sampling(s);
   if (vocab == 0) fail("sample", "vocab must be > 0");
   if (!(uniform >= 0.0f && uniform < 1.0f))
@@ -40,6 +40,10 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
     fail("sample", "extra counted ids: at most " + std::to_string(mkv_params::kSampleMaxExtra) + ", in a buffer");
   if (draft.draft >= 0 && (uint32_t(draft.draft) >= vocab || !(draft.accept >= 0.0f && draft.accept < 1.0f)))
     fail("sample", "a draft must be an id of the vocabulary with an acceptance draw in [0, 1)");
+  if (edits.n_bias > mkv_params::kSampleMaxBias || (edits.n_bias && !edits.bias.buffer))
+    fail("sample", "logit_bias: at most " + std::to_string(mkv_params::kSampleMaxBias) + " pairs, in a buffer");
+  if (edits.mask.buffer) check_bytes("sample", "mask", edits.mask, uint64_t(vocab + 31) / 32 * 4);
+  if (edits.n_bias) check_bytes("sample", "bias", edits.bias, uint64_t(edits.n_bias) * 8);
   mkv_params::Sample p{};
   p.vocab = vocab;
   p.n_penalty_ids = n_penalty_ids;
@@ -55,6 +59,8 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   p.frequency_penalty = float(s.frequency_penalty);
   p.draft = draft.draft >= 0 ? uint32_t(draft.draft) : mkv_params::kNoDraft;
   p.accept = draft.accept;
+  p.n_bias = edits.n_bias;
+  p.masked = edits.mask.buffer ? 1u : 0u;
 
   enc.set_pipeline(dev.pipeline(kSampleKernel));
   bind_params(enc, p, 0);
@@ -64,6 +70,8 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   bind(enc, token, 4);
   bind(enc, counted.pairs.buffer ? counted.pairs : logits, 5);  // unused when n_counted == 0
   bind(enc, p.n_extra ? counted.extra : logits, 6);                // unused when n_extra == 0
+  bind(enc, p.masked ? edits.mask : logits, 7);                     // unused without a mask
+  bind(enc, p.n_bias ? edits.bias : logits, 8);                     // unused without a bias
   enc.dispatch_threadgroups({1, 1, 1}, {1024, 1, 1});
 }
 

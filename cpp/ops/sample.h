@@ -53,13 +53,25 @@ struct DraftDraw {
   float accept = 0.0f;  // in [0, 1)
 };
 
+// Constrained decoding's edits of a row, after the penalties: bias (n_bias
+// (uint32 id, float bias) pairs, distinct ids, at most kSampleMaxBias) added,
+// then the ids whose bit is clear in mask (ceil(vocab / 32) uint32 words, bit
+// id % 32 of word id / 32; no buffer: none masked) made -inf. At least one id
+// must stay allowed (the caller's check).
+struct LogitEdits {
+  BufferView mask;
+  BufferView bias;
+  uint32_t n_bias = 0;
+  bool on() const { return mask.buffer || n_bias; }
+};
+
 // With a draft: token[0] = the draft with probability p(draft) under the
 // filtered distribution (accept < p(draft)), else a draw with `uniform` from
 // that distribution without the draft. Greedy ignores it (the caller compares).
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform, DraftDraw draft = {});
+            float uniform, DraftDraw draft = {}, const LogitEdits& edits = {});
 
 // Every kernel name sample builds (one: sample_f32; tests/gpu/test_kernel_names.py).
 std::vector<std::string> sample_kernel_names();

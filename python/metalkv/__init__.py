@@ -18,12 +18,13 @@ from ._core import (
 )
 from ._core import device_kinds as _device_kinds
 from ._device import open_device
+from .constrain import Grammar
 from .engine import Engine, Sampling
 from .errors import ArgumentError, CacheFileError, ModelLoadError
 
 __all__ = [
     "ArgumentError", "BlitEncoder", "CacheFileError", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
-    "KVCache", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
+    "Grammar", "KVCache", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
 ]
 __version__ = _metadata.version("metalkv")  # pyproject.toml is the one place it is written
 

@@ -26,6 +26,7 @@ import numpy as np
 from . import _core
 from ._calls import Call, call_stats, drive, request_stats
 from ._device import open_device
+from .constrain import llg_tokenizer
 from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
 from .messages import normalize as normalize_messages
@@ -325,7 +326,7 @@ class Engine:
         extra = {} if logprobs is None else {"logprobs": logprobs}
         request = self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=list(self.config.eos_ids),
                                     keep=keep, paced=detok is not None, channel=channel, ephemeral=ephemeral,
-                                    **extra)
+                                    **s.constraint_kwargs(self._llg_tokenizer), **extra)
 
         def record_turn(call: Call) -> None:  # the cache holds this turn (unless nothing of it was kept)
             cancelled_before_reply = call.request.finish_reason in ("cancelled", "aborted") and not call.ids
@@ -334,6 +335,13 @@ class Engine:
                 cache.messages = messages + [{"role": "assistant", "content": "".join(call.text)}]
 
         return Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
+
+    def _llg_tokenizer(self):
+        """llguidance's view of this model's tokenizer, for a grammar (built once)."""
+        if self._loaded.tokenizer is None:
+            raise ArgumentError(f"[generate] response_format/grammar: {self._loaded.path.name} has no tokenizer, "
+                                f"which a grammar needs (to know what text each id is)")
+        return llg_tokenizer(self.tokenizer, self.config.vocab, self.config.eos_ids)
 
     def _calls(self, prompts, options: dict, what: str) -> tuple[list[Call], object, bool]:
         """(the calls, their channel, whether prompts was a list of prompts)."""
@@ -374,7 +382,12 @@ class Engine:
         cache=, continues the conversation or text the cache holds; system= sets
         the chat's system prompt. sampling: the fields of metalkv.Sampling
         (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
-        presence_penalty, frequency_penalty, seed, speculate, draft_tokens).
+        presence_penalty, frequency_penalty, seed, speculate, draft_tokens, logit_bias,
+        response_format, grammar). response_format={"type": "json_object"} or OpenAI's
+        {"type": "json_schema", "json_schema": {"schema": ...}}, or grammar= (a
+        metalkv.Grammar, or GBNF or Lark text): every token keeps the reply valid, and
+        the call ends once it is complete (docs/CONSTRAINED.md). logit_bias={id: bias}:
+        added to those logits (OpenAI's, in [-100, 100]).
         speculate='lookup': each step also verifies up to draft_tokens
         ids proposed from an earlier occurrence of the latest ones (prompt lookup),
         often sooner when the reply quotes or edits the prompt: greedy, the text is
@@ -459,7 +472,8 @@ class Engine:
                 ephemeral = c is None
                 c = self.new_cache() if ephemeral else c
                 calls.append(Call(self._core.submit(c, ids, **s._core_kwargs(seed), stop_ids=stops, channel=channel,
-                                                    ephemeral=ephemeral), None, []))
+                                                    ephemeral=ephemeral, **s.constraint_kwargs(self._llg_tokenizer)),
+                                  None, []))
         except BaseException:
             for c in calls:
                 c.request.abort()

@@ -4,9 +4,10 @@ model speaks the target's tokens. The checks themselves are the C++ engine's
 (_core.check_generate), so Python and C++ cannot disagree."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from . import _core
+from .constrain import grammar_of
 from .errors import argument_error
 from .models import LoadedModel, ModelLoadError
 
@@ -27,6 +28,10 @@ class Sampling:
     seed: int | None = None           # None: a fresh random seed per call
     speculate: str | None = None      # 'lookup' (prompt lookup) or 'draft' (the draft model)
     draft_tokens: int | None = None   # ids proposed per step (None: 4)
+    # constrained decoding (metalkv.constrain, docs/CONSTRAINED.md)
+    logit_bias: dict | None = None    # {token id: bias in [-100, 100]}, added to the logits
+    response_format: dict | None = None  # OpenAI's: {"type": "json_object"} or a "json_schema"
+    grammar: object = None            # a metalkv.Grammar, or a GBNF or Lark grammar's text
 
     @classmethod
     def of(cls, options: dict, what: str) -> "Sampling":
@@ -36,14 +41,33 @@ class Sampling:
         return cls(**options).check()
 
     def check(self) -> "Sampling":
-        """Raises metalkv.ArgumentError (a ValueError naming the argument)."""
+        """Raises metalkv.ArgumentError (a ValueError naming the argument); compiles the
+        call's grammar, if any (a bad one names its field and the position)."""
         _core.check_generate(**self._core_kwargs(0 if self.seed is None else self.seed))
+        if self.logit_bias is not None and not isinstance(self.logit_bias, dict):
+            raise argument_error("generate", "logit_bias", self.logit_bias, "None or a dict {token id: bias}")
+        object.__setattr__(self, "_grammar", grammar_of(self.response_format, self.grammar))
         return self
 
     def _core_kwargs(self, seed: int) -> dict:
-        kw = asdict(self)
+        kw = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _CONSTRAINED}
         kw["seed"] = seed
         return kw
+
+    @property
+    def constrained(self) -> bool:
+        return getattr(self, "_grammar", None) is not None
+
+    def constraint_kwargs(self, llg_tokenizer) -> dict:
+        """Engine._core.submit's logit_bias and constraint (a fresh matcher a call);
+        llg_tokenizer() gives llguidance's tokenizer when a grammar needs it."""
+        kw = {"logit_bias": self.logit_bias}
+        if self.constrained:
+            kw["constraint"] = self._grammar.matcher(llg_tokenizer())
+        return kw
+
+
+_CONSTRAINED = ("logit_bias", "response_format", "grammar")
 
 
 def check_draft(target: LoadedModel, draft: LoadedModel) -> None:
