@@ -9,6 +9,8 @@
 #include <nanobind/trampoline.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -20,19 +22,29 @@ using namespace nb::literals;
 namespace mkv::bindings {
 namespace {
 
+// The Python override named `name`, called with args (the GIL taken by the
+// ticket); nanobind's NB_OVERRIDE macros need the C++ signature's arguments,
+// and two of these pass Python-shaped ones (an address, a list).
+template <class R, class... Args>
+R call_python(nb::detail::trampoline& t, const char* name, Args&&... args) {
+  nb::detail::ticket ticket(t, name, nb::detail::str_hash(name), /*pure=*/true);
+  nb::object out = t.base().attr(ticket.key)(std::forward<Args>(args)...);
+  if constexpr (!std::is_void_v<R>) return nb::cast<R>(out);
+}
+
 class PyConstraint : public engine::Constraint {
  public:
-  NB_TRAMPOLINE(engine::Constraint, 6);
+  NB_TRAMPOLINE(engine::Constraint);
   void allowed(uint32_t* words, uint32_t n_words) override {
-    NB_OVERRIDE_PURE_NAME("fill_mask", allowed, uintptr_t(words), n_words);
+    call_python<void>(nb_trampoline, "fill_mask", uintptr_t(words), n_words);
   }
-  bool advance(int32_t id) override { NB_OVERRIDE_PURE(advance, id); }
-  void rollback(uint32_t n) override { NB_OVERRIDE_PURE(rollback, n); }
+  bool advance(int32_t id) override { return call_python<bool>(nb_trampoline, "advance", id); }
+  void rollback(uint32_t n) override { call_python<void>(nb_trampoline, "rollback", n); }
   uint32_t valid_prefix(const int32_t* ids, uint32_t n) override {
-    NB_OVERRIDE_PURE(valid_prefix, std::vector<int32_t>(ids, ids + n));
+    return call_python<uint32_t>(nb_trampoline, "valid_prefix", std::vector<int32_t>(ids, ids + n));
   }
-  bool done() override { NB_OVERRIDE_PURE(done); }
-  std::string error() override { NB_OVERRIDE_PURE(error); }
+  bool done() override { return call_python<bool>(nb_trampoline, "done"); }
+  std::string error() override { return call_python<std::string>(nb_trampoline, "error"); }
 };
 
 void bind_constraint(nb::module_& m, nb::module_&) {
