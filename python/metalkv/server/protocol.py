@@ -6,7 +6,7 @@ the field; the sampling values' ranges are the engine's own checks (an ArgumentE
 naming the argument, answered the same way). A field OpenAI does not define (nor the
 vLLM sampling extensions taken here) is refused with OpenAI's own words, so a typo
 (`max_token`) is not silently a default; fields a text model served here cannot honour
-(tools, images, logit_bias, suffix, ...) are refused by name rather than dropped, and
+(tools, images, suffix, ...) are refused by name rather than dropped, and
 the rest OpenAI defines that change nothing here (user, metadata, store, ...) are taken.
 """
 from __future__ import annotations
@@ -179,12 +179,37 @@ def _common(body: Any, kind: str, served: str) -> Job:
         job.include_usage = bool(_bool(options, "include_usage"))
     if body.get("best_of") not in (None, 1):
         raise bad("best_of", "not supported (only 1); use n for several choices")
-    _refuse_set(body, ("logit_bias",), "logit_bias is not implemented")
+    bias = _logit_bias(body)
+    if bias:
+        job.sampling["logit_bias"] = bias
     _refuse_set(body, ("tools", "functions", "tool_choice"), "this server has no tool calling")
     fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise bad("response_format", "only {'type': 'text'} is supported (no JSON mode)")
+    if fmt is not None:
+        if kind != "chat":
+            raise bad("response_format", "not a field of /v1/completions")
+        if not isinstance(fmt, dict):
+            raise bad("response_format", f"expected an object, got {fmt!r}")
+        if fmt.get("type") != "text":  # json_object, json_schema: the engine compiles and checks it
+            job.sampling["response_format"] = fmt
     return job
+
+
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    """OpenAI's logit_bias: {"token id" (a JSON key, so a string): bias}; ids and
+    ranges are the engine's to check."""
+    v = body.get("logit_bias")
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise bad("logit_bias", f"expected an object mapping token ids to biases, got {v!r}")
+    out = {}
+    for k, b in v.items():
+        if not re.fullmatch(r"-?[0-9]+", str(k)):
+            raise bad("logit_bias", f"{k!r} is not a token id")
+        if isinstance(b, bool) or not isinstance(b, (int, float)):
+            raise bad("logit_bias", f"the bias of {k} is {b!r}: expected a number")
+        out[int(k)] = float(b)
+    return out
 
 
 def parse_chat(body: Any, served: str, chat_ids) -> Job:

