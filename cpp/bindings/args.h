@@ -8,6 +8,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,12 @@ engine::GenerateOptions generate_options(nanobind::handle max_tokens, nanobind::
 // logit_bias: None or a dict {int id: number}; types checked here, ids and
 // ranges by Engine::submit (engine::check_logit_bias).
 std::vector<std::pair<int32_t, float>> logit_bias_arg(nanobind::handle bias);
+
+// constraint: None or a metalkv._core.Constraint (a Python subclass), held by
+// the engine without touching Python when it lets go (constraint_bindings.cpp);
+// release_pending() drops what it let go (the GIL held).
+std::shared_ptr<engine::Constraint> constraint_arg(nanobind::handle h);
+void release_pending();
 
 // Token ids: a 1-D sequence of ints, each inside the vocabulary.
 std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);

@@ -9,11 +9,14 @@
 #include <nanobind/trampoline.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "bindings.h"
+#include "bindings/args.h"
 #include "engine/constraint.h"
 
 namespace nb = nanobind;
@@ -46,6 +49,43 @@ class PyConstraint : public engine::Constraint {
   bool done() override { return call_python<bool>(nb_trampoline, "done"); }
   std::string error() override { return call_python<std::string>(nb_trampoline, "error"); }
 };
+
+// References to Python constraints the engine dropped, released where the GIL is
+// held (release_pending): the engine lets a call's constraint go on its own
+// thread, which must not wait for the GIL (a caller may hold it while it waits
+// for the engine, or the interpreter may be finalizing).
+std::mutex pending_mutex;
+std::vector<PyObject*> pending;
+
+void release_later(PyObject* o) {
+  std::lock_guard<std::mutex> lock(pending_mutex);
+  pending.push_back(o);
+}
+
+}  // namespace
+
+void release_pending() {
+  std::vector<PyObject*> v;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    v.swap(pending);
+  }
+  for (PyObject* o : v) Py_DECREF(o);
+}
+
+std::shared_ptr<engine::Constraint> constraint_arg(nb::handle h) {
+  if (h.is_none()) return nullptr;
+  if (!nb::isinstance<engine::Constraint>(h))
+    throw gpu::ArgumentError("generate", "constraint", nb::cast<std::string>(nb::repr(h)),
+                             "None or a metalkv._core.Constraint (e.g. metalkv.Grammar(...).matcher(...))");
+  release_pending();
+  engine::Constraint* c = nb::cast<engine::Constraint*>(h);
+  PyObject* ref = h.ptr();
+  Py_INCREF(ref);
+  return std::shared_ptr<engine::Constraint>(c, [ref](engine::Constraint*) { release_later(ref); });
+}
+
+namespace {
 
 void bind_constraint(nb::module_& m, nb::module_&) {
   nb::class_<engine::Constraint, PyConstraint>(

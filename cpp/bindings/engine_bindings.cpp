@@ -192,9 +192,12 @@ void bind_engine(nb::module_& m, nb::module_&) {
     for (nb::handle t : nb::module_::import_("threading").attr("enumerate")())
       daemons |= nb::cast<bool>(t.attr("daemon")) && nb::cast<bool>(t.attr("is_alive")());
     if (engines_alive && daemons) nb::set_leak_warnings(false);
-    nb::gil_scoped_release release;          // a step in flight finishes first; it needs no Python
-    std::lock_guard<std::mutex> lock(engines_mutex);
-    for (engine::Engine* e : engines) e->stop();
+    {
+      nb::gil_scoped_release release;  // a step in flight finishes first (a constraint's calls take the GIL)
+      std::lock_guard<std::mutex> lock(engines_mutex);
+      for (engine::Engine* e : engines) e->stop();
+    }
+    release_pending();  // the constraints the engines let go
   }));
   m.attr("DEFAULT_MAX_TOKENS") = engine::GenerateOptions{}.max_tokens;  // metalkv.Sampling's default
   m.def(
@@ -412,14 +415,13 @@ void bind_engine(nb::module_& m, nb::module_&) {
              nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
              PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs,
-             nb::handle speculate, nb::handle draft_tokens, nb::handle logit_bias,
-             std::shared_ptr<engine::Constraint> constraint) {
+             nb::handle speculate, nb::handle draft_tokens, nb::handle logit_bias, nb::handle constraint) {
             PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o = generate_options(max_tokens, temperature, top_k, top_p, min_p,
                                                          repetition_penalty, presence_penalty, frequency_penalty,
                                                          seed, logprobs, speculate, draft_tokens);
             o.logit_bias = logit_bias_arg(logit_bias);
-            o.constraint = std::move(constraint);
+            o.constraint = constraint_arg(constraint);
             o.stop_ids = stop_ids;
             o.keep = keep;
             o.paced = paced;

@@ -20,7 +20,8 @@ import sys
 import warnings
 
 from .cli_checks import CliError, check_against_model, check_flags, in_flags, user_words
-from .cli_flags import _add_engine_flags, _add_kv_flags, _add_model_flags, _add_serve_flags, _kv_given  # noqa: F401
+from .cli_flags import (_add_engine_flags, _add_kv_flags, _add_model_flags, _add_serve_flags, _kv_given,  # noqa: F401
+                        constraint_fields)
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE = 2, 1, 130, 141
 FINISH = {  # finish reasons in words, for the closing line
@@ -79,8 +80,9 @@ def _sampling(args: argparse.Namespace) -> dict:
     from .errors import ArgumentError
     from .model_spec import check_context
 
-    s = {f.name: getattr(args, f.name) for f in dataclasses.fields(Sampling)}
     try:
+        constraint_fields(args)
+        s = {f.name: getattr(args, f.name) for f in dataclasses.fields(Sampling)}
         Sampling(**s).check()
         _check_stop(args.stop)
         check_context(args.context)

@@ -51,7 +51,8 @@ def user_words(e: Exception) -> str:
     if argument and value:  # (a flag left out is the API's None: not a value one types)
         expected = re.sub(r"^None(, | or )", "", e.expected)
         return f"{flag(argument)} {value}: expected {in_flags(expected)}"
-    return in_flags(re.sub(r"^\[[\w.]+\] ", "", str(e)))
+    # one line: a compiler's message (a grammar's, with its caret under the position) joined up
+    return in_flags(" ".join(re.sub(r"^\[[\w.]+\] ", "", str(e)).split()))
 
 
 def check_device(kind: str) -> None:

@@ -104,10 +104,67 @@ def _add_sampling_flags(p: argparse.ArgumentParser, *, unset: bool = False) -> N
     p.add_argument("--draft-tokens", type=int, default=None, help="ids proposed per step with --speculate (default: 4)")
 
 
+def _add_constraint_flags(p: argparse.ArgumentParser) -> None:
+    """Constrained decoding (docs/CONSTRAINED.md); constraint_fields() turns them into
+    Sampling's response_format, grammar and logit_bias."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json-schema", metavar="FILE", default=None,
+                   help="the reply is JSON valid against this JSON schema (a file)")
+    g.add_argument("--json", action="store_true", help="the reply is a JSON object")
+    g.add_argument("--grammar", dest="grammar_file", metavar="FILE", default=None,
+                   help="the reply follows this grammar: GBNF (llama.cpp's, with ::=) or Lark (a file)")
+    g.add_argument("--regex", default=None, help="the reply matches this regular expression")
+    p.add_argument("--logit-bias", action="append", default=None, metavar="ID=BIAS",
+                   help="add BIAS (in [-100, 100]) to token ID's logit (repeatable)")
+
+
+def constraint_fields(args: argparse.Namespace) -> None:
+    """Sets args.response_format, args.grammar and args.logit_bias (Sampling's fields)
+    from the constraint flags; a file that cannot be read, or a schema or grammar that
+    does not compile, raises CliError naming the flag (ArgumentError from Grammar)."""
+    import json
+
+    from .cli_checks import CliError
+    from .constrain import Grammar
+
+    def read(flag_name: str, path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise CliError(f"{flag_name} {path}: cannot read it ({e.strerror})") from None
+
+    args.response_format, args.grammar = None, None
+    if getattr(args, "json_schema", None):
+        text = read("--json-schema", args.json_schema)
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CliError(f"--json-schema {args.json_schema}: not JSON ({e})") from None
+        args.grammar = Grammar.json_schema(schema, field=f"--json-schema {args.json_schema}")
+    elif getattr(args, "json", False):
+        args.grammar = Grammar.json_object(field="--json")
+    elif getattr(args, "grammar_file", None):
+        text = read("--grammar", args.grammar_file)
+        field = f"--grammar {args.grammar_file}"
+        args.grammar = Grammar.gbnf(text, field=field) if "::=" in text else Grammar.lark(text, field=field)
+    elif getattr(args, "regex", None) is not None:
+        args.grammar = Grammar.regex(args.regex, field="--regex")
+    bias = {}
+    for item in getattr(args, "logit_bias", None) or []:
+        tid, _, value = item.partition("=")
+        try:
+            bias[int(tid)] = float(value)
+        except ValueError:
+            raise CliError(f"--logit-bias {item}: expected ID=BIAS, e.g. 42=-100") from None
+    args.logit_bias = bias or None
+
+
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     _add_engine_flags(p)
     p.add_argument("--system", default=None, help="system prompt of the chat")
     _add_sampling_flags(p)
+    _add_constraint_flags(p)
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     p.add_argument("--load-cache", default=None, metavar="FILE",
                    help="start from a KV cache saved with --save-cache (the same model): its conversation goes on")

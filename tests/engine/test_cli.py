@@ -30,6 +30,26 @@ def test_generate_speculating(engine, capsys):
     assert re.search(r"; \d+ of [1-9]\d* proposed ids accepted; finish:", err), err
 
 
+def test_generate_with_a_json_schema_and_a_grammar(engine, tmp_path, capsys):
+    """--json-schema FILE and --grammar FILE (GBNF): the text the API gives for them."""
+    import json
+
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}},
+              "required": ["colour"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
+    q = "Pick a colour."
+    assert cli.main(["generate", q, "--max-tokens", "40", "--device", "host", "--context", "128",
+                     "--json-schema", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    assert out == engine.generate(q, max_tokens=40, response_format=fmt) + "\n"
+    assert json.loads(out)["colour"] in ("red", "green", "blue")
+    assert cli.main(["generate", "Is water wet?", "--max-tokens", "8", "--device", "host", "--context", "128",
+                     "--grammar", str(tmp_path / "g.gbnf")]) == 0
+    assert capsys.readouterr().out in ("yes\n", "no\n")
+
+
 def test_generate_with_a_draft_model(engine, default_gguf, capsys):
     """--draft-model (the model as its own draft): --speculate draft is implied, the text
     is the one without it."""
@@ -114,6 +134,10 @@ def test_stop_string_finish_reason(engine, capsys):
     (["--save-cache", "/nonexistent/dir/x.safetensors"], "--save-cache /nonexistent/dir/x.safetensors: the "
                                                           "folder /nonexistent/dir does not exist"),
     (["--load-cache", "/nonexistent/x.safetensors"], "--load-cache /nonexistent/x.safetensors: No such file"),
+    (["--json-schema", "/nonexistent/s.json"], "--json-schema /nonexistent/s.json: cannot read it"),
+    (["--grammar", "/nonexistent/g.gbnf"], "--grammar /nonexistent/g.gbnf: cannot read it"),
+    (["--regex", "[a-"], "--regex: at 1("),
+    (["--logit-bias", "five=1"], "--logit-bias five=1: expected ID=BIAS"),
 ])
 def test_flags_are_checked_before_the_model_loads(flags, message, capsys):
     """A model that does not exist would fail the load: the flag error comes first."""
