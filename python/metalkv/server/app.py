@@ -148,6 +148,12 @@ class Server:
             text = "".join(texts[i])
             if job.kind == "chat":
                 choice = {"index": i, "message": {"role": "assistant", "content": text}}
+                if job.tools is not None:
+                    content, calls = job.tools.reply(text)
+                    choice["message"]["content"] = content
+                    if calls:
+                        choice["message"]["tool_calls"] = calls
+                        reason = "tool_calls" if reason == "stop" else reason
             else:
                 echo = job.prompt_texts[i // job.n] if job.echo else ""
                 choice = {"index": i, "text": echo + text}
@@ -166,6 +172,7 @@ class Server:
             return f"data: {json.dumps(chunk, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
         chat = job.kind == "chat"
+        held = [[] for _ in run.calls] if job.tools is not None else None  # tools: the reply goes out parsed, at its end
         sent = [0] * len(run.calls)    # ids whose logprobs went out
         offset = [0] * len(run.calls)  # text sent (completions' text_offset)
         try:
@@ -183,7 +190,9 @@ class Server:
                     fresh = len(call.ids) > sent[i]  # ids whose logprobs have not gone out yet
                     logprobs = self._logprobs(job, run, i, sent[i], offset[i]) if fresh else None
                     sent[i] = len(call.ids)
-                    if text or logprobs:
+                    if held is not None:
+                        held[i].append(text)
+                    elif text or logprobs:
                         body = {"delta": {"content": text}} if chat else {"text": text}
                         yield event([dict({"index": i}, **body, logprobs=logprobs, finish_reason=None)])
                         offset[i] += len(text)
@@ -194,6 +203,12 @@ class Server:
                             yield f"data: {json.dumps(e.body())}\n\n"
                             continue
                         body = {"delta": {}} if chat else {"text": ""}
+                        if held is not None:  # the whole reply, parsed: content, or the tool calls
+                            content, calls = job.tools.reply("".join(held[i]))
+                            delta = {"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]} if calls \
+                                else {"content": content}
+                            yield event([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}])
+                            reason = "tool_calls" if calls and reason == "stop" else reason
                         yield event([dict({"index": i}, **body, logprobs=None, finish_reason=reason)])
             if job.include_usage:
                 yield event([], usage=self.usage(job, run))

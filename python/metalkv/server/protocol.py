@@ -135,6 +135,7 @@ class Job:
     include_usage: bool = False
     echo: bool = False                # completions: the prompt's text before each reply
     prompt_texts: list[str] = field(default_factory=list)  # with echo
+    tools: Any = None                 # chat: metalkv.tools.Tools, the reply held to its schema and parsed back
     id: str = ""
     created: int = 0
 
@@ -182,7 +183,7 @@ def _common(body: Any, kind: str, served: str) -> Job:
     bias = _logit_bias(body)
     if bias:
         job.sampling["logit_bias"] = bias
-    _refuse_set(body, ("tools", "functions", "tool_choice"), "this server has no tool calling")
+    _refuse_set(body, ("functions", "function_call"), "the legacy function fields: use tools and tool_choice")
     fmt = body.get("response_format")
     if fmt is not None:
         if kind != "chat":
@@ -217,11 +218,23 @@ def parse_chat(body: Any, served: str, chat_ids) -> Job:
     which checks the messages (ArgumentError) and renders the model's template."""
     from ..errors import ArgumentError
 
+    from ..tools import Tools, plain_tool_turns
+
     job = _common(body, "chat", served)
     if "messages" not in body:
         raise bad("messages", "required")
     try:
-        job.prompts = [chat_ids(body["messages"])]
+        job.tools = Tools.of(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    except ArgumentError as e:
+        raise bad(e.argument, str(e)) from None
+    messages = plain_tool_turns(body["messages"])
+    if job.tools is not None:
+        if "response_format" in job.sampling:
+            raise bad("response_format", "not with tools: a reply is held to the tools' format")
+        messages = job.tools.messages(messages)
+        job.sampling["response_format"] = job.tools.response_format()
+    try:
+        job.prompts = [chat_ids(messages)]
     except ArgumentError as e:
         raise bad("messages", str(e)) from None
     except ValueError as e:  # the template refused the conversation (e.g. roles out of order)
