@@ -180,3 +180,16 @@ def _cell(v) -> str:
             return "-"
         return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+# Llama-3.1-8B's shape and Llama-3.2-1B's (their config.json), the benches' models.
+LLAMA3_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336)
+LLAMA3_1B = dict(layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192)
+
+
+def add_shape_args(ap, shape: dict, prefix: str = "") -> None:
+    """--{prefix}layers, --{prefix}hidden, --{prefix}heads, --{prefix}kv-heads and
+    --{prefix}ffn, defaulting to `shape` (read back as args.{prefix_}layers ...)."""
+    for name, default in shape.items():
+        ap.add_argument(f"--{prefix}{name.replace('_', '-')}", type=int, default=default)
+

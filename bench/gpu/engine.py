@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_ceiling, device_name, log, table  # noqa: E402
+from common import LLAMA3_8B, add_shape_args, copy_ceiling, device_name, log, table  # noqa: E402
 
 LLAMA3_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                        "original_max_position_embeddings": 8192}  # Llama-3.1-8B's config.json
@@ -57,11 +57,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="metalkv device: cuda (default) or host; torch runs on "
                                                      "the GPU for cuda, on the CPU for host")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--ffn", type=int, default=14336)
+    add_shape_args(ap, LLAMA3_8B)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--tied", action="store_true", help="tie the output to the embedding (Llama-3-8B does not)")
     ap.add_argument("--init-std", type=float, default=0.02, help="std of the random weights (default 0.02)")

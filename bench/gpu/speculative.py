@@ -52,24 +52,16 @@ from types import SimpleNamespace
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log  # noqa: E402
+from common import LLAMA3_1B, LLAMA3_8B, add_shape_args, device_name, log  # noqa: E402
 from engine import build_model, save_model, weight_fingerprint  # noqa: E402
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="metalkv device (cuda, or host for the smoke test)")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--ffn", type=int, default=14336)
+    add_shape_args(ap, LLAMA3_8B)
     ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--draft-layers", type=int, default=16, help="the draft's shape (default Llama-3.2-1B's)")
-    ap.add_argument("--draft-hidden", type=int, default=2048)
-    ap.add_argument("--draft-heads", type=int, default=32)
-    ap.add_argument("--draft-kv-heads", type=int, default=8)
-    ap.add_argument("--draft-ffn", type=int, default=8192)
+    add_shape_args(ap, LLAMA3_1B, prefix="draft-")  # the draft's shape (default Llama-3.2-1B's)
     ap.add_argument("--init-std", type=float, default=0.002, help="std of the layers' random weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompt", type=int, default=512, help="prompt length in ids (default 512)")

