@@ -186,3 +186,14 @@ def test_bad_constraints_are_clear_errors(text_engine, kw, match):
 def test_regex_errors_name_the_position():
     with pytest.raises(metalkv.ArgumentError, match=r"(?s)regex: at .*unclosed character class"):
         metalkv.Grammar.regex("[a-z")
+
+
+def test_a_constrained_call_takes_its_prompt_from_the_prefix_cache(text_engine):
+    """The prompt's blocks come from the shared pool's prefix cache; the constrained reply
+    is the one it gets computing them."""
+    prompt = "abcd " * 40
+    kw = dict(grammar=metalkv.Grammar.regex("[a-d]{2,8}( [a-d]{2,8}){3}"), chat=False, max_tokens=40)
+    first = text_engine.generate(prompt, **kw)
+    again = text_engine.generate(prompt, **kw)
+    assert text_engine.last_stats["prompt_tokens_cached"] >= 32
+    assert again == first and re.fullmatch("[a-d]{2,8}( [a-d]{2,8}){3}", again)
