@@ -148,6 +148,7 @@ template <typename T>
 MKV_MAX_THREADS(mkv_params::kArgmaxSimds * 32) kernel void argmax(constant mkv_params::Argmax& p [[buffer(0)]],
                        const device T* x [[buffer(1)]],  // (n_rows, n)
                        device int* out [[buffer(2)]],        // (n_rows)
+                       const device uint* mask [[buffer(3)]],  // masked: ceil(n / 32) words, bit i % 32 of word i / 32
                        uint row [[threadgroup_position_in_grid]],
                        uint tid [[thread_index_in_threadgroup]],
                        uint nt [[threads_per_threadgroup]],
@@ -160,6 +161,7 @@ MKV_MAX_THREADS(mkv_params::kArgmaxSimds * 32) kernel void argmax(constant mkv_p
   float best = -INFINITY;
   uint index = p.n;  // none yet: larger than every real index
   for (uint i = tid; i < p.n; i += nt) {
+    if (p.masked != 0 && ((mask[i / 32] >> (i % 32)) & 1u) == 0) continue;
     const float v = xr[i];
     if (v > best || (index == p.n && v == best)) {  // the first -inf counts too
       best = v;

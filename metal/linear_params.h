@@ -134,6 +134,7 @@ struct Elementwise {
 struct Argmax {
   uint32_t n_rows;
   uint32_t n;
+  uint32_t masked;  // 1: only the ids whose bit is set in buffer 3 (constrained decoding's mask, one row)
 };
 
 // softmax_f32: out[r, :] = softmax(x[r, :] * scale), x and out (n_rows, n)
@@ -151,6 +152,6 @@ static_assert(sizeof(mkv_params::Matmul) == 24, "Matmul params layout");
 static_assert(sizeof(mkv_params::Embedding) == 16, "Embedding params layout");
 static_assert(sizeof(mkv_params::RmsNorm) == 20, "RmsNorm params layout");
 static_assert(sizeof(mkv_params::Elementwise) == 8, "Elementwise params layout");
-static_assert(sizeof(mkv_params::Argmax) == 8, "Argmax params layout");
+static_assert(sizeof(mkv_params::Argmax) == 12, "Argmax params layout");
 static_assert(sizeof(mkv_params::Softmax) == 12, "Softmax params layout");
 #endif

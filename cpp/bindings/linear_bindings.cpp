@@ -231,14 +231,14 @@ void bind_linear(nb::module_&, nb::module_& m) {
 
   m.def(
       "argmax",
-      [](PyDevice& d, const BufferPtr& x, const BufferPtr& out, uint32_t n_rows, uint32_t n) {
+      [](PyDevice& d, const BufferPtr& x, const BufferPtr& out, uint32_t n_rows, uint32_t n, const BufferPtr& mask) {
         run_compute(d, [&](gpu::ComputeEncoder& enc) {
-          ops::argmax(*d.device, enc, {x}, {out}, n_rows, n);
+          ops::argmax(*d.device, enc, {x}, {out}, n_rows, n, {mask, 0});
         });
       },
-      "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a,
+      "device"_a, "x"_a, "out"_a, nb::kw_only(), "n_rows"_a, "n"_a, "mask"_a.none() = nb::none(),
       "out[r] (int32) = lowest index of the largest value of x (n_rows, n) float32; NaNs are "
-      "never chosen.");
+      "never chosen. mask (one row): only the ids whose bit is set (bit i % 32 of uint32 word i / 32).");
 
   m.def(
       "softmax",

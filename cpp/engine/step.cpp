@@ -36,8 +36,8 @@ gpu::Counters StepRunner::run(const std::vector<model::Segment>& segments, const
       const Sampler& s = samplers[r];
       const ops::BufferView logits{ws_.logits().buffer, size_t(r) * vocab * sizeof(float)};
       const ops::BufferView token{tokens_, r * sizeof(int32_t)};
-      if (s.params->greedy() && !s.edits.on())
-        ops::argmax(*device_, enc, logits, token, 1, vocab);
+      if (s.params->greedy() && s.edits.n_bias == 0)  // (a constrained row: the argmax of its allowed ids)
+        ops::argmax(*device_, enc, logits, token, 1, vocab, s.edits.mask);
       else
         ops::sample(*device_, enc, logits, s.penalty_ids, s.n_penalty, s.counted,
                     {work_, size_t(r) * vocab * sizeof(float)}, token, vocab, *s.params, s.uniform, s.draft,

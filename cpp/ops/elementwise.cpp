@@ -138,7 +138,7 @@ void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate
 }
 
 void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
-            const BufferView& out, uint32_t n_rows, uint32_t n) {
+            const BufferView& out, uint32_t n_rows, uint32_t n, const BufferView& mask) {
   const char* op = "argmax";
   check_count(op, "n_rows", n_rows);
   check_count(op, "n", n);
@@ -147,9 +147,12 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   check_view(op, "out (n_rows) int32", out, size_t(n_rows) * 4, 4);
   const gpu::PipelinePtr pipeline = device.pipeline(f32_kernel(op));
   enc.set_pipeline(pipeline);
-  bind_params(enc, mkv_params::Argmax{n_rows, n}, 0);
+  if (mask.buffer && n_rows != 1) fail(op, "a mask is for one row");
+  if (mask.buffer) check_view(op, "mask (ceil(n / 32)) uint32", mask, size_t(n + 31) / 32 * 4, 4);
+  bind_params(enc, mkv_params::Argmax{n_rows, n, mask.buffer ? 1u : 0u}, 0);
   bind(enc, x, 1);
   bind(enc, out, 2);
+  bind(enc, mask.buffer ? mask : x, 3);  // unused without a mask
   // A long row is latency-bound: GPUs run as many SIMD-groups as the pipeline
   // holds (up to kArgmaxSimds); fiber lanes (the host executor) kRowSimds.
   const uint32_t simds =

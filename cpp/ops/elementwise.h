@@ -50,9 +50,10 @@ void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate
 
 // out[r] = lowest index of the largest value in x[r, :], as int32.
 //   x (n_rows, n) float32; out (n_rows) int32. NaNs are never chosen (a row
-//   of NaNs gives 0).
+//   of NaNs gives 0). mask (constrained decoding, n_rows 1): only the ids whose
+//   bit is set, bit i % 32 of uint32 word i / 32; at least one must be.
 void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
-            const BufferView& out, uint32_t n_rows, uint32_t n);
+            const BufferView& out, uint32_t n_rows, uint32_t n, const BufferView& mask = {});
 
 // Every kernel name the ops above build (tests/gpu/test_kernel_names.py).
 std::vector<std::string> elementwise_kernel_names();

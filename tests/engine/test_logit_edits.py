@@ -126,3 +126,18 @@ def test_bad_edits_are_refused(host):
         ops.sample(host, buf, 100, bias=host.buffer_from(np.zeros(2 * 1025, np.uint32)), n_bias=1025)
     with pytest.raises(Exception, match="mask"):
         ops.sample(host, buf, 100, mask=host.buffer_from(np.zeros(3, np.uint32)))  # 4 words needed
+
+
+def test_the_masked_argmax_is_the_samplers_greedy_choice(host):
+    """A greedy constrained row without a bias takes the argmax kernel with the mask (cheaper
+    than the sampler): the same id as the sampler's greedy path, over random masks."""
+    vocab = 49157  # a partial last word
+    x = logits_row(vocab, 12)
+    buf, out = host.buffer_from(x), host.buffer(4)
+    for seed, fraction in ((13, 0.001), (14, 0.3), (15, 1.0)):
+        allowed = allowed_ids(vocab, seed, fraction)
+        allowed[vocab - 1] = seed == 13  # the last id alone of its word
+        ops.argmax(host, buf, out, n_rows=1, n=vocab, mask=host.buffer_from(bitmask(allowed)))
+        want = int(np.argmax(np.where(allowed, x, -np.inf)))
+        assert int(out.numpy().view(np.int32)[0]) == want
+        assert ops.sample(host, buf, vocab, **edit_args(host, allowed)) == want
