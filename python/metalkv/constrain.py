@@ -162,7 +162,8 @@ class Matcher(_core.Constraint):
         return self._m.is_stopped()
 
     def error(self) -> str:
-        return self._m.get_error() or "(no message)"
+        # the first line: llguidance follows it with a dump of its parser's state
+        return (self._m.get_error() or "(no message)").split("\n", 1)[0]
 
 
 def llg_tokenizer(tokenizer, vocab: int, eos_ids) -> Any:

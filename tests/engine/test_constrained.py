@@ -197,3 +197,11 @@ def test_a_constrained_call_takes_its_prompt_from_the_prefix_cache(text_engine):
     again = text_engine.generate(prompt, **kw)
     assert text_engine.last_stats["prompt_tokens_cached"] >= 32
     assert again == first and re.fullmatch("[a-d]{2,8}( [a-d]{2,8}){3}", again)
+
+
+def test_a_format_the_vocabulary_cannot_write_fails_the_call_in_one_line(text_engine):
+    """The tiny vocabulary has no '{': a JSON reply cannot be written. The call fails with
+    the matcher's message (its first line, not its parser dump), the engine goes on."""
+    with pytest.raises(metalkv.GpuError, match=r"^\[constraint\] [^\n]+$"):
+        text_engine.generate("abc", response_format={"type": "json_object"}, chat=False, max_tokens=8)
+    assert text_engine.generate("abc", chat=False, max_tokens=4) is not None

@@ -58,9 +58,8 @@ def test_fields_openai_defines_keep_their_answer(tiny):
     assert r.choices[0].finish_reason in ("length", "stop")
     # ... and refused by name as before
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="tiny", messages=HELLO, tools=[{"type": "function",
-                                                                             "function": {"name": "f"}}])
-    assert e.value.body["param"] == "tools"
+        client.chat.completions.create(model="tiny", messages=HELLO, functions=[{"name": "f"}])
+    assert e.value.body["param"] == "functions"
 
 
 @pytest.mark.parametrize("path, body, starts", [
