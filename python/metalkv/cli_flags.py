@@ -99,8 +99,8 @@ def _add_sampling_flags(p: argparse.ArgumentParser, *, unset: bool = False) -> N
     p.add_argument("--seed", type=int, default=d.seed, help="default: a fresh random seed each time")
     p.add_argument("--speculate", choices=("lookup", "draft"), default=None,
                    help="speculative decoding: 'lookup' verifies ids proposed from earlier text (the prompt, the "
-                        "reply so far) in each step: faster when the reply quotes or edits the prompt; greedy, the "
-                        "same output; not with penalties")
+                        "reply so far) in each step: faster when the reply quotes or edits the prompt; 'draft': "
+                        "ids proposed by --draft-model; greedy, the same output")
     p.add_argument("--draft-tokens", type=int, default=None, help="ids proposed per step with --speculate (default: 4)")
 
 
