@@ -166,11 +166,17 @@ class Matcher(_core.Constraint):
         return (self._m.get_error() or "(no message)").split("\n", 1)[0]
 
 
-def llg_tokenizer(tokenizer, vocab: int, eos_ids) -> Any:
-    """llguidance's view of a model's tokenizer (its tokenizer.json), over the model's
-    vocab rows; built once per tokenizer (about a second for a 128k vocabulary)."""
+def llg_tokenizer(loaded) -> Any:
+    """llguidance's view of a loaded model's tokenizer (its tokenizer.json), over the
+    model's vocab rows; built once per tokenizer (about a second for a 128k vocabulary).
+    A model without a tokenizer cannot take a grammar: ArgumentError."""
+    tokenizer = loaded.tokenizer
+    if tokenizer is None:
+        raise ArgumentError(f"[generate] response_format/grammar: {loaded.path.name} has no tokenizer, "
+                            f"which a grammar needs (to know what text each id is)")
     cached = getattr(tokenizer, "_llg", None)
     if cached is None:
-        cached = _llguidance().LLTokenizer(tokenizer._tok.to_str(), n_vocab=vocab, eos_token=list(eos_ids))
+        cached = _llguidance().LLTokenizer(tokenizer._tok.to_str(), n_vocab=loaded.config.vocab,
+                                           eos_token=list(loaded.config.eos_ids))
         tokenizer._llg = cached
     return cached

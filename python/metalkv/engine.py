@@ -336,12 +336,8 @@ class Engine:
 
         return Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
 
-    def _llg_tokenizer(self):
-        """llguidance's view of this model's tokenizer, for a grammar (built once)."""
-        if self._loaded.tokenizer is None:
-            raise ArgumentError(f"[generate] response_format/grammar: {self._loaded.path.name} has no tokenizer, "
-                                f"which a grammar needs (to know what text each id is)")
-        return llg_tokenizer(self.tokenizer, self.config.vocab, self.config.eos_ids)
+    def _llg_tokenizer(self):  # (a grammar's: built when a call first needs it)
+        return llg_tokenizer(self._loaded)
 
     def _calls(self, prompts, options: dict, what: str) -> tuple[list[Call], object, bool]:
         """(the calls, their channel, whether prompts was a list of prompts)."""

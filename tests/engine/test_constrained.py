@@ -205,3 +205,8 @@ def test_a_format_the_vocabulary_cannot_write_fails_the_call_in_one_line(text_en
     with pytest.raises(metalkv.GpuError, match=r"^\[constraint\] [^\n]+$"):
         text_engine.generate("abc", response_format={"type": "json_object"}, chat=False, max_tokens=8)
     assert text_engine.generate("abc", chat=False, max_tokens=4) is not None
+
+
+def test_a_model_without_a_tokenizer_cannot_take_a_grammar(tiny):
+    with pytest.raises(metalkv.ArgumentError, match=r"response_format/grammar: .* has no tokenizer"):
+        tiny.generate_ids([1, 2, 3], max_tokens=4, response_format={"type": "json_object"})
