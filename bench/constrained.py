@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--device", default="host")
+    ap.add_argument("--context", type=int, default=None, help="tokens a cache holds (default: the engine's)")
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--schemas", action=argparse.BooleanOptionalAction, default=True)
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import numpy as np
 
-    engine = metalkv.Engine.load(a.model, device=a.device, progress=False)
+    engine = metalkv.Engine.load(a.model, device=a.device, context=a.context, progress=False)
     t0 = time.perf_counter()
     engine._llg_tokenizer()
     tok_s = time.perf_counter() - t0

@@ -8,7 +8,8 @@
 #                                                  engine-context engine-kernels ncu test-batching bench-batching
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
 #                                                  test-kv-policy stress-kv-policy test-server bench-server
-#                                                  engine-context-sweep (CONTEXTS="4096 16384 ...")
+#                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
+#                                                  bench-constrained
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -115,6 +116,15 @@ stage_bench_engine() {
     > "$OUT/bench_engine.txt" 2>&1
   note "bench/gpu/engine.py: rc=$?"
   tail -30 "$OUT/bench_engine.txt"
+}
+
+# Constrained decoding's cost at the 8B shape, 128k vocabulary (bench/gpu/constrained.py):
+stage_bench_constrained() {
+  step "constrained decoding: 8B shape, synthetic 128k byte-level BPE, plain against a JSON schema"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/constrained.py --json "$OUT/bench_constrained.json" \
+    > "$OUT/bench_constrained.txt" 2>&1
+  note "bench/gpu/constrained.py: rc=$?"
+  tail -8 "$OUT/bench_constrained.txt"
 }
 
 # Speculative decoding's mechanics on walk models of the 8B and 1B shapes (bench/gpu/speculative.py):
