@@ -18,6 +18,7 @@ import dataclasses
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from .cli_checks import CliError, check_against_model, check_flags, in_flags, user_words
 from .cli_flags import (_add_engine_flags, _add_kv_flags, _add_model_flags, _add_serve_flags, _kv_given,  # noqa: F401
@@ -93,6 +94,19 @@ def _sampling(args: argparse.Namespace) -> dict:
     return dict(s, stop=args.stop, system=args.system)
 
 
+def chat_template_file(path: str, model_template):
+    """--chat-template FILE: that template, with the model's BOS and EOS text."""
+    from .models.chat import ChatTemplate, ChatTemplateError
+
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+        return ChatTemplate(source, bos_token=model_template.bos_token, eos_token=model_template.eos_token)
+    except OSError as e:
+        raise CliError(f"--chat-template {path}: cannot read it ({e.strerror})") from None
+    except ChatTemplateError as e:
+        raise CliError(f"--chat-template {path}: {e}") from None
+
+
 def _load(args: argparse.Namespace, kv: bool = True, **kw):
     """Engine.load with the engine flags (kv: the --kv-* ones too); kw overrides them. The
     flags are checked first, then against the model file's header, then the weights load."""
@@ -102,6 +116,8 @@ def _load(args: argparse.Namespace, kv: bool = True, **kw):
     given = _kv_given(args) if kv else {}
     opts = check_flags(args, given)
     loaded = load_model(args.model, quantize=args.quantize)
+    if getattr(args, "chat_template", None):
+        loaded.chat_template = chat_template_file(args.chat_template, loaded.chat_template)
     check_against_model(args, opts, loaded.config)
     kw = dict(given, **kw)
     kw.setdefault("context", args.context)

@@ -305,10 +305,13 @@ class Engine:
                                 f"rendered; continue it with chat=False or token ids, or pass a new cache")
         return np.asarray(ids[common:], np.int64), common, messages
 
-    def chat_ids(self, messages) -> list[int]:
+    def chat_ids(self, messages, tools: list | None = None) -> list[int]:
         """The prompt ids of `messages` (checked as Engine.chat takes them) under the
-        model's chat template, ready for the assistant's reply."""
-        return self._template_ids(normalize_messages(messages))
+        model's chat template, ready for the assistant's reply. tools: OpenAI's tool list,
+        given to a template that takes tools, with the conversation's tool turns."""
+        if tools is None:
+            return self._template_ids(normalize_messages(messages))
+        return self.tokenizer.encode(self.chat_template.render(normalize_messages(messages, tool_turns=True), tools=tools))
 
     def _template_ids(self, messages: list) -> list[int]:
         """chat_ids of messages already checked (normalize_messages, or this engine's own turns)."""

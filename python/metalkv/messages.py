@@ -10,6 +10,7 @@ tool calls, tool results) is refused by name rather than dropped.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 from .errors import ArgumentError
@@ -43,9 +44,31 @@ def _text(content: Any, where: str) -> str:
     raise _refuse(f"{where}.content", f"a str or a list of text parts, got {type(content).__name__}")
 
 
-def normalize(messages: Any) -> list[dict[str, str]]:
+def _tool_calls(calls: Any, where: str) -> list[dict]:
+    """An assistant's OpenAI tool_calls as chat templates take them: arguments as an
+    object (OpenAI sends JSON text)."""
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+        raise _refuse(f"{where}.tool_calls", "a list of {'id', 'type': 'function', 'function'} objects")
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, Mapping) else None
+        if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
+            raise _refuse(f"{where}.tool_calls[{j}]", "{'id', 'type': 'function', 'function': {'name', 'arguments'}}")
+        args = f.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args or "{}")
+            except json.JSONDecodeError as e:
+                raise _refuse(f"{where}.tool_calls[{j}].function.arguments", f"JSON text ({e})") from None
+        out.append({"id": str(c.get("id", "")), "type": "function", "function": {"name": f["name"], "arguments": args}})
+    return out
+
+
+def normalize(messages: Any, *, tool_turns: bool = False) -> list[dict[str, Any]]:
     """[{"role", "content"}] with str contents, as the chat template takes them; raises
-    ArgumentError (argument 'messages') saying which message is wrong and why."""
+    ArgumentError (argument 'messages') saying which message is wrong and why.
+    tool_turns (a template that takes tools): an assistant's tool_calls and the tools'
+    results (role "tool") are kept for the template, the calls' arguments as objects."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise _refuse("messages", "a non-empty list of {'role', 'content'} objects")
     out = []
@@ -54,6 +77,14 @@ def normalize(messages: Any) -> list[dict[str, str]]:
         if not isinstance(m, Mapping):
             raise _refuse(where, f"a message is an object with 'role' and 'content', got {type(m).__name__}")
         role = m.get("role")
+        if tool_turns and role == "tool":
+            out.append({"role": "tool", "content": _text(m.get("content"), where),
+                        **{k: str(m[k]) for k in ("tool_call_id", "name") if m.get(k) is not None}})
+            continue
+        if tool_turns and role == "assistant" and m.get("tool_calls"):
+            out.append({"role": "assistant", "content": _text(m.get("content") or "", where),
+                        "tool_calls": _tool_calls(m["tool_calls"], where)})
+            continue
         if role not in ROLES:
             raise _refuse(f"{where}.role", f"one of {', '.join(ROLES)}, got {role!r}"
                           + (" (tools are not supported)" if role in ("tool", "function") else ""))

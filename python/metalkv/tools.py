@@ -1,23 +1,31 @@
-"""Tool calling (OpenAI's `tools`, `tool_choice`, `tool_calls`) in the generic format:
-the tools are described in a system message, and the reply is held by a JSON schema to
-either {"tool_calls": [{"name", "arguments"}, ...]} or {"response": "..."} (docs/CONSTRAINED.md,
-"Tools"). This works with any chat template, including those without tool support (the
-default model's). llama.cpp falls back to the same kind of format. The reply is parsed back
-into OpenAI's message: `content`, or `tool_calls` with ids and arguments as JSON text.
+"""Tool calling (OpenAI's `tools`, `tool_choice`, `tool_calls`), in one of two formats
+(docs/CONSTRAINED.md, "Tools"):
 
-Earlier tool turns of a conversation are written as text the template takes: an assistant's
-tool calls as the JSON it would have replied, a tool's result as a user message that names
-the call.
+- native: the model's chat template takes the tools and writes calls its own way
+  (metalkv.tool_formats reads that way from the template); the tools and earlier tool
+  turns go to the template as they are, and the reply is held by a grammar to the
+  template's call format (or an answer, under "auto");
+- generic, for templates without tool support (the default model's): the tools are
+  described in a system message, and the reply is held by a JSON schema to either
+  {"tool_calls": [{"name", "arguments"}, ...]} or {"response": "..."}; earlier tool turns
+  are written as text the template takes (an assistant's calls as the JSON it would have
+  replied, a tool's result as a user message that names the call). llama.cpp falls back to
+  the same kind of format.
+
+Either way the reply is parsed back into OpenAI's message: `content`, or `tool_calls` with
+ids and arguments as JSON text; streamed, an answer goes out as it comes and each call as
+soon as its JSON is whole (native), or the whole reply at its end (generic).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import argument_error
+from .tool_formats import NativeFormat, objects, openai_call
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's function names
 
@@ -35,6 +43,8 @@ class Tools:
     tools: tuple[Tool, ...]
     choice: str             # "auto", "required", or the one function's name
     parallel: bool = True   # several calls in one reply
+    native: NativeFormat | None = None  # the template's own format (using()); None: the generic one
+    tokenizer: Any = None
 
     @classmethod
     def of(cls, tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> "Tools | None":
@@ -82,6 +92,25 @@ class Tools:
     def callable(self) -> tuple[Tool, ...]:
         return self.tools if self.choice in ("auto", "required") else tuple(t for t in self.tools if t.name == self.choice)
 
+    def using(self, native: NativeFormat | None, tokenizer) -> "Tools":
+        """These tools in a chat template's native format (None: the generic one)."""
+        return dataclasses.replace(self, native=native, tokenizer=tokenizer)
+
+    def openai_tools(self) -> list[dict]:
+        """The callable tools as OpenAI lists them (what a template's `tools` takes)."""
+        return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                  "parameters": t.parameters}} for t in self.callable()]
+
+    def constraint(self) -> dict:
+        """The Sampling fields that hold a reply to the format."""
+        if self.native is None:
+            return {"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "tool_reply", "schema": self.schema()}}}
+        from .constrain import Grammar
+
+        return {"grammar": Grammar.lark(self.native.lark(self.callable(), self.tokenizer, auto=self.choice == "auto",
+                                                         parallel=self.parallel))}
+
     def system_text(self) -> str:
         """What the model is told: the tools, and the two reply shapes."""
         listed = json.dumps([{"name": t.name, "description": t.description, "parameters": t.parameters}
@@ -107,12 +136,12 @@ class Tools:
                   "additionalProperties": False}
         return {"anyOf": [calls, answer]}
 
-    def response_format(self) -> dict:
-        return {"type": "json_schema", "json_schema": {"name": "tool_reply", "schema": self.schema()}}
-
     def messages(self, messages: list) -> list:
-        """messages with the tools' system text (added to the first system message, or
-        first) and earlier tool turns written as plain text."""
+        """The conversation for the template. Native: as given (the template writes the
+        tools and the tool turns). Generic: with the tools' system text (added to the first
+        system message, or first) and earlier tool turns written as plain text."""
+        if self.native is not None:
+            return messages
         plain = plain_tool_turns(messages)
         text = self.system_text()
         if plain and isinstance(plain[0], dict) and plain[0].get("role") in ("system", "developer") \
@@ -120,19 +149,18 @@ class Tools:
             return [dict(plain[0], content=plain[0]["content"] + "\n\n" + text)] + plain[1:]
         return [{"role": "system", "content": text}] + plain
 
-    @staticmethod
-    def reply(text: str) -> tuple[str | None, list[dict]]:
-        """(content, tool_calls) of a reply held to schema(): OpenAI's tool_calls (ids made
-        here, arguments as JSON text), or the answer as content."""
+    def reply(self, text: str) -> tuple[str | None, list[dict]]:
+        """(content, tool_calls) of a reply held to the format: OpenAI's tool_calls (ids
+        made here, arguments as JSON text), or the answer as content."""
+        if self.native is not None:
+            calls = self.native.calls(text, [t.name for t in self.callable()], self.tokenizer)
+            return (None, calls) if calls else (text, [])
         try:
             obj = json.loads(text)
         except json.JSONDecodeError:  # cut short (max_tokens): what came, as text
             return text, []
         if isinstance(obj, dict) and isinstance(obj.get("tool_calls"), list):
-            calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-                     for c in obj["tool_calls"] if isinstance(c, dict)]
-            return None, calls
+            return None, [openai_call(c["name"], c["arguments"]) for c in obj["tool_calls"] if isinstance(c, dict)]
         if isinstance(obj, dict) and isinstance(obj.get("response"), str):
             return obj["response"], []
         return text, []
@@ -163,3 +191,49 @@ def plain_tool_turns(messages: Any) -> Any:
         else:
             out.append(m)
     return out
+
+
+class ReplyStream:
+    """A streamed reply's deltas under tools: feed() each piece of text, finish() at the
+    end; each returns OpenAI delta dicts ({"content"} or {"tool_calls": [...]}). Native
+    format: an answer streams as it comes, once its first character shows it is not a
+    call; each call goes out when its JSON is whole. Generic format, or a native one whose
+    calls start with a control token (not in the text): the whole reply at its end."""
+
+    def __init__(self, tools: Tools):
+        self.tools = tools
+        self.text = ""
+        first = tools.native.first_char(tools.tokenizer) if tools.native is not None else None
+        self._first = first            # None: the reply is held to its end
+        self._mode = None if first is not None else "held"
+        self._sent = 0                 # characters of an answer sent, or calls sent
+        self.called = False
+
+    def feed(self, piece: str) -> list[dict]:
+        self.text += piece
+        if self._mode is None:
+            head = self.text.lstrip()
+            if not head:
+                return []
+            self._mode = "calls" if head[0] == self._first else "answer"
+        if self._mode == "answer":
+            out, self._sent = self.text[self._sent:], len(self.text)
+            return [{"content": out}] if out else []
+        if self._mode == "calls":
+            names = {t.name for t in self.tools.callable()}
+            key = self.tools.native.args_key
+            whole = [v for _, _, v in objects(self.text)
+                     if isinstance(v, dict) and v.get("name") in names and isinstance(v.get(key), dict)]
+            fresh = whole[self._sent:]
+            self._sent = len(whole)
+            self.called = self.called or bool(fresh)
+            return [{"tool_calls": [dict(openai_call(v["name"], v[key]), index=self._sent - len(fresh) + k)
+                                    for k, v in enumerate(fresh)]}] if fresh else []
+        return []
+
+    def finish(self) -> list[dict]:
+        if self._mode != "held":
+            return []
+        content, calls = self.tools.reply(self.text)
+        self.called = bool(calls)
+        return [{"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]} if calls else {"content": content}]

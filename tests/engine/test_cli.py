@@ -232,3 +232,25 @@ def test_load_cache_errors_exit_2(capsys, tmp_path):
     assert cli.main(["generate", "hi", "--device", "host", "--load-cache", str(bad)]) == 2
     assert re.search(r"^metalkv: error: --load-cache .*bad\.safetensors: header length 0 does not fit",
                      capsys.readouterr().err)
+
+
+def test_chat_template_flag(engine, tmp_path, capsys):
+    """--chat-template FILE: the reply is the one to the prompt that template writes;
+    a file that is missing or does not parse is the flag's error."""
+    from metalkv.models.chat import ChatTemplate
+
+    source = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }} Reply in French.<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    f = tmp_path / "t.jinja"
+    f.write_text(source)
+    assert cli.main(["generate", PROMPT, "--max-tokens", "10", "--device", "host", "--context", "128",
+                     "--chat-template", str(f)]) == 0
+    text = ChatTemplate(source).render([{"role": "user", "content": PROMPT}])
+    ids = engine.generate_ids(engine.tokenizer.encode(text), max_tokens=10)
+    want = engine.tokenizer.decode(ids, skip_special=True)
+    assert capsys.readouterr().out == want + "\n" != engine.generate(PROMPT, max_tokens=10) + "\n"
+    assert cli.main(["generate", "hi", "--chat-template", str(tmp_path / "none.jinja")]) == 2
+    assert "--chat-template " + str(tmp_path / "none.jinja") + ": cannot read it" in capsys.readouterr().err
+    f.write_text("{% for m in messages %}")
+    assert cli.main(["generate", "hi", "--chat-template", str(f)]) == 2
+    assert "template does not parse" in capsys.readouterr().err

@@ -22,6 +22,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import ArgumentError, argument_error
+from ..tool_formats import NativeFormat
+from ..tools import ReplyStream
 from . import protocol as proto
 from .bridge import Bridge, Overloaded, Run
 
@@ -46,6 +48,7 @@ class Server:
             raise argument_error("serve", "max_calls", max_calls, "an int >= 1 (replies in flight before a 429)")
         self.bridge = Bridge(engine, max_calls)
         self.created = int(time.time())
+        self.tool_format = NativeFormat.of_template(engine.chat_template)  # None: the generic tool format
 
     # ---- requests -----------------------------------------------------------------------
     def check_auth(self, request: Request) -> None:
@@ -172,7 +175,7 @@ class Server:
             return f"data: {json.dumps(chunk, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
         chat = job.kind == "chat"
-        held = [[] for _ in run.calls] if job.tools is not None else None  # tools: the reply goes out parsed, at its end
+        held = [ReplyStream(job.tools) for _ in run.calls] if job.tools is not None else None  # tools: parsed
         sent = [0] * len(run.calls)    # ids whose logprobs went out
         offset = [0] * len(run.calls)  # text sent (completions' text_offset)
         try:
@@ -191,7 +194,8 @@ class Server:
                     logprobs = self._logprobs(job, run, i, sent[i], offset[i]) if fresh else None
                     sent[i] = len(call.ids)
                     if held is not None:
-                        held[i].append(text)
+                        for delta in held[i].feed(text):
+                            yield event([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}])
                     elif text or logprobs:
                         body = {"delta": {"content": text}} if chat else {"text": text}
                         yield event([dict({"index": i}, **body, logprobs=logprobs, finish_reason=None)])
@@ -203,12 +207,10 @@ class Server:
                             yield f"data: {json.dumps(e.body())}\n\n"
                             continue
                         body = {"delta": {}} if chat else {"text": ""}
-                        if held is not None:  # the whole reply, parsed: content, or the tool calls
-                            content, calls = job.tools.reply("".join(held[i]))
-                            delta = {"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]} if calls \
-                                else {"content": content}
-                            yield event([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}])
-                            reason = "tool_calls" if calls and reason == "stop" else reason
+                        if held is not None:  # what the reply holds back to its end (ReplyStream)
+                            for delta in held[i].finish():
+                                yield event([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}])
+                            reason = "tool_calls" if held[i].called and reason == "stop" else reason
                         yield event([dict({"index": i}, **body, logprobs=None, finish_reason=reason)])
             if job.include_usage:
                 yield event([], usage=self.usage(job, run))
@@ -287,7 +289,8 @@ def create_app(engine, **options) -> Starlette:
         return await server.whole(request, job, run)
 
     async def chat_completions(request: Request) -> Response:
-        return await respond(request, lambda body: proto.parse_chat(body, server.model_name, engine.chat_ids))
+        return await respond(request, lambda body: proto.parse_chat(body, server.model_name, engine.chat_ids,
+                                                                    server.tool_format, engine.tokenizer))
 
     async def completions(request: Request) -> Response:
         tokenizer = engine.tokenizer

@@ -213,9 +213,10 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     return out
 
 
-def parse_chat(body: Any, served: str, chat_ids) -> Job:
-    """A /v1/chat/completions body. chat_ids: messages -> prompt ids (Engine.chat_ids),
-    which checks the messages (ArgumentError) and renders the model's template."""
+def parse_chat(body: Any, served: str, chat_ids, native=None, tokenizer=None) -> Job:
+    """A /v1/chat/completions body. chat_ids: (messages, tools=None) -> prompt ids
+    (Engine.chat_ids), which checks the messages (ArgumentError) and renders the model's
+    template; native: the template's own tool format (metalkv.tool_formats), if it has one."""
     from ..errors import ArgumentError
 
     from ..tools import Tools, plain_tool_turns
@@ -227,14 +228,23 @@ def parse_chat(body: Any, served: str, chat_ids) -> Job:
         job.tools = Tools.of(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
     except ArgumentError as e:
         raise bad(e.argument, str(e)) from None
-    messages = plain_tool_turns(body["messages"])
+    messages, template_tools = body["messages"], None
     if job.tools is not None:
-        if "response_format" in job.sampling:
+        if "response_format" in job.sampling or "grammar" in job.sampling:
             raise bad("response_format", "not with tools: a reply is held to the tools' format")
+        job.tools = job.tools.using(native, tokenizer)
         messages = job.tools.messages(messages)
-        job.sampling["response_format"] = job.tools.response_format()
+        job.sampling.update(job.tools.constraint())
+        template_tools = job.tools.openai_tools() if native is not None else None
+    if template_tools is None:
+        turns = isinstance(messages, list) and any(isinstance(m, dict) and (m.get("role") == "tool" or m.get(
+            "tool_calls")) for m in messages)
+        if native is not None and turns:  # tool_choice "none" after tool turns: the template writes them
+            template_tools = []
+        else:
+            messages = plain_tool_turns(messages)
     try:
-        job.prompts = [chat_ids(messages)]
+        job.prompts = [chat_ids(messages, template_tools) if template_tools is not None else chat_ids(messages)]
     except ArgumentError as e:
         raise bad("messages", str(e)) from None
     except ValueError as e:  # the template refused the conversation (e.g. roles out of order)
