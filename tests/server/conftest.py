@@ -20,6 +20,7 @@ from devices import TEST_DEVICE  # tests/ is on sys.path
 def needs_server_packages():
     """Skips (the test module that calls it) without the server extra and the test extra's clients."""
     pytest.importorskip("uvicorn", reason="the server extra is not installed: pip install 'metalkv[server]'")
+    pytest.importorskip("prometheus_client", reason="the server extra is not installed: pip install 'metalkv[server]'")
     pytest.importorskip("openai", reason="the openai client is not installed (the test extra)")
     pytest.importorskip("httpx", reason="httpx is not installed (the test extra)")
 

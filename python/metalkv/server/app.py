@@ -26,6 +26,7 @@ from ..tool_formats import NativeFormat
 from ..tools import ReplyStream
 from . import protocol as proto
 from .bridge import Bridge, Overloaded, Run
+from .metrics import Metrics
 
 MAX_BODY_BYTES = 32 << 20
 DISCONNECT_CHECK_SECONDS = 0.5  # how often a request answered whole looks for a client that has gone
@@ -46,7 +47,8 @@ class Server:
             max_calls = DEFAULT_MAX_CALLS
         if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 1:
             raise argument_error("serve", "max_calls", max_calls, "an int >= 1 (replies in flight before a 429)")
-        self.bridge = Bridge(engine, max_calls)
+        self.metrics = Metrics(engine)
+        self.bridge = Bridge(engine, max_calls, on_end=self.metrics.ended)
         self.created = int(time.time())
         self.tool_format = NativeFormat.of_template(engine.chat_template)  # None: the generic tool format
 
@@ -316,6 +318,11 @@ def create_app(engine, **options) -> Starlette:
                              "calls_in_flight": server.bridge.calls_in_flight,
                              "calls_cancelled": server.bridge.cancelled, "max_batch": server.bridge.max_batch})
 
+    async def metrics(request: Request) -> Response:
+        server.check_auth(request)
+        body, content_type = server.metrics.text()
+        return Response(body, media_type=content_type)
+
     async def api_error(request: Request, e: proto.ApiError) -> Response:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
@@ -341,6 +348,7 @@ def create_app(engine, **options) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ], exception_handlers={proto.ApiError: api_error, HTTPException: http_error, Exception: internal_error},
         middleware=[Middleware(QuietCancel)], lifespan=lifespan)
     app.state.server = server

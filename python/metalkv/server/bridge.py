@@ -74,8 +74,9 @@ class Run:
 class Bridge:
     """Starts calls on the engine and delivers their progress to the loop."""
 
-    def __init__(self, engine, max_calls: int):
+    def __init__(self, engine, max_calls: int, on_end=None):
         self.engine = engine
+        self.on_end = on_end  # called with each call's stats as it ends (the server's metrics)
         self.max_calls = max_calls  # calls started and not over, beyond which new requests are refused
         self.channel = _core.Channel()
         self.runs: set[Run] = set()
@@ -137,7 +138,12 @@ class Bridge:
     def _deliver(self) -> None:
         self._scheduled = False
         for run in list(self.runs):
+            was = list(run.finished)
             run.poll()
+            if self.on_end is not None:
+                for i, call in enumerate(run.calls):
+                    if run.finished[i] and not was[i]:
+                        self.on_end(call.stats())
             if run.abandoned and run.done:
                 self.runs.discard(run)
                 self.cancelled += sum(c.request.finish_reason == "cancelled" for c in run.calls)
