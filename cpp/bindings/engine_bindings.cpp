@@ -153,7 +153,8 @@ std::map<std::string, double> stats_dict(const engine::Stats& s) {
       {"decode_steps", s.decode_steps},           {"queue_seconds", s.queue_seconds},
       {"prefill_seconds", s.prefill_seconds},     {"decode_seconds", s.decode_seconds},
       {"max_batch", s.max_batch},                 {"draft_proposed", s.draft_proposed},
-      {"draft_accepted", s.draft_accepted},
+      {"draft_accepted", s.draft_accepted},       {"preemptions", s.preemptions},
+      {"recomputed_tokens", s.recomputed_tokens},
       {"batch_size", s.decode_steps ? double(s.batch_sequences) / s.decode_steps : double(s.max_batch)}};
   for (auto [prefix, c] : {std::pair<const char*, const gpu::Counters*>{"prefill_", &s.prefill_counters},
                            {"decode_", &s.decode_counters}})

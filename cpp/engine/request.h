@@ -97,6 +97,11 @@ struct Stats {
   uint32_t max_batch = 0;        // most sequences in one of its steps
   uint32_t draft_proposed = 0;   // speculative decoding: ids proposed and verified,
   uint32_t draft_accepted = 0;   // and those of them the model's own choice confirmed
+  // Optimistic admission (scheduler.h): times the call gave its blocks back for
+  // others and waited, and the tokens it fed again to resume (the prompt's not
+  // in the prefix cache, then its generated ids as decode rows).
+  uint32_t preemptions = 0;
+  uint32_t recomputed_tokens = 0;
   gpu::Counters prefill_counters;  // of the whole steps it took part in
   gpu::Counters decode_counters;
   // "stop" (a stop id), "length" (max_tokens), "context_full" (a full layer

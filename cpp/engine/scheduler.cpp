@@ -110,6 +110,14 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
   uint32_t next_sample = 0;
   for (const StepPlan::Part& p : plan.parts) {
     Running& r = *p.r;
+    if (p.replay) {  // a resumed job's ids again: every row kept, nothing taken
+      r.cache().commit(plan.ids.data() + p.at, p.n, r.job.options.prefix_cache, /*decode_rows=*/true);
+      r.replayed += p.n;
+      r.stats.max_batch = std::max(r.stats.max_batch, n_parts);
+      if (r.replayed + 1 == r.out.size()) r.phase = Running::Phase::decode;
+      next_sample += p.n;
+      continue;
+    }
     if (p.logits == model::Logits::each) {  // a speculating job: its id and proposals, verified
       r.stats.decode_steps++;
       r.stats.decode_counters += out.counters;
@@ -140,7 +148,10 @@ void Scheduler::apply_step(const StepPlan& plan, const StepOutput& out) {
     }
     r.stats.max_batch = std::max(r.stats.max_batch, n_parts);
     if (p.logits == model::Logits::none) {
-      if (r.fed == r.n() && !decoding) {  // max_tokens 0: the prompt only
+      if (r.fed == r.n() && !decoding && !r.out.empty()) {  // resumed, its prompt again: its ids, or decode
+        r.prompt_end = r.cache().length(0);
+        r.phase = r.out.size() > 1 ? Running::Phase::replay : Running::Phase::decode;
+      } else if (r.fed == r.n() && !decoding) {  // max_tokens 0: the prompt only
         r.stats.prefill_seconds = seconds_between(r.admitted, now);
         finish(r, "length");
       }

@@ -5,10 +5,21 @@
 // Each step is three phases, a StepPlan passed from one to the next:
 //   plan   (scheduler_plan.cpp, plan_step) admit queued jobs, first come first
 //          served, while fewer than max_seqs run and (over a shared pool) the
-//          pool can reserve every block the job may take: an admitted job never
-//          finds the pool full, so nothing is ever preempted, and a job waits in
-//          the queue until running ones finish (one that could never fit fails
-//          at once). Admission takes the cache's checkpoint, rolls it back to
+//          pool has room: a job waits in the queue until running ones give
+//          blocks back (one that could never fit fails at once). Admission is
+//          optimistic for a call whose cache is its own (ephemeral: the server's,
+//          generate without cache=): it reserves its prompt's blocks (and the ids
+//          it has generated, when it resumes), not max_tokens'; other calls
+//          reserve every block they may take, and never find the pool full.
+//          Before each step an optimistic job's reservation is topped up to what
+//          its next rows store (make_room); when the pool is short, the newest
+//          optimistic job is preempted: its cache goes back to the pool as
+//          before the call, and it waits at the queue's front. Resumed, it feeds
+//          its prompt again (the prefix cache holds most of it) and then its
+//          generated ids as decode rows (replay), computed as they were the
+//          first time, so its reply is the same, bit for bit. The oldest call is
+//          never preempted for a newer one: every call ends.
+//          Admission takes the cache's checkpoint, rolls it back to
 //          `keep`, and for an empty cache adopts the longest cached prefix of
 //          the prompt (kv/prefix_cache.h). Then apply what callers asked between
 //          steps (abort, cancel, stop_after) and choose the rows under the
@@ -52,6 +63,7 @@ struct SchedulerOptions {
   uint32_t max_seqs = 64;        // jobs running at once (decoding or prefilling)
   uint32_t step_tokens = 192;    // rows one step may feed (the token budget)
   uint32_t gemm_decode_rows = 0;  // Model::encode_step's: 0 keeps batch invariance
+  bool optimistic = true;         // optimistic admission with preemption (above); false: every call reserves all
 };
 
 // One call: what it feeds and how it samples. The cache must stay alive, and
@@ -98,6 +110,7 @@ class Scheduler {
       // Speculative decoding (Logits::each): of the n rows, the last `tentative`
       // are proposed ids; apply_step truncates the rejected ones before its commit.
       uint32_t tentative = 0;
+      bool replay = false;  // a resumed job's generated ids fed again (decode rows), nothing sampled
       size_t at = 0;  // its first row in ids
     };
     std::vector<Part> parts;
@@ -118,6 +131,10 @@ class Scheduler {
   void admit();
   Admission try_admit(Running& r);
   void control();
+  // Optimistic admission (scheduler_admit.cpp): tops up each optimistic job's
+  // reservation for its next rows, preempting the newest while the pool is short.
+  void make_room();
+  void preempt(Running& r);
   void choose_rows(StepPlan& plan);
   void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
   uint32_t propose(Running& r, uint32_t spare, uint64_t unread);

@@ -16,9 +16,25 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   r.n_store = r.n() + extra;  // (max_tokens < 2^63: no overflow)
   std::lock_guard<std::recursive_mutex> pool_lock(c.pool().mutex());
 
-  // 1. room: a shared pool reserves every block the call may take, or the job waits
+  // 1. room: a shared pool reserves every block the call may take, or (optimistic)
+  // its prompt's and the ids it has generated, with a watermark left for the
+  // running calls to grow into; or the job waits
   kv::prefix::Match match;
-  const std::vector<uint32_t> need = c.blocks_to_store(r.keep, r.n_store);
+  std::vector<uint32_t> need = c.blocks_to_store(r.keep, r.n_store);
+  r.optimistic = false;
+  if (options_.optimistic && !c.owns_pool() && o.ephemeral && !r.job.logits && o.max_tokens > 0 &&
+      o.speculate != Speculate::draft && c.spec().policy.kind == kv::PolicyKind::none) {
+    r.optimistic = true;  // unless the whole call could not fit the pool alone: then it reserves all, as before
+    for (uint32_t g = 0; g < c.pool().n_groups(); ++g) r.optimistic &= need[g] <= c.pool().blocks(g).capacity();
+  }
+  std::vector<uint32_t> watermark(c.pool().n_groups(), 0);
+  if (r.optimistic) {
+    const std::vector<uint32_t> now = c.blocks_to_store(r.keep, uint64_t(r.n()) + r.out.size());
+    for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {  // (a sliding group's: as far as its window)
+      need[g] = now[g];
+      watermark[g] = n_running_ > 0 ? std::max(1u, c.pool().blocks(g).capacity() / 32) : 0;
+    }
+  }
   if (!c.owns_pool()) {
     const bool fresh = r.keep == 0 || c.length(0) == 0;
     if (fresh && !r.job.logits && o.prefix_cache && c.shares_prefixes() && r.n() >= 2 + kv::kBlockTokens)
@@ -26,7 +42,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {
       const kv::BlockPool& blocks = c.pool().blocks(g);
       const uint32_t want = need[g] + (match.tokens ? match.evictable[g] : 0);
-      if (want <= blocks.available()) continue;
+      if (want + watermark[g] <= blocks.available()) continue;
       if (n_running_ > 0) return Admission::wait;  // running calls will give blocks back
       finish(r, "aborted",
              std::make_exception_ptr(gpu::GpuError(
@@ -58,12 +74,17 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   if (match.tokens) {
     c.adopt_prefix(match.blocks, r.job.prompt.data(), match.tokens, match.hashes);
     r.fed = match.tokens;
-    r.stats.prompt_tokens_cached = match.tokens;
+    if (!r.resumed()) r.stats.prompt_tokens_cached = match.tokens;
   }
   c.open_prompt(uint32_t(r.n() - r.fed));  // (a policy that holds prompts whole compresses after it)
   if (!c.owns_pool() && !c.reserve(need)) {  // cannot happen: checked above under the same lock
     restore(r);
     return Admission::wait;
+  }
+  if (r.resumed()) {  // what it feeds again: the prompt past the cached prefix, then its ids but the last
+    r.stats.recomputed_tokens += r.n() - r.fed + uint32_t(std::max<size_t>(r.out.size(), 1)) - 1;
+    r.phase = Running::Phase::prefill;
+    return Admission::admitted;  // its sampling state is as it left it
   }
 
   // 3. sampling state: the draws, the ids the penalties look at, pacing
@@ -133,6 +154,57 @@ void Scheduler::admit() {
       return;
     }
   }
+}
+
+// ---- optimistic admission: room for the next rows, or a preemption --------------
+void Scheduler::make_room() {
+  std::vector<Running*> preempted;  // newest first
+  for (auto& rp : running_) {       // in admission order: the oldest is served first
+    Running& r = *rp;
+    if (!r.optimistic || r.phase == Running::Phase::done || r.phase == Running::Phase::queued) continue;
+    const uint32_t rows = r.next_rows();
+    std::lock_guard<std::recursive_mutex> pool_lock(r.cache().pool().mutex());
+    while (rows && !r.cache().top_up(rows)) {
+      Running* victim = nullptr;  // the newest optimistic job still running (perhaps r)
+      for (auto it = running_.rbegin(); it != running_.rend() && !victim; ++it)
+        if ((*it)->optimistic && (*it)->phase != Running::Phase::done && (*it)->phase != Running::Phase::queued)
+          victim = it->get();
+      if (victim == &r && std::none_of(running_.begin(), running_.end(), [&](const auto& o) {
+            return o.get() != &r && o->phase != Running::Phase::done && o->phase != Running::Phase::queued;
+          })) {  // alone, and still short: blocks other caches hold (not calls) fill the pool
+        finish(r, "aborted",
+               std::make_exception_ptr(gpu::GpuError(
+                   "[engine] the KV pool is full: this call holds " + str(r.cache().length(0)) +
+                   " tokens and no other call runs; the rest of the pool is held by other caches. Free those "
+                   "caches (del cache, cache.reset()), or load the engine with a larger kv_memory")));
+        break;
+      }
+      preempt(*victim);
+      preempted.push_back(victim);
+      if (victim == &r) break;
+    }
+  }
+  if (preempted.empty()) return;
+  // Out of the batch, to the queue's front, the oldest first.
+  std::vector<std::unique_ptr<Running>> moved;
+  for (auto& rp : running_)
+    if (rp && rp->phase == Running::Phase::queued) moved.push_back(std::move(rp));
+  running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+  std::lock_guard<std::mutex> lock(mutex_);
+  n_running_ -= uint32_t(moved.size());
+  for (auto it = moved.rbegin(); it != moved.rend(); ++it) queue_.push_front(std::move(*it));
+}
+
+// The job gives back every block the call took (its cache as before the call)
+// and waits to resume; what it generated, its draws and its penalties stay.
+void Scheduler::preempt(Running& r) {
+  r.cache().unreserve();
+  restore(r);
+  r.phase = Running::Phase::queued;
+  r.fed = 0;
+  r.replayed = 0;
+  r.drafts.clear();
+  ++r.stats.preemptions;
 }
 
 // ---- the caller's controls, between steps ------------------------------------

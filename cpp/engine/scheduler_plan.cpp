@@ -81,7 +81,7 @@ void Scheduler::fill_masks(const StepPlan& plan) {
   for (const StepPlan::Part& p : plan.parts) {
     Running& r = *p.r;
     Constraint* c = r.constraint();
-    if (!c || (p.logits != model::Logits::last && p.logits != model::Logits::each)) continue;
+    if (!c || p.replay || (p.logits != model::Logits::last && p.logits != model::Logits::each)) continue;
     const uint32_t rows = p.logits == model::Logits::each ? p.n : 1;
     r.mask_rows.assign(size_t(rows) * words, 0u);
     uint32_t advanced = 0;
@@ -101,9 +101,10 @@ void Scheduler::fill_masks(const StepPlan& plan) {
 }
 
 Scheduler::StepPlan Scheduler::plan_step() {
-  admit();  // reserves every block an admitted job may take
   control();
   retire();
+  make_room();  // the running jobs' next rows first (preempting the newest if short), then admissions
+  admit();
   StepPlan plan;
   choose_rows(plan);
   return plan;
@@ -149,12 +150,22 @@ void Scheduler::choose_rows(StepPlan& plan) {
     budget -= 1 + m;
     logit_rows -= 1 + m;
   }
+  for (auto& rp : running_) {  // resumed jobs: their generated ids again, a segment of decode rows each
+    Running& r = *rp;
+    if (r.phase != Running::Phase::replay || r.holding()) continue;
+    const uint32_t take = std::min({r.next_rows(), budget, logit_rows});
+    if (take == 0) continue;
+    single.push_back({&r, take, false});
+    budget -= take;
+    logit_rows -= take;
+  }
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::prefill || r.job.logits || r.holding()) continue;
     const uint32_t take = prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk), budget);
     if (take == 0) continue;
-    const bool sample = r.fed + take == r.n() && r.job.options.max_tokens > 0;
+    // (a resumed job's first id after its prompt is known: nothing to sample)
+    const bool sample = r.fed + take == r.n() && r.job.options.max_tokens > 0 && r.out.empty();
     if (sample && logit_rows == 0) continue;
     (take >= 2 ? multi : single).push_back({&r, take, sample});
     budget -= take;
@@ -162,7 +173,8 @@ void Scheduler::choose_rows(StepPlan& plan) {
   }
   for (const std::vector<Choice>* list : {&multi, &single})
     for (const Choice& c : *list) {
-      const bool verify = c.r->phase == Running::Phase::decode && c.n > 1;
+      // (a replay segment's rows are decode rows: Logits::each, its samples unused)
+      const bool verify = (c.r->phase == Running::Phase::decode && c.n > 1) || c.r->phase == Running::Phase::replay;
       add_part(plan, *c.r, c.n, verify ? model::Logits::each : c.sample ? model::Logits::last : model::Logits::none);
     }
 }
@@ -179,8 +191,18 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
     ++plan.dropped;
     return;
   }
+  if (r.phase == Running::Phase::replay) {  // plain greedy samplers: no draw, no penalty, no mask
+    static const ops::SamplingParams greedy;
+    plan.parts.push_back({&r, n, logits, 0, true, plan.ids.size()});
+    plan.segments.push_back({&r.cache(), n, logits});
+    plan.ids.insert(plan.ids.end(), r.out.begin() + r.replayed, r.out.begin() + r.replayed + n);
+    Sampler s;
+    s.params = &greedy;
+    plan.samplers.insert(plan.samplers.end(), n, s);
+    return;
+  }
   const uint32_t tentative = logits == model::Logits::each ? n - 1 : 0;
-  plan.parts.push_back({&r, n, logits, tentative, plan.ids.size()});
+  plan.parts.push_back({&r, n, logits, tentative, false, plan.ids.size()});
   plan.segments.push_back({&r.cache(), n, logits});
   if (r.phase == Running::Phase::decode) {
     plan.ids.push_back(r.out.back());

@@ -25,12 +25,15 @@ inline std::string str(uint64_t v) { return std::to_string(v); }
 
 struct Scheduler::Running {
   Job job;
-  enum class Phase { queued, prefill, decode, done } phase = Phase::queued;
+  // replay: a resumed job (preempted, then admitted again) feeding its generated ids again
+  enum class Phase { queued, prefill, replay, decode, done } phase = Phase::queued;
   Clock::time_point submitted, admitted, first_token;
   uint32_t keep = 0;
   uint64_t n_store = 0;
   uint32_t fed = 0;         // prompt tokens in the cache (a cached prefix included)
   uint32_t prompt_end = 0;  // the cache's length once the prompt is in: position of out[0]
+  bool optimistic = false;  // admitted on its prompt's blocks (scheduler.h); may be preempted
+  uint32_t replayed = 0;    // resumed: of out[0 .. size - 1), the ids fed again so far
   std::optional<kv::KvCache::Checkpoint> cp;
   std::mt19937_64 rng;
   std::vector<int32_t> out;   // generated ids
@@ -71,6 +74,13 @@ struct Scheduler::Running {
     return true;
   }
   uint32_t n() const { return uint32_t(job.prompt.size()); }
+  bool resumed() const { return stats.preemptions > 0; }
+  // Tokens the next step may store: decode, its id and proposals; replay, a segment.
+  uint32_t next_rows() const {
+    if (phase == Phase::replay) return std::min<uint32_t>(kReplayRows, uint32_t(out.size()) - 1 - replayed);
+    return phase == Phase::decode ? 1 + (speculates() ? job.options.draft_tokens : 0) : 0;
+  }
+  static constexpr uint32_t kReplayRows = 8;  // most generated ids one replay step feeds again
   Constraint* constraint() const { return job.options.constraint.get(); }
   // The sampler's edits for row `row` of what this job samples in a step.
   ops::LogitEdits edits(uint32_t row, uint32_t words) const {

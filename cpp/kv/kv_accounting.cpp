@@ -44,6 +44,20 @@ bool KvCache::reserve(const std::vector<uint32_t>& per_group) {
   return true;
 }
 
+bool KvCache::top_up(uint32_t n) {
+  Lock lock(pool_->mutex());
+  std::vector<uint32_t> more(groups_.size(), 0);
+  for (uint32_t g = 0; g < groups_.size(); ++g) {
+    const BlockTable& t = *groups_[g].table;
+    const uint32_t need = t.blocks_needed(n);
+    more[g] = need > t.reserved() ? need - t.reserved() : 0;
+    if (more[g] > pool_->blocks(g).available()) return false;
+  }
+  for (uint32_t g = 0; g < groups_.size(); ++g)
+    if (more[g]) groups_[g].table->reserve(more[g]);  // (checked above, under the same lock)
+  return true;
+}
+
 void KvCache::unreserve() {
   Lock lock(pool_->mutex());
   for (Group& g : groups_) g.table->unreserve();

@@ -273,6 +273,10 @@ class KvCache {
   // Reserves them in the pool (all groups or none); false when the pool cannot.
   bool reserve(const std::vector<uint32_t>& per_group);
   void unreserve();  // gives back what the tables did not use
+  // Tops the reservation up to what storing n more tokens takes from the pool
+  // now (BlockTable::blocks_needed, per group), all groups or none; false when
+  // the pool cannot (optimistic admission: the scheduler then preempts).
+  bool top_up(uint32_t n);
 
   // Whether the cache takes part in the prefix cache: not with a residual
   // window, whose queries read their window's f16 rows, which a prefix's
