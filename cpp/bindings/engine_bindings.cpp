@@ -320,7 +320,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "__init__",
           [](PyEngine* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights, uint32_t prefill_chunk,
              uint32_t kv_context, uint32_t max_seqs, uint32_t step_tokens, const std::optional<kv::KvOptions>& kv,
-             bool batch_invariant, std::optional<nb::dict> draft_spec, PyWeights* draft_weights) {
+             bool batch_invariant, std::optional<nb::dict> draft_spec, PyWeights* draft_weights, bool preempt) {
             for (PyWeights* w : {&weights, draft_weights}) {
               if (!w) continue;
               if (!w->weights) throw nb::value_error("[engine] these weights were given to an Engine already");
@@ -339,7 +339,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
               draft_weights->weights.reset();
             }
             const engine::EngineOptions o{prefill_chunk, kv_context, max_seqs, step_tokens, kv.value_or(kv::KvOptions{}),
-                                          batch_invariant};
+                                          batch_invariant, preempt};
             new (self) PyEngine{dev, std::make_unique<engine::Engine>(dev.device, std::move(mdl), o, std::move(draft)),
                                 bytes};
             std::lock_guard<std::mutex> lock(engines_mutex);
@@ -347,14 +347,16 @@ void bind_engine(nb::module_& m, nb::module_&) {
           },
           "device"_a, "spec"_a, "weights"_a, "prefill_chunk"_a = 128, "kv_context"_a = 0, "max_seqs"_a = 64,
           "step_tokens"_a = 0, "kv"_a = nb::none(), "batch_invariant"_a = true, "draft_spec"_a = nb::none(),
-          "draft_weights"_a.none() = nb::none(),
+          "draft_weights"_a.none() = nb::none(), "preempt"_a = true,
           "Takes the weights (the Weights object is empty afterwards). kv_context: tokens a cache holds by\n"
           "default (a budget's fraction is of it; the shared pool is sized for sequences of it). max_seqs: calls\n"
           "running at once (more wait); step_tokens: rows one step feeds (0: prefill_chunk + max_seqs).\n"
           "kv: the caches' KvOptions (formats, residual window, eviction policy, kv_memory: the shared pool's\n"
           "bytes, 'auto' by default); None: the defaults. batch_invariant: False lets a step with the device's\n"
           "gemm_decode_rows decoding sequences or more run their projections as a gemm (EngineOptions).\n"
-          "draft_spec, draft_weights: a draft model for speculate='draft' (its Weights are taken too).")
+          "draft_spec, draft_weights: a draft model for speculate='draft' (its Weights are taken too).\n"
+          "preempt: optimistic admission with preemption (EngineOptions::preempt); False: every call reserves all.")
+      .def_prop_ro("preempt", [](const PyEngine& e) { return e.engine->options().preempt; })
       .def_prop_ro("batch_invariant", [](const PyEngine& e) { return e.engine->options().batch_invariant; },
                    "False when decode rows may join the gemm (EngineOptions::batch_invariant).")
       .def_prop_ro("kv_options", [](const PyEngine& e) { return e.engine->options().kv; },

@@ -17,7 +17,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 SchedulerOptions scheduler_options(const EngineOptions& o, const gpu::Device& device) {
   return {o.prefill_chunk, o.max_seqs, o.step_tokens ? o.step_tokens : o.prefill_chunk + o.max_seqs,
-          o.batch_invariant ? 0 : device.properties().gemm_decode_rows};
+          o.batch_invariant ? 0 : device.properties().gemm_decode_rows, o.preempt};
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ struct EngineOptions {
   // gemm_decode_rows decoding sequences runs their projections as a gemm
   // (Model::encode_step), faster with many sequences, equal only to rounding.
   bool batch_invariant = true;
+  // Optimistic admission with preemption (SchedulerOptions::optimistic, scheduler.h);
+  // false: every call reserves every block it may take, and waits for them.
+  bool preempt = true;
 };
 
 inline constexpr uint32_t kMaxSeqs = 4096;

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+import numpy as np
+
 from . import _core
 
 WAIT_SECONDS = 0.1  # between checks for Ctrl-C while the engine runs
@@ -168,3 +170,11 @@ def call_stats(calls: list[Call], many: bool) -> dict:
     total["max_batch"] = max(st["max_batch"] for st in each)
     total["requests"] = each
     return total
+
+
+def is_prompt_list(prompts) -> bool:
+    """A list (or tuple) of prompts: of str, or of token-id sequences."""
+    if isinstance(prompts, (str, bytes, np.ndarray)) or not isinstance(prompts, (list, tuple)):
+        return False
+    return len(prompts) == 0 or all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and
+                                                            not isinstance(p, str)) for p in prompts)

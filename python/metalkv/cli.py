@@ -121,6 +121,7 @@ def _load(args: argparse.Namespace, kv: bool = True, **kw):
     check_against_model(args, opts, loaded.config)
     kw = dict(given, **kw)
     kw.setdefault("context", args.context)
+    kw.setdefault("preempt", getattr(args, "preempt", True))
     if getattr(args, "draft_model", None):
         kw.setdefault("draft", args.draft_model)
     return metalkv.Engine.load(loaded, device=args.device, quantize=args.quantize, **kw)

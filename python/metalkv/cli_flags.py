@@ -25,6 +25,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "
                         "(default: weights as stored)")
+    p.add_argument("--no-preempt", dest="preempt", action="store_false",
+                   help="every call first reserves the KV blocks of its whole --max-tokens (default: a call starts "
+                        "on its prompt's blocks and may give them back for others and resume, its reply unchanged)")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="a Jinja chat template to use instead of the model's (e.g. one that takes tools)")
     _add_kv_flags(p)

