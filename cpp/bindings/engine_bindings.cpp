@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "bindings.h"
+#include "kv/prefix_cache.h"
 #include "bindings/args.h"
 #include "engine/engine.h"
 #include "engine/lookup.h"
@@ -388,6 +389,15 @@ void bind_engine(nb::module_& m, nb::module_&) {
           },
           "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks, free blocks\n"
           "(evictable ones included), blocks in the prefix cache, evictable ones (cached, no owner) and reserved ones.")
+      .def(
+          "cached_prefix",
+          [](const PyEngine& e, const std::vector<int32_t>& ids) -> uint32_t {
+            const kv::KvPool* p = e.engine->kv_pool();
+            if (!p || ids.size() < kv::kBlockTokens) return 0;
+            std::lock_guard<std::recursive_mutex> lock(p->mutex());
+            return kv::prefix::find(*p, ids.data(), uint32_t(ids.size()), uint32_t(ids.size())).tokens;
+          },
+          "ids"_a, "Tokens of ids' longest prefix the shared pool's prefix cache holds now (whole blocks).")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store,

@@ -16,6 +16,7 @@
 
 #include "bindings.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "ops/rope.h"
 
 namespace nb = nanobind;
@@ -201,6 +202,17 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 }  // namespace
 
 void bind_kv(nb::module_& m, nb::module_&) {
+  m.def(
+      "prefix_hashes",
+      [](const std::vector<int32_t>& ids) {
+        std::vector<uint64_t> out;
+        for (size_t i = 0; i + kv::kBlockTokens <= ids.size(); i += kv::kBlockTokens)
+          out.push_back(kv::prefix::chain_hash(out.empty() ? 0 : out.back(), ids.data() + i));
+        return out;
+      },
+      "ids"_a,
+      "The prefix cache's key of each full block of ids: block i's chain hash covers its BLOCK_TOKENS ids and "
+      "block i - 1's hash, so it names the whole prefix up to its end (kv/prefix_cache.h).");
   nb::class_<PyKVCache>(m, "KVCache",
                         "One sequence's K/V: per layer a pool (its K section, then its V section, f16 (slots, n_kv_heads, "
                         "head_dim) or quantized: docs/KV_QUANT.md) cut into blocks of "
@@ -466,6 +478,23 @@ void bind_kv(nb::module_& m, nb::module_&) {
       .def("begin_at", [](PyKVCache& c, const std::vector<uint32_t>& first) { c.cache->begin_at(first); }, "first"_a,
            "An empty cache whose layer l starts at position first[l] (layers of a window together, full layers at "
            "0): how a saved cache is read back.")
+      .def(
+          "publish_rows",
+          [](PyKVCache& c, const std::vector<int32_t>& ids) {
+            kv::KvCache& k = *c.cache;
+            const uint32_t n = uint32_t(ids.size());
+            for (uint32_t l = 0; l < k.n_layers(); ++l)
+              if (k.length(l) != n) throw nb::value_error("[kv_cache] publish_rows: every layer must hold the ids' rows");
+            if (!k.record().tokens().empty() || n < 2)
+              throw nb::value_error("[kv_cache] publish_rows needs a cache that recorded no tokens, and 2 ids or more");
+            k.record().record(ids.data(), n);
+            k.record().stored(0, n);
+            if (!k.owns_pool()) kv::prefix::publish(k);
+          },
+          "ids"_a,
+          "Records ids as the tokens of the rows the cache holds, which must be what a prefill of them gives "
+          "(rows read back from a prefix store: metalkv.prefix_store), and publishes its full blocks to the "
+          "engine's prefix cache, where later calls take them.")
       .def("record_tokens",
            [](PyKVCache& c, const std::vector<int32_t>& ids) { c.cache->record().record(ids.data(), uint32_t(ids.size())); },
            "ids"_a, "Appends to tokens (what an engine fed); for reading a saved cache back.")

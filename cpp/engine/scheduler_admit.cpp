@@ -16,11 +16,18 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   r.n_store = r.n() + extra;  // (max_tokens < 2^63: no overflow)
   std::lock_guard<std::recursive_mutex> pool_lock(c.pool().mutex());
 
-  // 1. room: a shared pool reserves every block the call may take, or (optimistic)
-  // its prompt's and the ids it has generated, with a watermark left for the
-  // running calls to grow into; or the job waits
+  // 1. room: a shared pool reserves every block the call may take past the
+  // prefix the prefix cache hands it, or (optimistic) its prompt's and the ids it
+  // has generated, with a watermark left for the running calls to grow into; or
+  // the job waits
   kv::prefix::Match match;
-  std::vector<uint32_t> need = c.blocks_to_store(r.keep, r.n_store);
+  const bool fresh = r.keep == 0 || c.length(0) == 0;
+  if (!c.owns_pool() && fresh && !r.job.logits && o.prefix_cache && c.shares_prefixes() &&
+      r.n() >= 2 + kv::kBlockTokens)
+    match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2);
+  const uint32_t from = std::max(r.keep, match.tokens);  // (a match is whole blocks: no tail to copy)
+  const auto stored_after = [&](uint64_t n) { return c.blocks_to_store(from, r.keep + n - from); };
+  std::vector<uint32_t> need = stored_after(r.n_store);
   r.optimistic = false;
   if (options_.optimistic && !c.owns_pool() && o.ephemeral && !r.job.logits && o.max_tokens > 0 &&
       o.speculate != Speculate::draft && c.spec().policy.kind == kv::PolicyKind::none) {
@@ -29,16 +36,13 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   }
   std::vector<uint32_t> watermark(c.pool().n_groups(), 0);
   if (r.optimistic) {
-    const std::vector<uint32_t> now = c.blocks_to_store(r.keep, uint64_t(r.n()) + r.out.size());
+    const std::vector<uint32_t> now = stored_after(uint64_t(r.n()) + r.out.size());
     for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {  // (a sliding group's: as far as its window)
       need[g] = now[g];
       watermark[g] = n_running_ > 0 ? std::max(1u, c.pool().blocks(g).capacity() / 32) : 0;
     }
   }
   if (!c.owns_pool()) {
-    const bool fresh = r.keep == 0 || c.length(0) == 0;
-    if (fresh && !r.job.logits && o.prefix_cache && c.shares_prefixes() && r.n() >= 2 + kv::kBlockTokens)
-      match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2);
     for (uint32_t g = 0; g < c.pool().n_groups(); ++g) {
       const kv::BlockPool& blocks = c.pool().blocks(g);
       const uint32_t want = need[g] + (match.tokens ? match.evictable[g] : 0);

@@ -140,7 +140,7 @@ def save_cache(cache, path: str | os.PathLike) -> None:
         offset += t.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the data section 8-byte aligned
-    _write_atomically(pathlib.Path(path), [len(blob).to_bytes(8, "little"), blob, data])
+    write_atomically(pathlib.Path(path), [len(blob).to_bytes(8, "little"), blob, data])
 
 
 def _save_by_index(cache, layer: int, tensors: dict, shape: tuple) -> None:
@@ -159,7 +159,7 @@ def _save_by_index(cache, layer: int, tensors: dict, shape: tuple) -> None:
         tensors[f"layer.{layer}.scores"] = np.ascontiguousarray(np.asarray(scores)[:, :n], np.float32)
 
 
-def _write_atomically(path: pathlib.Path, parts: list[bytes]) -> None:
+def write_atomically(path: pathlib.Path, parts: list[bytes]) -> None:
     directory = path.parent if str(path.parent) else pathlib.Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:

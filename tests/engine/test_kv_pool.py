@@ -98,14 +98,28 @@ def test_a_call_the_pool_cannot_hold_is_a_clear_error_and_changes_nothing(tiny_p
     greedy(engine, list(range(1, 41)), first, n=1)  # 40 tokens: 2 blocks
     second = engine.new_cache()
     before = engine.kv_pool["groups"][0]["free_blocks"]
+    other = list(range(2, 42))  # (not the first's prompt, whose cached block it would share)
     with pytest.raises(metalkv.GpuError, match=r"\[engine\] the KV pool is full: this call may store 40 tokens after 0 "
                                                r"and needs 2 blocks of 32 tokens in the layers of window 0; 1 of 3 are "
                                                r"free, the rest held by other caches"):
-        greedy(engine, list(range(1, 41)), second, n=1)
+        greedy(engine, other, second, n=1)
     assert second.length(0) == 0 and list(second.tokens) == []
     assert engine.kv_pool["groups"][0]["free_blocks"] == before
     del first
+    assert greedy(engine, other, second, n=1) == greedy(probe, other, n=1)
+
+
+def test_a_call_reserves_only_what_its_cached_prefix_does_not_hold(tiny_paths):
+    """The same prompt again, while the first cache still holds it: its first block
+    comes from the prefix cache, so the call needs one block, not two, and fits."""
+    probe = load(tiny_paths["tiny"], kv_memory=None)
+    layer_block = 2 * B * probe.config.n_kv_heads * probe.config.head_dim * 2
+    engine = load(tiny_paths["tiny"], kv_memory=3 * layer_block * probe.config.n_layers)
+    first = engine.new_cache()
+    greedy(engine, list(range(1, 41)), first, n=1)
+    second = engine.new_cache()
     assert greedy(engine, list(range(1, 41)), second, n=1) == greedy(probe, list(range(1, 41)), n=1)
+    assert engine.last_stats["prompt_tokens_cached"] == 32
 
 
 def test_a_call_waits_for_blocks_a_running_call_gives_back(tiny_paths):

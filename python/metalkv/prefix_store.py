@@ -1,0 +1,285 @@
+"""Prefix blocks beyond the device pool: a host-memory tier and a disk tier under the
+engine's prefix cache (docs/KV_CACHE.md, "Prefix store").
+
+    store = PrefixStore(engine, "/var/cache/metalkv", disk_bytes="20GB", host_bytes="2GB")
+    store.warm(ids)    # before a call: the prompt's blocks found in a tier go back to the pool
+    store.save(ids)    # after it: the prompt's blocks the tiers lack are written to them
+
+A block is the prefix cache's unit: 32 positions' K and V rows in every layer, keyed by
+the chain hash of every token up to its end (_core.prefix_hashes, the device cache's own
+key), so a key names a whole prefix, and each entry also carries its 32 token ids and its
+parent's hash, checked on every read: a hash collision can never hand out another
+prefix's rows. Only the prefix cache's blocks are stored: rows a prefill computed, which
+are the same bits however the prompt was cut into chunks, so a call that takes them back
+gets the reply it would get computing them.
+
+`warm` reads the longest run of the prompt's blocks the tiers hold (host first), writes
+their rows into a new cache of the engine's pool and publishes them to the device prefix
+cache (KVCache.publish_rows); the call then takes them as any cached prefix. `save`
+reads the rows of the prompt's cached blocks back from the device (a call of no new
+tokens over the prefix adopts them) and writes each block the tiers lack.
+
+Disk: one file per block, `<dir>/<namespace>/<hash>.blk`, where the namespace is a hash
+of the model's fingerprint, each layer's KV formats, the rotation, the shapes and this
+format's version: another model or another cache format never reads them. Files are
+written atomically (a temporary file, fsynced, renamed), so processes may share a
+directory; an entry that fails its checks (magic, header, SHA-256 of the data, tokens,
+parent) is refused, deleted, and counted in `stats["corrupt"]`. The directory is kept
+under disk_bytes by deleting the least recently used files (their modification time is
+touched on each hit). The host tier is a dict in this process under host_bytes, least
+recently used first out.
+
+Not stored: caches with sliding-window layers, a residual window or an eviction policy
+(the device prefix cache does not share those either, or not whole: their layers do not
+keep every block of a prefix).
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import pathlib
+import re
+import struct
+import threading
+
+import numpy as np
+
+from . import _core
+from .cache_file import write_atomically
+from .errors import ArgumentError, argument_error
+
+MAGIC = b"MKVB"
+VERSION = 1
+B = 32  # the pool's block: _core.BLOCK_TOKENS
+
+
+class PrefixStore:
+    def __init__(self, engine, directory: str | os.PathLike | None = None, *, disk_bytes: int | str = "20GB",
+                 host_bytes: int | str = "1GB"):
+        if engine.kv_pool is None:
+            raise ArgumentError("[prefix_store] the engine has no shared KV pool (kv_memory=None): there is no "
+                                "prefix cache to keep blocks of")
+        probe = engine.new_cache(capacity=B)
+        if any(probe.windows) or probe.residual:
+            raise ArgumentError("[prefix_store] this engine's caches have sliding-window layers or a residual "
+                                "window, whose layers do not keep every block of a prefix: not supported")
+        self.engine = engine
+        self.n_layers = probe.n_layers
+        self.formats = [list(probe.formats(layer)) for layer in range(self.n_layers)]
+        ident = {"version": VERSION, "model": engine.fingerprint, "formats": self.formats,
+                 "rotate": [bool(probe.rotated(layer)) for layer in range(self.n_layers)],
+                 "shape": [probe.n_layers, probe.n_kv_heads, probe.head_dim], "block": B}
+        self.namespace = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+        self.dir = pathlib.Path(directory) / self.namespace if directory is not None else None
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.disk_bytes, self.host_bytes = _size(disk_bytes, "disk_bytes"), _size(host_bytes, "host_bytes")
+        self._host: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._host_used = 0
+        self._lock = threading.Lock()
+        self.stats = collections.Counter()  # loaded_host, loaded_disk (tokens), saved (blocks), corrupt, ...
+
+    # ---- entries --------------------------------------------------------------------
+    def _path(self, h: int) -> pathlib.Path:
+        return self.dir / f"{h:016x}.blk"
+
+    @staticmethod
+    def _encode(h: int, parent: int, tokens: list[int], parts: list[bytes]) -> bytes:
+        data = b"".join(parts)
+        header = json.dumps({"hash": h, "parent": parent, "tokens": tokens, "sizes": [len(p) for p in parts],
+                             "sha256": hashlib.sha256(data).hexdigest()}).encode()
+        return MAGIC + struct.pack("<II", VERSION, len(header)) + header + data
+
+    def _decode(self, blob: bytes, h: int, parent: int, tokens: list[int]) -> list[bytes] | None:
+        """The entry's parts (per layer: K data, K params, V data, V params), or None when
+        it is not this block's, or is damaged."""
+        try:
+            if blob[:4] != MAGIC:
+                return None
+            version, n = struct.unpack("<II", blob[4:12])
+            header = json.loads(blob[12:12 + n])
+            data = blob[12 + n:]
+            if version != VERSION or hashlib.sha256(data).hexdigest() != header["sha256"]:
+                return None
+            if header["hash"] != h or header["parent"] != parent or header["tokens"] != tokens:
+                return None
+            sizes = header["sizes"]
+            if len(sizes) != 4 * self.n_layers or sum(sizes) != len(data):
+                return None
+        except (ValueError, KeyError, TypeError, struct.error):
+            return None
+        out, at = [], 0
+        for s in sizes:
+            out.append(data[at:at + s])
+            at += s
+        return out
+
+    def _host_put(self, h: int, blob: bytes) -> None:
+        if len(blob) > self.host_bytes:
+            return
+        old = self._host.pop(h, None)
+        self._host_used -= len(old) if old else 0
+        self._host[h] = blob
+        self._host_used += len(blob)
+        while self._host_used > self.host_bytes:
+            _, dropped = self._host.popitem(last=False)
+            self._host_used -= len(dropped)
+
+    def _get(self, h: int, parent: int, tokens: list[int]) -> tuple[list[bytes], str] | None:
+        """A block's parts and the tier that had it (host, then disk)."""
+        with self._lock:
+            blob = self._host.get(h)
+            if blob is not None:
+                self._host.move_to_end(h)
+                parts = self._decode(blob, h, parent, tokens)
+                if parts is not None:
+                    return parts, "host"
+                self._host_used -= len(self._host.pop(h))
+        if self.dir is None:
+            return None
+        path = self._path(h)
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        parts = self._decode(blob, h, parent, tokens)
+        if parts is None:  # damaged, or another prefix's (a collision): never used
+            self.stats["corrupt"] += 1
+            path.unlink(missing_ok=True)
+            return None
+        os.utime(path)  # recently used
+        with self._lock:
+            self._host_put(h, blob)
+        return parts, "disk"
+
+    def _has(self, h: int) -> bool:
+        with self._lock:
+            if h in self._host:
+                return True
+        return self.dir is not None and self._path(h).exists()
+
+    # ---- warm: the tiers into the device pool -----------------------------------------
+    def warm(self, ids) -> int:
+        """Puts the prompt's longest run of blocks the tiers hold into the device prefix
+        cache (as much as a call could take: up to two tokens before the prompt's end).
+        The tokens the device cache holds for the prompt afterwards."""
+        ids = [int(i) for i in ids]
+        core = self.engine._core
+        usable = max(len(ids) - 2, 0) // B
+        have = core.cached_prefix(ids[:usable * B])
+        hashes = _core.prefix_hashes(ids[:usable * B])
+        got, tiers = [], []
+        for i, h in enumerate(hashes):
+            found = self._get(h, hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B])
+            if found is None:
+                break
+            got.append(found[0])
+            tiers.append(found[1])
+        if len(got) * B <= have:
+            return have
+        n = len(got) * B
+        cache = self.engine.new_cache(capacity=n)
+        try:
+            self._write(cache, got)
+            cache.publish_rows(ids[:n])
+        except _core.GpuError as e:  # the pool has no room now: the call computes its prompt
+            self.stats["warm_failed"] += 1
+            self.stats["last_error"] = str(e)
+            return have
+        finally:
+            del cache  # its blocks stay in the prefix cache, evictable
+        for tier in ("host", "disk"):
+            self.stats[f"loaded_{tier}"] += B * sum(t == tier for i, t in enumerate(tiers) if (i + 1) * B > have)
+        return n
+
+    def _write(self, cache, blocks: list[list[bytes]]) -> None:
+        n = len(blocks) * B
+        step = cache.max_chunk
+        zeros = np.zeros((step, cache.n_kv_heads, cache.head_dim), np.float32)
+        for lo in range(0, n, step):
+            hi = min(lo + step, n)
+            for layer in range(self.n_layers):
+                cache.append(layer, zeros[:hi - lo], zeros[:hi - lo])
+                for kv in (0, 1):
+                    data = b"".join(blocks[b][4 * layer + 2 * kv] for b in range(lo // B, (hi + B - 1) // B))
+                    params = b"".join(blocks[b][4 * layer + 2 * kv + 1] for b in range(lo // B, (hi + B - 1) // B))
+                    cache.write_rows(layer, kv, lo, _rows(data, hi - lo), _rows(params, hi - lo))
+
+    # ---- save: the device pool into the tiers --------------------------------------------
+    def save(self, ids) -> int:
+        """Writes the prompt's blocks the device prefix cache holds and the tiers lack;
+        the number written."""
+        ids = [int(i) for i in ids]
+        core = self.engine._core
+        n = core.cached_prefix(ids[:max(len(ids) - 2, 0) // B * B])
+        hashes = _core.prefix_hashes(ids[:n])
+        missing = [i for i, h in enumerate(hashes) if not self._has(h)]
+        if not missing:
+            return 0
+        cache = self.engine.new_cache(capacity=n + 2)
+        self.engine.generate_ids(ids[:n + 2], cache=cache, max_tokens=0)  # adopts the n cached tokens
+        rows = [[cache.read_rows(layer, kv, 0, n) for kv in (0, 1)] for layer in range(self.n_layers)]
+        del cache
+        for i in missing:
+            parts = []
+            for layer in range(self.n_layers):
+                for kv in (0, 1):
+                    data, params = rows[layer][kv]
+                    parts += [np.asarray(data)[i * B:(i + 1) * B].tobytes(),
+                              np.asarray(params)[i * B:(i + 1) * B].tobytes()]
+            blob = self._encode(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B], parts)
+            with self._lock:
+                self._host_put(hashes[i], blob)
+            if self.dir is not None:
+                write_atomically(self._path(hashes[i]), [blob])
+        self.stats["saved"] += len(missing)
+        if self.dir is not None:
+            self._trim()
+        return len(missing)
+
+    def _trim(self) -> None:
+        """The directory back under disk_bytes: least recently used files out."""
+        entries = []
+        for p in self.dir.glob("*.blk"):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, p))
+        total = sum(e[1] for e in entries)
+        for _, size, p in sorted(entries, key=lambda e: e[0]):
+            if total <= self.disk_bytes:
+                break
+            p.unlink(missing_ok=True)
+            total -= size
+            self.stats["evicted_disk"] += 1
+
+    def tiers(self) -> dict:
+        """What each tier holds now: blocks and bytes."""
+        out = {"host": {"blocks": len(self._host), "bytes": self._host_used, "max_bytes": self.host_bytes}}
+        if self.dir is not None:
+            sizes = [p.stat().st_size for p in self.dir.glob("*.blk")]
+            out["disk"] = {"blocks": len(sizes), "bytes": sum(sizes), "max_bytes": self.disk_bytes,
+                           "directory": str(self.dir)}
+        return out
+
+
+def _rows(blob: bytes, n: int) -> np.ndarray:
+    """n rows of a block run's bytes (write_rows wants (n, row bytes) uint8; f16 has no params)."""
+    return np.frombuffer(blob, np.uint8).reshape(n, len(blob) // n)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def _size(value, name: str) -> int:
+    """Bytes: an int >= 0, or a size such as '20GB' or '512MiB' (as kv_memory takes them)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise argument_error("prefix_store", name, value, "an int (bytes) or a size such as '20GB' or '512MiB'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
