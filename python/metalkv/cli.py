@@ -339,16 +339,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--port {args.port}: expected 1..65535")
     if args.max_calls < 1:
         raise CliError(f"--max-calls {args.max_calls}: expected a positive int")
+    if args.prefix_store:  # the sizes, before the model loads
+        from .prefix_store import check_size
+
+        try:
+            check_size(args.prefix_store_size, "disk_bytes"), check_size(args.prefix_store_host, "host_bytes")
+        except ArgumentError as e:
+            raise CliError(user_words(e)) from None
     api_key = args.api_key or os.environ.get("METALKV_API_KEY") or None
     sock = bind(args.host, args.port)  # a busy port is said before the model loads (AddressError, exit 2)
     engine = _load(args, max_seqs=args.max_seqs, batch_invariant=args.batch_invariant)
+    store = None
+    if args.prefix_store:
+        from .prefix_store import PrefixStore
+
+        try:
+            store = PrefixStore(engine, args.prefix_store, disk_bytes=args.prefix_store_size,
+                                host_bytes=args.prefix_store_host)
+        except ArgumentError as e:
+            raise CliError(user_words(e)) from None
+        except OSError as e:
+            raise CliError(f"--prefix-store {args.prefix_store}: {e.strerror}") from None
     name = args.model_name or engine.model_path.name.removesuffix(".gguf")
     if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         print(f"metalkv serve: warning: listening on {args.host} with no --api-key: anyone who reaches this "
               f"machine can use the model", file=sys.stderr)
     serve(engine, host=args.host, sock=sock, shutdown_timeout=args.shutdown_timeout, model_name=name,
           ready=lambda url: print(f"metalkv serve: {name} at {url}/v1 (Ctrl-C stops)", file=sys.stderr),
-          api_key=api_key, max_calls=args.max_calls, defaults=defaults, max_tokens=args.max_tokens)
+          api_key=api_key, max_calls=args.max_calls, defaults=defaults, max_tokens=args.max_tokens,
+          prefix_store=store)
     return 0
 
 

@@ -17,7 +17,8 @@ import re
 from .kv_options import KV_OPTIONS
 
 # The API's words for what a flag sets, where the flag's name is not the keyword's.
-_FLAG_OF = {"capacity": "--context", "context": "--context", "max_seqs": "--max-seqs"}
+_FLAG_OF = {"capacity": "--context", "context": "--context", "max_seqs": "--max-seqs",
+            "disk_bytes": "--prefix-store-size", "host_bytes": "--prefix-store-host"}
 # Phrases of the API's messages and what the CLI says instead.
 _PHRASES = {
     "new_cache(capacity=...) or Engine.load(context=...)": "--context",

@@ -195,6 +195,14 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-calls", type=int, default=256,
                    help="replies in flight, running or queued, before a request is refused with 429 "
                         "(default: %(default)s)")
+    p.add_argument("--prefix-store", default=None, metavar="DIR",
+                   help="keep prompts' KV blocks in host memory and in DIR beyond the KV pool: a prompt seen before, "
+                        "even by an earlier run of the server or another server sharing DIR, starts from them "
+                        "(docs/KV_CACHE.md \"Prefix store\")")
+    p.add_argument("--prefix-store-size", default="20GB", metavar="SIZE",
+                   help="most bytes DIR holds, least recently used out first (default: %(default)s)")
+    p.add_argument("--prefix-store-host", default="1GB", metavar="SIZE",
+                   help="most bytes the host-memory tier holds (default: %(default)s)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="seconds replies in flight get to finish after SIGINT/SIGTERM (default: %(default)s)")
     _add_sampling_flags(p, unset=True)

@@ -75,7 +75,7 @@ class PrefixStore:
         self.dir = pathlib.Path(directory) / self.namespace if directory is not None else None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
-        self.disk_bytes, self.host_bytes = _size(disk_bytes, "disk_bytes"), _size(host_bytes, "host_bytes")
+        self.disk_bytes, self.host_bytes = check_size(disk_bytes, "disk_bytes"), check_size(host_bytes, "host_bytes")
         self._host: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._host_used = 0
         self._lock = threading.Lock()
@@ -275,7 +275,7 @@ _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**
           "tib": 2**40}
 
 
-def _size(value, name: str) -> int:
+def check_size(value, name: str) -> int:
     """Bytes: an int >= 0, or a size such as '20GB' or '512MiB' (as kv_memory takes them)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value

@@ -27,6 +27,7 @@ from ..tools import ReplyStream
 from . import protocol as proto
 from .bridge import Bridge, Overloaded, Run
 from .metrics import Metrics
+from .store_worker import StoreWorker
 
 MAX_BODY_BYTES = 32 << 20
 DISCONNECT_CHECK_SECONDS = 0.5  # how often a request answered whole looks for a client that has gone
@@ -37,8 +38,9 @@ class Server:
     """What the app's handlers share: the engine, its bridge and the server's defaults."""
 
     def __init__(self, engine, *, model_name: str, api_key: str | None = None, max_calls: int | None = None,
-                 defaults: dict | None = None, max_tokens: int | None = None):
+                 defaults: dict | None = None, max_tokens: int | None = None, prefix_store=None):
         self.engine = engine
+        self.store = StoreWorker(prefix_store) if prefix_store is not None else None  # host/disk prefix tiers
         self.model_name = model_name
         self.api_key = api_key
         self.defaults = dict(defaults or {})  # Sampling fields a request leaves out
@@ -47,8 +49,8 @@ class Server:
             max_calls = DEFAULT_MAX_CALLS
         if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 1:
             raise argument_error("serve", "max_calls", max_calls, "an int >= 1 (replies in flight before a 429)")
-        self.metrics = Metrics(engine)
-        self.bridge = Bridge(engine, max_calls, on_end=self.metrics.ended)
+        self.metrics = Metrics(engine, prefix_store)
+        self.bridge = Bridge(engine, max_calls, on_end=self.ended)
         self.created = int(time.time())
         self.tool_format = NativeFormat.of_template(engine.chat_template)  # None: the generic tool format
 
@@ -85,9 +87,20 @@ class Server:
                 specs.append(dict(prompt=ids, stop=job.stop, logprobs=job.logprobs, **sampling))
         return specs
 
+    def ended(self, call) -> None:
+        """A call's end: counted, and its prompt's cached blocks saved to the store's tiers."""
+        stats = call.stats()
+        self.metrics.ended(stats)
+        if self.store is not None and stats["finish_reason"] != "aborted":
+            self.store.save(getattr(call, "prompt_ids", None))
+
     def start(self, job: proto.Job) -> Run:
         try:
-            return self.bridge.start(self.specs(job))
+            specs = self.specs(job)
+            run = self.bridge.start(specs)
+            for call, spec in zip(run.calls, specs):
+                call.prompt_ids = spec["prompt"]  # (what ended() saves)
+            return run
         except Overloaded:
             raise proto.ApiError(429, f"the server is busy: {self.bridge.max_calls} replies are in flight; retry "
                                       f"shortly", type="rate_limit_error", code="server_busy",
@@ -279,11 +292,15 @@ class _ClientWatch:
 
 
 def create_app(engine, **options) -> Starlette:
-    """The app for `engine` (Server's options: model_name, api_key, max_calls, defaults, max_tokens)."""
+    """The app for `engine` (Server's options: model_name, api_key, max_calls, defaults, max_tokens,
+    prefix_store: a metalkv.prefix_store.PrefixStore of the engine, or None)."""
     server = Server(engine, **options)
 
     async def respond(request: Request, parse) -> Response:
         job = parse(await server.body(request))
+        if server.store is not None:  # the prompts' blocks the host or disk tier holds go back to the pool
+            for ids in job.prompts:
+                await asyncio.to_thread(server.store.warm, ids)
         run = server.start(job)
         if job.stream:
             return _EventStream(server.events(job, run), media_type="text/event-stream",
@@ -341,6 +358,8 @@ def create_app(engine, **options) -> Starlette:
             yield
         finally:
             await server.bridge.close()
+            if server.store is not None:
+                server.store.close()
 
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),

@@ -76,7 +76,7 @@ class Bridge:
 
     def __init__(self, engine, max_calls: int, on_end=None):
         self.engine = engine
-        self.on_end = on_end  # called with each call's stats as it ends (the server's metrics)
+        self.on_end = on_end  # called with each call as it ends (the server's metrics and prefix store)
         self.max_calls = max_calls  # calls started and not over, beyond which new requests are refused
         self.channel = _core.Channel()
         self.runs: set[Run] = set()
@@ -143,7 +143,7 @@ class Bridge:
             if self.on_end is not None:
                 for i, call in enumerate(run.calls):
                     if run.finished[i] and not was[i]:
-                        self.on_end(call.stats())
+                        self.on_end(call)
             if run.abandoned and run.done:
                 self.runs.discard(run)
                 self.cancelled += sum(c.request.finish_reason == "cancelled" for c in run.calls)

@@ -16,24 +16,30 @@ Read at each scrape:
   queued for room in it;
 - metalkv_kv_blocks{window, state}: the shared KV pool's blocks per window group, by
   state (used by live caches, cached prefixes, reserved for calls' coming tokens, free);
-  metalkv_kv_pool_bytes and metalkv_kv_pool_usage (the fraction not free).
+  metalkv_kv_pool_bytes and metalkv_kv_pool_usage (the fraction not free);
+- with a prefix store (metalkv serve --prefix-store): metalkv_prefix_store_loaded_tokens_total
+  {tier} (prompt tokens put back into the pool from the host or disk tier),
+  metalkv_prefix_store_saved_blocks_total, metalkv_prefix_store_corrupt_entries_total and
+  metalkv_prefix_store_bytes{tier}.
 """
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 BUCKETS_TTFT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BUCKETS_CALL = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class _Live:
-    """The gauges, read from the engine when scraped."""
+    """The gauges, read from the engine (and the prefix store) when scraped."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, store=None):
         self.engine = engine
+        self.store = store
 
     def collect(self):
+        yield from self._store()
         core = self.engine._core
         yield GaugeMetricFamily("metalkv_requests_running", "Calls in the engine's batch.", value=core.running)
         yield GaugeMetricFamily("metalkv_requests_waiting", "Calls queued for room in the batch or the KV pool.",
@@ -59,10 +65,29 @@ class _Live:
                                 value=1.0 - free / total if total else 0.0)
 
 
+    def _store(self):
+        if self.store is None:
+            return
+        loaded = CounterMetricFamily("metalkv_prefix_store_loaded_tokens", "Prompt tokens the prefix store put back "
+                                     "into the KV pool, by the tier that held them.", labels=["tier"])
+        for tier in ("host", "disk"):
+            loaded.add_metric([tier], self.store.stats[f"loaded_{tier}"])
+        yield loaded
+        yield CounterMetricFamily("metalkv_prefix_store_saved_blocks", "Blocks written to the prefix store.",
+                                  value=self.store.stats["saved"])
+        yield CounterMetricFamily("metalkv_prefix_store_corrupt_entries", "Entries refused and deleted.",
+                                  value=self.store.stats["corrupt"])
+        held = GaugeMetricFamily("metalkv_prefix_store_bytes", "Bytes each tier of the prefix store holds.",
+                                 labels=["tier"])
+        for tier, t in self.store.tiers().items():
+            held.add_metric([tier], t["bytes"])
+        yield held
+
+
 class Metrics:
     """The server's registry (one per app, so several apps in one process keep apart)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, store=None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("metalkv_requests", "Calls ended, by finish reason.", ["finish_reason"], registry=r)
         self.prompt_tokens = Counter("metalkv_prompt_tokens", "Prompt tokens of ended calls.", registry=r)
@@ -77,7 +102,7 @@ class Metrics:
                               buckets=BUCKETS_TTFT, registry=r)
         self.seconds = Histogram("metalkv_request_seconds", "Queue, prompt and decode time of a call.",
                                  buckets=BUCKETS_CALL, registry=r)
-        r.register(_Live(engine))
+        r.register(_Live(engine, store))
 
     def ended(self, stats: dict) -> None:
         """One call's end (Call.stats())."""
