@@ -9,7 +9,7 @@
 #                                                  test-kv-quant bench-kv-quant engine-context-kv
 #                                                  test-kv-policy stress-kv-policy test-server bench-server
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
-#                                                  bench-constrained
+#                                                  bench-constrained bench-prefix-store bench-preemption
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -125,6 +125,25 @@ stage_bench_constrained() {
     > "$OUT/bench_constrained.txt" 2>&1
   note "bench/gpu/constrained.py: rc=$?"
   tail -8 "$OUT/bench_constrained.txt"
+}
+
+# Issue 36: a 4,096-token prompt from the prefix store's disk tier after a restart, beside
+# computing it (bench/prefix_store.py), and 64 clients without max_tokens, preempting or
+# reserving (bench/preemption.py), on a random Llama-3-8B shape.
+stage_bench_prefix_store() {
+  step "prefix store: 8B shape, 4096-token prompt, disk tier after a restart against computing it"
+  timeout ${ENGINE_S:-420} python3 bench/prefix_store.py --random-llama 8b --device cuda --kv-memory 4GB \
+    --json "$OUT/bench_prefix_store.json" > "$OUT/bench_prefix_store.txt" 2>&1
+  note "bench/prefix_store.py: rc=$?"
+  tail -8 "$OUT/bench_prefix_store.txt"
+}
+
+stage_bench_preemption() {
+  step "preemption: 8B shape, 64 clients without max_tokens, preempting against reserving"
+  timeout ${ENGINE_S:-420} python3 bench/preemption.py --random-llama 8b --device cuda --context 4096 \
+    ${PREEMPT_ARGS:-} --json "$OUT/bench_preemption.json" > "$OUT/bench_preemption.txt" 2>&1
+  note "bench/preemption.py: rc=$?"
+  tail -8 "$OUT/bench_preemption.txt"
 }
 
 # Speculative decoding's mechanics on walk models of the 8B and 1B shapes (bench/gpu/speculative.py):
