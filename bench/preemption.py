@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
             res["alone_checked"] = a.alone
             res["alone_equal"] = alone == replies[True][:a.alone]
         del eng
+        gc.collect()
     res["modes_equal"] = replies[True] == replies[False]
     print(f"{res['device']}; {res['model']}; {a.clients} clients without max_tokens; pool {res['pool']['blocks']} "
           f"blocks of 32 tokens ({res['pool']['full_context_calls']} calls of the whole context {res['pool']['context']})")
