@@ -339,6 +339,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--port {args.port}: expected 1..65535")
     if args.max_calls < 1:
         raise CliError(f"--max-calls {args.max_calls}: expected a positive int")
+    if args.prefix_store_redis and not args.prefix_store:
+        raise CliError("--prefix-store-redis: needs --prefix-store DIR (the local tiers it goes beside)")
     if args.prefix_store:  # the sizes, before the model loads
         from .prefix_store import check_size
 
@@ -355,7 +357,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         try:
             store = PrefixStore(engine, args.prefix_store, disk_bytes=args.prefix_store_size,
-                                host_bytes=args.prefix_store_host)
+                                host_bytes=args.prefix_store_host, redis=args.prefix_store_redis)
         except ArgumentError as e:
             raise CliError(user_words(e)) from None
         except OSError as e:

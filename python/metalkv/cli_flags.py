@@ -201,6 +201,8 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
                         "(docs/KV_CACHE.md \"Prefix store\")")
     p.add_argument("--prefix-store-size", default="20GB", metavar="SIZE",
                    help="most bytes DIR holds, least recently used out first (default: %(default)s)")
+    p.add_argument("--prefix-store-redis", default=None, metavar="URL",
+                   help="also keep them in this Redis (redis://host:6379/0), shared by every server pointed at it")
     p.add_argument("--prefix-store-host", default="1GB", metavar="SIZE",
                    help="most bytes the host-memory tier holds (default: %(default)s)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,

@@ -1,7 +1,8 @@
 """Prefix blocks beyond the device pool: a host-memory tier and a disk tier under the
 engine's prefix cache (docs/KV_CACHE.md, "Prefix store").
 
-    store = PrefixStore(engine, "/var/cache/metalkv", disk_bytes="20GB", host_bytes="2GB")
+    store = PrefixStore(engine, "/var/cache/metalkv", disk_bytes="20GB", host_bytes="2GB",
+                        redis="redis://cache-host:6379/0")           # (the Redis tier is optional)
     store.warm(ids)    # before a call: the prompt's blocks found in a tier go back to the pool
     store.save(ids)    # after it: the prompt's blocks the tiers lack are written to them
 
@@ -27,7 +28,8 @@ directory; an entry that fails its checks (magic, header, SHA-256 of the data, t
 parent) is refused, deleted, and counted in `stats["corrupt"]`. The directory is kept
 under disk_bytes by deleting the least recently used files (their modification time is
 touched on each hit). The host tier is a dict in this process under host_bytes, least
-recently used first out.
+recently used first out. With `redis=URL` the entries also go to a Redis (metalkv.prefix_redis),
+shared by every server pointed at it.
 
 Not stored: caches with sliding-window layers, a residual window or an eviction policy
 (the device prefix cache does not share those either, or not whole: their layers do not
@@ -57,7 +59,7 @@ B = 32  # the pool's block: _core.BLOCK_TOKENS
 
 class PrefixStore:
     def __init__(self, engine, directory: str | os.PathLike | None = None, *, disk_bytes: int | str = "20GB",
-                 host_bytes: int | str = "1GB"):
+                 host_bytes: int | str = "1GB", redis: str | None = None):
         if engine.kv_pool is None:
             raise ArgumentError("[prefix_store] the engine has no shared KV pool (kv_memory=None): there is no "
                                 "prefix cache to keep blocks of")
@@ -79,7 +81,12 @@ class PrefixStore:
         self._host: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._host_used = 0
         self._lock = threading.Lock()
-        self.stats = collections.Counter()  # loaded_host, loaded_disk (tokens), saved (blocks), corrupt, ...
+        self.stats = collections.Counter()  # loaded_<tier> (tokens), saved (blocks), corrupt, redis_errors, ...
+        self.redis = None
+        if redis is not None:
+            from .prefix_redis import RedisTier
+
+            self.redis = RedisTier(redis, self.namespace, self.stats)
 
     # ---- entries --------------------------------------------------------------------
     def _path(self, h: int) -> pathlib.Path:
@@ -128,7 +135,7 @@ class PrefixStore:
             self._host_used -= len(dropped)
 
     def _get(self, h: int, parent: int, tokens: list[int]) -> tuple[list[bytes], str] | None:
-        """A block's parts and the tier that had it (host, then disk)."""
+        """A block's parts and the tier that had it (host, then disk, then Redis)."""
         with self._lock:
             blob = self._host.get(h)
             if blob is not None:
@@ -137,28 +144,40 @@ class PrefixStore:
                 if parts is not None:
                     return parts, "host"
                 self._host_used -= len(self._host.pop(h))
-        if self.dir is None:
-            return None
-        path = self._path(h)
-        try:
-            blob = path.read_bytes()
-        except OSError:
-            return None
-        parts = self._decode(blob, h, parent, tokens)
-        if parts is None:  # damaged, or another prefix's (a collision): never used
-            self.stats["corrupt"] += 1
-            path.unlink(missing_ok=True)
-            return None
-        os.utime(path)  # recently used
-        with self._lock:
-            self._host_put(h, blob)
-        return parts, "disk"
+        for tier in ("disk", "redis"):
+            if tier == "disk" and self.dir is not None:
+                try:
+                    blob = self._path(h).read_bytes()
+                except OSError:
+                    continue
+            elif tier == "redis" and self.redis is not None:
+                blob = self.redis.get(h)
+                if blob is None:
+                    continue
+            else:
+                continue
+            parts = self._decode(blob, h, parent, tokens)
+            if parts is None:  # damaged, or another prefix's (a collision): never used
+                self.stats["corrupt"] += 1
+                if tier == "disk":
+                    self._path(h).unlink(missing_ok=True)
+                else:
+                    self.redis.delete(h)
+                continue
+            if tier == "disk":
+                os.utime(self._path(h))  # recently used
+            with self._lock:
+                self._host_put(h, blob)
+            return parts, tier
+        return None
 
     def _has(self, h: int) -> bool:
         with self._lock:
             if h in self._host:
                 return True
-        return self.dir is not None and self._path(h).exists()
+        if self.dir is not None and self._path(h).exists():
+            return self.redis is None or self.redis.has(h)
+        return self.dir is None and self.redis is not None and self.redis.has(h)
 
     # ---- warm: the tiers into the device pool -----------------------------------------
     def warm(self, ids) -> int:
@@ -190,7 +209,7 @@ class PrefixStore:
             return have
         finally:
             del cache  # its blocks stay in the prefix cache, evictable
-        for tier in ("host", "disk"):
+        for tier in ("host", "disk", "redis"):
             self.stats[f"loaded_{tier}"] += B * sum(t == tier for i, t in enumerate(tiers) if (i + 1) * B > have)
         return n
 
@@ -234,6 +253,8 @@ class PrefixStore:
                 self._host_put(hashes[i], blob)
             if self.dir is not None:
                 write_atomically(self._path(hashes[i]), [blob])
+            if self.redis is not None:
+                self.redis.put(hashes[i], blob)
         self.stats["saved"] += len(missing)
         if self.dir is not None:
             self._trim()
@@ -263,6 +284,8 @@ class PrefixStore:
             sizes = [p.stat().st_size for p in self.dir.glob("*.blk")]
             out["disk"] = {"blocks": len(sizes), "bytes": sum(sizes), "max_bytes": self.disk_bytes,
                            "directory": str(self.dir)}
+        if self.redis is not None:
+            out["redis"] = {"url": self.redis.url, "errors": self.stats["redis_errors"]}
         return out
 
 

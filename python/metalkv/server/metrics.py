@@ -18,9 +18,9 @@ Read at each scrape:
   state (used by live caches, cached prefixes, reserved for calls' coming tokens, free);
   metalkv_kv_pool_bytes and metalkv_kv_pool_usage (the fraction not free);
 - with a prefix store (metalkv serve --prefix-store): metalkv_prefix_store_loaded_tokens_total
-  {tier} (prompt tokens put back into the pool from the host or disk tier),
-  metalkv_prefix_store_saved_blocks_total, metalkv_prefix_store_corrupt_entries_total and
-  metalkv_prefix_store_bytes{tier}.
+  {tier} (prompt tokens put back into the pool from the host, disk or Redis tier),
+  metalkv_prefix_store_saved_blocks_total, metalkv_prefix_store_corrupt_entries_total,
+  metalkv_prefix_store_redis_errors_total and metalkv_prefix_store_bytes{tier}.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class _Live:
             return
         loaded = CounterMetricFamily("metalkv_prefix_store_loaded_tokens", "Prompt tokens the prefix store put back "
                                      "into the KV pool, by the tier that held them.", labels=["tier"])
-        for tier in ("host", "disk"):
+        for tier in ("host", "disk", "redis"):
             loaded.add_metric([tier], self.store.stats[f"loaded_{tier}"])
         yield loaded
         yield CounterMetricFamily("metalkv_prefix_store_saved_blocks", "Blocks written to the prefix store.",
@@ -80,8 +80,11 @@ class _Live:
         held = GaugeMetricFamily("metalkv_prefix_store_bytes", "Bytes each tier of the prefix store holds.",
                                  labels=["tier"])
         for tier, t in self.store.tiers().items():
-            held.add_metric([tier], t["bytes"])
+            if "bytes" in t:  # (Redis keeps its own count)
+                held.add_metric([tier], t["bytes"])
         yield held
+        yield CounterMetricFamily("metalkv_prefix_store_redis_errors", "Calls to the Redis tier that failed.",
+                                  value=self.store.stats["redis_errors"])
 
 
 class Metrics:
