@@ -87,6 +87,11 @@ def random_llama(shape: str, device: str, vocab: int | None = None) -> Path:
     return path
 
 
+def model_path(a) -> str | None:
+    """The model a bench's --model and --random-llama name (None: the default model)."""
+    return str(random_llama(a.random_llama, a.device)) if a.random_llama else a.model
+
+
 def matrix_bytes(eng) -> tuple[int, int]:
     """(bytes of every matrix a decode step reads whole, bytes of one embedding row)."""
     tensors = eng.weight_tensors
@@ -151,7 +156,7 @@ def ttft(eng, a) -> dict:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    model = str(random_llama(a.random_llama, a.device)) if a.random_llama else a.model
+    model = model_path(a)
     batches = [int(x) for x in a.batches.split(",")]
     modes = a.modes.split(",")
     if any(m not in ("invariant", "gemm") for m in modes):

@@ -35,7 +35,9 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("METALKV_NO_PROGRESS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metalkv  # noqa: E402
+from batching import model_path  # noqa: E402  (bench/batching.py)
 from metalkv import _core  # noqa: E402
 
 # questions the default model answers and ends (a story or a description may run to the context's end)
@@ -101,12 +103,7 @@ def run(eng, specs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    model = a.model
-    if a.random_llama:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from batching import random_llama  # bench/batching.py
-
-        model = str(random_llama(a.random_llama, a.device))
+    model = model_path(a)
     res = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "args": vars(a), "modes": {}}
     replies = {}
     for preempt in (True, False):

@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("METALKV_NO_PROGRESS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metalkv  # noqa: E402
+from batching import model_path  # noqa: E402  (bench/batching.py)
 from metalkv.prefix_store import PrefixStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,8 @@ def parse_args(argv=None):
     ap.add_argument("--kv-memory", default="auto")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default=None, help="the store's directory (default: a temporary one)")
+    ap.add_argument("--redis", default=None, metavar="URL",
+                    help="the Redis tier alone (no directory): a second server sharing the first one's Redis")
     ap.add_argument("--json")
     return ap.parse_args(argv)
 
@@ -77,12 +81,7 @@ def timed(eng, prompt, n) -> tuple[float, list[int]]:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    model = a.model
-    if a.random_llama:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from batching import random_llama  # bench/batching.py
-
-        model = str(random_llama(a.random_llama, a.device))
+    model = model_path(a)
     runs = []
     for r in range(a.repeat):
         directory = Path(a.dir or tempfile.mkdtemp(prefix="metalkv-store-"))
@@ -91,16 +90,23 @@ def main(argv=None) -> int:
         timed(eng, prompt[:64], 1)  # warm-up (kernels, graphs)
         compute_s, _ = timed(eng, prompt, 1)
         _, want = timed(eng, prompt, a.new_tokens)  # (the reply, from the device cache now)
-        store = PrefixStore(eng, directory)
+        tier = (dict(redis=a.redis) if a.redis else dict(directory=directory))
+        store = PrefixStore(eng, **tier)
+        if a.redis:
+            store.redis._client.flushdb()  # (nothing left from an earlier run)
         t0 = time.perf_counter()
         blocks = store.save(prompt)
         save_s = time.perf_counter() - t0
-        disk = store.tiers()["disk"]
+        if a.redis:
+            disk = {"bytes": sum(len(store.redis.get(h) or b"") for h in
+                                 metalkv._core.prefix_hashes(prompt[:blocks * 32]))}
+        else:
+            disk = store.tiers()["disk"]
         del store, eng
         gc.collect()
         eng = load(model, a)  # the restart
         timed(eng, prompt[-64:], 1)  # warm-up, with none of the prompt's blocks
-        store = PrefixStore(eng, directory)
+        store = PrefixStore(eng, **tier)
         t0 = time.perf_counter()
         warmed = store.warm(prompt)
         warm_s = time.perf_counter() - t0
@@ -120,13 +126,14 @@ def main(argv=None) -> int:
     med = {k: statistics.median(x[k] for x in runs) for k in ("compute_s", "save_s", "warm_s", "call_after_warm_s",
                                                              "disk_ttft_s", "speedup")}
     dev = metalkv.device(a.device if a.device != "auto" else "host").name
-    res = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "device": dev,
+    where = "Redis" if a.redis else "disk"
+    res = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "device": dev, "tier": where,
            "model": str(model or "default"), "args": vars(a), "median": med, "runs": runs}
     r0 = runs[0]
     print(f"{dev}; {res['model']}; a prompt of {r0['prompt_tokens']} tokens, {r0['blocks']} blocks "
-          f"({r0['disk_bytes'] / 1e6:.0f} MB on disk); median of {a.repeat}")
+          f"({r0['disk_bytes'] / 1e6:.0f} MB in the {where} tier); median of {a.repeat}")
     print(f"time to first token, computing the prompt   {med['compute_s']:8.2f} s")
-    print(f"after a restart, from the disk tier          {med['disk_ttft_s']:8.2f} s  (warm {med['warm_s']:.2f} + "
+    print(f"after a restart, from the {where:<5} tier         {med['disk_ttft_s']:8.2f} s  (warm {med['warm_s']:.2f} + "
           f"call {med['call_after_warm_s']:.2f}; {med['speedup']:.1f}x faster)")
     print(f"saving the blocks (off the request path)     {med['save_s']:8.2f} s")
     print(f"prompt tokens from the cache after warm: {r0['cached']} of {r0['prompt_tokens']}; "

@@ -478,23 +478,6 @@ void bind_kv(nb::module_& m, nb::module_&) {
       .def("begin_at", [](PyKVCache& c, const std::vector<uint32_t>& first) { c.cache->begin_at(first); }, "first"_a,
            "An empty cache whose layer l starts at position first[l] (layers of a window together, full layers at "
            "0): how a saved cache is read back.")
-      .def(
-          "publish_rows",
-          [](PyKVCache& c, const std::vector<int32_t>& ids) {
-            kv::KvCache& k = *c.cache;
-            const uint32_t n = uint32_t(ids.size());
-            for (uint32_t l = 0; l < k.n_layers(); ++l)
-              if (k.length(l) != n) throw nb::value_error("[kv_cache] publish_rows: every layer must hold the ids' rows");
-            if (!k.record().tokens().empty() || n < 2)
-              throw nb::value_error("[kv_cache] publish_rows needs a cache that recorded no tokens, and 2 ids or more");
-            k.record().record(ids.data(), n);
-            k.record().stored(0, n);
-            if (!k.owns_pool()) kv::prefix::publish(k);
-          },
-          "ids"_a,
-          "Records ids as the tokens of the rows the cache holds, which must be what a prefill of them gives "
-          "(rows read back from a prefix store: metalkv.prefix_store), and publishes its full blocks to the "
-          "engine's prefix cache, where later calls take them.")
       .def("record_tokens",
            [](PyKVCache& c, const std::vector<int32_t>& ids) { c.cache->record().record(ids.data(), uint32_t(ids.size())); },
            "ids"_a, "Appends to tokens (what an engine fed); for reading a saved cache back.")

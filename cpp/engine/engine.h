@@ -102,6 +102,7 @@ class Engine {
   // The engine's KV options resolved for its model and kv_context (what new caches get).
   const kv::KvResolved& kv() const { return kv_; }
   const kv::KvPool* kv_pool() const { return kv_pool_.get(); }  // nullptr without kv_memory
+  kv::KvPool* kv_pool_mut() { return kv_pool_.get(); }           // (the prefix store's imports)
 
   // Checks a generate call (options, ids, room in the cache) and queues it;
   // returns at once. It rolls the cache back to options.keep tokens (if set),

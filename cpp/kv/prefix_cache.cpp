@@ -1,7 +1,10 @@
 #include "kv/prefix_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
+
+#include "gpu/errors.h"
 
 namespace mkv::kv::prefix {
 namespace {
@@ -91,6 +94,86 @@ void publish(KvCache& cache) {
     }
     cache.record().add_block_hash(key.hash);
   }
+}
+
+namespace {
+
+void check_full(const KvPool& pool, const char* op) {
+  for (uint32_t g = 0; g < pool.n_groups(); ++g)
+    if (pool.group_window(g) != 0)
+      throw gpu::ArgumentError(op, "pool", "a pool whose layers are all full: sliding layers keep only a window of "
+                                           "a prefix's blocks");
+}
+
+// Copies block `id` of group g's layers between the pool and `at` (a record's
+// part for the group), K block then V block of each layer.
+void copy_group(const KvPool& pool, uint32_t g, uint32_t id, uint8_t* at, bool to_pool) {
+  for (uint32_t l : pool.group_layers(g)) {
+    const ops::BufferView region = pool.region(l);
+    const LayerLayout lay = pool.layout(l);
+    for (uint32_t kv = 0; kv < 2; ++kv) {
+      const size_t offset = region.offset + lay.block_offset(kv, id), bytes = lay.block_bytes(kv);
+      if (to_pool)
+        region.buffer->write(offset, at, bytes);
+      else
+        region.buffer->read(offset, at, bytes);
+      at += bytes;
+    }
+  }
+}
+
+size_t group_bytes(const KvPool& pool, uint32_t g) {
+  size_t total = 0;
+  for (uint32_t l : pool.group_layers(g)) total += pool.layout(l).block_bytes(0) + pool.layout(l).block_bytes(1);
+  return total;
+}
+
+}  // namespace
+
+size_t record_bytes(const KvPool& pool) {
+  size_t total = 0;
+  for (uint32_t g = 0; g < pool.n_groups(); ++g) total += group_bytes(pool, g);
+  return total;
+}
+
+std::vector<std::vector<uint8_t>> export_blocks(const KvPool& pool, const int32_t* ids, uint32_t n,
+                                                uint32_t max_tokens) {
+  check_full(pool, "export_prefix");
+  std::lock_guard<std::recursive_mutex> lock(pool.mutex());
+  const Match m = find(pool, ids, n, max_tokens);
+  std::vector<std::vector<uint8_t>> out(m.tokens / kBlockTokens, std::vector<uint8_t>(record_bytes(pool)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint8_t* at = out[i].data();
+    for (uint32_t g = 0; g < pool.n_groups(); ++g) {
+      copy_group(pool, g, uint32_t(m.blocks[g][i]), at, /*to_pool=*/false);
+      at += group_bytes(pool, g);
+    }
+  }
+  return out;
+}
+
+uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records) {
+  check_full(pool, "import_prefix");
+  std::lock_guard<std::recursive_mutex> lock(pool.mutex());
+  uint64_t parent = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const BlockKey key = key_of(parent, ids + i * kBlockTokens);
+    const uint8_t* at = records[i];
+    for (uint32_t g = 0; g < pool.n_groups(); ++g) {
+      BlockPool& blocks = pool.blocks(g);
+      if (blocks.find(key) < 0) {
+        if (blocks.available() == 0) return uint32_t(i) * kBlockTokens;  // no room now: what is in stays
+        const uint32_t id = blocks.allocate(1)[0];
+        copy_group(pool, g, id, const_cast<uint8_t*>(at), /*to_pool=*/true);
+        blocks.register_block(id, key);
+        blocks.release(id);  // cached, nobody's: evictable, as a finished call's blocks are
+      }
+      at += group_bytes(pool, g);
+    }
+    parent = key.hash;
+  }
+  const uint32_t n = uint32_t(records.size()) * kBlockTokens;  // (an allocation may have evicted an older one)
+  return find(pool, ids, n, n).tokens;
 }
 
 }  // namespace mkv::kv::prefix

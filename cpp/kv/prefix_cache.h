@@ -41,4 +41,19 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
 // the cache's alone. Needs the cache's token ids (an engine's cache).
 void publish(KvCache& cache);
 
+// Cached blocks to and from host memory (the prefix store beyond the pool:
+// python/metalkv/prefix_store.py). A block's record is its rows in every layer
+// as the pool holds them: for each group, each of its layers' K block then V
+// block (kv_layout.h), in the pool's formats. Pools whose groups are all full
+// (no sliding window) only: ArgumentError otherwise.
+size_t record_bytes(const KvPool& pool);
+// The records of the blocks of ids' longest cached prefix (at most max_tokens).
+std::vector<std::vector<uint8_t>> export_blocks(const KvPool& pool, const int32_t* ids, uint32_t n,
+                                                uint32_t max_tokens);
+// Puts n_blocks records (block i of ids, each record_bytes long) into the
+// pool's prefix cache: each block its key does not already hold is written into
+// a fresh block, registered and left evictable. Stops at the first block the
+// pool has no room for. Returns the tokens of ids' prefix the cache then holds.
+uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records);
+
 }  // namespace mkv::kv::prefix

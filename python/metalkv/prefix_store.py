@@ -14,11 +14,12 @@ prefix's rows. Only the prefix cache's blocks are stored: rows a prefill compute
 are the same bits however the prompt was cut into chunks, so a call that takes them back
 gets the reply it would get computing them.
 
-`warm` reads the longest run of the prompt's blocks the tiers hold (host first), writes
-their rows into a new cache of the engine's pool and publishes them to the device prefix
-cache (KVCache.publish_rows); the call then takes them as any cached prefix. `save`
-reads the rows of the prompt's cached blocks back from the device (a call of no new
-tokens over the prefix adopts them) and writes each block the tiers lack.
+An entry is a block's record: its rows in every layer as the pool holds them, in the
+pool's formats (kv/prefix_cache.h). `warm` reads the longest run of the prompt's blocks
+the tiers hold (host first) and puts them into the device prefix cache (the engine's
+import_prefix: fresh blocks, written, registered, evictable); the call then takes them as
+any cached prefix. `save` reads the records of the prompt's cached blocks back from the
+device (export_prefix) and writes each block the tiers lack.
 
 Disk: one file per block, `<dir>/<namespace>/<hash>.blk`, where the namespace is a hash
 of the model's fingerprint, each layer's KV formats, the rotation, the shapes and this
@@ -46,14 +47,12 @@ import re
 import struct
 import threading
 
-import numpy as np
-
 from . import _core
 from .cache_file import write_atomically
 from .errors import ArgumentError, argument_error
 
 MAGIC = b"MKVB"
-VERSION = 1
+VERSION = 2  # 2: a block's record as the pool holds it (1: rows as read_rows gave them)
 B = 32  # the pool's block: _core.BLOCK_TOKENS
 
 
@@ -68,10 +67,10 @@ class PrefixStore:
             raise ArgumentError("[prefix_store] this engine's caches have sliding-window layers or a residual "
                                 "window, whose layers do not keep every block of a prefix: not supported")
         self.engine = engine
-        self.n_layers = probe.n_layers
-        self.formats = [list(probe.formats(layer)) for layer in range(self.n_layers)]
-        ident = {"version": VERSION, "model": engine.fingerprint, "formats": self.formats,
-                 "rotate": [bool(probe.rotated(layer)) for layer in range(self.n_layers)],
+        self.record_bytes = engine._core.prefix_record_bytes  # one block, every layer
+        layers = range(probe.n_layers)
+        ident = {"version": VERSION, "model": engine.fingerprint, "formats": [list(probe.formats(l)) for l in layers],
+                 "rotate": [bool(probe.rotated(l)) for l in layers],
                  "shape": [probe.n_layers, probe.n_kv_heads, probe.head_dim], "block": B}
         self.namespace = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
         self.dir = pathlib.Path(directory) / self.namespace if directory is not None else None
@@ -93,35 +92,28 @@ class PrefixStore:
         return self.dir / f"{h:016x}.blk"
 
     @staticmethod
-    def _encode(h: int, parent: int, tokens: list[int], parts: list[bytes]) -> bytes:
-        data = b"".join(parts)
-        header = json.dumps({"hash": h, "parent": parent, "tokens": tokens, "sizes": [len(p) for p in parts],
-                             "sha256": hashlib.sha256(data).hexdigest()}).encode()
-        return MAGIC + struct.pack("<II", VERSION, len(header)) + header + data
+    def _encode(h: int, parent: int, tokens: list[int], record: bytes) -> bytes:
+        header = json.dumps({"hash": h, "parent": parent, "tokens": tokens,
+                             "sha256": hashlib.sha256(record).hexdigest()}).encode()
+        return MAGIC + struct.pack("<II", VERSION, len(header)) + header + record
 
-    def _decode(self, blob: bytes, h: int, parent: int, tokens: list[int]) -> list[bytes] | None:
-        """The entry's parts (per layer: K data, K params, V data, V params), or None when
-        it is not this block's, or is damaged."""
+    def _decode(self, blob: bytes, h: int, parent: int, tokens: list[int]) -> bytes | None:
+        """The entry's record, or None when it is not this block's, or is damaged."""
         try:
             if blob[:4] != MAGIC:
                 return None
             version, n = struct.unpack("<II", blob[4:12])
             header = json.loads(blob[12:12 + n])
-            data = blob[12 + n:]
-            if version != VERSION or hashlib.sha256(data).hexdigest() != header["sha256"]:
+            record = blob[12 + n:]
+            if version != VERSION or len(record) != self.record_bytes:
                 return None
             if header["hash"] != h or header["parent"] != parent or header["tokens"] != tokens:
                 return None
-            sizes = header["sizes"]
-            if len(sizes) != 4 * self.n_layers or sum(sizes) != len(data):
+            if hashlib.sha256(record).hexdigest() != header["sha256"]:
                 return None
         except (ValueError, KeyError, TypeError, struct.error):
             return None
-        out, at = [], 0
-        for s in sizes:
-            out.append(data[at:at + s])
-            at += s
-        return out
+        return record
 
     def _host_put(self, h: int, blob: bytes) -> None:
         if len(blob) > self.host_bytes:
@@ -134,15 +126,15 @@ class PrefixStore:
             _, dropped = self._host.popitem(last=False)
             self._host_used -= len(dropped)
 
-    def _get(self, h: int, parent: int, tokens: list[int]) -> tuple[list[bytes], str] | None:
-        """A block's parts and the tier that had it (host, then disk, then Redis)."""
+    def _get(self, h: int, parent: int, tokens: list[int]) -> tuple[bytes, str] | None:
+        """A block's record and the tier that had it (host, then disk, then Redis)."""
         with self._lock:
             blob = self._host.get(h)
             if blob is not None:
                 self._host.move_to_end(h)
-                parts = self._decode(blob, h, parent, tokens)
-                if parts is not None:
-                    return parts, "host"
+                record = self._decode(blob, h, parent, tokens)
+                if record is not None:
+                    return record, "host"
                 self._host_used -= len(self._host.pop(h))
         for tier in ("disk", "redis"):
             if tier == "disk" and self.dir is not None:
@@ -156,8 +148,8 @@ class PrefixStore:
                     continue
             else:
                 continue
-            parts = self._decode(blob, h, parent, tokens)
-            if parts is None:  # damaged, or another prefix's (a collision): never used
+            record = self._decode(blob, h, parent, tokens)
+            if record is None:  # damaged, or another prefix's (a collision): never used
                 self.stats["corrupt"] += 1
                 if tier == "disk":
                     self._path(h).unlink(missing_ok=True)
@@ -168,16 +160,19 @@ class PrefixStore:
                 os.utime(self._path(h))  # recently used
             with self._lock:
                 self._host_put(h, blob)
-            return parts, tier
+            return record, tier
         return None
 
     def _has(self, h: int) -> bool:
+        """Whether every tier that should hold the block does (the host's: any)."""
         with self._lock:
             if h in self._host:
                 return True
-        if self.dir is not None and self._path(h).exists():
-            return self.redis is None or self.redis.has(h)
-        return self.dir is None and self.redis is not None and self.redis.has(h)
+        if self.dir is None and self.redis is None:
+            return False  # (a host-only store: its one tier lacks it)
+        if self.dir is not None and not self._path(h).exists():
+            return False
+        return self.redis is None or self.redis.has(h)
 
     # ---- warm: the tiers into the device pool -----------------------------------------
     def warm(self, ids) -> int:
@@ -186,9 +181,9 @@ class PrefixStore:
         The tokens the device cache holds for the prompt afterwards."""
         ids = [int(i) for i in ids]
         core = self.engine._core
-        usable = max(len(ids) - 2, 0) // B
-        have = core.cached_prefix(ids[:usable * B])
-        hashes = _core.prefix_hashes(ids[:usable * B])
+        usable = max(len(ids) - 2, 0) // B * B
+        have = core.cached_prefix(ids[:usable])
+        hashes = _core.prefix_hashes(ids[:usable])
         got, tiers = [], []
         for i, h in enumerate(hashes):
             found = self._get(h, hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B])
@@ -198,57 +193,27 @@ class PrefixStore:
             tiers.append(found[1])
         if len(got) * B <= have:
             return have
-        n = len(got) * B
-        cache = self.engine.new_cache(capacity=n)
-        try:
-            self._write(cache, got)
-            cache.publish_rows(ids[:n])
-        except _core.GpuError as e:  # the pool has no room now: the call computes its prompt
-            self.stats["warm_failed"] += 1
-            self.stats["last_error"] = str(e)
-            return have
-        finally:
-            del cache  # its blocks stay in the prefix cache, evictable
-        for tier in ("host", "disk", "redis"):
-            self.stats[f"loaded_{tier}"] += B * sum(t == tier for i, t in enumerate(tiers) if (i + 1) * B > have)
-        return n
-
-    def _write(self, cache, blocks: list[list[bytes]]) -> None:
-        n = len(blocks) * B
-        step = cache.max_chunk
-        zeros = np.zeros((step, cache.n_kv_heads, cache.head_dim), np.float32)
-        for lo in range(0, n, step):
-            hi = min(lo + step, n)
-            for layer in range(self.n_layers):
-                cache.append(layer, zeros[:hi - lo], zeros[:hi - lo])
-                for kv in (0, 1):
-                    data = b"".join(blocks[b][4 * layer + 2 * kv] for b in range(lo // B, (hi + B - 1) // B))
-                    params = b"".join(blocks[b][4 * layer + 2 * kv + 1] for b in range(lo // B, (hi + B - 1) // B))
-                    cache.write_rows(layer, kv, lo, _rows(data, hi - lo), _rows(params, hi - lo))
+        now = core.import_prefix(ids[:len(got) * B], got)
+        if now < len(got) * B:  # the pool had no room for all of them: the call computes the rest
+            self.stats["warm_short"] += 1
+        for i, tier in enumerate(tiers):
+            if have < (i + 1) * B <= now:
+                self.stats[f"loaded_{tier}"] += B
+        return now
 
     # ---- save: the device pool into the tiers --------------------------------------------
     def save(self, ids) -> int:
         """Writes the prompt's blocks the device prefix cache holds and the tiers lack;
         the number written."""
         ids = [int(i) for i in ids]
-        core = self.engine._core
-        n = core.cached_prefix(ids[:max(len(ids) - 2, 0) // B * B])
-        hashes = _core.prefix_hashes(ids[:n])
-        missing = [i for i, h in enumerate(hashes) if not self._has(h)]
-        if not missing:
+        usable = max(len(ids) - 2, 0) // B * B
+        hashes = _core.prefix_hashes(ids[:usable])
+        if all(self._has(h) for h in hashes[:self.engine._core.cached_prefix(ids[:usable]) // B]):
             return 0
-        cache = self.engine.new_cache(capacity=n + 2)
-        self.engine.generate_ids(ids[:n + 2], cache=cache, max_tokens=0)  # adopts the n cached tokens
-        rows = [[cache.read_rows(layer, kv, 0, n) for kv in (0, 1)] for layer in range(self.n_layers)]
-        del cache
+        records = self.engine._core.export_prefix(ids[:usable])
+        missing = [i for i in range(len(records)) if not self._has(hashes[i])]
         for i in missing:
-            parts = []
-            for layer in range(self.n_layers):
-                for kv in (0, 1):
-                    data, params = rows[layer][kv]
-                    parts += [np.asarray(data)[i * B:(i + 1) * B].tobytes(),
-                              np.asarray(params)[i * B:(i + 1) * B].tobytes()]
-            blob = self._encode(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B], parts)
+            blob = self._encode(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B], records[i])
             with self._lock:
                 self._host_put(hashes[i], blob)
             if self.dir is not None:
@@ -256,7 +221,7 @@ class PrefixStore:
             if self.redis is not None:
                 self.redis.put(hashes[i], blob)
         self.stats["saved"] += len(missing)
-        if self.dir is not None:
+        if self.dir is not None and missing:
             self._trim()
         return len(missing)
 
@@ -287,11 +252,6 @@ class PrefixStore:
         if self.redis is not None:
             out["redis"] = {"url": self.redis.url, "errors": self.stats["redis_errors"]}
         return out
-
-
-def _rows(blob: bytes, n: int) -> np.ndarray:
-    """n rows of a block run's bytes (write_rows wants (n, row bytes) uint8; f16 has no params)."""
-    return np.frombuffer(blob, np.uint8).reshape(n, len(blob) // n)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,

@@ -7,28 +7,16 @@ the same calls from its deltas, and the conversation goes on after a tool's resu
 written by the template."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import metalkv
 
 from .conftest import TEST_DEVICE, LiveServer, needs_server_packages
-from .tool_templates import HERMES
+from .tool_templates import ASK, HERMES, TIME, WEATHER, check_calls
 
 needs_server_packages()
-jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
+pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
-                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The local time in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
-                   "required": ["city"], "additionalProperties": False}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +44,13 @@ def test_the_server_uses_the_templates_format(hermes):
     assert '"name": "get_weather"' in prompt and "<tool_call>" in prompt  # the template wrote the tools
 
 
-def check(calls, tools):
-    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-    assert calls
-    for c in calls:
-        assert c.type == "function" and c.id.startswith("call_") and c.function.name in by_name
-        jsonschema.validate(json.loads(c.function.arguments), by_name[c.function.name])
-
-
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
 def test_a_forced_call_in_the_templates_format(hermes, choice):
     kw = dict(model="h", messages=ASK, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=120, temperature=0)
     client = hermes.client()
     c = client.chat.completions.create(**kw).choices[0]
     assert c.finish_reason == "tool_calls" and c.message.content is None
-    check(c.message.tool_calls, [WEATHER, TIME])
+    check_calls(c.message.tool_calls, [WEATHER, TIME])
     if isinstance(choice, dict):
         assert {t.function.name for t in c.message.tool_calls} == {"get_time"}
     streamed, reasons = {}, []
@@ -93,7 +73,7 @@ def test_auto_streams_an_answer_as_it_comes(hermes):
     pieces = [ch.delta.content for chunk in client.chat.completions.create(stream=True, **kw)
               for ch in chunk.choices if ch.delta.content]
     if whole.message.tool_calls:
-        check(whole.message.tool_calls, [WEATHER])
+        check_calls(whole.message.tool_calls, [WEATHER])
         assert not pieces
     else:
         assert "".join(pieces) == whole.message.content and len(pieces) > 1  # piece by piece

@@ -5,33 +5,13 @@ parameters (jsonschema), "auto" gives either shape, streamed deltas rebuild the 
 calls, and a conversation goes on after a tool's result."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from .conftest import needs_server_packages
+from .tool_templates import ASK, TIME, WEATHER, check_calls
 
 needs_server_packages()
-jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
-
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
-                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "The local time in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
-                   "required": ["city"], "additionalProperties": False}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-def check_calls(calls, tools):
-    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-    assert calls
-    for c in calls:
-        assert c.type == "function" and c.id.startswith("call_") and c.function.name in by_name
-        jsonschema.validate(json.loads(c.function.arguments), by_name[c.function.name])
+pytest.importorskip("jsonschema", reason="the test extra's jsonschema is not installed")
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])

@@ -2,7 +2,8 @@
 a tool call (Hermes/Qwen's tagged JSON, Llama 3.1's bare JSON with "parameters",
 Mistral's control token and JSON list). They are not any model's own template: they
 carry only what tool_formats reads (the tools given to the template, and an assistant
-turn's calls written the model's way)."""
+turn's calls written the model's way). Also the tools and the question the server's tool
+tests ask with."""
 
 HERMES = """
 {%- if tools %}<|im_start|>system
@@ -58,3 +59,28 @@ Tools: {{ tools | tojson }}<|im_end|>
 {% endfor %}
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"""
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
+                   "required": ["city"], "additionalProperties": False}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def check_calls(calls, tools):
+    """OpenAI tool_calls (the openai client's objects): each of one of `tools`, its
+    arguments valid against that tool's parameters (jsonschema)."""
+    import json
+
+    import jsonschema
+
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert calls
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_") and c.function.name in by_name
+        jsonschema.validate(json.loads(c.function.arguments), by_name[c.function.name])
