@@ -420,25 +420,27 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "every layer as the pool holds them (kv/prefix_cache.h). For metalkv.prefix_store.")
       .def(
           "import_prefix",
-          [](PyEngine& e, const std::vector<int32_t>& ids, const std::vector<nb::bytes>& records) -> uint32_t {
+          [](PyEngine& e, const std::vector<int32_t>& ids,
+             const std::vector<nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>& records)
+              -> uint32_t {
             kv::KvPool* p = e.engine->kv_pool_mut();
             if (!p) throw nb::value_error("[engine] import_prefix: the engine has no shared KV pool");
             const size_t want = kv::prefix::record_bytes(*p);
             if (size_t(records.size()) * kv::kBlockTokens > ids.size())
               throw nb::value_error("[engine] import_prefix: more records than ids' whole blocks");
             std::vector<const uint8_t*> at;
-            for (const nb::bytes& r : records) {
-              if (r.size() != want)
-                throw nb::value_error(("[engine] import_prefix: a record of " + std::to_string(r.size()) +
+            for (const auto& r : records) {
+              if (r.shape(0) != want)
+                throw nb::value_error(("[engine] import_prefix: a record of " + std::to_string(r.shape(0)) +
                                        " bytes; this pool's are " + std::to_string(want)).c_str());
-              at.push_back(reinterpret_cast<const uint8_t*>(r.c_str()));
+              at.push_back(r.data());
             }
             ReleaseGil release;
             return kv::prefix::import_blocks(*p, ids.data(), at);
           },
           "ids"_a, "records"_a,
-          "Puts the records of ids' first blocks (export_prefix's) into the prefix cache, evictable; the tokens of "
-          "ids the cache then holds.")
+          "Puts the records of ids' first blocks (export_prefix's, as uint8 arrays) into the prefix cache, "
+          "evictable; the tokens of ids the cache then holds.")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store,
