@@ -62,7 +62,7 @@ def test_a_save_that_fails_keeps_the_previous_file_and_says_why(default_gguf, mo
 
     def full_disk(*a, **kw):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(metalkv.cache_file, "_write_atomically", full_disk)
+    monkeypatch.setattr(metalkv.cache_file, "write_atomically", full_disk)
     assert cli.main(["generate", PROMPT, "--max-tokens", "2", "--save-cache", str(path)] + HOST) == 1
     err = capsys.readouterr().err
     assert f"metalkv: error: the KV cache was not saved to {path}: No space left on device (the file there is " \
