@@ -49,6 +49,13 @@ kv::KvPolicySpec kv_policy_arg(const std::optional<nanobind::dict>& policy);
 // waits with the GIL released. For op-level entry points used by tests.
 void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>& encode);
 
+// The prefix store's moves between an engine's shared pool (nullptr: none) and
+// Python (prefix_bindings.cpp; the Engine's methods of those names).
+uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
+nanobind::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
+using RecordArray = nanobind::ndarray<const uint8_t, nanobind::ndim<1>, nanobind::c_contig, nanobind::device::cpu>;
+uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records);
+
 // m: metalkv._core; ops: metalkv._core.ops (one function per kernel family).
 using BindFn = void (*)(nanobind::module_& m, nanobind::module_& ops);
 int register_binding(const char* name, BindFn fn);

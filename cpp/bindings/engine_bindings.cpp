@@ -389,58 +389,20 @@ void bind_engine(nb::module_& m, nb::module_&) {
           },
           "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks, free blocks\n"
           "(evictable ones included), blocks in the prefix cache, evictable ones (cached, no owner) and reserved ones.")
-      .def(
-          "cached_prefix",
-          [](const PyEngine& e, const std::vector<int32_t>& ids) -> uint32_t {
-            const kv::KvPool* p = e.engine->kv_pool();
-            if (!p || ids.size() < kv::kBlockTokens) return 0;
-            std::lock_guard<std::recursive_mutex> lock(p->mutex());
-            return kv::prefix::find(*p, ids.data(), uint32_t(ids.size()), uint32_t(ids.size())).tokens;
-          },
-          "ids"_a, "Tokens of ids' longest prefix the shared pool's prefix cache holds now (whole blocks).")
-      .def_prop_ro(
-          "prefix_record_bytes",
-          [](const PyEngine& e) { return e.engine->kv_pool() ? kv::prefix::record_bytes(*e.engine->kv_pool()) : 0; },
-          "Bytes of one block's record (export_prefix): its rows in every layer, as the pool holds them.")
-      .def(
-          "export_prefix",
-          [](const PyEngine& e, const std::vector<int32_t>& ids) {
-            const kv::KvPool* p = e.engine->kv_pool();
-            std::vector<std::vector<uint8_t>> recs;
-            {
-              ReleaseGil release;
-              if (p) recs = kv::prefix::export_blocks(*p, ids.data(), uint32_t(ids.size()), uint32_t(ids.size()));
-            }
-            nb::list out;
-            for (const auto& r : recs) out.append(nb::bytes(reinterpret_cast<const char*>(r.data()), r.size()));
-            return out;
-          },
-          "ids"_a,
-          "The records (bytes) of the blocks of ids' longest prefix the prefix cache holds: each block's rows in "
-          "every layer as the pool holds them (kv/prefix_cache.h). For metalkv.prefix_store.")
-      .def(
-          "import_prefix",
-          [](PyEngine& e, const std::vector<int32_t>& ids,
-             const std::vector<nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>& records)
-              -> uint32_t {
-            kv::KvPool* p = e.engine->kv_pool_mut();
-            if (!p) throw nb::value_error("[engine] import_prefix: the engine has no shared KV pool");
-            const size_t want = kv::prefix::record_bytes(*p);
-            if (size_t(records.size()) * kv::kBlockTokens > ids.size())
-              throw nb::value_error("[engine] import_prefix: more records than ids' whole blocks");
-            std::vector<const uint8_t*> at;
-            for (const auto& r : records) {
-              if (r.shape(0) != want)
-                throw nb::value_error(("[engine] import_prefix: a record of " + std::to_string(r.shape(0)) +
-                                       " bytes; this pool's are " + std::to_string(want)).c_str());
-              at.push_back(r.data());
-            }
-            ReleaseGil release;
-            return kv::prefix::import_blocks(*p, ids.data(), at);
-          },
-          "ids"_a, "records"_a,
-          "Puts the records of ids' first blocks (export_prefix's, as uint8 arrays) into the prefix cache, "
-          "evictable; the tokens of ids the cache then holds.")
+      .def("cached_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids) {
+             return cached_prefix(e.engine->kv_pool(), ids); },
+           "ids"_a, "Tokens of ids' longest prefix the shared pool's prefix cache holds now (whole blocks).")
+      .def_prop_ro("prefix_record_bytes", [](const PyEngine& e) {
+             return e.engine->kv_pool() ? kv::prefix::record_bytes(*e.engine->kv_pool()) : 0; },
+           "Bytes of one block's record (export_prefix): its rows in every layer, as the pool holds them.")
+      .def("export_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids) {
+             return export_prefix(e.engine->kv_pool(), ids); },
+           "ids"_a, "The records (bytes) of the blocks of ids' longest prefix the prefix cache holds: each block's "
+           "rows in every layer as the pool holds them (kv/prefix_cache.h). For metalkv.prefix_store.")
+      .def("import_prefix", [](PyEngine& e, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records) {
+             return import_prefix(e.engine->kv_pool_mut(), ids, records); },
+           "ids"_a, "records"_a, "Puts the records of ids' first blocks (export_prefix's, as uint8 arrays) into the "
+           "prefix cache, evictable; the tokens of ids the cache then holds.")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store,

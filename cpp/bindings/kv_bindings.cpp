@@ -16,7 +16,6 @@
 
 #include "bindings.h"
 #include "kv/kv_cache.h"
-#include "kv/prefix_cache.h"
 #include "ops/rope.h"
 
 namespace nb = nanobind;
@@ -202,17 +201,6 @@ nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> positions(const PyKVCache& c, uint3
 }  // namespace
 
 void bind_kv(nb::module_& m, nb::module_&) {
-  m.def(
-      "prefix_hashes",
-      [](const std::vector<int32_t>& ids) {
-        std::vector<uint64_t> out;
-        for (size_t i = 0; i + kv::kBlockTokens <= ids.size(); i += kv::kBlockTokens)
-          out.push_back(kv::prefix::chain_hash(out.empty() ? 0 : out.back(), ids.data() + i));
-        return out;
-      },
-      "ids"_a,
-      "The prefix cache's key of each full block of ids: block i's chain hash covers its BLOCK_TOKENS ids and "
-      "block i - 1's hash, so it names the whole prefix up to its end (kv/prefix_cache.h).");
   nb::class_<PyKVCache>(m, "KVCache",
                         "One sequence's K/V: per layer a pool (its K section, then its V section, f16 (slots, n_kv_heads, "
                         "head_dim) or quantized: docs/KV_QUANT.md) cut into blocks of "

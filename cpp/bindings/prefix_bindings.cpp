@@ -1,0 +1,70 @@
+// The prefix cache's keys and its blocks to and from host memory, for the
+// prefix store (python/metalkv/prefix_store.py; kv/prefix_cache.h).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+
+#include "bindings.h"
+#include "kv/prefix_cache.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mkv::bindings {
+
+uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) {
+  if (!pool || ids.size() < kv::kBlockTokens) return 0;
+  std::lock_guard<std::recursive_mutex> lock(pool->mutex());
+  return kv::prefix::find(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size())).tokens;
+}
+
+nb::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) {
+  std::vector<std::vector<uint8_t>> records;
+  if (pool) {
+    nb::gil_scoped_release release;
+    records = kv::prefix::export_blocks(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size()));
+  }
+  nb::list out;
+  for (const auto& r : records) out.append(nb::bytes(reinterpret_cast<const char*>(r.data()), r.size()));
+  return out;
+}
+
+uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records) {
+  if (!pool) throw nb::value_error("[engine] import_prefix: the engine has no shared KV pool");
+  const size_t want = kv::prefix::record_bytes(*pool);
+  if (records.size() * kv::kBlockTokens > ids.size())
+    throw nb::value_error("[engine] import_prefix: more records than ids' whole blocks");
+  std::vector<const uint8_t*> at;
+  for (const RecordArray& r : records) {
+    if (r.shape(0) != want)
+      throw nb::value_error(("[engine] import_prefix: a record of " + std::to_string(r.shape(0)) +
+                             " bytes; this pool's are " + std::to_string(want)).c_str());
+    at.push_back(r.data());
+  }
+  nb::gil_scoped_release release;
+  return kv::prefix::import_blocks(*pool, ids.data(), at);
+}
+
+namespace {
+
+void bind_prefix(nb::module_& m, nb::module_&) {
+  m.def(
+      "prefix_hashes",
+      [](const std::vector<int32_t>& ids) {
+        std::vector<uint64_t> out;
+        for (size_t i = 0; i + kv::kBlockTokens <= ids.size(); i += kv::kBlockTokens)
+          out.push_back(kv::prefix::chain_hash(out.empty() ? 0 : out.back(), ids.data() + i));
+        return out;
+      },
+      "ids"_a,
+      "The prefix cache's key of each full block of ids: block i's chain hash covers its BLOCK_TOKENS ids and "
+      "block i - 1's hash, so it names the whole prefix up to its end (kv/prefix_cache.h).");
+}
+
+}  // namespace
+
+MKV_BINDING(prefix, bind_prefix);
+
+}  // namespace mkv::bindings
