@@ -52,6 +52,8 @@ void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>&
 // The prefix store's moves between an engine's shared pool (nullptr: none) and
 // Python (prefix_bindings.cpp; the Engine's methods of those names).
 uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
+// Engine.kv_pool: the pool's bytes, its kv_memory budget's use, and per group its blocks (None without a pool).
+nanobind::object pool_info(const kv::KvPool* pool);
 nanobind::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
 using RecordArray = nanobind::ndarray<const uint8_t, nanobind::ndim<1>, nanobind::c_contig, nanobind::device::cpu>;
 uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records);

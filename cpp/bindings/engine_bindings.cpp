@@ -364,31 +364,11 @@ void bind_engine(nb::module_& m, nb::module_&) {
                    "The KvOptions new caches get (kv_memory as the bytes the pool got).")
       .def_prop_ro(
           "kv_pool",
-          [](const PyEngine& e) -> nb::object {
-            const kv::KvPool* p = e.engine->kv_pool();
-            if (!p) return nb::none();
-            nb::list groups;
-            std::lock_guard<std::recursive_mutex> lock(p->mutex());
-            for (uint32_t g = 0; g < p->n_groups(); ++g) {
-              nb::dict d;
-              d["window"] = p->group_window(g);
-              d["layers"] = p->group_layers(g);
-              d["blocks"] = p->blocks(g).capacity();
-              d["free_blocks"] = p->blocks(g).free_count();
-              d["cached_blocks"] = p->blocks(g).cached_count();
-              d["evictable_blocks"] = p->blocks(g).evictable_count();
-              d["reserved_blocks"] = p->blocks(g).reserved_count();
-              d["block_bytes"] = p->block_bytes(g);
-              groups.append(d);
-            }
-            nb::dict r;
-            r["nbytes"] = p->nbytes();
-            r["block_tokens"] = kv::kBlockTokens;
-            r["groups"] = groups;
-            return r;
-          },
-          "The shared KV pool (None without kv_memory): its bytes and, per window group, blocks, free blocks\n"
-          "(evictable ones included), blocks in the prefix cache, evictable ones (cached, no owner) and reserved ones.")
+          [](const PyEngine& e) { return pool_info(e.engine->kv_pool()); },
+          "The shared KV pool (None without kv_memory): its bytes; kv_memory, the bytes charged to it now\n"
+          "(used: the pool and every sequence's own buffers; sequences: theirs) and at most; per window group,\n"
+          "blocks, free blocks (evictable ones included), blocks in the prefix cache, evictable ones (cached, no\n"
+          "owner) and reserved ones.")
       .def("cached_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids) {
              return cached_prefix(e.engine->kv_pool(), ids); },
            "ids"_a, "Tokens of ids' longest prefix the shared pool's prefix cache holds now (whole blocks).")

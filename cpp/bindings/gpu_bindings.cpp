@@ -178,6 +178,15 @@ void bind_gpu(nb::module_& m, nb::module_& ops_m) {
       .def(
           "command_buffer", [](PyDevice& d) { return d.queue->command_buffer(); },
           "A new command buffer on the device's queue.")
+      .def_prop_ro("memory_use", [](const PyDevice& d) {
+             const gpu::MemoryUse u = d.device->memory_use();
+             nb::dict out;
+             out["live"] = u.live;
+             out["peak"] = u.peak;
+             return out; },
+           "Bytes of the device's buffers: live (not yet freed) and peak (the most live at once since the\n"
+           "device was opened or reset_memory_peak()).")
+      .def("reset_memory_peak", [](const PyDevice& d) { d.device->reset_memory_peak(); })
       .def("counters", [](const PyDevice& d) { return d.device->counters().as_map(); },
            "Totals since creation or reset_counters().")
       .def("reset_counters", [](PyDevice& d) { d.device->reset_counters(); },

@@ -20,6 +20,37 @@ uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) 
   return kv::prefix::find(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size())).tokens;
 }
 
+nb::object pool_info(const kv::KvPool* p) {
+  if (!p) return nb::none();
+  nb::list groups;
+  std::lock_guard<std::recursive_mutex> lock(p->mutex());
+  for (uint32_t g = 0; g < p->n_groups(); ++g) {
+    nb::dict d;
+    d["window"] = p->group_window(g);
+    d["layers"] = p->group_layers(g);
+    d["blocks"] = p->blocks(g).capacity();
+    d["free_blocks"] = p->blocks(g).free_count();
+    d["cached_blocks"] = p->blocks(g).cached_count();
+    d["evictable_blocks"] = p->blocks(g).evictable_count();
+    d["reserved_blocks"] = p->blocks(g).reserved_count();
+    d["block_bytes"] = p->block_bytes(g);
+    groups.append(d);
+  }
+  nb::dict r;
+  r["nbytes"] = p->nbytes();
+  r["block_tokens"] = kv::kBlockTokens;
+  r["groups"] = groups;
+  r["window_rows_bytes"] = p->prefix_rows().nbytes();  // host memory (kv/prefix_rows.h)
+  r["window_rows_max_bytes"] = p->prefix_rows().max_bytes();
+  if (const kv::KvBudgetPtr& b = p->budget()) {
+    r["kv_memory"] = b->total();
+    r["used_bytes"] = b->used();
+    r["sequence_bytes"] = b->sequences();
+    r["peak_bytes"] = b->peak();
+  }
+  return r;
+}
+
 nb::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) {
   std::vector<std::vector<uint8_t>> records;
   if (pool) {

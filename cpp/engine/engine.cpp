@@ -83,14 +83,23 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
   if (memory == kv::kKvMemoryAuto && kv_.policy.traits().budget_per_layer) memory = 0;
   if (memory) {
     if (options_.kv_context == 0) fail("kv_memory needs kv_context (the tokens of a sequence it is sized for)");
-    if (memory == kv::kKvMemoryAuto)
+    const kv::KvCacheSpec c = kv::cache_spec(
+        model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute), kv_,
+        options_.kv_context);
+    const kv::KvPoolSpec shape{c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate};
+    // kv_memory holds the blocks and every sequence's own buffers (rings, table
+    // mirrors: kv_budget.h). The auto budget adds room for max_seqs of them to
+    // its blocks; a given one keeps that room out of the pool, at most half of it.
+    const size_t one = kv::KvCache::own_bytes_to_run(c, shape);
+    size_t own = size_t(options_.max_seqs) * one;
+    if (memory == kv::kKvMemoryAuto)  // (and one blit path's staging: new_cache(store="blit"), one at a time)
       memory = auto_kv_memory(*device_, *model_, options_.kv_context, options_.prefill_chunk, kv_.k_formats,
-                              kv_.v_formats);
-    const kv::KvCacheSpec c = model_->cache_spec(options_.kv_context, options_.prefill_chunk, kv::StorePath::compute,
-                                                 kv_.k_formats, kv_.v_formats, kv_.rotate);
+                              kv_.v_formats) + (own += kv::KvCache::staging_bytes(c, shape));
+    else
+      own = std::min(own, std::max(one, memory / 2));
     kv_pool_ = std::make_shared<kv::KvPool>(
-        device_, kv::KvPool::for_budget({c.n_kv_heads, c.head_dim, c.windows, {}, c.k_formats, c.v_formats, c.rotate},
-                                        c.capacity, c.max_chunk, memory));
+        device_, kv::KvPool::for_budget(shape, c.capacity, c.max_chunk, memory, own),
+        std::make_shared<kv::KvBudget>(memory));
   }
   scheduler_ = std::make_unique<Scheduler>(device_, model_, scheduler_options(options_, *device_), std::move(draft));
 }

@@ -24,7 +24,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
   const bool fresh = r.keep == 0 || c.length(0) == 0;
   if (!c.owns_pool() && fresh && !r.job.logits && o.prefix_cache && c.shares_prefixes() &&
       r.n() >= 2 + kv::kBlockTokens)
-    match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2);
+    match = kv::prefix::find(c.pool(), r.job.prompt.data(), r.n(), r.n() - 2, c.spec().residual);
   const uint32_t from = std::max(r.keep, match.tokens);  // (a match is whole blocks: no tail to copy)
   const auto stored_after = [&](uint64_t n) { return c.blocks_to_store(from, r.keep + n - from); };
   std::vector<uint32_t> need = stored_after(r.n_store);
@@ -60,6 +60,23 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     }
   }
 
+  // 1b. room in kv_memory for its own buffers (the ring, table mirrors, a ring copy)
+  if (const kv::KvBudgetPtr budget = c.owns_pool() ? nullptr : c.pool().budget()) {
+    const size_t own = c.own_bytes_to_run(r.keep, r.n_store);
+    if (!budget->fits(own)) {
+      if (n_running_ > 0) return Admission::wait;  // running calls will give theirs back
+      finish(r, "aborted",
+             std::make_exception_ptr(kv::KvMemoryError(
+                 "engine", "kv_memory",
+                 "the engine's kv_memory (" + str(budget->total()) + " bytes) has " + str(budget->available()) +
+                     " free and this call's own buffers (residual ring, block tables) need " + str(own) +
+                     "; the rest is held by other caches. Free those caches (del cache, cache.reset()), or load "
+                     "the engine with a larger kv_memory")));
+      return Admission::failed;
+    }
+    c.make_own_buffers();  // charged now: the next call admitted sees them
+  }
+
   // 2. the checkpoint, the roll back to keep, the cached prefix, the reservation
   r.cp.emplace(c.checkpoint(runner_.queue(), r.keep, r.n_store));
   if (r.keep < c.length(0)) {
@@ -76,7 +93,7 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     }
   }
   if (match.tokens) {
-    c.adopt_prefix(match.blocks, r.job.prompt.data(), match.tokens, match.hashes);
+    c.adopt_prefix(match.blocks, r.job.prompt.data(), match.tokens, match.hashes, match.rows);
     r.fed = match.tokens;
     if (!r.resumed()) r.stats.prompt_tokens_cached = match.tokens;
   }
@@ -91,7 +108,8 @@ Scheduler::Admission Scheduler::try_admit(Running& r) {
     return Admission::admitted;  // its sampling state is as it left it
   }
 
-  // 3. sampling state: the draws, the ids the penalties look at, pacing
+  // 3. sampling state: the draws, the ids the penalties look at, pacing (its
+  // buffers are the engine's, not kv_memory's: docs/KV_CACHE.md "Every byte counted")
   r.rng.seed(o.seed);
   if (r.penalty_on()) {
     std::vector<uint32_t> pen(c.record().tokens().begin(), c.record().tokens().end());

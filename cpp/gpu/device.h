@@ -10,6 +10,7 @@
 // buffers and pipelines bound to it alive until it has completed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -174,6 +175,13 @@ class CommandQueue {
 };
 using CommandQueuePtr = std::shared_ptr<CommandQueue>;
 
+// The device memory a Device's buffers hold: live, every buffer not yet freed,
+// and the most live at once since the device was made or reset_memory_peak().
+struct MemoryUse {
+  size_t live = 0;
+  size_t peak = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -191,6 +199,29 @@ class Device {
   // since creation / reset. Empty unless the device profiles (host executor
   // with DeviceOptions::profile or $METALKV_PROFILE=1).
   virtual std::map<std::string, KernelTime> kernel_times() const { return {}; }
+  MemoryUse memory_use() const { return {meter_->live.load(), meter_->peak.load()}; }
+  void reset_memory_peak() { meter_->peak = meter_->live.load(); }
+
+ protected:
+  // Each backend's new_buffer returns its buffer through this: counted live until freed.
+  BufferPtr metered(BufferPtr buffer) {
+    const size_t bytes = buffer->length();
+    const size_t live = meter_->live += bytes;
+    size_t p = meter_->peak.load();
+    while (live > p && !meter_->peak.compare_exchange_weak(p, live)) {
+    }
+    Buffer* at = buffer.get();
+    return BufferPtr(at, [buffer = std::move(buffer), meter = meter_, bytes](Buffer*) mutable {
+      buffer.reset();
+      meter->live -= bytes;
+    });
+  }
+
+ private:
+  struct Meter {
+    std::atomic<size_t> live{0}, peak{0};
+  };
+  std::shared_ptr<Meter> meter_ = std::make_shared<Meter>();  // buffers may outlive their device: they share it
 };
 using DevicePtr = std::shared_ptr<Device>;
 

@@ -27,9 +27,10 @@ namespace mkv::kv {
 using detail::fail;
 using detail::str;
 
-void EvictionState::init(gpu::Device& device, const KvPolicySpec& policy, const std::vector<uint32_t>& windows,
+void EvictionState::init(gpu::Device& device, const Allocator& alloc, const KvPolicySpec& policy, const std::vector<uint32_t>& windows,
                          uint32_t n_kv_heads, uint32_t head_dim, uint32_t capacity) {
   device_ = &device;
+  alloc_ = alloc;
   policy_ = policy;
   n_kv_heads_ = n_kv_heads;
   head_dim_ = head_dim;
@@ -52,7 +53,7 @@ void EvictionState::init(gpu::Device& device, const KvPolicySpec& policy, const 
   }
   n_scored_ = uint32_t(n_scored);
   if (n_scored) {  // one buffer: an eviction reads and writes every layer's in one copy each
-    scores_ = device.new_buffer(size_t(n_scored) * per_layer * sizeof(float));
+    scores_ = alloc_(size_t(n_scored) * per_layer * sizeof(float), "an eviction policy's scores");
     const std::vector<float> zeros(size_t(n_scored) * per_layer, 0.0f);
     scores_->write(0, zeros.data(), zeros.size() * sizeof(float));
   }
@@ -114,7 +115,7 @@ ops::BufferView EvictionState::share(uint32_t layer, uint32_t row, uint32_t n_ro
          str(share_stride_) + " (a verified segment is stored only where no eviction is due)");
   const size_t row_floats = size_t(n_scored_) * n_kv_heads_ * share_stride_;
   if (n_rows > share_rows_) {
-    shares_ = device_->new_buffer(n_rows * row_floats * sizeof(float));
+    shares_ = alloc_(n_rows * row_floats * sizeof(float), "a verified segment's score shares");
     share_rows_ = n_rows;
   }
   share_mask_[layer] |= 1u << row;

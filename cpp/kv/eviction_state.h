@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu/device.h"
+#include "kv/kv_budget.h"
 #include "kv/encoder_session.h"
 #include "kv/kv_policy.h"
 #include "ops/ops.h"
@@ -27,7 +28,7 @@ class EvictionState {
  public:
   // Counts for n_layers layers, all 0; with a policy, the state of each full
   // layer (windows[l] == 0) and one zeroed score buffer for them all.
-  void init(gpu::Device& device, const KvPolicySpec& policy, const std::vector<uint32_t>& windows,
+  void init(gpu::Device& device, const Allocator& alloc, const KvPolicySpec& policy, const std::vector<uint32_t>& windows,
             uint32_t n_kv_heads, uint32_t head_dim, uint32_t capacity);
 
   const KvPolicySpec& policy() const { return policy_; }
@@ -115,6 +116,7 @@ class EvictionState {
   uint32_t observed_from(uint32_t layer, uint32_t count, uint32_t length) const;  // snapkv's window's first index
 
   gpu::Device* device_ = nullptr;  // the cache's (it outlives this part)
+  Allocator alloc_;                // its buffers: the cache's (kv_budget.h)
   KvPolicySpec policy_;
   uint32_t n_kv_heads_ = 0, head_dim_ = 0, capacity_ = 0;
   std::vector<uint32_t> counts_;                 // per layer

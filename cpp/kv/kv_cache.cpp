@@ -59,6 +59,7 @@ KvCache::~KvCache() {
 
 void KvCache::init_groups() {
   Lock lock(pool_->mutex());
+  alloc_ = {device_.get(), pool_->budget()};
   for (uint32_t g = 0; g < pool_->n_groups(); ++g) {
     Group group;
     group.window = pool_->group_window(g);
@@ -68,13 +69,19 @@ void KvCache::init_groups() {
     group.table = std::make_unique<BlockTable>(pool_->blocks(g), group.window, spec_.max_chunk);
     groups_.push_back(std::move(group));
   }
-  for (Group& g : groups_) sync_table(g, 0);
   lengths_.assign(spec_.n_layers, 0);
-  eviction_.init(*device_, spec_.policy, spec_.windows, spec_.n_kv_heads, spec_.head_dim, spec_.capacity);
+  eviction_.init(*device_, alloc_, spec_.policy, spec_.windows, spec_.n_kv_heads, spec_.head_dim, spec_.capacity);
   std::vector<LayerLayout> layouts;
   for (uint32_t l = 0; l < spec_.n_layers; ++l) layouts.push_back(layout(l));
-  ring_.init(*device_, spec_.residual, spec_.max_chunk, layouts);
-  if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
+  ring_.init(alloc_, spec_.residual, spec_.max_chunk, layouts);
+  // A cache of its own pool makes all of itself now; over a shared one its
+  // mirrors, staging and ring wait for its admission or first store (kv_memory
+  // counts what it holds).
+  if (owns_pool_) {
+    for (Group& g : groups_) sync_table(g, 0);
+    if (spec_.store == StorePath::blit) staging_for(spec_.max_chunk);
+    ring_.ensure();
+  }
 }
 
 void KvCache::check_layer(uint32_t layer) const {
@@ -140,7 +147,7 @@ void KvCache::sync_table(Group& g, size_t from_block) {
   if (blocks.size() > have || !g.mirror) {
     // Grown buffers start over; commands already encoded keep the old one alive.
     const size_t entries = std::max<size_t>({blocks.size(), 2 * have, ceil_div(spec_.capacity, kBlockTokens)});
-    g.mirror = device_->new_buffer(entries * sizeof(uint32_t));
+    g.mirror = alloc_(entries * sizeof(uint32_t), "a block table's mirror");
     from_block = 0;
   }
   if (from_block >= blocks.size()) return;
@@ -167,7 +174,7 @@ BufferView KvCache::staging_for(uint32_t n_new) {
   if (n_new > staging_rows_) {
     size_t most = 0;  // the layer whose formats take the most bytes a token
     for (uint32_t l = 0; l < spec_.n_layers; ++l) most = std::max(most, layout(l).nbytes() / layout(l).slots);
-    staging_ = device_->new_buffer(size_t(n_new) * most);
+    staging_ = alloc_(size_t(n_new) * most, "the blit path's staging");
     staging_rows_ = n_new;
   }
   return {staging_, 0};
@@ -252,6 +259,7 @@ void KvCache::store(EncoderSession& enc, uint32_t layer, const BufferView& k_new
   // 4. encode: the compute path writes the slots directly ...
   const LayerLayout lay = layout(layer);
   const bool with_ring = ring_.has(layer);
+  if (with_ring) ring_.ensure();
   ops::KvStoreDesc d{n_new, spec_.n_kv_heads, spec_.head_dim, lay.slots, 0, n, index, rope_k, queries,
                      table(layer), lay.k_format, lay.v_format, lay.rotate, with_ring ? ring_.slots() : 0u,
                      ring_.view(layer)};
@@ -368,6 +376,12 @@ void KvCache::reset() {
   std::fill(lengths_.begin(), lengths_.end(), 0u);
   eviction_.reset();
   ring_.start_all_at(0);
+  if (!owns_pool_) {  // over a shared pool an empty cache holds no buffer of its own but its policy's scores
+    ring_.release();
+    staging_.reset();
+    staging_rows_ = 0;
+    for (Group& g : groups_) g.mirror.reset(), g.moves.reset(), g.move_table.reset();
+  }
   record_.reset();
 }
 
@@ -406,7 +420,7 @@ void KvCache::commit(const int32_t* ids, uint32_t n, bool publish, bool decode_r
 }
 
 void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
-                           const std::vector<uint64_t>& hashes) {
+                           const std::vector<uint64_t>& hashes, const std::vector<PrefixRows::Rows>& rows) {
   Lock lock(pool_->mutex());
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
     if (lengths_[l] != 0) fail("adopting a prefix needs an empty cache; layer " + str(l) + " holds " + str(lengths_[l]));
@@ -417,7 +431,22 @@ void KvCache::adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, cons
   }
   std::fill(lengths_.begin(), lengths_.end(), n);
   eviction_.start_at(lengths_);
-  ring_.start_all_at(n);  // the prefix's rows are the pool's only
+  ring_.start_all_at(n);  // the prefix's rows are the pool's only, but for its window's:
+  if (!rows.empty()) {
+    const size_t per = size_t(kBlockTokens) * spec_.n_kv_heads * spec_.head_dim * 2;  // one block's f16 rows
+    const uint32_t first = n - uint32_t(rows.size()) * kBlockTokens;
+    std::vector<uint8_t> k(rows.size() * per), v(rows.size() * per);
+    size_t at = 0;  // the layer's place in each block's rows (PrefixRows' layout)
+    for (uint32_t l = 0; l < spec_.n_layers; ++l) {
+      if (!ring_.has(l)) continue;
+      for (size_t b = 0; b < rows.size(); ++b) {
+        std::copy_n(rows[b]->data() + at, per, k.data() + b * per);
+        std::copy_n(rows[b]->data() + at + per, per, v.data() + b * per);
+      }
+      ring_.write(l, first, uint32_t(rows.size()) * kBlockTokens, n, k.data(), v.data());
+      at += 2 * per;
+    }
+  }
   record_.adopt(ids, n, hashes);
 }
 

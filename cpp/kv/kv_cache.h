@@ -278,11 +278,10 @@ class KvCache {
   // the pool cannot (optimistic admission: the scheduler then preempts).
   bool top_up(uint32_t n);
 
-  // Whether the cache takes part in the prefix cache: not with a residual
-  // window, whose queries read their window's f16 rows, which a prefix's
-  // blocks do not carry (a hit would change what the next queries see), nor
-  // with an eviction policy (its blocks are rewritten as it compacts).
-  bool shares_prefixes() const { return spec_.residual == 0 && spec_.policy.kind == PolicyKind::none; }
+  // Whether the cache takes part in the prefix cache: not with an eviction
+  // policy (its blocks are rewritten as it compacts). A residual window's f16
+  // rows go beside the blocks (prefix_cache.h).
+  bool shares_prefixes() const { return spec_.policy.kind == PolicyKind::none; }
   // The one call a step makes into the cache after its stores, for the n
   // tokens `ids` it stored in every layer (positions length(0) - n ..): records
   // them, notes them stored (SequenceRecord::stored), and with `publish` (the
@@ -292,9 +291,11 @@ class KvCache {
   void commit(const int32_t* ids, uint32_t n, bool publish, bool decode_rows = false);
   // Becomes a cache of n tokens (`ids`) whose rows are the pool's blocks
   // `blocks` (per group, per logical block; -1 where a sliding group needs
-  // none). Needs an empty cache; the blocks stay cached for others.
+  // none). Needs an empty cache; the blocks stay cached for others. rows: with
+  // a residual window, the f16 rows of the prefix's last blocks (prefix::Match),
+  // which go into its ring.
   void adopt_prefix(const std::vector<std::vector<int64_t>>& blocks, const int32_t* ids, uint32_t n,
-                    const std::vector<uint64_t>& hashes);
+                    const std::vector<uint64_t>& hashes, const std::vector<PrefixRows::Rows>& rows = {});
 
   const KvPool& pool() const { return *pool_; }
   KvPool& pool() { return *pool_; }
@@ -310,6 +311,20 @@ class KvCache {
   // the blocks its tables hold; its staging, table mirrors, ring and policy scores.
   size_t nbytes() const;
   size_t bytes_per_token() const;             // one more context token: K+V row (its formats) in each non-wrapping layer
+  // Bytes of its own buffers a call keeping `keep` tokens and storing n_store
+  // more makes before its first step (the ring, table mirrors, blit staging, an
+  // evicting group's move lists, the checkpoint's ring copy): what admission asks
+  // the budget for.
+  size_t own_bytes_to_run(uint32_t keep, uint64_t n_store) const;
+  // The same for an empty cache of `spec` over a pool of `shape` (with its
+  // policy's scores, made with the cache): the most a sequence of it takes beside
+  // its blocks (the engine leaves room for max_seqs).
+  static size_t own_bytes_to_run(const KvCacheSpec& spec, const KvPoolSpec& shape);
+  // One blit-path staging of max_chunk rows (StorePath::blit) for such a cache.
+  static size_t staging_bytes(const KvCacheSpec& spec, const KvPoolSpec& shape);
+  // Makes those buffers now (admission: charged before the next call is admitted;
+  // KvMemoryError when kv_memory has no room).
+  void make_own_buffers();
 
  private:
   // The sequence in one window group of the pool: its table and the mirror.
@@ -352,6 +367,7 @@ class KvCache {
   uint32_t staging_rows_ = 0;
   SequenceRecord record_;
   ResidualRing ring_;                   // the residual window
+  Allocator alloc_;                     // its own buffers: through the shared pool's budget (kv_budget.h)
 };
 
 }  // namespace mkv::kv

@@ -92,7 +92,7 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
   Checkpoint cp;
   cp.lengths = lengths_;
   cp.record = record_.save();
-  cp.ring = ring_.save(*device_, queue, n_store > 0 || keep < lengths_[0]);
+  cp.ring = ring_.save(queue, n_store > 0 || keep < lengths_[0], lengths_);
   cp.eviction = eviction_.save();
   if (!owns_pool_) {
     cp.retained.pool = pool_;
@@ -126,8 +126,8 @@ KvCache::Checkpoint KvCache::checkpoint(gpu::CommandQueue& queue, uint32_t keep,
       for (uint64_t i = keep / kBlockTokens; i * kBlockTokens < end; ++i) s.ids.push_back(uint32_t(blocks[i]));
     }
     for (size_t i = 0; i < g.layers.size() && !s.ids.empty(); ++i)
-      s.copies.push_back(device_->new_buffer(s.ids.size() * (layouts[g.layers[i]].block_bytes(0) +
-                                                             layouts[g.layers[i]].block_bytes(1))));
+      s.copies.push_back(alloc_(s.ids.size() * (layouts[g.layers[i]].block_bytes(0) +
+                                                layouts[g.layers[i]].block_bytes(1)), "a checkpoint's copy of blocks"));
     cp.blocks.push_back(std::move(s));
   }
   copy_blocks(queue, *pool_, layouts, group_layers, cp.blocks, Direction::save);

@@ -80,7 +80,7 @@ void KvCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   eviction_.apply(g.layers, plan);
   const uint32_t cap = spec_.capacity, H = spec_.n_kv_heads;
   const size_t list_bytes = size_t(g.layers.size()) * H * cap * 3 * sizeof(uint32_t);  // the most moves
-  if (!g.moves || g.moves->length() < list_bytes) g.moves = device_->new_buffer(list_bytes);
+  if (!g.moves || g.moves->length() < list_bytes) g.moves = alloc_(list_bytes, "an eviction's move list");
   if (!plan.moves.empty()) g.moves->write(0, plan.moves.data(), plan.moves.size() * sizeof(uint32_t));
   // The moves read their sources through the table as it is now, in a copy:
   // the store after this may put another block where the shrink below lets
@@ -90,7 +90,8 @@ void KvCache::evict(EncoderSession& enc, Group& g, uint32_t n_new) {
   std::vector<uint32_t> ids(blocks.size());
   for (size_t b = 0; b < ids.size(); ++b) ids[b] = blocks[b] < 0 ? 0u : uint32_t(blocks[b]);
   if (!g.move_table || g.move_table->length() < ids.size() * sizeof(uint32_t))
-    g.move_table = device_->new_buffer(std::max<size_t>(ids.size(), ops::ceil_div(cap, B)) * sizeof(uint32_t));
+    g.move_table = alloc_(std::max<size_t>(ids.size(), ops::ceil_div(cap, B)) * sizeof(uint32_t),
+                          "an eviction's block table copy");
   if (!plan.moves.empty()) g.move_table->write(0, ids.data(), ids.size() * sizeof(uint32_t));
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const uint32_t l = g.layers[i];

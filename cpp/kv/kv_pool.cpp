@@ -90,8 +90,11 @@ size_t KvPool::pool_bytes(const KvPoolSpec& spec) {
   return total;
 }
 
-KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chunk, size_t bytes) {
+KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chunk, size_t total, size_t kept) {
   if (s.split_full) fail("a shared pool groups its full layers together (split_full is for a cache's own pool)");
+  const size_t bytes = total > kept ? total - kept : 0;
+  const std::string budget = "kv_memory " + str(total) + " bytes" +
+                             (kept ? " (" + str(kept) + " of them kept for sequences' own buffers)" : "");
   const std::vector<uint32_t> gw = group_windows(s.windows);
   s.group_blocks = sequence_blocks(s.windows, capacity, max_chunk);
   const std::vector<uint32_t> one = s.group_blocks;
@@ -116,7 +119,7 @@ KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chun
         same = same && b == first;
         total += b;
       }
-      bad_budget("kv_memory " + str(bytes) + " bytes holds no block of the layers of window " + str(gw[g]) +
+      bad_budget(budget + " holds no block of the layers of window " + str(gw[g]) +
                  " (one block: " + (same ? str(first) + " bytes in each of their layers" : str(total) +
                  " bytes over their layers") + "; one sequence of " + str(capacity) + " tokens needs " +
                  str(one_bytes) + " bytes)");
@@ -124,12 +127,13 @@ KvPoolSpec KvPool::for_budget(KvPoolSpec s, uint32_t capacity, uint32_t max_chun
   }
   const size_t got = pool_bytes(s);
   if (got > bytes)
-    bad_budget("kv_memory " + str(bytes) + " bytes is less than the " + str(got) + " the sliding layers need to run one " +
+    bad_budget(budget + " is less than the " + str(got) + " the sliding layers need to run one " +
          "sequence (their window twice: a call keeps the one it started with) plus one block of the others");
   return s;
 }
 
-KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) {
+KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec, KvBudgetPtr budget)
+    : spec_(std::move(spec)), budget_(std::move(budget)) {
   if (!device) fail("device is null");
   if (spec_.windows.empty() || spec_.n_kv_heads == 0 || spec_.head_dim == 0)
     fail("n_layers, n_kv_heads and head_dim must be positive");
@@ -149,8 +153,9 @@ KvPool::KvPool(gpu::DevicePtr device, KvPoolSpec spec) : spec_(std::move(spec)) 
     if (lay.nbytes() >= (uint64_t(1) << 32))
       fail("layer " + str(l) + " would hold " + str(lay.nbytes()) + " bytes; at most 2^32 - 1 bytes "
            "per layer are supported (lower capacity or kv_memory, or quantize the cache: kv_k, kv_v)");
-    buffers_.push_back(device->new_buffer(lay.nbytes()));
+    buffers_.push_back(budget_ ? budget_->pool_buffer(*device, lay.nbytes()) : device->new_buffer(lay.nbytes()));
   }
+  prefix_rows_.set_max_bytes(nbytes() / 4);
 }
 
 void KvPool::check_layer(uint32_t layer) const {

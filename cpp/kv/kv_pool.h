@@ -19,7 +19,9 @@
 
 #include "gpu/device.h"
 #include "kv/block_pool.h"
+#include "kv/kv_budget.h"
 #include "kv/kv_layout.h"
+#include "kv/prefix_rows.h"
 #include "ops/ops.h"
 
 namespace mkv::kv {
@@ -51,7 +53,9 @@ struct KvPoolSpec {
 
 class KvPool {
  public:
-  KvPool(gpu::DevicePtr device, KvPoolSpec spec);  // raises GpuError "[kv_pool] ..."
+  // budget: an engine's kv_memory (kv_budget.h), which the pool's buffers are
+  // charged to and its caches' own buffers after them; null for a cache's own pool.
+  KvPool(gpu::DevicePtr device, KvPoolSpec spec, KvBudgetPtr budget = nullptr);  // raises GpuError "[kv_pool] ..."
 
   // The group of each layer: by window, in order of first appearance, or with
   // split_full each full layer its own group.
@@ -66,8 +70,10 @@ class KvPool {
   // at least twice one sequence's and a block (a sliding layer needs its whole
   // window to run, and a call's checkpoint keeps the window it started with).
   // Raises ArgumentError(kv_memory) when that does not fit, or leaves a group
-  // without a block.
-  static KvPoolSpec for_budget(KvPoolSpec shape, uint32_t capacity, uint32_t max_chunk, size_t bytes);
+  // without a block. kept: of `bytes`, what is kept for sequences' own buffers
+  // (kv_budget.h): the blocks get the rest.
+  static KvPoolSpec for_budget(KvPoolSpec shape, uint32_t capacity, uint32_t max_chunk, size_t bytes,
+                               size_t kept = 0);
   // Bytes of a pool with spec's blocks per group, in its formats.
   static size_t pool_bytes(const KvPoolSpec& spec);
 
@@ -85,6 +91,10 @@ class KvPool {
   size_t block_bytes(uint32_t group) const;      // one block id: its K and V rows in every layer of the group
   size_t nbytes() const;                         // every layer's pool buffer
   std::recursive_mutex& mutex() const { return mutex_; }
+  const KvBudgetPtr& budget() const { return budget_; }
+  // The residual windows' f16 rows beside the prefix cache's blocks (prefix_rows.h).
+  PrefixRows& prefix_rows() { return prefix_rows_; }
+  const PrefixRows& prefix_rows() const { return prefix_rows_; }
 
  private:
   struct Group {
@@ -97,6 +107,8 @@ class KvPool {
   std::vector<Group> groups_;
   std::vector<uint32_t> group_index_;  // per layer
   std::vector<gpu::BufferPtr> buffers_;
+  KvBudgetPtr budget_;
+  PrefixRows prefix_rows_;
   mutable std::recursive_mutex mutex_;
 };
 

@@ -31,28 +31,55 @@ namespace mkv::kv {
 using detail::fail;
 using detail::str;
 
-void ResidualRing::init(gpu::Device& device, uint32_t residual, uint32_t max_chunk,
+namespace {
+bool ringed(const LayerLayout& l) { return l.k_format != mkv_params::kKvF16 || l.v_format != mkv_params::kKvF16; }
+uint32_t ring_slots(uint32_t residual, uint32_t max_chunk) {
+  const uint64_t span = uint64_t(max_chunk) + residual + kBlockTokens - 1;
+  return uint32_t(ops::ceil_div(span, kBlockTokens) * kBlockTokens);
+}
+}  // namespace
+
+size_t ResidualRing::bytes_for(uint32_t residual, uint32_t max_chunk, const std::vector<LayerLayout>& layouts) {
+  if (residual == 0 || layouts.empty()) return 0;
+  const size_t rings = size_t(std::count_if(layouts.begin(), layouts.end(), ringed));
+  return rings * 2 * ring_slots(residual, max_chunk) * size_t(layouts[0].n_kv_heads) * layouts[0].head_dim * 2;
+}
+
+void ResidualRing::init(const Allocator& alloc, uint32_t residual, uint32_t max_chunk,
                         const std::vector<LayerLayout>& layouts) {
+  alloc_ = alloc;
   residual_ = residual;
   index_.assign(layouts.size(), -1);
   lo_.assign(layouts.size(), 0);
-  if (residual == 0 || layouts.empty()) return;
+  full_bytes_ = bytes_for(residual, max_chunk, layouts);
+  if (full_bytes_ == 0) return;
   int32_t rings = 0;
   for (size_t l = 0; l < layouts.size(); ++l)
-    if (layouts[l].k_format != mkv_params::kKvF16 || layouts[l].v_format != mkv_params::kKvF16) index_[l] = rings++;
-  const uint64_t span = uint64_t(max_chunk) + residual + kBlockTokens - 1;
-  slots_ = uint32_t(ops::ceil_div(span, kBlockTokens) * kBlockTokens);
+    if (ringed(layouts[l])) index_[l] = rings++;
+  slots_ = ring_slots(residual, max_chunk);
   row_bytes_ = size_t(layouts[0].n_kv_heads) * layouts[0].head_dim * 2;
-  if (rings) buffer_ = device.new_buffer(size_t(rings) * 2 * slots_ * row_bytes_);
+}
+
+void ResidualRing::ensure() {
+  if (!buffer_ && full_bytes_) buffer_ = alloc_(full_bytes_, "a residual window's ring");
+}
+
+void ResidualRing::release() { buffer_.reset(); }
+
+bool ResidualRing::holds_rows(const std::vector<uint32_t>& lengths) const {
+  if (!buffer_) return false;
+  for (size_t l = 0; l < lo_.size(); ++l)
+    if (has(uint32_t(l)) && lo_[l] < lengths.at(l)) return true;
+  return false;
 }
 
 ops::BufferView ResidualRing::view(uint32_t layer) const {
-  if (!has(layer)) return {};
+  if (!has(layer) || !buffer_) return {};
   return {buffer_, size_t(index_[layer]) * 2 * slots_ * row_bytes_};
 }
 
 void ResidualRing::describe(uint32_t layer, ops::AttentionDesc& d) const {
-  if (!has(layer)) return;
+  if (!has(layer) || !buffer_) return;
   d.residual = residual_;
   d.ring_slots = slots_;
   d.ring_lo = lo_[layer];
@@ -82,6 +109,7 @@ void ResidualRing::read(uint32_t layer, uint32_t first, uint32_t n, uint32_t len
 void ResidualRing::write(uint32_t layer, uint32_t first, uint32_t n, uint32_t length, const uint8_t* k,
                          const uint8_t* v) {
   if (!has(layer)) fail("layer " + str(layer) + " keeps no residual window");
+  ensure();
   if (uint64_t(first) + n != length || n > slots_)
     fail("write_ring takes the rows of the layer's last positions, at most its " + str(slots_) +
          " slots, ending at its length " + str(length) + "; not " + str(first) + ".." +
@@ -103,10 +131,11 @@ void ResidualRing::copy_rows(uint32_t layer, uint32_t first, uint32_t n, uint8_t
   }
 }
 
-ResidualRing::Saved ResidualRing::save(gpu::Device& device, gpu::CommandQueue& queue, bool whole) const {
-  Saved s{nullptr, lo_};
-  if (!buffer_ || !whole) return s;
-  s.copy = device.new_buffer(buffer_->length());
+ResidualRing::Saved ResidualRing::save(gpu::CommandQueue& queue, bool whole,
+                                       const std::vector<uint32_t>& lengths) const {
+  Saved s{nullptr, lo_, whole};
+  if (!buffer_ || !whole || !holds_rows(lengths)) return s;  // (nothing to put back)
+  s.copy = alloc_(buffer_->length(), "a checkpoint's copy of a residual window's ring");
   auto cb = queue.command_buffer();
   gpu::BlitEncoder& blit = cb->blit_encoder();
   blit.copy(buffer_, 0, s.copy, 0, buffer_->length());
@@ -117,6 +146,10 @@ ResidualRing::Saved ResidualRing::save(gpu::Device& device, gpu::CommandQueue& q
 }
 
 void ResidualRing::restore(gpu::CommandQueue& queue, const Saved& saved) {
+  if (!saved.copy && saved.written) {  // it held no row before the call: none again
+    lo_ = saved.lo;
+    return;
+  }
   if (!saved.copy) {  // the call wrote no ring row: what it made invalid stays so
     for (size_t l = 0; l < lo_.size() && l < saved.lo.size(); ++l) lo_[l] = std::max(lo_[l], saved.lo[l]);
     return;

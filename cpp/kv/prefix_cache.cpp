@@ -26,20 +26,22 @@ uint32_t first_needed(uint32_t window, uint32_t n) { return window == 0 || n < w
 
 }  // namespace
 
+uint64_t root(uint32_t residual) { return residual ? mix(0x7265736964ull ^ residual) : 0; }  // "resid"
+
 uint64_t chain_hash(uint64_t parent, const int32_t* ids) {
   uint64_t h = mix(parent ^ 0x6d6b7666u);  // "mkvf": block 0's parent 0 still mixes
   for (uint32_t i = 0; i < kBlockTokens; ++i) h = mix(h ^ uint32_t(ids[i]));
   return h;
 }
 
-Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens) {
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual) {
   Match m;
   m.evictable.assign(pool.n_groups(), 0);
   const uint32_t n_blocks = std::min(n, max_tokens) / kBlockTokens;
   if (n_blocks == 0) return m;
   // Per group, block i's id (or -1), as far as the chain goes.
   std::vector<BlockKey> keys;
-  uint64_t parent = 0;
+  uint64_t parent = root(residual);
   for (uint32_t i = 0; i < n_blocks; ++i) {
     keys.push_back(key_of(parent, ids + size_t(i) * kBlockTokens));
     parent = keys.back().hash;
@@ -52,9 +54,15 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
       found[g][i] = pool.blocks(g).find(keys[i]);
       if (pool.group_window(g) == 0 && found[g][i] < 0) full_run = std::min(full_run, i);
     }
-  // The longest prefix of k blocks every sliding group can serve at k·B tokens.
+  // The longest prefix of k blocks every sliding group can serve at k·B tokens
+  // (and whose window's f16 rows are at hand: its last residual / B blocks').
   for (uint32_t k = full_run; k > 0; --k) {
     bool ok = true;
+    std::vector<PrefixRows::Rows> rows;
+    for (uint32_t i = k > residual / kBlockTokens ? k - residual / kBlockTokens : 0; residual && i < k && ok; ++i) {
+      rows.push_back(pool.prefix_rows().get(keys[i]));
+      ok = rows.back() != nullptr;
+    }
     for (uint32_t g = 0; g < groups && ok; ++g) {
       const uint32_t w = pool.group_window(g);
       if (w == 0) continue;
@@ -74,20 +82,47 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
       m.evictable[g] = evictable;
     }
     for (uint32_t i = 0; i < k; ++i) m.hashes.push_back(keys[i].hash);
+    m.rows = std::move(rows);
     return m;
   }
   return m;
 }
+
+namespace {
+
+// Block i's rows in every ringed layer, K then V (PrefixRows' layout); empty
+// when a ring no longer holds them.
+std::vector<uint8_t> window_rows(const KvCache& cache, uint32_t i) {
+  const ResidualRing& ring = cache.ring();
+  const size_t rows = size_t(kBlockTokens) * cache.spec().n_kv_heads * cache.spec().head_dim * 2;  // f16
+  std::vector<uint8_t> out;
+  for (uint32_t l = 0; l < cache.n_layers(); ++l) {
+    if (!ring.has(l)) continue;
+    if (ring.nbytes() == 0 || ring.lo(l) > i * kBlockTokens) return {};
+    out.resize(out.size() + 2 * rows);
+    uint8_t* k = out.data() + out.size() - 2 * rows;
+    ring.read(l, i * kBlockTokens, kBlockTokens, cache.length(l), k, k + rows);
+  }
+  return out;
+}
+
+}  // namespace
 
 void publish(KvCache& cache) {
   if (!cache.shares_prefixes()) return;
   std::lock_guard<std::recursive_mutex> lock(cache.pool().mutex());
   const uint32_t done = uint32_t(cache.record().block_hashes().size());
   const uint32_t ready = std::min<uint32_t>(cache.record().canonical(), uint32_t(cache.record().tokens().size())) / kBlockTokens;
+  const uint32_t residual = cache.spec().residual;
   for (uint32_t i = done; i < ready; ++i) {
-    const uint64_t parent = i ? cache.record().block_hashes()[i - 1] : 0;
+    const uint64_t parent = i ? cache.record().block_hashes()[i - 1] : root(residual);
     const BlockKey key = key_of(parent, cache.record().tokens().data() + size_t(i) * kBlockTokens);
     KvPool& pool = cache.pool();
+    if (residual) {  // its window's rows go beside it, or (gone from the ring) it stays unpublished
+      std::vector<uint8_t> rows = window_rows(cache, i);
+      if (rows.empty()) return;
+      pool.prefix_rows().put(key, std::move(rows));
+    }
     for (uint32_t g = 0; g < pool.n_groups(); ++g) {
       const std::vector<int64_t>& blocks = cache.block_table(pool.group_layers(g)[0]).blocks();
       if (i < blocks.size() && blocks[i] >= 0) pool.blocks(g).register_block(uint32_t(blocks[i]), key);

@@ -10,7 +10,11 @@
 // prefix taken from the cache holds exactly the bits a prefill of the same
 // tokens gives: a sequence gets the same output with and without the cache.
 // Cached blocks nobody holds stay in the pool, evictable in LRU order. Caches
-// with a residual window neither publish nor adopt (KvCache::shares_prefixes).
+// with a residual window publish their blocks' f16 rows beside them (the
+// pool's PrefixRows) and their chains start from a root of their own (root():
+// their blocks' bits differ from a cache's without one); an adoption writes the
+// rows its window reads into the adopter's ring. Caches with an eviction policy
+// neither publish nor adopt (KvCache::shares_prefixes).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +24,12 @@
 
 namespace mkv::kv::prefix {
 
-// Block i's chain hash: of `parent` (block i-1's, 0 for the first) and its
+// Block i's chain hash: of `parent` (block i-1's, root() for the first) and its
 // kBlockTokens ids.
 uint64_t chain_hash(uint64_t parent, const int32_t* ids);
+// The first block's parent for caches with a residual window of `residual`
+// positions (0: none, the hash every other cache and the prefix store use).
+uint64_t root(uint32_t residual);
 
 // The longest prefix of ids[0..n) a new cache can take from `pool`: at most
 // max_tokens tokens, a whole number of blocks, each full group holding every
@@ -32,9 +39,14 @@ struct Match {
   std::vector<std::vector<int64_t>> blocks;  // per group, per logical block (-1: not needed)
   std::vector<uint64_t> hashes;              // per block of the prefix
   std::vector<uint32_t> evictable;           // per group: of those blocks, how many nobody holds now
+  // With a residual window: the f16 rows (PrefixRows) of the prefix's last
+  // blocks, those the window at its end reads, oldest first.
+  std::vector<PrefixRows::Rows> rows;
 };
 // Call with the pool's mutex held, and keep it until the blocks are adopted.
-Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens);
+// residual: the adopter's residual window (0: none): a prefix then ends where
+// the rows of its window's blocks are at hand.
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual = 0);
 
 // Publishes the cache's canonical full blocks not yet published (their hashes
 // go to cache.record().block_hashes()); a block whose tokens already have a block stays

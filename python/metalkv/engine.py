@@ -29,6 +29,7 @@ from ._device import open_device
 from .constrain import llg_tokenizer
 from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
+from .memory import memory_report
 from .messages import normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
                          model_fingerprint)
@@ -187,10 +188,13 @@ class Engine:
 
     @property
     def kv_pool(self) -> dict | None:
-        """The shared KV pool (Engine.load(kv_memory=...)): nbytes, and per window group its
-        layers, blocks, free_blocks (evictable ones included), cached_blocks (in the prefix
-        cache), evictable_blocks, reserved_blocks and block_bytes; None when each cache has its own."""
+        """The shared KV pool (None without one): _core.Engine.kv_pool's blocks per group."""
         return self._core.kv_pool
+
+    def memory(self) -> dict:
+        """Where the engine's bytes are: the device's, the weights', kv_memory's (the pool
+        and each sequence's own buffers), the prefix store's tiers (metalkv.memory)."""
+        return memory_report(self)
 
     @property
     def last_stats(self) -> dict:

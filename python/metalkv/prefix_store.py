@@ -71,6 +71,7 @@ class PrefixStore:
             raise ArgumentError("[prefix_store] this engine's caches have sliding-window layers or a residual "
                                 "window, whose layers do not keep every block of a prefix: not supported")
         self.engine = engine
+        engine.prefix_store = self  # (Engine.memory() reports its tiers)
         self.record_bytes = engine._core.prefix_record_bytes  # one block, every layer
         layers = range(probe.n_layers)
         ident = {"version": VERSION, "model": engine.fingerprint, "formats": [list(probe.formats(l)) for l in layers],

@@ -30,7 +30,8 @@ def engines(tiny_gguf, tiny_sliding_dir):
             "quantized_shared": load(tiny_gguf, kv_k="q8", kv_v="q4", kv_memory="1MB"),
             # a residual window: q2 (its last partial block's K only in the ring), and sliding layers
             "residual_q2": load(tiny_gguf, kv_k="q2", kv_v="q2", kv_rotate=True, kv_residual=32),
-            "residual_sliding": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_residual=32, kv_memory="1MB")}
+            # (2MB: kv_memory holds the three caches' rings beside the blocks)
+            "residual_sliding": load(tiny_sliding_dir, kv_k="q4", kv_v="q8", kv_residual=32, kv_memory="2MB")}
 
 
 def greedy(engine, ids, cache, n=6):

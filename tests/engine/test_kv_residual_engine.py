@@ -113,18 +113,55 @@ def test_residual_arguments_are_checked(tiny_gguf):
     assert c.nbytes >= c.ring_nbytes + sum(c.layer_nbytes(l) for l in range(c.n_layers))
 
 
-def test_a_residual_cache_takes_no_prefix_from_the_prefix_cache(tiny_gguf):
-    """A prefix's blocks carry codes, not its window's f16 rows: a hit would
-    change what the next queries see, so the same prompt twice gives the same
-    logits, computed both times."""
+@pytest.mark.parametrize("kv_k,kv_v,residual", [("q2", "q2", None), ("q4", "q8", 32)])
+def test_a_residual_cache_takes_its_prefix_with_its_window_rows(tiny_gguf, kv_k, kv_v, residual):
+    """Issue 36: a published block keeps its window's f16 rows beside it (the pool's
+    PrefixRows), and a call taking the prefix gets them into its ring, so its queries
+    read what a prefill's read: ids and logits bit for bit those of an engine with no
+    prefix cache at all, for calls sharing a system prompt past the window."""
     from .test_prefix_cache import run
 
-    eng = load(tiny_gguf, kv_memory="auto", kv_k="q2", kv_v="q2", prefill_chunk=16)
-    first, again = run(eng, IDS[:80]), run(eng, IDS[:80])
-    assert first[2]["prompt_tokens_cached"] == again[2]["prompt_tokens_cached"] == 0
-    assert first[0] == again[0]
-    np.testing.assert_array_equal(first[1], again[1])
-    assert eng.kv_pool["groups"][0]["cached_blocks"] == 0
+    kw = dict(kv_k=kv_k, kv_v=kv_v, kv_residual=residual, prefill_chunk=16, context=320)
+    eng, plain = load(tiny_gguf, kv_memory="auto", **kw), load(tiny_gguf, **kw)
+    rng = np.random.default_rng(11)
+    system = rng.integers(1, 64, 200).tolist()
+    for i, n in enumerate((23, 40, 9)):
+        ids = system + rng.integers(1, 64, n).tolist()
+        got, ref = run(eng, ids, max_tokens=20), run(plain, ids, max_tokens=20)
+        assert got[0] == ref[0]
+        np.testing.assert_array_equal(got[1], ref[1])
+        assert got[2]["prompt_tokens_cached"] == (0 if i == 0 else 192)  # the system prompt's whole blocks
+    pool = eng.kv_pool
+    window = eng.new_cache().residual
+    assert window == (residual or 128)
+    row = 2 * 32 * pool_heads(eng) * 2  # one block's K and V f16 rows, one layer
+    assert pool["window_rows_bytes"] > 0 and pool["window_rows_bytes"] % (eng.config.n_layers * row) == 0
+    assert pool["window_rows_bytes"] <= pool["window_rows_max_bytes"] == pool["nbytes"] // 4
+
+
+def pool_heads(eng) -> int:
+    return eng.config.n_kv_heads * eng.config.head_dim
+
+
+def test_caches_with_and_without_a_window_never_share_a_prefix(tiny_gguf):
+    """One pool, caches with a residual window and caches without: their blocks' bits
+    differ (the window changes what the queries read), so their chains start from
+    different roots and neither takes the other's prefix; each matches its reference."""
+    from .test_prefix_cache import run
+
+    kw = dict(kv_k="q4", kv_v="q4", prefill_chunk=16, context=320)
+    eng = load(tiny_gguf, kv_memory="auto", kv_residual=32, **kw)
+    refs = {r: load(tiny_gguf, kv_residual=r, **kw) for r in (0, 32)}
+    ids = np.random.default_rng(12).integers(1, 64, 150).tolist()
+    opts = dict(max_tokens=8, temperature=0.0, stop_ids=[], keep_logits=True, ephemeral=True)
+    seen = set()
+    for residual in (32, 0, 32, 0):
+        r = eng._core.submit(eng.new_cache(kv_residual=residual), np.asarray(ids, np.int64), **opts)
+        ref = refs[residual]._core.submit(refs[residual].new_cache(), np.asarray(ids, np.int64), **opts)
+        assert r.result() == ref.result()
+        np.testing.assert_array_equal(r.logits(), ref.logits())
+        assert r.stats["prompt_tokens_cached"] == (128 if residual in seen else 0)
+        seen.add(residual)
 
 
 def test_a_truncate_past_the_ring_reads_the_pool_below_ring_lo(tiny_gguf):

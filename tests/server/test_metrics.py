@@ -68,6 +68,8 @@ def test_the_pool_gauges_are_the_engines(fresh):
         assert sum(got.values()) == g["blocks"]
         total += g["blocks"]
     assert m[("metalkv_kv_pool_bytes", ())] == pool["nbytes"]
+    assert m[("metalkv_kv_memory_bytes", (("kind", "total"),))] == pool["kv_memory"] >= pool["nbytes"]
+    assert pool["nbytes"] <= m[("metalkv_kv_memory_bytes", (("kind", "used"),))] <= pool["kv_memory"]
     free = sum(m[(k, lab)] for (k, lab) in m if k == "metalkv_kv_blocks" and ("state", "free") in lab)
     assert m[("metalkv_kv_pool_usage", ())] == pytest.approx(1 - free / total)
 

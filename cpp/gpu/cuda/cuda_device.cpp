@@ -91,7 +91,7 @@ class CudaDevice final : public Device {
   DeviceProperties properties() const override { return props_; }
   BufferPtr new_buffer(size_t length) override {
     select();
-    return std::make_shared<CudaBuffer>(length);
+    return metered(std::make_shared<CudaBuffer>(length));
   }
   PipelinePtr pipeline(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -285,7 +285,7 @@ class HostDevice final : public Device {
   }
   BufferPtr new_buffer(size_t length) override {
     if (length == 0) throw GpuError("[host] buffer length must be at least 1 byte");
-    return std::make_shared<HostBuffer>(length);
+    return metered(std::make_shared<HostBuffer>(length));
   }
   PipelinePtr pipeline(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -89,7 +89,7 @@ BufferPtr MetalDevice::new_buffer(size_t length) {
                    std::to_string(device_->maxBufferLength()) +
                    " bytes); use smaller buffers or a smaller model/context");
   }
-  return std::make_shared<MetalBuffer>(NS::TransferPtr(raw), length);
+  return metered(std::make_shared<MetalBuffer>(NS::TransferPtr(raw), length));
 }
 
 CommandQueuePtr MetalDevice::new_command_queue() {

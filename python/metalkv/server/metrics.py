@@ -17,6 +17,8 @@ Read at each scrape:
 - metalkv_kv_blocks{window, state}: the shared KV pool's blocks per window group, by
   state (used by live caches, cached prefixes, reserved for calls' coming tokens, free);
   metalkv_kv_pool_bytes and metalkv_kv_pool_usage (the fraction not free);
+  metalkv_kv_memory_bytes{kind}: kv_memory's cap (total), what is charged to it now (used:
+  the pool and every running sequence's own buffers; sequences: theirs alone), its peak;
 - with a prefix store (metalkv serve --prefix-store): metalkv_prefix_store_loaded_tokens_total
   {tier} (prompt tokens put back into the pool from the host, disk or Redis tier),
   metalkv_prefix_store_saved_blocks_total, metalkv_prefix_store_corrupt_entries_total,
@@ -63,6 +65,13 @@ class _Live:
         yield GaugeMetricFamily("metalkv_kv_pool_bytes", "Bytes of the shared KV pool.", value=pool["nbytes"])
         yield GaugeMetricFamily("metalkv_kv_pool_usage", "Fraction of the KV pool's blocks not free.",
                                 value=1.0 - free / total if total else 0.0)
+        cap = GaugeMetricFamily("metalkv_kv_memory_bytes", "kv_memory: its cap, the bytes charged to it now "
+                                "(the pool and sequences' own buffers), sequences' own alone, the peak.",
+                                labels=["kind"])
+        for kind, key in (("total", "kv_memory"), ("used", "used_bytes"), ("sequences", "sequence_bytes"),
+                          ("peak", "peak_bytes")):
+            cap.add_metric([kind], pool[key])
+        yield cap
 
 
     def _store(self):
