@@ -10,6 +10,7 @@
 #                                                  test-kv-policy stress-kv-policy test-server bench-server
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
 #                                                  bench-constrained bench-prefix-store bench-preemption
+#                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -136,6 +137,46 @@ stage_bench_prefix_store() {
     --json "$OUT/bench_prefix_store.json" > "$OUT/bench_prefix_store.txt" 2>&1
   note "bench/prefix_store.py: rc=$?"
   tail -8 "$OUT/bench_prefix_store.txt"
+}
+
+# The Redis tier on a machine without Redis: the carried Debian redis-server and the
+# libraries it links (.whl/redis/, tools/carry_redis.sh), a second engine as the second server.
+stage_bench_prefix_store_redis() {
+  step "prefix store: 8B shape, a second server's time to first token from a shared Redis against computing it"
+  LD_LIBRARY_PATH=$PWD/.whl/redis/lib .whl/redis/redis-server --port 6399 --save '' --appendonly no \
+    --daemonize yes --logfile "$OUT/redis.log" || { note "redis-server: FAILED to start"; return 1; }
+  sleep 1
+  timeout ${ENGINE_S:-420} python3 bench/prefix_store.py --random-llama 8b --device cuda --kv-memory 4GB \
+    --redis redis://127.0.0.1:6399/0 --json "$OUT/bench_prefix_store_redis.json" > "$OUT/bench_prefix_store_redis.txt" 2>&1
+  note "bench/prefix_store.py --redis: rc=$?"
+  LD_LIBRARY_PATH=$PWD/.whl/redis/lib .whl/redis/redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true
+  tail -8 "$OUT/bench_prefix_store_redis.txt"
+}
+
+stage_bench_swap() {
+  step "a preempted sequence: recompute against a swap to host memory, 8B shape"
+  timeout ${ENGINE_S:-420} python3 bench/swap_recompute.py --random-llama 8b --device cuda --kv-memory 8GB \
+    --tokens 512,2048,4096 --json "$OUT/bench_swap.json" > "$OUT/bench_swap.txt" 2>&1
+  note "bench/swap_recompute.py: rc=$?"
+  tail -8 "$OUT/bench_swap.txt"
+}
+
+stage_bench_memory() {
+  step "memory under load: 8B shape, q4 KV with its rings, 64 clients, kv_memory 4GB"
+  timeout ${ENGINE_S:-420} python3 bench/memory_load.py --random-llama 8b --device cuda --context 4096 --kv-memory 4GB \
+    --clients 64 --calls 2 --prompt 1024 --max-tokens 64 --json "$OUT/bench_memory.json" > "$OUT/bench_memory.txt" 2>&1
+  note "bench/memory_load.py: rc=$?"
+  tail -8 "$OUT/bench_memory.txt"
+}
+
+stage_test_kv_memory() {
+  step "kv_memory's cap, residual prefixes, preemption and the prefix store on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/engine/test_kv_memory.py tests/engine/test_kv_residual_engine.py tests/engine/test_preemption.py \
+    tests/engine/test_prefix_cache.py tests/engine/test_prefix_store.py tests/engine/test_kv_pool.py \
+    > "$OUT/test_kv_memory.txt" 2>&1
+  note "test-kv-memory: rc=$?"
+  tail -3 "$OUT/test_kv_memory.txt"
 }
 
 stage_bench_preemption() {
