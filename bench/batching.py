@@ -50,12 +50,17 @@ import metalkv  # noqa: E402
 from metalkv._core import ops  # noqa: E402
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def model_arguments(ap: argparse.ArgumentParser) -> None:
+    """--model, --random-llama and --device, as every engine bench takes them (model_path reads them)."""
     ap.add_argument("--model", default=None, help="GGUF file or HF directory (default: the default model)")
     ap.add_argument("--random-llama", choices=("8b", "1b"), default=None,
                     help="build a random-weight Llama shape with transformers (bench/gpu/engine.py) and use it")
     ap.add_argument("--device", default="host")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    model_arguments(ap)
     ap.add_argument("--batches", default="1,4,16,64")
     ap.add_argument("--modes", default="invariant",
                     help="comma-separated: 'invariant' (the default engine), 'gemm' (batch_invariant=False)")

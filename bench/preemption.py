@@ -37,7 +37,7 @@ import numpy as np
 os.environ.setdefault("METALKV_NO_PROGRESS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metalkv  # noqa: E402
-from batching import model_path  # noqa: E402  (bench/batching.py)
+from batching import model_arguments, model_path  # noqa: E402  (bench/batching.py)
 from metalkv import _core  # noqa: E402
 
 # questions the default model answers and ends (a story or a description may run to the context's end)
@@ -49,10 +49,7 @@ PLACES = ["France", "Japan", "Peru", "Kenya", "Norway", "Canada", "India", "Ital
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="GGUF file or HF directory (default: the default model)")
-    ap.add_argument("--random-llama", choices=("8b", "1b"), default=None,
-                    help="a random-weight Llama shape built with transformers (bench/batching.py)")
-    ap.add_argument("--device", default="host")
+    model_arguments(ap)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--context", type=int, default=None, help="tokens a cache holds (default: the engine's)")
     ap.add_argument("--kv-memory", default="auto", help="the shared pool (default: the engine's default)")

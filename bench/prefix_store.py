@@ -34,7 +34,7 @@ from pathlib import Path
 os.environ.setdefault("METALKV_NO_PROGRESS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metalkv  # noqa: E402
-from batching import model_path  # noqa: E402  (bench/batching.py)
+from batching import model_arguments, model_path  # noqa: E402  (bench/batching.py)
 from metalkv.prefix_store import PrefixStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,9 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--random-llama", choices=("8b", "1b"), default=None)
-    ap.add_argument("--device", default="host")
+    model_arguments(ap)
     ap.add_argument("--system-tokens", type=int, default=4096)
     ap.add_argument("--new-tokens", type=int, default=8)
     ap.add_argument("--kv-memory", default="auto")

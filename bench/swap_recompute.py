@@ -34,14 +34,12 @@ import numpy as np
 os.environ.setdefault("METALKV_NO_PROGRESS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metalkv  # noqa: E402
-from batching import model_path  # noqa: E402  (bench/batching.py)
+from batching import model_arguments, model_path  # noqa: E402  (bench/batching.py)
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--random-llama", choices=("8b", "1b"), default=None)
-    ap.add_argument("--device", default="host")
+    model_arguments(ap)
     ap.add_argument("--tokens", default="512,2048", help="prompt lengths, comma-separated")
     ap.add_argument("--kv-memory", default="auto")
     ap.add_argument("--repeat", type=int, default=3)
