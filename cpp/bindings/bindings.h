@@ -51,12 +51,14 @@ void run_compute(PyDevice& dev, const std::function<void(gpu::ComputeEncoder&)>&
 
 // The prefix store's moves between an engine's shared pool (nullptr: none) and
 // Python (prefix_bindings.cpp; the Engine's methods of those names).
-uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
+// residual: the caches' residual window (their chains' root; records carry window rows).
+uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids, uint32_t residual);
 // Engine.kv_pool: the pool's bytes, its kv_memory budget's use, and per group its blocks (None without a pool).
 nanobind::object pool_info(const kv::KvPool* pool);
-nanobind::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids);
+nanobind::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids, uint32_t residual);
 using RecordArray = nanobind::ndarray<const uint8_t, nanobind::ndim<1>, nanobind::c_contig, nanobind::device::cpu>;
-uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records);
+uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records,
+                       uint32_t residual);
 
 // m: metalkv._core; ops: metalkv._core.ops (one function per kernel family).
 using BindFn = void (*)(nanobind::module_& m, nanobind::module_& ops);

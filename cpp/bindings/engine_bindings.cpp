@@ -369,20 +369,22 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "(used: the pool and every sequence's own buffers; sequences: theirs) and at most; per window group,\n"
           "blocks, free blocks (evictable ones included), blocks in the prefix cache, evictable ones (cached, no\n"
           "owner) and reserved ones.")
-      .def("cached_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids) {
-             return cached_prefix(e.engine->kv_pool(), ids); },
-           "ids"_a, "Tokens of ids' longest prefix the shared pool's prefix cache holds now (whole blocks).")
-      .def_prop_ro("prefix_record_bytes", [](const PyEngine& e) {
-             return e.engine->kv_pool() ? kv::prefix::record_bytes(*e.engine->kv_pool()) : 0; },
-           "Bytes of one block's record (export_prefix): its rows in every layer, as the pool holds them.")
-      .def("export_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids) {
-             return export_prefix(e.engine->kv_pool(), ids); },
-           "ids"_a, "The records (bytes) of the blocks of ids' longest prefix the prefix cache holds: each block's "
-           "rows in every layer as the pool holds them (kv/prefix_cache.h). For metalkv.prefix_store.")
-      .def("import_prefix", [](PyEngine& e, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records) {
-             return import_prefix(e.engine->kv_pool_mut(), ids, records); },
-           "ids"_a, "records"_a, "Puts the records of ids' first blocks (export_prefix's, as uint8 arrays) into the "
-           "prefix cache, evictable; the tokens of ids the cache then holds.")
+      // (residual: the caches' residual window, kv/prefix_cache.h; for metalkv.prefix_store)
+      .def("cached_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids, uint32_t residual) {
+             return cached_prefix(e.engine->kv_pool(), ids, residual); },
+           "ids"_a, "residual"_a = 0, "Tokens of ids' longest prefix the prefix cache holds now (whole blocks).")
+      .def("prefix_record_bytes", [](const PyEngine& e, uint32_t residual) {
+             return e.engine->kv_pool() ? kv::prefix::record_bytes(*e.engine->kv_pool(), residual) : 0; },
+           "residual"_a = 0, "Bytes of one block's record (export_prefix): its rows in every layer as the pool "
+           "holds them, and its window rows with a residual window.")
+      .def("export_prefix", [](const PyEngine& e, const std::vector<int32_t>& ids, uint32_t residual) {
+             return export_prefix(e.engine->kv_pool(), ids, residual); },
+           "ids"_a, "residual"_a = 0, "The records (bytes) of the blocks of ids' longest prefix the prefix cache "
+           "holds.")
+      .def("import_prefix", [](PyEngine& e, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records,
+                               uint32_t residual) { return import_prefix(e.engine->kv_pool_mut(), ids, records, residual); },
+           "ids"_a, "records"_a, "residual"_a = 0, "Puts the records of ids' first blocks (export_prefix's, as uint8 "
+           "arrays) into the prefix cache, evictable; the tokens of ids a call could then take from it.")
       .def(
           "new_cache",
           [](PyEngine& e, uint32_t capacity, const std::string& store,

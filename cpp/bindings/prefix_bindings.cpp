@@ -14,10 +14,10 @@ using namespace nb::literals;
 
 namespace mkv::bindings {
 
-uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) {
+uint32_t cached_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids, uint32_t residual) {
   if (!pool || ids.size() < kv::kBlockTokens) return 0;
   std::lock_guard<std::recursive_mutex> lock(pool->mutex());
-  return kv::prefix::find(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size())).tokens;
+  return kv::prefix::find(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size()), residual).tokens;
 }
 
 nb::object pool_info(const kv::KvPool* p) {
@@ -51,20 +51,21 @@ nb::object pool_info(const kv::KvPool* p) {
   return r;
 }
 
-nb::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids) {
+nb::list export_prefix(const kv::KvPool* pool, const std::vector<int32_t>& ids, uint32_t residual) {
   std::vector<std::vector<uint8_t>> records;
   if (pool) {
     nb::gil_scoped_release release;
-    records = kv::prefix::export_blocks(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size()));
+    records = kv::prefix::export_blocks(*pool, ids.data(), uint32_t(ids.size()), uint32_t(ids.size()), residual);
   }
   nb::list out;
   for (const auto& r : records) out.append(nb::bytes(reinterpret_cast<const char*>(r.data()), r.size()));
   return out;
 }
 
-uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records) {
+uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const std::vector<RecordArray>& records,
+                       uint32_t residual) {
   if (!pool) throw nb::value_error("[engine] import_prefix: the engine has no shared KV pool");
-  const size_t want = kv::prefix::record_bytes(*pool);
+  const size_t want = kv::prefix::record_bytes(*pool, residual);
   if (records.size() * kv::kBlockTokens > ids.size())
     throw nb::value_error("[engine] import_prefix: more records than ids' whole blocks");
   std::vector<const uint8_t*> at;
@@ -75,7 +76,7 @@ uint32_t import_prefix(kv::KvPool* pool, const std::vector<int32_t>& ids, const 
     at.push_back(r.data());
   }
   nb::gil_scoped_release release;
-  return kv::prefix::import_blocks(*pool, ids.data(), at);
+  return kv::prefix::import_blocks(*pool, ids.data(), at, residual);
 }
 
 namespace {
@@ -83,15 +84,16 @@ namespace {
 void bind_prefix(nb::module_& m, nb::module_&) {
   m.def(
       "prefix_hashes",
-      [](const std::vector<int32_t>& ids) {
+      [](const std::vector<int32_t>& ids, uint32_t residual) {
         std::vector<uint64_t> out;
         for (size_t i = 0; i + kv::kBlockTokens <= ids.size(); i += kv::kBlockTokens)
-          out.push_back(kv::prefix::chain_hash(out.empty() ? 0 : out.back(), ids.data() + i));
+          out.push_back(kv::prefix::chain_hash(out.empty() ? kv::prefix::root(residual) : out.back(), ids.data() + i));
         return out;
       },
-      "ids"_a,
+      "ids"_a, "residual"_a = 0,
       "The prefix cache's key of each full block of ids: block i's chain hash covers its BLOCK_TOKENS ids and "
-      "block i - 1's hash, so it names the whole prefix up to its end (kv/prefix_cache.h).");
+      "block i - 1's hash (the first block's: the root of caches with that residual window), so it names the "
+      "whole prefix up to its end (kv/prefix_cache.h).");
 }
 
 }  // namespace

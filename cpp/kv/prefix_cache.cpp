@@ -34,7 +34,8 @@ uint64_t chain_hash(uint64_t parent, const int32_t* ids) {
   return h;
 }
 
-Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual) {
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual,
+           bool adopting) {
   Match m;
   m.evictable.assign(pool.n_groups(), 0);
   const uint32_t n_blocks = std::min(n, max_tokens) / kBlockTokens;
@@ -59,7 +60,8 @@ Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_toke
   for (uint32_t k = full_run; k > 0; --k) {
     bool ok = true;
     std::vector<PrefixRows::Rows> rows;
-    for (uint32_t i = k > residual / kBlockTokens ? k - residual / kBlockTokens : 0; residual && i < k && ok; ++i) {
+    for (uint32_t i = k > residual / kBlockTokens ? k - residual / kBlockTokens : 0;
+         residual && adopting && i < k && ok; ++i) {
       rows.push_back(pool.prefix_rows().get(keys[i]));
       ok = rows.back() != nullptr;
     }
@@ -163,37 +165,62 @@ size_t group_bytes(const KvPool& pool, uint32_t g) {
   return total;
 }
 
-}  // namespace
+// One block's window rows (PrefixRows' layout): K and V f16 rows of every layer with a ring.
+size_t rows_bytes(const KvPool& pool) {
+  const KvPoolSpec& s = pool.spec();
+  size_t total = 0;
+  for (uint32_t l = 0; l < pool.n_layers(); ++l)
+    if (s.k_format(l) != mkv_params::kKvF16 || s.v_format(l) != mkv_params::kKvF16)
+      total += 2 * size_t(kBlockTokens) * s.n_kv_heads * s.head_dim * 2;
+  return total;
+}
 
-size_t record_bytes(const KvPool& pool) {
+size_t blocks_bytes(const KvPool& pool) {
   size_t total = 0;
   for (uint32_t g = 0; g < pool.n_groups(); ++g) total += group_bytes(pool, g);
   return total;
 }
 
+}  // namespace
+
+size_t record_bytes(const KvPool& pool, uint32_t residual) {
+  return blocks_bytes(pool) + (residual ? 1 + rows_bytes(pool) : 0);
+}
+
 std::vector<std::vector<uint8_t>> export_blocks(const KvPool& pool, const int32_t* ids, uint32_t n,
-                                                uint32_t max_tokens) {
+                                                uint32_t max_tokens, uint32_t residual) {
   check_full(pool, "export_prefix");
   std::lock_guard<std::recursive_mutex> lock(pool.mutex());
-  const Match m = find(pool, ids, n, max_tokens);
-  std::vector<std::vector<uint8_t>> out(m.tokens / kBlockTokens, std::vector<uint8_t>(record_bytes(pool)));
+  const Match m = find(pool, ids, n, max_tokens, residual, /*adopting=*/false);
+  std::vector<std::vector<uint8_t>> out(m.tokens / kBlockTokens, std::vector<uint8_t>(record_bytes(pool, residual)));
+  uint64_t parent = root(residual);
   for (size_t i = 0; i < out.size(); ++i) {
     uint8_t* at = out[i].data();
     for (uint32_t g = 0; g < pool.n_groups(); ++g) {
       copy_group(pool, g, uint32_t(m.blocks[g][i]), at, /*to_pool=*/false);
       at += group_bytes(pool, g);
     }
+    const BlockKey key = key_of(parent, ids + i * kBlockTokens);
+    parent = key.hash;
+    if (!residual) continue;
+    const PrefixRows::Rows rows = pool.prefix_rows().get(key);
+    *at = rows ? 1 : 0;  // (a block whose rows are gone goes without: a hit ends before it needs them)
+    if (rows) std::copy(rows->begin(), rows->end(), at + 1);
   }
   return out;
 }
 
-uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records) {
+uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records,
+                       uint32_t residual) {
   check_full(pool, "import_prefix");
   std::lock_guard<std::recursive_mutex> lock(pool.mutex());
-  uint64_t parent = 0;
+  const size_t rows = rows_bytes(pool);
+  uint64_t parent = root(residual);
   for (size_t i = 0; i < records.size(); ++i) {
     const BlockKey key = key_of(parent, ids + i * kBlockTokens);
     const uint8_t* at = records[i];
+    if (residual && at[blocks_bytes(pool)] == 1 && !pool.prefix_rows().get(key))
+      pool.prefix_rows().put(key, std::vector<uint8_t>(at + blocks_bytes(pool) + 1, at + blocks_bytes(pool) + 1 + rows));
     for (uint32_t g = 0; g < pool.n_groups(); ++g) {
       BlockPool& blocks = pool.blocks(g);
       if (blocks.find(key) < 0) {
@@ -208,7 +235,7 @@ uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const
     parent = key.hash;
   }
   const uint32_t n = uint32_t(records.size()) * kBlockTokens;  // (an allocation may have evicted an older one)
-  return find(pool, ids, n, n).tokens;
+  return find(pool, ids, n, n, residual).tokens;
 }
 
 }  // namespace mkv::kv::prefix

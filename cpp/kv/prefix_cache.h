@@ -44,9 +44,10 @@ struct Match {
   std::vector<PrefixRows::Rows> rows;
 };
 // Call with the pool's mutex held, and keep it until the blocks are adopted.
-// residual: the adopter's residual window (0: none): a prefix then ends where
-// the rows of its window's blocks are at hand.
-Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual = 0);
+// residual: the adopter's residual window (0: none): its chains' root, and (adopting)
+// a prefix then ends where the rows of its window's blocks are at hand.
+Match find(const KvPool& pool, const int32_t* ids, uint32_t n, uint32_t max_tokens, uint32_t residual = 0,
+           bool adopting = true);
 
 // Publishes the cache's canonical full blocks not yet published (their hashes
 // go to cache.record().block_hashes()); a block whose tokens already have a block stays
@@ -56,16 +57,21 @@ void publish(KvCache& cache);
 // Cached blocks to and from host memory (the prefix store beyond the pool:
 // python/metalkv/prefix_store.py). A block's record is its rows in every layer
 // as the pool holds them: for each group, each of its layers' K block then V
-// block (kv_layout.h), in the pool's formats. Pools whose groups are all full
-// (no sliding window) only: ArgumentError otherwise.
-size_t record_bytes(const KvPool& pool);
-// The records of the blocks of ids' longest cached prefix (at most max_tokens).
+// block (kv_layout.h), in the pool's formats; for caches with a residual
+// window, then a byte (1: its window rows follow, 0: the pool had none) and
+// room for its PrefixRows. Pools whose groups are all full (no sliding window)
+// only: ArgumentError otherwise.
+size_t record_bytes(const KvPool& pool, uint32_t residual = 0);
+// The records of the blocks of ids' longest cached prefix (at most max_tokens)
+// in the chains of caches with that residual window.
 std::vector<std::vector<uint8_t>> export_blocks(const KvPool& pool, const int32_t* ids, uint32_t n,
-                                                uint32_t max_tokens);
+                                                uint32_t max_tokens, uint32_t residual = 0);
 // Puts n_blocks records (block i of ids, each record_bytes long) into the
 // pool's prefix cache: each block its key does not already hold is written into
-// a fresh block, registered and left evictable. Stops at the first block the
-// pool has no room for. Returns the tokens of ids' prefix the cache then holds.
-uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records);
+// a fresh block, registered and left evictable (its window rows beside it).
+// Stops at the first block the pool has no room for. Returns the tokens of ids'
+// prefix a call could then take from the cache.
+uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const uint8_t*>& records,
+                       uint32_t residual = 0);
 
 }  // namespace mkv::kv::prefix

@@ -32,9 +32,10 @@ touched on each hit). The host tier is a dict in this process under host_bytes, 
 recently used first out. With `redis=URL` the entries also go to a Redis (metalkv.prefix_redis),
 shared by every server pointed at it.
 
-Not stored: caches with sliding-window layers, a residual window or an eviction policy
-(the device prefix cache does not share those either, or not whole: their layers do not
-keep every block of a prefix).
+With a residual window (q4 and q2 caches by default) a record also carries the block's
+window rows in f16 (kv/prefix_rows.h), which a call taking the prefix reads into its ring.
+Not stored: caches with sliding-window layers or an eviction policy (their layers do not
+keep every block of a prefix, or rewrite them).
 """
 from __future__ import annotations
 
@@ -67,16 +68,19 @@ class PrefixStore:
             raise ArgumentError("[prefix_store] the engine has no shared KV pool (kv_memory=None): there is no "
                                 "prefix cache to keep blocks of")
         probe = engine.new_cache(capacity=B)
-        if any(probe.windows) or probe.residual:
-            raise ArgumentError("[prefix_store] this engine's caches have sliding-window layers or a residual "
-                                "window, whose layers do not keep every block of a prefix: not supported")
+        if any(probe.windows):
+            raise ArgumentError("[prefix_store] this engine's caches have sliding-window layers, which do not "
+                                "keep every block of a prefix: not supported")
         self.engine = engine
         engine.prefix_store = self  # (Engine.memory() reports its tiers)
-        self.record_bytes = engine._core.prefix_record_bytes  # one block, every layer
+        self.residual = probe.residual  # (its chains' root; the records carry window rows)
+        self.record_bytes = engine._core.prefix_record_bytes(self.residual)  # one block, every layer
         layers = range(probe.n_layers)
         ident = {"version": VERSION, "model": engine.fingerprint, "formats": [list(probe.formats(l)) for l in layers],
                  "rotate": [bool(probe.rotated(l)) for l in layers],
                  "shape": [probe.n_layers, probe.n_kv_heads, probe.head_dim], "block": B}
+        if self.residual:
+            ident["residual"] = self.residual
         self.namespace = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
         self.dir = pathlib.Path(directory) / self.namespace if directory is not None else None
         if self.dir is not None:
@@ -196,8 +200,8 @@ class PrefixStore:
         ids = [int(i) for i in ids]
         core = self.engine._core
         usable = max(len(ids) - 2, 0) // B * B
-        have = core.cached_prefix(ids[:usable])
-        hashes = _core.prefix_hashes(ids[:usable])
+        have = core.cached_prefix(ids[:usable], self.residual)
+        hashes = _core.prefix_hashes(ids[:usable], self.residual)
         # Each block read and checked in a thread of its own (file reads and SHA-256 let
         # the GIL go): in order, up to the first block no tier has.
         run = 0
@@ -216,7 +220,7 @@ class PrefixStore:
             tiers.append(f[1])
         if len(got) * B <= have:
             return have
-        now = core.import_prefix(ids[:len(got) * B], got)
+        now = core.import_prefix(ids[:len(got) * B], got, self.residual)
         if now < len(got) * B:  # the pool had no room for all of them: the call computes the rest
             self.stats["warm_short"] += 1
         for i, tier in enumerate(tiers):
@@ -230,10 +234,11 @@ class PrefixStore:
         the number written."""
         ids = [int(i) for i in ids]
         usable = max(len(ids) - 2, 0) // B * B
-        hashes = _core.prefix_hashes(ids[:usable])
-        if all(self._has(h) for h in hashes[:self.engine._core.cached_prefix(ids[:usable]) // B]):
+        core = self.engine._core
+        hashes = _core.prefix_hashes(ids[:usable], self.residual)
+        if all(self._has(h) for h in hashes[:core.cached_prefix(ids[:usable], self.residual) // B]):
             return 0
-        records = self.engine._core.export_prefix(ids[:usable])
+        records = core.export_prefix(ids[:usable], self.residual)
         missing = [i for i in range(len(records)) if not self._has(hashes[i])]
         for i in missing:
             blob = self._encode(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B], records[i])

@@ -131,4 +131,4 @@ def test_memory_reports_the_device_the_pool_and_the_tiers(capped, tmp_path):
     store.save(ids)
     tiers = plain.memory()["tiers"]
     assert tiers["host"]["blocks"] == tiers["disk"]["blocks"] == len(ids) // B
-    assert tiers["host"]["bytes"] > tiers["host"]["blocks"] * plain._core.prefix_record_bytes
+    assert tiers["host"]["bytes"] > tiers["host"]["blocks"] * plain._core.prefix_record_bytes()

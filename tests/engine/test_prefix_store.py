@@ -27,7 +27,8 @@ def prompt(default_gguf):
     return e.chat_ids([{"role": "system", "content": TEXT}, {"role": "user", "content": "What is this about?"}])
 
 
-@pytest.mark.parametrize("kv", [{}, {"kv_k": "q8", "kv_v": "q8"}], ids=["f16", "q8"])
+@pytest.mark.parametrize("kv", [{}, {"kv_k": "q8", "kv_v": "q8"}, {"kv_k": "q4", "kv_v": "q4"}],
+                         ids=["f16", "q8", "q4-window"])  # (q4: the 128-token residual window, its rows stored too)
 def test_a_restart_takes_the_prompt_from_disk_and_replies_the_same(default_gguf, prompt, tmp_path, kv):
     first = load(default_gguf, **kv)
     want = first.generate_ids(prompt, max_tokens=12)
