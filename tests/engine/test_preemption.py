@@ -100,8 +100,9 @@ def test_residual_caches_are_preempted_and_resumed_exactly(model):
         small = metalkv.Engine.load(model, kv_memory=2 * 80 * block, **kw)  # 80 blocks; half kept: 7 rings
     system = prompts(1, seed=8)[0][:20] * 5
     ps = [system + p[:30] for p in prompts(12, seed=9)]
-    opts = dict(max_tokens=380, stop_ids=[], temperature=0.7, seed=3)
-    assert small.generate_ids(ps, **opts) == [roomy.generate_ids(p, **opts) for p in ps]
+    opts = dict(max_tokens=260, stop_ids=[], temperature=0.7, seed=3)
+    alone = roomy.generate_ids(ps, **opts)  # (batched on a pool that never runs short: as each alone)
+    assert small.generate_ids(ps, **opts) == alone
     requests = small.last_stats["requests"]
     assert sum(r["preemptions"] for r in requests) > 0
     assert sum(r["prompt_tokens_cached"] for r in requests) >= 96  # calls admitted after the first publish
