@@ -65,7 +65,7 @@ void Scheduler::submit(Job job) {
 
 uint32_t Scheduler::queued() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return uint32_t(queue_.size());
+  return uint32_t(queue_.size()) + admitting_;
 }
 
 uint32_t Scheduler::running() const {

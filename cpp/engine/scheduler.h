@@ -160,9 +160,10 @@ class Scheduler {
   StepRunner runner_;
   std::unique_ptr<Drafter> drafter_;  // with a draft model
   std::shared_ptr<Channel> wakeup_ = std::make_shared<Channel>();
-  mutable std::mutex mutex_;  // guards queue_, in_flight_, stop_, n_running_
+  mutable std::mutex mutex_;  // guards queue_, in_flight_, stop_, n_running_, admitting_
   bool stop_ = false;
   uint32_t n_running_ = 0;
+  uint32_t admitting_ = 0;  // a job out of the queue while admit() tries it: still queued()
   std::deque<std::unique_ptr<Running>> queue_;
   std::vector<std::unique_ptr<Running>> running_;  // the scheduler thread's alone
   std::vector<const kv::KvCache*> in_flight_;      // caches of queued and running jobs

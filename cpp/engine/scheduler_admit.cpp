@@ -155,6 +155,7 @@ void Scheduler::admit() {
       if (queue_.empty() || n_running_ >= options_.max_seqs) return;
       r = std::move(queue_.front());
       queue_.pop_front();
+      admitting_ = 1;
     }
     Admission a = Admission::failed;
     if (r->job.request->aborted() || r->job.request->cancelled()) {
@@ -168,6 +169,7 @@ void Scheduler::admit() {
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
+    admitting_ = 0;
     if (a == Admission::admitted) {
       ++n_running_;
       running_.push_back(std::move(r));

@@ -148,7 +148,6 @@ def test_a_call_waits_for_blocks_a_running_call_gives_back(tiny_paths):
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("b", greedy(engine, b)))
     t.start()
-    # (b leaves the queue for a moment each time the scheduler tries to admit it)
     deadline = time.monotonic() + 30
     while not (engine._core.running == 1 and engine._core.queued == 1) and time.monotonic() < deadline:
         pass
