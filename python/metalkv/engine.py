@@ -192,8 +192,7 @@ class Engine:
         return self._core.kv_pool
 
     def memory(self) -> dict:
-        """Where the engine's bytes are: the device's, the weights', kv_memory's (the pool
-        and each sequence's own buffers), the prefix store's tiers (metalkv.memory)."""
+        """Where the engine's bytes are: device, weights, kv_memory, prefix store (metalkv.memory)."""
         return memory_report(self)
 
     @property
