@@ -17,6 +17,7 @@ import numpy as np
 from . import _core
 from .errors import MetalkvWarning, argument_error
 from .models import LoadedModel, ModelConfig, Tensor
+from .models.config import yarn_inv_freq
 from .models.progress import progress_bar
 from .models.tensor import QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, quantizable, vector_f32
 
@@ -45,6 +46,8 @@ def _inv_freq(cfg: ModelConfig, tensors: dict[str, Tensor], s: dict | None, long
         factors = (np.asarray(s[name], np.float32) if name in s else
                    vector_f32(tensors[f"rope_factors_{name.split('_')[0]}.weight"]))
         return (base / factors).astype(np.float32)
+    if s["type"] == "yarn":
+        return yarn_inv_freq(d, cfg.rope_theta, s)
     raise ValueError(f"[engine] rope scaling {s['type']!r} is not supported")
 
 
@@ -75,10 +78,10 @@ def long_rope_tables(cfg: ModelConfig, tensors: dict[str, Tensor]) -> tuple[list
 
 
 def attn_scale(cfg: ModelConfig) -> float:
-    """Scores' scale. LongRoPE multiplies cos and sin by its attention factor, so
-    q.k by its square (whole-head rotary only: ModelConfig.validate)."""
+    """Scores' scale. LongRoPE and YaRN multiply cos and sin by their attention factor,
+    so q.k by its square (whole-head rotary only: ModelConfig.validate)."""
     s = cfg.rope_scaling
-    factor = s["attention_factor"] if s is not None and s["type"] == "longrope" else 1.0
+    factor = s.get("attention_factor", 1.0) if s is not None else 1.0
     return cfg.attn_scale * factor * factor
 
 

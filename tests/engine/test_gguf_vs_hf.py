@@ -5,7 +5,7 @@ interleaved ("normal") rope applies, no permutation for the NEOX-rope archs
 (qwen2, qwen3, phi3, gemma2, gemma3), Gemma's norms stored as 1 + w, Phi-3's
 qkv kept fused as attn_qkv and its gate_up as ffn_up (2 ffn rows, gate first),
 Llama 3's rope scaling as rope_freqs.weight and LongRoPE's factors as
-rope_factors_{long,short}.weight, rope.dimension_count the
+rope_factors_{long,short}.weight, YaRN as rope.scaling.* keys, rope.dimension_count the
 rotated dims, names and metadata in GGUF form. This ties together the two
 loaders, the two rope styles, the norm offset and the fused tensors through the
 whole engine (the default model covers GGUF Llama against llama.cpp; the
@@ -71,6 +71,18 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
         w.add_rope_scaling_attn_factors(cfg.rope_scaling["attention_factor"])
         for kind in ("long", "short"):
             w.add_tensor(f"rope_factors_{kind}.weight", np.asarray(cfg.rope_scaling[f"{kind}_factor"], np.float32))
+    if cfg.rope_scaling and cfg.rope_scaling["type"] == "yarn":  # TextModel.set_gguf_parameters' yarn branch
+        rp = config["rope_scaling"]
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rp["factor"])
+        w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+        # written when config.json has them; llama.cpp's loader (and so metalkv's) ignores them
+        for hf_key, add in (("extrapolation_factor", w.add_rope_scaling_yarn_ext_factor),
+                            ("attention_factor", w.add_rope_scaling_yarn_attn_factor),
+                            ("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                            ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+            if rp.get(hf_key) is not None:
+                add(rp[hf_key])
     if config["model_type"] == "mistral":  # see the module docstring
         w.add_sliding_window(config["sliding_window"])
     if arch in ("gemma2", "gemma3"):
@@ -120,6 +132,11 @@ CASES = {
                                   original_max_position_embeddings=16, rope_scaling={
                                       "type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(32)],
                                       "long_factor": [1.0 + 0.7 * i for i in range(32)]}),
+    # YaRN (Qwen2.5-long-context-like): original 512 at base 5e4 and head_dim 64 puts the ramp on
+    # pairs 2..14 of 32; no attention_factor, so transformers' and llama.cpp's default
+    # 1 + 0.1 ln 4 agree (an HF attention_factor goes to yarn_attn_factor, which llama.cpp ignores)
+    "qwen2_yarn": llama_config(**SIZES, model_type="qwen2", max_position_embeddings=2048, rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}),
     # query scale 1/sqrt(head_dim) as llama.cpp assumes below 27B; even layers sliding
     "gemma2": gemma2_config(**SIZES),
     # head_dim 64, query scale 1/sqrt(head_dim) as llama.cpp assumes for gemma3 below 27B;

@@ -1,6 +1,6 @@
 """metalkv against transformers (torch, CPU, float32) on tiny random-weight models
 built offline from configs (tests/engine/tiny_hf.py): Llama (GQA, untied), Llama
-(tied, llama3 rope), Qwen2 (q/k/v bias), Qwen3 (q/k norms), Mistral (a sliding
+(tied, llama3 rope), Qwen2 (q/k/v bias; one with YaRN), Qwen3 (q/k norms), Mistral (a sliding
 window on every layer), Phi-3 (fused qkv and gate_up; one with partial rotary
 and a window, one with LongRoPE), Gemma 2 (alternating windows, attention and final logit
 soft-capping), Gemma3 text (sliding window 8 < the sequences, per-type rope
@@ -154,6 +154,9 @@ def expected_config(name: str) -> dict:
     if full["rope_type"] == "longrope":
         scaling.update(short_factor=tuple(full["short_factor"]), long_factor=tuple(full["long_factor"]),
                        original_max_position_embeddings=s["original_max_position_embeddings"])
+    if full["rope_type"] == "yarn":  # transformers' defaults for the keys the spec leaves out
+        scaling = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                   "attention_factor": pytest.approx(1 + 0.1 * np.log(full["factor"])), **scaling}
     head_dim = s.get("head_dim") or s["hidden_size"] // s["num_attention_heads"]
     partial = full.get("partial_rotary_factor", 1.0)
     n = s["num_hidden_layers"]

@@ -109,6 +109,19 @@ SPECS: dict[str, dict[str, Any]] = {
                          "long_factor": [1.0 + 0.5 * i for i in range(32)], "attention_factor": 2.0},
         tie_word_embeddings=False, max_position_embeddings=512, original_max_position_embeddings=32,
         save_dtype="float16"),
+    # Qwen2 with YaRN (Qwen2.5-long-context-like, factor 4): with original 512, base 1e4 and
+    # head_dim 64 the correction dims of beta_fast 32 and beta_slow 1 are pairs 3 and 16 (of 32),
+    # so the extrapolated, ramped and interpolated frequencies all occur. The attention factor
+    # is a power of two for the reason phi3_longrope's is (the default 1 + 0.1 ln 4 rounds K
+    # differently, as much as f16 K/V itself: tests/models/test_rope_yarn.py checks it, and
+    # test_gguf_vs_hf.py[qwen2_yarn] runs it).
+    "qwen2_yarn": dict(
+        model_type="qwen2", vocab_size=256, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                            "original_max_position_embeddings": 512,
+                                            "attention_factor": 2.0},
+        tie_word_embeddings=False, max_position_embeddings=2048, save_dtype="float16"),
     # Gemma 2: sliding (window 8) and full layers alternating, attention and final logit
     # soft-capping low enough to bend these models' scores and logits, sandwich norms, (1 + w)
     # norms, query_pre_attn_scalar != head_dim, GeGLU, sqrt(hidden) embedding scale.

@@ -130,7 +130,9 @@ def test_gemma3_matches_transformers_config():
     ({"model_type": "mamba"}, r"architecture 'mamba' is not supported; metalkv supports llama, qwen3, phi3, gemma2, gemma3"),
     ({"hidden_size": None}, r"lacks 'hidden_size'"),
     ({"num_key_value_heads": 3}, r"n_heads=4 is not a multiple of n_kv_heads=3"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope scaling type 'yarn' is not supported"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, r"rope scaling type 'dynamic' is not "
+                                                                r"supported \(supported: linear, llama3, "
+                                                                r"longrope, yarn\)"),
     ({"hidden_act": "relu"}, r"activation 'relu' is not supported"),
     ({"mlp_bias": True}, r"mlp_bias"),
 ])
@@ -283,6 +285,101 @@ def test_bad_longrope(bad, match):
     with pytest.raises(ModelLoadError, match=match):
         config_from_hf(llama_config(model_type="phi3", max_position_embeddings=131072,
                                     original_max_position_embeddings=4096, **bad), "t")
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+YARN_DEFAULTS = {"type": "yarn", "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+
+
+def test_yarn_config_json():
+    """Qwen2.5's long-context form, both key spellings; transformers' defaults for the rest."""
+    want = {**YARN_DEFAULTS, "factor": 4.0, "original_max_position_embeddings": 32768,
+            "attention_factor": pytest.approx(1 + 0.1 * math.log(4.0))}
+    old = config_from_hf(llama_config(model_type="qwen2", max_position_embeddings=32768,
+                                      rope_scaling={**YARN, "rope_type": None, "type": "yarn"}), "t")
+    new = config_from_hf(llama_config(model_type="qwen3", max_position_embeddings=131072,
+                                      rope_parameters={**YARN, "rope_theta": 1e6}), "t")
+    assert old.rope_scaling == new.rope_scaling == want and new.rope_theta == 1e6
+
+
+def test_yarn_config_json_derived_values():
+    # no factor: max_position_embeddings / original (DeepSeek-V3-like); mscale / mscale_all_dim ratio
+    c = config_from_hf(llama_config(max_position_embeddings=163840, rope_scaling={
+        "rope_type": "yarn", "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 0.5}), "t")
+    f = 163840 / 4096
+    assert c.rope_scaling == {**YARN_DEFAULTS, "factor": f, "original_max_position_embeddings": 4096,
+                              "attention_factor": pytest.approx((1 + 0.1 * math.log(f)) / (1 + 0.05 * math.log(f)))}
+    # the original context at the top of config.json (as transformers 5 reads it); explicit values win
+    c = config_from_hf(llama_config(max_position_embeddings=4096, original_max_position_embeddings=1024,
+                                    rope_scaling={"rope_type": "yarn", "attention_factor": 1.5, "beta_fast": 16,
+                                                  "beta_slow": 2, "truncate": False}), "t")
+    assert c.rope_scaling == {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
+                              "attention_factor": 1.5, "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False}
+    # neither: the original is max_position_embeddings, so factor 1 (no scaling, attention factor 1)
+    c = config_from_hf(llama_config(max_position_embeddings=4096, rope_scaling={"rope_type": "yarn"}), "t")
+    assert c.rope_scaling == {**YARN_DEFAULTS, "factor": 1.0, "original_max_position_embeddings": 4096,
+                              "attention_factor": 1.0}
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"factor": 0.0}, r"rope_scaling\.factor is a float 0\.0; expected a finite number > 0"),
+    ({"factor": -4.0}, r"rope_scaling\.factor is a float -4\.0"),
+    ({"factor": "4"}, r"rope_scaling\.factor is a string"),
+    ({"original_max_position_embeddings": 0}, r"rope_scaling\.original_max_position_embeddings is an int 0"),
+    ({"beta_slow": 0}, r"rope_scaling\.beta_slow is an int 0; expected a finite number > 0"),
+    ({"beta_fast": 0.5}, r"rope_scaling\.beta_fast is a float 0\.5; expected a finite number >= 1"),
+    ({"beta_fast": 4, "beta_slow": 8}, r"rope_scaling\.beta_fast is an int 4; expected a finite number >= 8"),
+    ({"attention_factor": 0.0}, r"rope_scaling\.attention_factor is a float 0\.0"),
+    ({"mscale": "1", "mscale_all_dim": 1.0}, r"rope_scaling\.mscale is a string"),
+    ({"truncate": "no"}, r"rope_scaling\.truncate is a string 'no'; expected true or false"),
+])
+def test_bad_yarn(bad, match):
+    with pytest.raises(ModelLoadError, match=match):
+        config_from_hf(llama_config(rope_scaling={**YARN, **bad}), "t")
+
+
+def test_yarn_partial_rotary_refused():
+    """The attention factor scales only the rotated dims: the rule LongRoPE has (a GGUF: HF Phi-3
+    has no yarn, below)."""
+    yarn = {"rope.dimension_count": 8, "attention.key_length": 16, "attention.value_length": 16,
+            "rope.scaling.type": "yarn"}
+    with pytest.raises(ModelLoadError, match=r"YaRN's attention factor 1\.139 with partial rotary \(8 of 16 "
+                                             r"dims\) is not supported"):
+        config_from_gguf(_gguf_md("phi3", **yarn, **{"rope.scaling.factor": 4.0}), set(), "p.gguf")
+    c = config_from_gguf(_gguf_md("phi3", **yarn, **{"rope.scaling.factor": 1.0}), set(), "p.gguf")
+    assert c.rotary_dim == 8 and c.rope_scaling["attention_factor"] == 1.0
+
+
+def test_phi3_yarn_is_longrope():
+    """transformers' Phi3Config reads rope type "yarn" (like "su") as LongRoPE."""
+    c = config_from_hf(llama_config(model_type="phi3", max_position_embeddings=131072,
+                                    original_max_position_embeddings=4096, rope_scaling={**LONG, "type": "yarn"}),
+                       "t")
+    assert c.rope_scaling["type"] == "longrope" and c.rope_scaling["long_factor"] == (2.0,) * 4
+
+
+def test_gguf_yarn_follows_llamacpp():
+    """llama.cpp's loader: factor, original context (default: context_length), cos/sin times
+    (1 + 0.1 ln factor) * rope.scaling.attn_factor; the yarn_* keys the converter writes from an HF
+    config (beta_fast/slow, ext_factor, yarn_attn_factor) are ignored, as llama.cpp ignores them."""
+    yarn = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}
+    c = config_from_gguf(_gguf_md("qwen2", **yarn), set(), "q.gguf")
+    assert c.rope_scaling == {**YARN_DEFAULTS, "factor": 4.0, "original_max_position_embeddings": 1024,
+                              "attention_factor": pytest.approx(1 + 0.1 * math.log(4.0))}
+    c = config_from_gguf(_gguf_md("qwen2", **yarn, **{
+        "rope.scaling.original_context_length": 256, "rope.scaling.attn_factor": 1.25,
+        "rope.scaling.yarn_beta_fast": 8.0, "rope.scaling.yarn_beta_slow": 2.0,
+        "rope.scaling.yarn_ext_factor": 0.5, "rope.scaling.yarn_attn_factor": 3.0}), set(), "q.gguf")
+    assert c.rope_scaling == {**YARN_DEFAULTS, "factor": 4.0, "original_max_position_embeddings": 256,
+                              "attention_factor": pytest.approx(1.25 * (1 + 0.1 * math.log(4.0)))}
+    c = config_from_gguf(_gguf_md("qwen2", **{"rope.scaling.type": "yarn",
+                                              "rope.scaling.original_context_length": 0}), set(), "q.gguf")
+    assert c.rope_scaling == {**YARN_DEFAULTS, "factor": 1.0, "original_max_position_embeddings": 1024,
+                              "attention_factor": 1.0}
+    with pytest.raises(ModelLoadError, match=r"qwen2\.rope\.scaling\.attn_factor is a float 0\.0"):
+        config_from_gguf(_gguf_md("qwen2", **yarn, **{"rope.scaling.attn_factor": 0.0}), set(), "q.gguf")
+    with pytest.raises(ModelLoadError, match=r"rope scaling type 'dynamic' is not supported"):
+        config_from_gguf(_gguf_md("qwen2", **{"rope.scaling.type": "dynamic"}), set(), "q.gguf")
 
 
 def _gguf_md(arch: str, **keys) -> dict:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .architectures import ARCHITECTURES, Architecture
 from .errors import ModelLoadError
-from .values import as_count, as_float, as_token_id, describe
+from .values import as_bool, as_count, as_float, as_token_id, describe
 
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
 # fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
@@ -41,10 +41,12 @@ class ModelConfig:
     hidden_act: str = "silu"    # "silu" (llama) | "gelu_tanh" (gemma), gating the ffn_up product
     # None, {"type": "linear", "factor"}, {"type": "llama3", "factor", "low_freq_factor",
     # "high_freq_factor", "original_max_position_embeddings"}, {"type": "freq_factors"}
-    # (GGUF: divide each frequency by the rope_freqs.weight tensor) or {"type": "longrope",
+    # (GGUF: divide each frequency by the rope_freqs.weight tensor), {"type": "longrope",
     # "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"}
-    # (GGUF: the factors are the rope_factors_{short,long}.weight tensors). Full-attention
-    # layers only (unless the model has no separate sliding-layer base).
+    # (GGUF: the factors are the rope_factors_{short,long}.weight tensors) or {"type": "yarn",
+    # "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor",
+    # "truncate"} (yarn_inv_freq). Full-attention layers only (unless the model has no separate
+    # sliding-layer base). An "attention_factor" multiplies cos and sin (model_spec.attn_scale).
     rope_scaling: dict | None = None
     rope_local_base_freq: float | None = None   # gemma3 sliding layers (no scaling there)
     rotary_dim: int | None = None                # dims of each head rope rotates; None = head_dim
@@ -95,13 +97,14 @@ class ModelConfig:
         self._validate_floats(source)
         check_rope_scaling(self.rope_scaling, "rope_scaling", source)
         s = self.rope_scaling
+        if s is not None and s.get("attention_factor", 1.0) != 1.0 and self.rope_dim < self.head_dim:
+            # it multiplies the rotated dims of q and k only: no score scale can stand for it
+            raise ModelLoadError(
+                f"[config] {source}: {_SCALING_NAMES[s['type']]}'s attention factor "
+                f"{s['attention_factor']:.4g} with partial rotary ({self.rope_dim} of {self.head_dim} "
+                f"dims) is not supported: the factor scales only the rotated dims, which the rope "
+                f"kernels do not do")
         if s is not None and s["type"] == "longrope":
-            if self.rope_dim < self.head_dim and s["attention_factor"] != 1.0:
-                # it multiplies the rotated dims of q and k only: no score scale can stand for it
-                raise ModelLoadError(
-                    f"[config] {source}: LongRoPE's attention factor {s['attention_factor']:.4g} with "
-                    f"partial rotary ({self.rope_dim} of {self.head_dim} dims) is not supported: the "
-                    f"factor scales only the rotated dims, which the rope kernels do not do")
             for name in ("short_factor", "long_factor"):
                 if name in s and len(s[name]) != self.rope_dim // 2:
                     raise ModelLoadError(f"[config] {source}: rope_scaling.{name} has {len(s[name])} "
@@ -138,6 +141,7 @@ class ModelConfig:
             raise ModelLoadError(f"[config] {source}: sliding layers but no sliding_window")
 
 
+_SCALING_NAMES = {"longrope": "LongRoPE", "yarn": "YaRN"}  # the scalings with an attention factor
 _COUNT_FIELDS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab",
                  "context_length")
 
@@ -145,7 +149,7 @@ _COUNT_FIELDS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn
 def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling",
                            top: Mapping[str, Any] | None = None) -> dict | None:
     """HF rope_scaling / rope_parameters (either key spelling) -> our dict or None.
-    top: the whole config.json, where LongRoPE's context lengths may live."""
+    top: the whole config.json, where LongRoPE's and YaRN's context lengths may live."""
     if not s:
         return None
     if not isinstance(s, dict):
@@ -164,11 +168,14 @@ def normalize_rope_scaling(s: Any, source: str, key: str = "rope_scaling",
         out["original_max_position_embeddings"] = as_count(
             s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings", source,
             "original_max_position_embeddings")
-    elif kind in ("longrope", "su"):  # "su": Phi-3's first name for it
+    elif kind in ("longrope", "su") or (kind == "yarn" and (top or {}).get("model_type") == "phi3"):
+        # "su": Phi-3's first name for it; transformers' Phi3Config reads "yarn" as one too
         out = _longrope(s, key, source, top or {})
+    elif kind == "yarn":
+        out = _yarn(s, key, source, top or {})
     else:
         raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
-                             f"(supported: linear, llama3, longrope)")
+                             f"(supported: linear, llama3, longrope, yarn)")
     return out  # ranges: ModelConfig.validate (check_rope_scaling)
 
 
@@ -202,6 +209,84 @@ def _longrope(s: Mapping[str, Any], key: str, source: str, top: Mapping[str, Any
     return out
 
 
+def _yarn(s: Mapping[str, Any], key: str, source: str, top: Mapping[str, Any]) -> dict:
+    """YaRN as transformers 5 computes it (_compute_yarn_parameters; the table itself:
+    yarn_inv_freq). original_max_position_embeddings: in the scaling dict, else at the top
+    of config.json (where transformers 5 also looks), else max_position_embeddings; factor,
+    when absent, max_position_embeddings / original (an explicit factor wins, as in
+    transformers 5 and llama.cpp, even where that ratio differs). attention_factor: the
+    config's, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both
+    are set (DeepSeek), else 1 + 0.1 ln(factor). Keys transformers does not read (an
+    ext_factor, say) are ignored as it ignores them."""
+    out: dict[str, Any] = {"type": "yarn"}
+    k_orig, orig = f"{key}.original_max_position_embeddings", s.get("original_max_position_embeddings")
+    if orig is None:
+        k_orig, orig = "original_max_position_embeddings", top.get("original_max_position_embeddings")
+    if orig is None:
+        k_orig, orig = "max_position_embeddings", top.get("max_position_embeddings")
+    orig = as_count(orig, k_orig, source, "original_max_position_embeddings")
+    factor = s.get("factor")
+    if factor is None:
+        longest = top.get("max_position_embeddings")
+        factor = 1.0 if longest is None else \
+            as_count(longest, "max_position_embeddings", source, "context_length") / orig
+    out["factor"] = factor = as_float(factor, f"{key}.factor", source, gt=0.0)
+    out["original_max_position_embeddings"] = orig
+    slow = s.get("beta_slow")
+    out["beta_slow"] = slow = 1.0 if slow is None else as_float(slow, f"{key}.beta_slow", source, gt=0.0)
+    fast = s.get("beta_fast")
+    # beta_fast counts the faster rotations: below beta_slow the ramp would run backwards
+    out["beta_fast"] = 32.0 if fast is None else as_float(fast, f"{key}.beta_fast", source, lo=slow)
+    attn = s.get("attention_factor")
+    if attn is None:
+        ms = {name: as_float(s[name], f"{key}.{name}", source) if s.get(name) is not None else None
+              for name in ("mscale", "mscale_all_dim")}
+        if ms["mscale"] and ms["mscale_all_dim"]:
+            attn = yarn_mscale(factor, ms["mscale"]) / yarn_mscale(factor, ms["mscale_all_dim"])
+        else:
+            attn = yarn_mscale(factor)
+    out["attention_factor"] = as_float(attn, f"{key}.attention_factor", source, gt=0.0)
+    truncate = s.get("truncate")
+    out["truncate"] = True if truncate is None else as_bool(truncate, f"{key}.truncate", source)
+    return out
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention magnitude for a context `factor` times longer (transformers'
+    get_mscale; llama.cpp's too): 1 + 0.1 * mscale * ln(factor), and 1 for factor <= 1."""
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_inv_freq(rope_dim: int, rope_theta: float, s: Mapping[str, Any]) -> np.ndarray:
+    """(rope_dim/2,) float32 inv_freq under YaRN scaling s, in transformers' order of
+    float32 operations: each frequency blends base^(-2i/d) / factor (interpolated) and
+    base^(-2i/d) (extrapolated) by a linear ramp over the pairs i between the correction
+    dims of beta_fast (below: extrapolated, the fast rotations) and beta_slow (above:
+    interpolated); llama.cpp (ggml_rope_yarn_corr_dims, rope_yarn_ramp) computes the same
+    ramp, always with floor/ceil (truncate) and an ext_factor of 1."""
+    d, base = rope_dim, float(rope_theta)
+    orig = s["original_max_position_embeddings"]
+
+    def corr_dim(rotations: float) -> float:  # the dim whose wavelength fits `rotations` times in orig
+        return d * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr_dim(s["beta_fast"]), corr_dim(s["beta_slow"])
+    if s["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    f32 = np.float32
+    # base^(2i/d) of a float32 base and exponent, rounded once: torch's float32 pow is about
+    # that exact (numpy's float32 pow is off by an ulp in ~1 of 10)
+    pos_freqs = (np.float64(f32(base)) ** (np.arange(0, d, 2, dtype=f32) / f32(d)).astype(np.float64)).astype(f32)
+    extrapolated = f32(1.0) / pos_freqs
+    interpolated = f32(1.0) / (f32(s["factor"]) * pos_freqs)
+    ramp = np.clip((np.arange(d // 2, dtype=f32) - f32(low)) / f32(high - low), f32(0.0), f32(1.0))
+    keep = f32(1.0) - ramp  # transformers' inv_freq_extrapolation_factor
+    return (interpolated * (f32(1.0) - keep) + extrapolated * keep).astype(f32)
+
+
 def check_rope_scaling(s: dict | None, key: str, source: str) -> None:
     """Factors that divide frequencies must be > 0, and llama3's blend divides by
     high_freq_factor - low_freq_factor."""
@@ -211,6 +296,14 @@ def check_rope_scaling(s: dict | None, key: str, source: str) -> None:
         as_float(s["attention_factor"], f"{key}.attention_factor", source, gt=0.0)
         return
     as_float(s["factor"], f"{key}.factor", source, gt=0.0)
+    if s["type"] == "yarn":
+        as_count(s["original_max_position_embeddings"], f"{key}.original_max_position_embeddings",
+                 source, "original_max_position_embeddings")
+        slow = as_float(s["beta_slow"], f"{key}.beta_slow", source, gt=0.0)
+        as_float(s["beta_fast"], f"{key}.beta_fast", source, lo=slow)
+        as_float(s["attention_factor"], f"{key}.attention_factor", source, gt=0.0)
+        as_bool(s["truncate"], f"{key}.truncate", source)
+        return
     if s["type"] == "llama3":
         low = as_float(s["low_freq_factor"], f"{key}.low_freq_factor", source, gt=0.0)
         as_float(s["high_freq_factor"], f"{key}.high_freq_factor", source, gt=low)

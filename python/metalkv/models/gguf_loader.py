@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .architectures import ARCHITECTURES, normalize_arch
-from .config import ModelConfig, eog_ids, sliding_pattern_types
+from .config import ModelConfig, eog_ids, sliding_pattern_types, yarn_mscale
 from .errors import ModelLoadError
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
@@ -188,8 +188,31 @@ def _gguf_rope_scaling(k: _ArchKeys, tensor_names: set[str], source: str) -> dic
             raise ModelLoadError(f"[config] {source}: {k.arch}.rope.scaling.type is 'linear' but no "
                                  f"{k.arch}.rope.scaling.factor > 0 is given")
         return None if factor == 1.0 else {"type": "linear", "factor": factor}
+    if kind == "yarn":
+        return _gguf_yarn(k, factor or 1.0)
     raise ModelLoadError(f"[config] {source}: rope scaling type {kind!r} is not supported "
-                         f"(supported: linear, rope_freqs factors)")
+                         f"(supported: linear, yarn, rope_freqs factors, LongRoPE factors)")
+
+
+def _gguf_yarn(k: _ArchKeys, factor: float) -> dict:
+    """YaRN as llama.cpp runs a GGUF (llama-model.cpp load_hparams, llama-context.cpp), which
+    is what a GGUF user compares with:
+    - original context: rope.scaling.original_context_length, else (or 0) context_length;
+    - beta_fast 32, beta_slow 1, floor/ceil truncation and ext_factor 1, always: the generic
+      loader ignores rope.scaling.yarn_beta_fast / yarn_beta_slow / yarn_ext_factor /
+      yarn_attn_factor (only grok reads them), so we do too;
+    - cos and sin times (1 + 0.1 ln factor) * rope.scaling.attn_factor (default 1).
+    Where this differs from transformers on the source config.json: an HF attention_factor
+    (or mscale / mscale_all_dim ratio) replaces 1 + 0.1 ln factor there, while the converter
+    writes it to yarn_attn_factor, which llama.cpp ignores; and an HF truncate: false (gpt-oss)
+    has no GGUF key. Without those the two agree."""
+    orig = k.raw("rope.scaling.original_context_length", 0)
+    orig = k.count("context_length", "context_length") if orig == 0 and not isinstance(orig, bool) else \
+        k.count("rope.scaling.original_context_length", "original_max_position_embeddings")
+    return {"type": "yarn", "factor": factor, "original_max_position_embeddings": orig,
+            "beta_fast": 32.0, "beta_slow": 1.0,
+            "attention_factor": yarn_mscale(factor) * k.float("rope.scaling.attn_factor", 1.0, gt=0.0),
+            "truncate": True}
 
 
 def _gemma(k: _ArchKeys, arch: str, n_layers: int, hidden: int, n_heads: int,
@@ -245,6 +268,11 @@ def check_vocab_metadata(md: dict[str, Any], source: str) -> None:
             i = int(np.flatnonzero((a < _TOKEN_TYPES.start) | (a >= _TOKEN_TYPES.stop))[0])
             raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.token_type[{i}] is {types[i]}; "
                                  f"expected a token type 0..6")
+    if "tokenizer.ggml.scores" in md:  # SentencePiece: which adjacent pieces merge first
+        scores = as_list(md["tokenizer.ggml.scores"], "tokenizer.ggml.scores", source, "float")
+        if len(scores) != len(tokens):
+            raise ModelLoadError(f"[tokenizer] {source}: tokenizer.ggml.scores has {len(scores)} "
+                                 f"entries for {len(tokens)} tokens; expected one per token")
     if "tokenizer.ggml.merges" in md:
         _check_merges(as_list(md["tokenizer.ggml.merges"], "tokenizer.ggml.merges", source, "str"),
                       tokens, source)

@@ -81,9 +81,11 @@ def as_str(v: Any, key: str, source: str) -> str:
 
 
 def as_list(v: Any, key: str, source: str, item: str) -> list:
-    """v as a list whose items are all of kind `item` ("int", "str", "bool")."""
+    """v as a list whose items are all of kind `item` ("int", "str", "bool", "float": a finite
+    number)."""
     kinds = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
-             "str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, bool)}
+             "str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, bool),
+             "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)}
     if not isinstance(v, list):
         raise ModelLoadError(f"[config] {source}: {key} is {describe(v)}; expected a list of {item}")
     bad = next((i for i, x in enumerate(v) if not kinds[item](x)), None)
