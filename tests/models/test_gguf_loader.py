@@ -168,9 +168,9 @@ def test_tokenizer_and_template_errors_name_the_file(tmp_path):
 
     from .tiny import TINY_VOCAB
 
-    f = tmp_path / "spm.gguf"
-    write_gguf(f, tokenizer=TINY_VOCAB, set_kv={"tokenizer.ggml.model": ("llama", GGUFValueType.STRING)})
-    with pytest.raises(ModelLoadError, match=r"spm.gguf: \[tokenizer\] GGUF tokenizer model 'llama'"):
+    f = tmp_path / "bert.gguf"
+    write_gguf(f, tokenizer=TINY_VOCAB, set_kv={"tokenizer.ggml.model": ("bert", GGUFValueType.STRING)})
+    with pytest.raises(ModelLoadError, match=r"bert.gguf: \[tokenizer\] GGUF tokenizer model 'bert'"):
         load_model(f)
     f = tmp_path / "template.gguf"
     write_gguf(f, tokenizer=TINY_VOCAB, set_kv={"tokenizer.chat_template": ("{% for m in messages %}",

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from metalkv.models import IncrementalDetokenizer, ModelLoadError, Tokenizer
-from metalkv.models.tokenizer import _pre_tokenizer
+from metalkv.models import gguf_vocab
 
 REF = json.loads((pathlib.Path(__file__).resolve().parents[1] / "data" / "llamacpp_smollm2.json")
                  .read_text(encoding="utf-8"))
@@ -113,10 +113,37 @@ def test_add_bos_when_the_model_asks():
 
 
 def test_unsupported_gguf_tokenizers():
-    with pytest.raises(ModelLoadError, match=r"tokenizer model 'llama' .* not supported"):
-        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": []})
-    with pytest.raises(ModelLoadError, match=r"pre-tokenizer 'deepseek-coder' is not supported"):
-        _pre_tokenizer("deepseek-coder")
+    with pytest.raises(ModelLoadError, match=r"tokenizer model 'bert' is not supported"):
+        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": []})
+    with pytest.raises(ModelLoadError, match=r"pre-tokenizer 'no-such' is not supported"):
+        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "no-such",
+                                      "tokenizer.ggml.tokens": []})
+
+
+def split(pre: str, text: str) -> list[str]:
+    return [p for p, _ in gguf_vocab._pre_tokenizer(gguf_vocab._PRE[pre][0]).pre_tokenize_str(text)]
+
+
+@pytest.mark.parametrize("pre", sorted(gguf_vocab._PRE))
+def test_every_pre_tokenizer_builds_and_keeps_the_text(pre):
+    """Each name's regexes compile (Oniguruma) and its pieces put back together are the text
+    (byte-level: a space is "Ġ", a newline "Ċ")."""
+    text = "Hello, world! 12345 naïve 日本語  tabs\tand\nlines 😀 don't"
+    pieces = split(pre, text)
+    assert len(pieces) > 5
+    decoded = bytes(_BYTE_OF[c] for c in "".join(pieces)).decode("utf-8")
+    assert decoded == text
+
+
+def _gpt2_byte_of() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: printable Latin-1 bytes stand for themselves,
+    the other 68 bytes for the characters from U+0100 on, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(0x100 + i): b for i, b in enumerate(others)}}
+
+
+_BYTE_OF = _gpt2_byte_of()
 
 
 @pytest.mark.parametrize("pre, want", [
@@ -124,6 +151,9 @@ def test_unsupported_gguf_tokenizers():
     ("gpt2", ["Ġ12345", "Ġapples"]),
     ("llama-bpe", ["Ġ", "123", "45", "Ġapples"]),                 # runs of up to 3 digits
     ("qwen2", ["Ġ", "1", "2", "3", "4", "5", "Ġapples"]),
+    ("default", ["Ġ", "123", "45", "Ġapples"]),                  # GPT-2, digit runs, then 3-digit runs
+    ("falcon", ["Ġ", "123", "45", "Ġapples"]),
+    ("deepseek-coder", ["Ġ", "1", "2", "3", "4", "5", "Ġapples"]),
 ])
 def test_pre_tokenizers_split_like_llamacpp_regexes(pre, want):
-    assert [p for p, _ in _pre_tokenizer(pre).pre_tokenize_str(" 12345 apples")] == want
+    assert split(pre, " 12345 apples") == want

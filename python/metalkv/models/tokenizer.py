@@ -1,6 +1,6 @@
 """Tokenizer: the PyPI `tokenizers` package, built either from a GGUF file's
-vocabulary (byte-level BPE, pre-tokenized the way llama.cpp does for that model)
-or from an HF directory's tokenizer.json. Plus an incremental detokenizer for
+vocabulary (byte-level BPE or SentencePiece, split the way llama.cpp splits it:
+gguf_vocab.py) or from an HF directory's tokenizer.json. Plus an incremental detokenizer for
 streaming, which only ever emits complete UTF-8 text.
 
 Special tokens follow llama.cpp: CONTROL tokens (<|im_start|>, ...) are only
@@ -15,42 +15,9 @@ import json
 import pathlib
 from typing import Any, Iterable, Mapping
 
+from . import gguf_vocab
 from .chat import ChatPrompt
 from .errors import ModelLoadError
-
-# GGUF token types (gguf.TokenType)
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
-
-# llama.cpp's GPT-2 split (llama-vocab.cpp, "gpt2" and the second step of "smollm").
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-# tokenizer.ggml.pre -> llama.cpp's regex steps, in order. "digits" = each \p{N} alone.
-_PRE = {
-    "smollm": ("digits", _GPT2), "starcoder": ("digits", _GPT2), "refact": ("digits", _GPT2),
-    "gpt-2": (_GPT2,), "gpt2": (_GPT2,), "default": (_GPT2,),
-    "llama-bpe": (_LLAMA3,), "llama3": (_LLAMA3,), "qwen2": (_QWEN2,),
-}
-
-
-def _pre_tokenizer(pre: str):
-    from tokenizers import Regex, pre_tokenizers as pt
-
-    if pre not in _PRE:
-        raise ModelLoadError(f"[tokenizer] GGUF pre-tokenizer {pre!r} is not supported "
-                             f"(supported: {', '.join(sorted(_PRE))})")
-    steps = []
-    for step in _PRE[pre]:
-        if step == "digits":
-            steps.append(pt.Digits(individual_digits=True))
-        elif step != _GPT2:
-            steps.append(pt.Split(Regex(step), behavior="isolated"))
-    # ByteLevel's own regex is exactly _GPT2; after another split it only maps bytes
-    steps.append(pt.ByteLevel(add_prefix_space=False, use_regex=_GPT2 in _PRE[pre]))
-    return pt.Sequence(steps)
-
 
 class Tokenizer:
     """encode/decode text <-> token ids for one model."""
@@ -67,26 +34,12 @@ class Tokenizer:
     # -- construction ---------------------------------------------------------------
     @classmethod
     def from_gguf_metadata(cls, md: Mapping[str, Any], *, eos_ids: Iterable[int] = ()) -> "Tokenizer":
-        from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models
-
-        kind = md.get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ModelLoadError(f"[tokenizer] GGUF tokenizer model {kind!r} is not supported; only "
-                                 f"'gpt2' (byte-level BPE) is. For SentencePiece models (e.g. gemma) "
-                                 f"load the Hugging Face directory, which has tokenizer.json")
-        tokens: list[str] = md["tokenizer.ggml.tokens"]
-        types: list[int] = md.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
-        merges = [tuple(m.split(" ", 1)) for m in md.get("tokenizer.ggml.merges", [])]
-        vocab = {t: i for i, t in enumerate(tokens)}  # unique: gguf_loader checked the token list
-        tok = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-        tok.pre_tokenizer = _pre_tokenizer(md.get("tokenizer.ggml.pre", "default"))
-        tok.decoder = decoders.ByteLevel()
-        special = [AddedToken(tokens[i], special=types[i] == _CONTROL, normalized=False)
-                   for i in range(len(tokens)) if types[i] in (_CONTROL, _USER_DEFINED)]
-        tok.add_tokens(special)
-        control = [i for i, t in enumerate(types) if t == _CONTROL]
+        """The file's own vocabulary, split as llama.cpp splits it (gguf_vocab.py)."""
+        tok, add_bos = gguf_vocab.build(md)
+        types = md.get("tokenizer.ggml.token_type") or []
+        control = [i for i, t in enumerate(types) if t == gguf_vocab.CONTROL]
         return cls(tok, bos_id=md.get("tokenizer.ggml.bos_token_id"), eos_ids=eos_ids,
-                   add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
+                   add_bos=bool(md.get("tokenizer.ggml.add_bos_token", add_bos)),
                    add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)), control_ids=control)
 
     @classmethod
