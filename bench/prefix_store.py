@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         gc.collect()
         if a.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
-        print(f"run {r}: compute {compute_s:.2f} s, disk tier {warm_s:.2f} + {first_s:.2f} s "
+        print(f"run {r}: compute {compute_s:.2f} s, {'Redis' if a.redis else 'disk'} tier {warm_s:.2f} + {first_s:.2f} s "
               f"({runs[-1]['speedup']:.1f}x), save {save_s:.2f} s", file=sys.stderr)
     med = {k: statistics.median(x[k] for x in runs) for k in ("compute_s", "save_s", "warm_s", "call_after_warm_s",
                                                              "disk_ttft_s", "speedup")}

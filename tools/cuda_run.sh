@@ -143,8 +143,9 @@ stage_bench_prefix_store() {
 # libraries it links (.whl/redis/, tools/carry_redis.sh), a second engine as the second server.
 stage_bench_prefix_store_redis() {
   step "prefix store: 8B shape, a second server's time to first token from a shared Redis against computing it"
+  # io-threads: Redis writes a 4 MB reply from its one main thread otherwise (docs/KV_CACHE.md)
   LD_LIBRARY_PATH=$PWD/.whl/redis/lib .whl/redis/redis-server --port 6399 --save '' --appendonly no \
-    --daemonize yes --logfile "$OUT/redis.log" || { note "redis-server: FAILED to start"; return 1; }
+    --io-threads 4 --daemonize yes --logfile "$OUT/redis.log" || { note "redis-server: FAILED to start"; return 1; }
   sleep 1
   timeout ${ENGINE_S:-420} python3 bench/prefix_store.py --random-llama 8b --device cuda --kv-memory 4GB \
     --redis redis://127.0.0.1:6399/0 --json "$OUT/bench_prefix_store_redis.json" > "$OUT/bench_prefix_store_redis.txt" 2>&1

@@ -26,7 +26,8 @@ class RedisTier:
         try:
             import redis
         except ImportError as e:
-            raise ImportError("the prefix store's Redis tier needs the redis package: pip install redis") from e
+            raise ImportError("the prefix store's Redis tier needs the redis package: "
+                              "pip install 'redis[hiredis]'") from e
         self.url = url
         self.prefix = f"metalkv:{namespace}:"
         self.stats = stats
