@@ -126,7 +126,7 @@ def write_vocab_gguf(meta: dict, path: pathlib.Path) -> None:
     w = gguf.GGUFWriter(str(path), "llama")
     for key, value in (("context_length", 256), ("embedding_length", 64), ("block_count", 1),
                        ("feed_forward_length", 128), ("attention.head_count", 4)):
-        getattr(w, "add_uint32")(f"llama.{key}", value)
+        w.add_uint32(f"llama.{key}", value)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_string("general.name", meta["general.name"])
     w.add_tokenizer_model("llama")

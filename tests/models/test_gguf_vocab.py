@@ -117,3 +117,31 @@ def test_bpe_pre_tokenizers_match_llamacpp(default_gguf, pre):
     got = [tok.encode(c["text"], add_special=False, parse_special=c["parse_special"]) for c in BPE[pre]]
     want = [c["llamacpp"] for c in BPE[pre]]
     assert got == want
+
+
+def test_a_gguf_model_with_a_sentencepiece_vocabulary_loads_and_tokenizes_as_llamacpp(tmp_path):
+    """A whole (tiny, llama-architecture: Llama 2, Mistral) model file carrying the Llama-2-like
+    vocabulary: load_model builds its tokenizer from the file and splits text as llama.cpp."""
+    from gguf import GGUFValueType as T
+
+    from metalkv.models import load_model
+
+    from .tiny import write_gguf
+
+    md = VOCABS["prefix"]["metadata"]
+    f = tmp_path / "spm-llama.gguf"
+    write_gguf(f, vocab=len(md["tokenizer.ggml.tokens"]), tokens=md["tokenizer.ggml.tokens"], set_kv={
+        "tokenizer.ggml.model": ("llama", T.STRING),
+        "tokenizer.ggml.pre": ("default", T.STRING),
+        "tokenizer.ggml.scores": (md["tokenizer.ggml.scores"], T.ARRAY, T.FLOAT32),
+        "tokenizer.ggml.token_type": (md["tokenizer.ggml.token_type"], T.ARRAY, T.INT32),
+        "tokenizer.ggml.bos_token_id": (md["tokenizer.ggml.bos_token_id"], T.UINT32),
+        "tokenizer.ggml.eos_token_id": (md["tokenizer.ggml.eos_token_id"], T.UINT32),
+        "tokenizer.ggml.unknown_token_id": (md["tokenizer.ggml.unknown_token_id"], T.UINT32)})
+    m = load_model(f, progress=False)
+    tok = m.tokenizer
+    for case in VOCABS["prefix"]["cases"]:
+        assert tok.encode(case["text"], add_special=False, parse_special=case["parse_special"]) == case["llamacpp"]
+    assert tok.add_bos and tok.encode("Darcy")[0] == md["tokenizer.ggml.bos_token_id"]
+    # </s>, and <|end|>: a text llama.cpp ends generation on (config.EOG_TEXTS)
+    assert m.config.eos_ids == (md["tokenizer.ggml.eos_token_id"], md["tokenizer.ggml.tokens"].index("<|end|>"))
