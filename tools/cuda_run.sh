@@ -55,6 +55,9 @@ stage_build() {
 # The built wheel into $OUT in parts of 15 MB (a file comes back only under 16
 # MB; the wheel is ~50 MB) and its name. Copied into .whl/ here and carried,
 # they spare a later call on a fresh machine the build: install joins them.
+# Only in a call of its own: at most 8 files and 64 MiB come back from $OUT (2026-12-06:
+# beside the benches' files, 2 of the 4 parts came back), and the carried tree must stay
+# under 64 MiB with the wheel in it (not with .whl/redis/ beside it: 12 + 17 + 50 MB).
 stage_keep_wheel() {
   local whl; whl=$(ls build/cuda-wheel/*.whl) || { note "keep-wheel: no wheel built"; return 1; }
   split -b 15M "$whl" "$OUT/metalkv-wheel.part-" && basename "$whl" > "$OUT/metalkv-wheel.name"
