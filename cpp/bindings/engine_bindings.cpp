@@ -87,6 +87,7 @@ model::ModelSpec parse_spec(const nb::dict& d) {
     else if (k == "rope_tables") s.rope_tables = nb::cast<std::vector<std::vector<float>>>(value);
     else if (k == "layer_rope_table") s.layer_rope_table = nb::cast<std::vector<uint32_t>>(value);
     else if (k == "layer_window") s.layer_window = nb::cast<std::vector<uint32_t>>(value);
+    else if (k == "kv_layer") s.kv_layer = nb::cast<std::vector<uint32_t>>(value);
     else if (k == "rope_tables_long") s.rope_tables_long = nb::cast<std::vector<std::vector<float>>>(value);
     else if (k == "rope_long_above") s.rope_long_above = u32();
     else throw nb::value_error(("[model] unknown spec key '" + k + "'").c_str());

@@ -77,7 +77,7 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
                              "a draft model with the target's vocabulary (" + str(model_->spec().vocab) + " ids)");
   if (options_.prefill_chunk == 0) fail("prefill_chunk must be at least 1");
   check_max_seqs(options_.max_seqs);
-  kv_ = kv::resolve(options_.kv, model_->spec().n_layers, model_->spec().head_dim, options_.kv_context);
+  kv_ = kv::resolve(options_.kv, model_->spec().n_kv_layers(), model_->spec().head_dim, options_.kv_context);
   size_t& memory = options_.kv.memory;
   // a policy with per-layer budgets keeps each cache's own pool: no default shared one beside them
   if (memory == kv::kKvMemoryAuto && kv_.policy.traits().budget_per_layer) memory = 0;
@@ -107,7 +107,7 @@ Engine::Engine(gpu::DevicePtr device, std::shared_ptr<const model::Model> model,
 std::unique_ptr<kv::KvCache> Engine::new_cache(uint32_t capacity, kv::StorePath store, const kv::KvOptions* own) const {
   // a cache's own eviction options take its budget's fraction of its capacity, the engine's of kv_context
   const kv::KvResolved r = !own ? kv_
-                           : kv::resolve(own->over(options_.kv), model_->spec().n_layers, model_->spec().head_dim,
+                           : kv::resolve(own->over(options_.kv), model_->spec().n_kv_layers(), model_->spec().head_dim,
                                          own->policy_given() ? capacity : options_.kv_context, "new_cache");
   kv::KvCacheSpec spec = kv::cache_spec(model_->cache_spec(capacity, options_.prefill_chunk, store), r, capacity);
   if (kv_pool_ && !r.policy.traits().budget_per_layer) {

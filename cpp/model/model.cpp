@@ -42,15 +42,18 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
       return on ? require(p + n, std::move(s), m) : nullptr;
     };
     Layer L{};
+    // a layer that reads another's K and V (spec_.kv_layer) projects no k and v: a file's
+    // attn_k / attn_v of it (Gemma 3n's carry zeros) are not used
+    const bool kv = spec_.writes_kv(l);
     L.attn_norm = require(p + "attn_norm.weight", {H}, false);
     L.q = require(p + "attn_q.weight", {Q, H}, true);
-    L.k = require(p + "attn_k.weight", {KV, H}, true);
-    L.v = require(p + "attn_v.weight", {KV, H}, true);
+    L.k = opt(kv, "attn_k.weight", {KV, H}, true);
+    L.v = opt(kv, "attn_v.weight", {KV, H}, true);
     L.q_bias = opt(spec_.attn_bias, "attn_q.bias", {Q}, false);
-    L.k_bias = opt(spec_.attn_bias, "attn_k.bias", {KV}, false);
-    L.v_bias = opt(spec_.attn_bias, "attn_v.bias", {KV}, false);
+    L.k_bias = opt(spec_.attn_bias && kv, "attn_k.bias", {KV}, false);
+    L.v_bias = opt(spec_.attn_bias && kv, "attn_v.bias", {KV}, false);
     L.q_norm = opt(spec_.qk_norm, "attn_q_norm.weight", {D}, false);
-    L.k_norm = opt(spec_.qk_norm, "attn_k_norm.weight", {D}, false);
+    L.k_norm = opt(spec_.qk_norm && kv, "attn_k_norm.weight", {D}, false);
     L.out = require(p + "attn_output.weight", {H, Q}, true);
     L.post_attn_norm = opt(spec_.sandwich_norms, "post_attention_norm.weight", {H}, false);
     L.ffn_norm = require(p + "ffn_norm.weight", {H}, false);
@@ -81,7 +84,7 @@ void Model::stack_layer(const std::string& p, Layer& L) {
   // q, k and v must share a weight type; their views in the stacked output
   // (ws.qkv()) start at Q and Q + KV floats, which the kernels read as float4.
   const uint64_t Q = spec_.n_heads * spec_.head_dim, KV = spec_.n_kv_heads * spec_.head_dim;
-  if (L.q->type == L.k->type && L.k->type == L.v->type && Q % 4 == 0 && KV % 4 == 0) {
+  if (L.k && L.q->type == L.k->type && L.k->type == L.v->type && Q % 4 == 0 && KV % 4 == 0) {
     L.qkv = weights_.stack_rows({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"});
     if (spec_.attn_bias) L.qkv_bias = weights_.stack_rows({p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"});
   }
@@ -91,17 +94,18 @@ void Model::stack_layer(const std::string& p, Layer& L) {
 kv::KvCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                                   std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats,
                                   bool rotate, uint32_t residual, const kv::KvPolicySpec& policy) const {
-  return {spec_.n_layers, spec_.n_kv_heads, spec_.head_dim, capacity, spec_.layer_window, max_chunk, store,
+  return {spec_.n_kv_layers(), spec_.n_kv_heads, spec_.head_dim, capacity, spec_.kv_windows(), max_chunk, store,
           std::move(k_formats), std::move(v_formats), rotate, residual, policy};
 }
 
 void Model::check_cache(const kv::KvCache& cache) const {
   const kv::KvCacheSpec& c = cache.spec();
-  if (c.n_layers != spec_.n_layers || c.n_kv_heads != spec_.n_kv_heads || c.head_dim != spec_.head_dim ||
-      c.windows != spec_.layer_window)
+  if (c.n_layers != spec_.n_kv_layers() || c.n_kv_heads != spec_.n_kv_heads || c.head_dim != spec_.head_dim ||
+      c.windows != spec_.kv_windows())
     fail("the cache (" + str(c.n_layers) + " layers, " + str(c.n_kv_heads) + " kv heads of " + str(c.head_dim) +
-         ") was not made for this model (" + str(spec_.n_layers) + " layers, " + str(spec_.n_kv_heads) +
-         " kv heads of " + str(spec_.head_dim) + ", its sliding windows); use engine.new_cache()");
+         ") was not made for this model (" + str(spec_.n_kv_layers()) + " layers of K and V, " +
+         str(spec_.n_kv_heads) + " kv heads of " + str(spec_.head_dim) +
+         ", its sliding windows); use engine.new_cache()");
   for (uint32_t l = 1; l < c.n_layers; ++l)
     if (cache.length(l) != cache.length(0))
       fail("the cache's layers hold different lengths (layer 0: " + str(cache.length(0)) + ", layer " + str(l) +

@@ -44,10 +44,55 @@ void ModelSpec::validate() const {
   for (uint32_t l = 0; l < n_layers; ++l)
     if (layer_rope_table[l] >= rope_tables.size())
       fail("layer " + str(l) + " uses rope table " + str(layer_rope_table[l]) + " of " + str(rope_tables.size()));
+  if (!kv_layer.empty()) {
+    if (kv_layer.size() != n_layers) fail("kv_layer needs one entry per layer (" + str(n_layers) + ")");
+    uint32_t next = 0;  // cache layers named so far
+    for (uint32_t l = 0; l < n_layers; ++l) {
+      if (kv_layer[l] > next)
+        fail("layer " + str(l) + " attends over cache layer " + str(kv_layer[l]) + ", but only " + str(next) +
+             " exist before it (cache layers are numbered in the order their writers come)");
+      if (kv_layer[l] == next) {
+        ++next;
+        continue;
+      }
+      const uint32_t w = kv_writer(kv_layer[l]);
+      if (layer_window[l] != layer_window[w])
+        fail("layer " + str(l) + " (window " + str(layer_window[l]) + ") reads the K and V of layer " + str(w) +
+             " (window " + str(layer_window[w]) + "); a reader needs its writer's window");
+    }
+  }
   for (float v : {rms_eps, embedding_scale, attn_scale, attn_softcap, final_softcap, norm_offset})
     if (!std::isfinite(v)) fail("a scalar of the spec is not finite");
   if (rms_eps < 0 || attn_scale < 0 || attn_softcap < 0 || final_softcap < 0)
     fail("rms_eps, attn_scale and the softcaps must be >= 0");
+}
+
+uint32_t ModelSpec::n_kv_layers() const {
+  uint32_t n = 0;
+  for (uint32_t l = 0; l < n_layers; ++l) n += writes_kv(l);
+  return n;
+}
+
+uint32_t ModelSpec::kv_of(uint32_t layer) const { return kv_layer.empty() ? layer : kv_layer[layer]; }
+
+bool ModelSpec::writes_kv(uint32_t layer) const {
+  if (kv_layer.empty()) return true;
+  for (uint32_t l = 0; l < layer; ++l)
+    if (kv_layer[l] == kv_layer[layer]) return false;
+  return true;
+}
+
+uint32_t ModelSpec::kv_writer(uint32_t cache_layer) const {
+  for (uint32_t l = 0; l < n_layers; ++l)
+    if (kv_of(l) == cache_layer) return l;
+  fail("no layer writes cache layer " + str(cache_layer));
+}
+
+std::vector<uint32_t> ModelSpec::kv_windows() const {
+  std::vector<uint32_t> w;
+  for (uint32_t l = 0; l < n_layers; ++l)
+    if (writes_kv(l)) w.push_back(layer_window[l]);
+  return w;
 }
 
 float ModelSpec::scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(float(head_dim)); }

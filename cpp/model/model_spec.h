@@ -53,6 +53,19 @@ struct ModelSpec {
   std::vector<std::vector<float>> rope_tables_long;
   uint32_t rope_long_above = 0;
 
+  // KV sharing (Gemma 3n's last layers; Engine.load(kv_share=) for any model, MiniCache-style):
+  // per layer, the cache layer it attends over. The first layer to name a cache layer is its
+  // writer, and cache layers are numbered 0.. in that order; a later layer naming it is a
+  // reader: it stores no K and V and attends over the writer's (the same step's rows
+  // included), with its own queries and rope. A reader's window is its writer's. Empty:
+  // every layer writes its own.
+  std::vector<uint32_t> kv_layer;
+  uint32_t n_kv_layers() const;                // cache layers
+  uint32_t kv_of(uint32_t layer) const;        // the cache layer `layer` attends over
+  bool writes_kv(uint32_t layer) const;        // whether `layer` stores its cache layer's K and V
+  uint32_t kv_writer(uint32_t cache_layer) const;  // the layer that stores it
+  std::vector<uint32_t> kv_windows() const;    // per cache layer: its writer's window
+
   // Raises GpuError "[model] ..." naming the first inconsistent field.
   void validate() const;
   float scale() const;  // attn_scale, or 1/sqrt(head_dim) when 0

@@ -80,7 +80,8 @@ void Model::check_segment(const Segment& s) const {
          str(s.cache->room_before_eviction()) + ")");
   // Every layer before any is encoded, so a step fails before any layer's
   // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
-  for (uint32_t l = 0; l < spec_.n_layers; ++l) s.cache->check_store(l, s.n, &rope_for(*s.cache, l));
+  for (uint32_t l = 0; l < spec_.n_layers; ++l)
+    if (spec_.writes_kv(l)) s.cache->check_store(spec_.kv_of(l), s.n, &rope_for(*s.cache, l));
 }
 
 void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
@@ -127,6 +128,8 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   // (A step that verifies stores several rows of a segment at once: its q/k/v
   // must be token-major, so it takes the separate gemvs, the same sums.)
   const bool stacked = rows.gemv && L.qkv.view.buffer && !rows.verify;
+  const bool reader = !m.writes_kv(l);  // attends over another layer's K and V (ModelSpec::kv_layer)
+  const uint32_t c = m.kv_of(l);        // the cache layer it attends over
   {
     gpu::ComputeEncoder& enc = s.compute();
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
@@ -157,8 +160,10 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     }
     if ((separate.gemm && rows.gemm) || (separate.gemv && rows.gemv)) {
       linear(enc, ws.h(), *L.q, L.q_bias, ws.q(), rows, false, separate);
-      linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), rows, false, separate);
-      linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), rows, false, separate);
+      if (!reader) {
+        linear(enc, ws.h(), *L.k, L.k_bias, ws.k(), rows, false, separate);
+        linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), rows, false, separate);
+      }
     }
     if (m.qk_norm) {
       // ws.q/k hold the gemm's rows (from the split gemm or three) and the
@@ -166,7 +171,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       const uint32_t n = rows.gemm + (separate.gemv ? rows.gemv : 0);
       if (n) {
         norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
-        norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
+        if (!reader) norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
       }
       for (uint32_t t = 0; stacked && t < rows.gemv; ++t) {  // a decode row's q and k lie apart in ws.qkv()
         const ops::BufferView qt = row(ws.qkv(), t, Q + 2 * KV), kt = at(qt, Q * sizeof(float));
@@ -188,28 +193,38 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       k = at(q, Q * sizeof(float));
       v = at(q, (Q + KV) * sizeof(float));
     }
-    cache.store(s, l, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads}, kv::KvCache::Checked::yes);
+    const kv::LayerLayout lay = cache.layout(c);
+    if (!reader) {
+      cache.store(s, c, k, v, seg.n, &rope_for(cache, l), ops::QueryRope{q, m.n_heads}, kv::KvCache::Checked::yes);
+    } else {  // the queries alone: rotated as the store rotates a writer's (rope, then Hadamard)
+      gpu::ComputeEncoder& enc = s.compute();
+      ops::rope(dev, enc, q, at(ws.positions(), r0 * sizeof(uint32_t)), rope_for(cache, l),
+                {seg.n, m.n_heads, m.head_dim});
+      if (lay.rotate) ops::hadamard(dev, enc, q, seg.n, m.n_heads, m.head_dim);
+    }
 
     gpu::ComputeEncoder& enc = s.compute();  // the store may have switched to a blit encoder
     ops::AttentionDesc d;
     d.n_q_heads = m.n_heads;
     d.n_kv_heads = m.n_kv_heads;
     d.head_dim = m.head_dim;
-    d.n_tokens = cache.count(l);  // (indices: below length(l) once a policy evicted)
+    d.n_tokens = cache.count(c);  // (indices: below length(c) once a policy evicted)
     d.n_queries = seg.n;
-    d.slots = cache.slots(l);
-    d.window = cache.window(l);
+    d.slots = cache.slots(c);
+    d.window = cache.window(c);
     d.scale = m.scale();
     d.softcap = m.attn_softcap;
-    const kv::LayerLayout lay = cache.layout(l);
     d.k_format = lay.k_format;
     d.v_format = lay.v_format;
-    cache.ring().describe(l, d);
+    cache.ring().describe(c, d);
     // An eviction policy that scores by attention (h2o, snapkv): the kernels
     // also write the logits, which become each key's probability in its score.
+    // Only the writer's attention scores its cache layer: the policy's choice
+    // there holds for the layers that read it (docs/KV_CACHE.md, "KV sharing").
     const size_t logit_bytes = size_t(seg.n) * m.n_heads * d.n_tokens * sizeof(float);
-    const ops::BufferView policy =
-        cache.scores_attention(l) ? ws.policy_scratch(logit_bytes + size_t(seg.n) * m.n_heads * 8) : ops::BufferView{};
+    const ops::BufferView policy = !reader && cache.scores_attention(c)
+                                       ? ws.policy_scratch(logit_bytes + size_t(seg.n) * m.n_heads * 8)
+                                       : ops::BufferView{};
     if (policy.buffer) d.logits = policy;
     const ops::BufferView out = row(ws.attn(), r0, Q);
     if (seg.logits == Logits::each) {
@@ -220,21 +235,21 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
       di.n_queries = 1;
       for (uint32_t i = 0; i < seg.n; ++i) {
         di.n_tokens = d.n_tokens - (seg.n - 1 - i);
-        ops::attention_decode(dev, enc, di, row(q, i, Q), cache.region(l), cache.table(l), row(out, i, Q), {},
+        ops::attention_decode(dev, enc, di, row(q, i, Q), cache.region(c), cache.table(c), row(out, i, Q), {},
                               ws.attention_scratch(ops::attention_decode_scratch_bytes(di)));
         if (!policy.buffer) continue;
-        const ops::BufferView share = cache.verify_share(l, i, seg.n);
+        const ops::BufferView share = cache.verify_share(c, i, seg.n);
         if (share.buffer)
           ops::attention_scores(dev, enc, di, 0, share, cache.share_stride(), {policy.buffer, policy.offset + logit_bytes},
                                 /*accumulate=*/false);
       }
     } else if (seg.n == 1)
-      ops::attention_decode(dev, enc, d, q, cache.region(l), cache.table(l), out, {},
+      ops::attention_decode(dev, enc, d, q, cache.region(c), cache.table(c), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
     else
-      ops::attention_prefill(dev, enc, d, q, cache.region(l), cache.table(l), out, {});
+      ops::attention_prefill(dev, enc, d, q, cache.region(c), cache.table(c), out, {});
     if (policy.buffer && seg.logits != Logits::each)
-      ops::attention_scores(dev, enc, d, cache.score_rows_from(l, seg.n), cache.scores(l), cache.spec().capacity,
+      ops::attention_scores(dev, enc, d, cache.score_rows_from(c, seg.n), cache.scores(c), cache.spec().capacity,
                             {policy.buffer, policy.offset + logit_bytes});
     if (lay.rotate) ops::hadamard(dev, enc, out, seg.n, m.n_heads, m.head_dim);  // V was stored rotated
   }
@@ -328,6 +343,12 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<
                         uint32_t gemm_decode_rows) const {
   const StepRows rows = check_step(ws, segs, gemm_decode_rows);
   const uint32_t H = spec_.hidden, n_rows = rows.prefill + rows.decode;
+  if (spec_.n_kv_layers() < spec_.n_layers) {  // readers rope their queries at the rows' positions
+    std::vector<uint32_t> pos(n_rows);
+    for (size_t i = 0; i < segs.size(); ++i)
+      for (uint32_t t = 0; t < segs[i].n; ++t) pos[rows.first[i] + t] = segs[i].cache->length(0) + t;
+    ws.write_positions(pos.data(), n_rows);
+  }
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n_rows, H, spec_.vocab,
                  spec_.embedding_scale);
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {

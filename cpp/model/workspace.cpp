@@ -9,6 +9,7 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_r
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
   ids_ = alloc(t);
   rows_ = alloc(logit_rows);
+  positions_ = alloc(t);
   x_ = alloc(t * spec.hidden);
   h_ = alloc(t * spec.hidden);
   q_ = alloc(t * spec.n_heads * spec.head_dim);
@@ -25,6 +26,10 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_r
 void Workspace::write_ids(const int32_t* ids, uint32_t n) { ids_->write(0, ids, size_t(n) * sizeof(int32_t)); }
 
 void Workspace::write_rows(const int32_t* rows, uint32_t n) { rows_->write(0, rows, size_t(n) * sizeof(int32_t)); }
+
+void Workspace::write_positions(const uint32_t* pos, uint32_t n) {
+  positions_->write(0, pos, size_t(n) * sizeof(uint32_t));
+}
 
 void Workspace::read_logits(float* dst, uint32_t rows, uint32_t first) const {
   logits_->read(size_t(first) * vocab_ * sizeof(float), dst, size_t(rows) * vocab_ * sizeof(float));

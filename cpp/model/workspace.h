@@ -21,11 +21,13 @@ class Workspace {
   // Inputs the host writes before encoding a step, outputs it reads after wait():
   void write_ids(const int32_t* ids, uint32_t n);         // (step_rows) token ids of the step
   void write_rows(const int32_t* rows, uint32_t n);       // (logit_rows) rows of x whose logits the step makes
+  void write_positions(const uint32_t* pos, uint32_t n);  // (step_rows) each row's position (KV readers' rope)
   void read_logits(float* dst, uint32_t rows, uint32_t first = 0) const;  // rows first.. of logits()
 
   // Device views, all float32 unless noted:
   ops::BufferView ids_view() const { return {ids_, 0}; }
   ops::BufferView rows_view() const { return {rows_, 0}; }  // (logit_rows) int32
+  ops::BufferView positions() const { return {positions_, 0}; }  // (step_rows) uint32
   ops::BufferView x() const { return {x_, 0}; }         // (step_rows, hidden) residual stream
   ops::BufferView h() const { return {h_, 0}; }         // (step_rows, hidden) normed / projected
   ops::BufferView q() const { return {q_, 0}; }         // (step_rows, n_heads, head_dim)
@@ -51,7 +53,7 @@ class Workspace {
   uint32_t step_rows_;
   uint32_t logit_rows_;
   uint32_t vocab_;
-  gpu::BufferPtr ids_, rows_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;
+  gpu::BufferPtr ids_, rows_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;
 };
 
 }  // namespace mkv::model

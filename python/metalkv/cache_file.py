@@ -278,10 +278,10 @@ def _load(engine, path: str, meta: dict, tensors: dict[str, np.ndarray], version
     capacity = _field(meta, "capacity", path)
     length = _field(meta, "length", path)
     cfg = engine.config
-    for name, want in {"n_layers": cfg.n_layers, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}.items():
+    for name, want in {"n_layers": engine.n_kv_layers, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}.items():
         if _field(meta, name, path) != want:
             raise CacheFileError(f"[cache_file] {path}: {name} {meta[name]}, this engine's caches have {want}")
-    formats, rotate = _formats(meta, path, version, cfg.n_layers)
+    formats, rotate = _formats(meta, path, version, engine.n_kv_layers)
     try:
         # the residual window's f16 rows are not saved: the loaded cache reads its rows from the pool
         residual = _field(meta, "kv_residual", path) if "kv_residual" in meta else 0

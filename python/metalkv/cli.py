@@ -124,6 +124,8 @@ def _load(args: argparse.Namespace, kv: bool = True, **kw):
     kw.setdefault("preempt", getattr(args, "preempt", True))
     if getattr(args, "draft_model", None):
         kw.setdefault("draft", args.draft_model)
+    if getattr(args, "kv_share", None):
+        kw.setdefault("kv_share", args.kv_share)
     return metalkv.Engine.load(loaded, device=args.device, quantize=args.quantize, **kw)
 
 
@@ -298,7 +300,7 @@ def cmd_ppl(args: argparse.Namespace) -> int:
         ids = text_ids(engine, args.text, args.tokens)
     except (OSError, ValueError) as e:
         raise CliError(str(e)) from None
-    shape = (engine.config.n_layers, engine.config.head_dim, args.tokens)
+    shape = (engine.n_kv_layers, engine.config.head_dim, args.tokens)
     opts = kv_options("ppl", **given)
     try:
         resolved = opts.resolve(*shape)  # (a budget's fraction: of --tokens, the cache the text fills)

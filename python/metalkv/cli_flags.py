@@ -28,9 +28,24 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-preempt", dest="preempt", action="store_false",
                    help="every call first reserves the KV blocks of its whole --max-tokens (default: a call starts "
                         "on its prompt's blocks and may give them back for others and resume, its reply unchanged)")
+    p.add_argument("--kv-share", type=_kv_share_pairs, default=None, metavar="R:S,...",
+                   help="layers that store no K and V and attend over an earlier layer's: READER:SOURCE pairs, "
+                        "e.g. 20:19,21:19 (negative indices from the last; docs/KV_CACHE.md \"KV sharing\")")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="a Jinja chat template to use instead of the model's (e.g. one that takes tools)")
     _add_kv_flags(p)
+
+
+def _kv_share_pairs(text: str) -> dict[int, int]:
+    """--kv-share's READER:SOURCE,... as Engine.load's kv_share dict."""
+    try:
+        pairs = [tuple(int(x) for x in item.split(":")) for item in text.split(",")]
+        if all(len(p) == 2 for p in pairs) and len({p[0] for p in pairs}) == len(pairs):
+            return dict(pairs)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r}: expected READER:SOURCE layer pairs, each reader once, "
+                                     f"e.g. 20:19,21:19")
 
 
 def _add_kv_flags(p: argparse.ArgumentParser) -> None:

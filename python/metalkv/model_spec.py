@@ -85,10 +85,43 @@ def attn_scale(cfg: ModelConfig) -> float:
     return cfg.attn_scale * factor * factor
 
 
-def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor]) -> dict:
+def kv_layers(cfg: ModelConfig, kv_share) -> list[int] | None:
+    """Engine.load's kv_share ({reader layer: source layer}; negative indices from the last)
+    as the C++ spec's kv_layer: per layer, the cache layer it attends over, cache layers
+    numbered in the order of the layers that write them. A reader stores no K and V and
+    attends over its source's (a source that is itself a reader: that one's), with its own
+    queries. None: no sharing."""
+    if kv_share is None or kv_share == {}:
+        return None
+    n = cfg.n_layers
+    expected = (f"a dict {{reader: source}} of layer indices (-{n}..{n - 1}), each source before its "
+                f"reader and with the same attention window")
+    if not isinstance(kv_share, dict):
+        raise argument_error("engine", "kv_share", kv_share, expected)
+    share = {}
+    for reader, source in kv_share.items():
+        if not all(isinstance(x, int) and not isinstance(x, bool) and -n <= x < n for x in (reader, source)):
+            raise argument_error("engine", "kv_share", kv_share, expected)
+        reader, source = reader % n, source % n
+        if source >= reader or cfg.is_sliding(reader) != cfg.is_sliding(source):
+            raise argument_error("engine", "kv_share", kv_share, expected)
+        share[reader] = source
+    writer_index: dict[int, int] = {}
+    out = []
+    for layer in range(n):
+        source = layer
+        while source in share:
+            source = share[source]
+        if source == layer:
+            writer_index[layer] = len(writer_index)
+        out.append(writer_index[source])
+    return out
+
+
+def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor], kv_layer: list[int] | None = None) -> dict:
     tables, which = rope_tables(cfg, tensors)
     long_tables, long_above = long_rope_tables(cfg, tensors)
-    return dict(
+    return dict(**({"kv_layer": kv_layer} if kv_layer else {}),
         n_layers=cfg.n_layers, hidden=cfg.hidden, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim, ffn_hidden=cfg.ffn_hidden, vocab=cfg.vocab, rms_eps=cfg.rms_eps,
         norm_offset=cfg.norm_weight_offset, embedding_scale=cfg.embedding_scale,
@@ -203,9 +236,9 @@ def check_context(context: int | None) -> None:
 _FINGERPRINT_SAMPLE = 1 << 16  # bytes hashed at the start, middle and end of a large tensor
 
 
-def model_fingerprint(loaded: LoadedModel, quantize: str | None) -> str:
+def model_fingerprint(loaded: LoadedModel, quantize: str | None, kv_layer: list[int] | None = None) -> str:
     """What a saved cache is checked against (metalkv.cache_file): SHA-256 over the
-    config, the quantize option, and every tensor's name, type and shape plus its
+    config, the quantize option, KV sharing, and every tensor's name, type and shape plus its
     bytes (all of them up to 3 x 64 KiB, else 64 KiB at its start, middle and end).
     Another model, quantization or checkpoint changes it; two files with the same
     tensors and config give the same one. Not a guard against deliberate edits:
@@ -214,6 +247,8 @@ def model_fingerprint(loaded: LoadedModel, quantize: str | None) -> str:
 
     h = hashlib.sha256(repr(loaded.config).encode())
     h.update(repr(quantize).encode())
+    if kv_layer:  # which layers share K and V: another model as far as a saved cache goes
+        h.update(repr(kv_layer).encode())
     for name in sorted(loaded.tensors):
         t = loaded.tensors[name]
         h.update(f"{name}|{t.dtype}|{t.shape}|".encode())

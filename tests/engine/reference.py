@@ -63,7 +63,8 @@ def residual_view(n: int, residual: int, block: int = 32, ring_lo: int = 0, ring
 
 def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None = None,
                  storage=f16_storage, residual: int = 0, window_storage=f16_storage,
-                 ring_lo: int = 0, ring_lo_from: int = 0, visible=None, probs: dict | None = None) -> np.ndarray:
+                 ring_lo: int = 0, ring_lo_from: int = 0, visible=None, probs: dict | None = None,
+                 kv_share: dict[int, int] | None = None) -> np.ndarray:
     """(n, vocab) logits of ids at positions 0..n-1 (full causal attention).
     storage(k, v) -> (k, v): what attention reads back of the roped K and of V
     (n, n_kv_heads, head_dim) as the cache stores them (default: float16).
@@ -72,7 +73,9 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
     (residual_view, with ring_lo and ring_lo_from).
     visible(layer, kv_head) -> (n, n) bool: the keys each query may see besides
     the causal mask (an eviction policy's); probs: filled with each (layer,
-    query head)'s (n, n) attention probabilities."""
+    query head)'s (n, n) attention probabilities. kv_share {reader: source}: a reader layer
+    attends over its source layer's stored K and V (a source that reads: that one's)
+    with its own queries, and computes no K and V of its own."""
     cfg = m.config
     assert cfg.arch == "llama", "this reference covers the llama family"
     W = dequantized(m) if W is None else W
@@ -92,12 +95,19 @@ def llama_logits(m: LoadedModel, ids: list[int], W: dict[str, np.ndarray] | None
 
     x = W["token_embd.weight"][ids] * cfg.embedding_scale
     causal = np.tril(np.ones((n, n), bool))
+    share = {r % cfg.n_layers: s % cfg.n_layers for r, s in (kv_share or {}).items()}
+    stored = {}  # layer -> its (k, v) before storage
     for layer in range(cfg.n_layers):
         p = f"blk.{layer}."
         h = rms(x, W[p + "attn_norm.weight"])
         q = rope(proj(h, p + "attn_q").reshape(n, nh, D), pos, inv_freq, cfg.rope_style)
-        k = rope(proj(h, p + "attn_k").reshape(n, nkv, D), pos, inv_freq, cfg.rope_style)
-        v = proj(h, p + "attn_v").reshape(n, nkv, D)
+        if layer in share:
+            k, v = stored[share[layer]]
+            stored[layer] = k, v
+        else:
+            k = rope(proj(h, p + "attn_k").reshape(n, nkv, D), pos, inv_freq, cfg.rope_style)
+            v = proj(h, p + "attn_v").reshape(n, nkv, D)
+            stored[layer] = k, v
         kq, vq = storage(k, v)  # what the cache gives back
         kf, vf = window_storage(k, v) if residual else (kq, vq)
         quant = residual_view(n, residual, ring_lo=ring_lo, ring_lo_from=ring_lo_from) if residual \
