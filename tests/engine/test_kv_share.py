@@ -125,3 +125,31 @@ def test_the_cli_flag_reads_reader_source_pairs():
     for bad in ("20-19", "20:19,20:18", "a:b", "1:2:3"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected READER:SOURCE layer pairs"):
             _kv_share_pairs(bad)
+
+
+def test_only_the_writers_attention_scores_a_shared_layer(six_layers):
+    """h2o: cache layer c's score of each key is the attention its writer's query heads gave
+    it (the float64 reference's, summed over every query); its readers add nothing."""
+    m = load_model(six_layers, progress=False)
+    ids = (IDS * 3)[:48]
+    eng = load(six_layers, kv_share=SHARE, kv_policy="h2o", kv_budget=128, context=160)
+    cache = eng.new_cache()
+    eng.logits(ids[:40], cache=cache)
+    for t in ids[40:]:
+        eng.logits([t], cache=cache)
+    probs = {}
+    llama_logits(m, ids, probs=probs, kv_share=SHARE)
+    writers, readers = [0, 1, 4], {1: [2, 3], 4: [5]}
+    for c, w in enumerate(writers):
+        want = sum(probs[w, hq].sum(0) for hq in range(m.config.n_heads))
+        np.testing.assert_allclose(cache.scores(c)[0, :len(ids)], want, rtol=1e-2, atol=2e-3)
+        for r in readers.get(w, []):  # what summing the readers in would have given
+            more = want + sum(probs[r, hq].sum(0) for hq in range(m.config.n_heads))
+            assert np.abs(more - want).max() > 0.1
+
+
+def test_lookup_speculation_gives_what_plain_decoding_gives(six_layers):
+    eng = load(six_layers, kv_share=SHARE)
+    prompt = (IDS[:6] * 5)[:26]  # a repeated run: lookups propose and some are accepted
+    plain = eng.generate_ids(prompt, max_tokens=24, temperature=0, stop_ids=())
+    assert eng.generate_ids(prompt, max_tokens=24, temperature=0, stop_ids=(), speculate="lookup") == plain
