@@ -45,6 +45,8 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     // a layer that reads another's K and V (spec_.kv_layer) projects no k and v: a file's
     // attn_k / attn_v of it (Gemma 3n's carry zeros) are not used
     const bool kv = spec_.writes_kv(l);
+    L.reads_kv = !kv;
+    shares_kv_ = shares_kv_ || !kv;
     L.attn_norm = require(p + "attn_norm.weight", {H}, false);
     L.q = require(p + "attn_q.weight", {Q, H}, true);
     L.k = opt(kv, "attn_k.weight", {KV, H}, true);
@@ -66,6 +68,7 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     stack_layer(p, L);
     layers_.push_back(L);
   }
+  kv_windows_ = spec_.kv_windows();
   const uint32_t rd = spec_.rotary_dim ? spec_.rotary_dim : spec_.head_dim;
   for (auto [tables, specs] : {std::pair{&spec_.rope_tables, &rope_}, {&spec_.rope_tables_long, &rope_long_}})
     for (const auto& table : *tables) {
@@ -94,16 +97,16 @@ void Model::stack_layer(const std::string& p, Layer& L) {
 kv::KvCacheSpec Model::cache_spec(uint32_t capacity, uint32_t max_chunk, kv::StorePath store,
                                   std::vector<uint32_t> k_formats, std::vector<uint32_t> v_formats,
                                   bool rotate, uint32_t residual, const kv::KvPolicySpec& policy) const {
-  return {spec_.n_kv_layers(), spec_.n_kv_heads, spec_.head_dim, capacity, spec_.kv_windows(), max_chunk, store,
+  return {uint32_t(kv_windows_.size()), spec_.n_kv_heads, spec_.head_dim, capacity, kv_windows_, max_chunk, store,
           std::move(k_formats), std::move(v_formats), rotate, residual, policy};
 }
 
 void Model::check_cache(const kv::KvCache& cache) const {
   const kv::KvCacheSpec& c = cache.spec();
-  if (c.n_layers != spec_.n_kv_layers() || c.n_kv_heads != spec_.n_kv_heads || c.head_dim != spec_.head_dim ||
-      c.windows != spec_.kv_windows())
+  if (c.n_layers != kv_windows_.size() || c.n_kv_heads != spec_.n_kv_heads || c.head_dim != spec_.head_dim ||
+      c.windows != kv_windows_)
     fail("the cache (" + str(c.n_layers) + " layers, " + str(c.n_kv_heads) + " kv heads of " + str(c.head_dim) +
-         ") was not made for this model (" + str(spec_.n_kv_layers()) + " layers of K and V, " +
+         ") was not made for this model (" + str(kv_windows_.size()) + " layers of K and V, " +
          str(spec_.n_kv_heads) + " kv heads of " + str(spec_.head_dim) +
          ", its sliding windows); use engine.new_cache()");
   for (uint32_t l = 1; l < c.n_layers; ++l)

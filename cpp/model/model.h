@@ -117,6 +117,7 @@ class Model {
     Weight qkv;       // (Q + 2 KV, hidden): Wq, Wk, Wv
     Weight qkv_bias;  // (Q + 2 KV,) when the model has attention biases
     Weight gate_up;   // (2 ffn_hidden, hidden): Wgate, Wup
+    bool reads_kv;    // attends over an earlier layer's K and V, stores none (ModelSpec::kv_layer)
   };
   void stack_layer(const std::string& prefix, Layer& L);
   const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
@@ -159,6 +160,8 @@ class Model {
   ModelSpec spec_;
   Weights weights_;
   std::vector<Layer> layers_;
+  bool shares_kv_ = false;          // some layer reads another's K and V
+  std::vector<uint32_t> kv_windows_;  // per cache layer (ModelSpec::kv_windows), checked each step
   const Weight *embd_, *out_norm_, *lm_head_;
   // per table: rope_tables, and rope_tables_long for caches of more than rope_long_above tokens
   std::vector<ops::RopeSpec> rope_, rope_long_;

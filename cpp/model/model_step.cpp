@@ -81,7 +81,7 @@ void Model::check_segment(const Segment& s) const {
   // Every layer before any is encoded, so a step fails before any layer's
   // length moves; its stores (kv::KvCache::Checked::yes) do not check again.
   for (uint32_t l = 0; l < spec_.n_layers; ++l)
-    if (spec_.writes_kv(l)) s.cache->check_store(spec_.kv_of(l), s.n, &rope_for(*s.cache, l));
+    if (!layers_[l].reads_kv) s.cache->check_store(spec_.kv_of(l), s.n, &rope_for(*s.cache, l));
 }
 
 void Model::linear_rows(gpu::ComputeEncoder& enc, const ops::BufferView& x, const Weight& w, const Weight* bias,
@@ -128,7 +128,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   // (A step that verifies stores several rows of a segment at once: its q/k/v
   // must be token-major, so it takes the separate gemvs, the same sums.)
   const bool stacked = rows.gemv && L.qkv.view.buffer && !rows.verify;
-  const bool reader = !m.writes_kv(l);  // attends over another layer's K and V (ModelSpec::kv_layer)
+  const bool reader = L.reads_kv;
   const uint32_t c = m.kv_of(l);        // the cache layer it attends over
   {
     gpu::ComputeEncoder& enc = s.compute();
@@ -343,7 +343,7 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<
                         uint32_t gemm_decode_rows) const {
   const StepRows rows = check_step(ws, segs, gemm_decode_rows);
   const uint32_t H = spec_.hidden, n_rows = rows.prefill + rows.decode;
-  if (spec_.n_kv_layers() < spec_.n_layers) {  // readers rope their queries at the rows' positions
+  if (shares_kv_) {  // readers rope their queries at the rows' positions
     std::vector<uint32_t> pos(n_rows);
     for (size_t i = 0; i < segs.size(); ++i)
       for (uint32_t t = 0; t < segs[i].n; ++t) pos[rows.first[i] + t] = segs[i].cache->length(0) + t;

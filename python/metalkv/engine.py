@@ -30,7 +30,7 @@ from .constrain import llg_tokenizer
 from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
 from .memory import memory_report
-from .messages import normalize as normalize_messages
+from .messages import Conversation, normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, kv_layers,
                          load_weights, model_fingerprint)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
@@ -285,7 +285,7 @@ class Engine:
     def _turn(self, prompt, chat: bool, system: str | None, cache) -> tuple[np.ndarray, int | None, list | None]:
         """(ids to feed, tokens of the cache to keep (None: all), the chat messages
         the cache will render, None when not a chat)."""
-        if isinstance(prompt, _Conversation):
+        if isinstance(prompt, Conversation):
             return self._chat_turn(prompt.messages, cache)
         if not isinstance(prompt, str):
             return self._ids(prompt), None, None
@@ -438,11 +438,11 @@ class Engine:
         cache spares recomputing what an earlier call began with); with cache= the cache is
         brought to hold `messages` and the reply, feeding only what it does not hold yet.
         sampling: as generate takes it."""
-        return self.generate(_Conversation(messages), cache=cache, stop=stop, **sampling)
+        return self.generate(Conversation(messages), cache=cache, stop=stop, **sampling)
 
     def chat_stream(self, messages, **options) -> Iterator[str]:
         """chat(), yielding the reply's text pieces as they are decoded (as stream does)."""
-        return self.stream(_Conversation(messages), **options)
+        return self.stream(Conversation(messages), **options)
 
     def start(self, prompt: str | Sequence[int], *, channel, cache=None, chat: bool = False,
               system: str | None = None, stop: str | Sequence[str] | None = None, logprobs: int | None = None,
@@ -499,10 +499,3 @@ class Engine:
 
 
 _SAMPLING_FIELDS = {f.name for f in fields(Sampling)}
-
-
-class _Conversation:
-    """Messages given to chat(): rendered whole with the chat template."""
-
-    def __init__(self, messages):
-        self.messages = normalize_messages(messages)

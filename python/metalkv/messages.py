@@ -94,3 +94,10 @@ def normalize(messages: Any, *, tool_turns: bool = False) -> list[dict[str, Any]
             raise _refuse(f"{where}.content", "every message needs content")
         out.append({"role": "system" if role == "developer" else role, "content": _text(m["content"], where)})
     return out
+
+
+class Conversation:
+    """Messages given to Engine.chat(): rendered whole with the chat template."""
+
+    def __init__(self, messages):
+        self.messages = normalize(messages)
