@@ -215,27 +215,34 @@ uint32_t import_blocks(KvPool& pool, const int32_t* ids, const std::vector<const
   check_full(pool, "import_prefix");
   std::lock_guard<std::recursive_mutex> lock(pool.mutex());
   const size_t rows = rows_bytes(pool);
+  // The chain's blocks stay held until every record is in: released one by one, its
+  // first blocks would be evictable, and the later allocations would evict them.
+  std::vector<std::pair<uint32_t, uint32_t>> held;  // (group, block)
   uint64_t parent = root(residual);
-  for (size_t i = 0; i < records.size(); ++i) {
+  bool room = true;
+  for (size_t i = 0; i < records.size() && room; ++i) {
     const BlockKey key = key_of(parent, ids + i * kBlockTokens);
     const uint8_t* at = records[i];
     if (residual && at[blocks_bytes(pool)] == 1 && !pool.prefix_rows().get(key))
       pool.prefix_rows().put(key, std::vector<uint8_t>(at + blocks_bytes(pool) + 1, at + blocks_bytes(pool) + 1 + rows));
-    for (uint32_t g = 0; g < pool.n_groups(); ++g) {
+    for (uint32_t g = 0; g < pool.n_groups() && room; ++g) {
       BlockPool& blocks = pool.blocks(g);
-      if (blocks.find(key) < 0) {
-        if (blocks.available() == 0) return uint32_t(i) * kBlockTokens;  // no room now: what is in stays
+      if (const int64_t found = blocks.find(key); found >= 0) {
+        blocks.retain(uint32_t(found));  // (an earlier import's: not to be evicted by this one's)
+        held.emplace_back(g, uint32_t(found));
+      } else if ((room = blocks.available() > 0)) {  // none: what is in stays, the call computes the rest
         const uint32_t id = blocks.allocate(1)[0];
         copy_group(pool, g, id, const_cast<uint8_t*>(at), /*to_pool=*/true);
         blocks.register_block(id, key);
-        blocks.release(id);  // cached, nobody's: evictable, as a finished call's blocks are
+        held.emplace_back(g, id);
       }
       at += group_bytes(pool, g);
     }
     parent = key.hash;
   }
-  const uint32_t n = uint32_t(records.size()) * kBlockTokens;  // (an allocation may have evicted an older one)
-  return find(pool, ids, n, n, residual).tokens;
+  for (const auto& [g, id] : held) pool.blocks(g).release(id);  // cached, nobody's: evictable, as a finished call's
+  const uint32_t n = uint32_t(records.size()) * kBlockTokens;    // blocks are
+  return find(pool, ids, n, n, residual).tokens;                  // (the run in every group, from the first block)
 }
 
 }  // namespace mkv::kv::prefix

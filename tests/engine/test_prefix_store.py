@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import metalkv
+from metalkv import prefix_store
 from metalkv.prefix_store import PrefixStore
 
 from .conftest import TEST_DEVICE
@@ -57,6 +58,28 @@ def test_the_host_tier_serves_blocks_the_pool_evicted(default_gguf, prompt):
     assert store.warm(prompt) > 0 and store.stats["loaded_host"] > 0
     assert small.generate_ids(prompt, max_tokens=8) == want
     assert small.last_stats["prompt_tokens_cached"] > 0
+
+
+@pytest.mark.parametrize("run", [8, 64], ids=["in-runs", "at-once"])
+def test_a_warm_the_pool_cannot_hold_stops_where_it_is_full(default_gguf, prompt, tmp_path, monkeypatch, run):
+    """warm() puts blocks into the pool in runs as they are read (IMPORT_BLOCKS): where
+    the pool runs out, the chain's first blocks stay, none evicted by its later ones."""
+    monkeypatch.setattr(prefix_store, "IMPORT_BLOCKS", run)
+    first = load(default_gguf)
+    want = first.generate_ids(prompt, max_tokens=8)
+    assert PrefixStore(first, tmp_path).save(prompt) == (len(prompt) - 2) // 32
+    small = load(default_gguf, kv_memory=1024 * 23040)  # 31 blocks
+    hold = small.new_cache()  # a kept conversation holds 17 of them
+    small.generate_ids(np.random.default_rng(1).integers(100, 40000, 520).tolist(), cache=hold, max_tokens=1,
+                       stop_ids=[])
+    free = small.kv_pool["groups"][0]["free_blocks"]
+    assert 0 < free < (len(prompt) - 2) // 32
+    store = PrefixStore(small, tmp_path)
+    assert store.warm(prompt) == free * 32
+    assert store.stats["warm_short"] == 1 and store.stats["loaded_disk"] == free * 32
+    hold.reset()
+    assert small.generate_ids(prompt, max_tokens=8) == want
+    assert small.last_stats["prompt_tokens_cached"] == free * 32
 
 
 def test_a_damaged_entry_is_refused_and_dropped(default_gguf, prompt, tmp_path):
