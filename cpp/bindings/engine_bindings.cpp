@@ -90,6 +90,15 @@ model::ModelSpec parse_spec(const nb::dict& d) {
     else if (k == "kv_layer") s.kv_layer = nb::cast<std::vector<uint32_t>>(value);
     else if (k == "rope_tables_long") s.rope_tables_long = nb::cast<std::vector<std::vector<float>>>(value);
     else if (k == "rope_long_above") s.rope_long_above = u32();
+    else if (k == "altup_inputs") s.altup_inputs = u32();
+    else if (k == "altup_active") s.altup_active = u32();
+    else if (k == "per_layer_dim") s.per_layer_dim = u32();
+    else if (k == "per_layer_vocab") s.per_layer_vocab = u32();
+    else if (k == "laurel_rank") s.laurel_rank = u32();
+    else if (k == "v_norm") s.v_norm = flag();
+    else if (k == "ffn_sparse") {
+      for (bool b : nb::cast<std::vector<bool>>(value)) s.ffn_sparse.push_back(b);
+    } else if (k == "ffn_sparse_std") s.ffn_sparse_std = nb::cast<std::vector<float>>(value);
     else throw nb::value_error(("[model] unknown spec key '" + k + "'").c_str());
   }
   return s;

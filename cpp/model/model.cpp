@@ -63,10 +63,28 @@ Model::Model(gpu::DevicePtr device, ModelSpec spec, Weights weights)
     L.up = require(p + "ffn_up.weight", {F, H}, true);
     L.down = require(p + "ffn_down.weight", {H, F}, true);
     L.post_ffw_norm = opt(spec_.sandwich_norms, "post_ffw_norm.weight", {H}, false);
+    require_altup(p, L);
     for (const Weight* b : {L.q_bias, L.k_bias, L.v_bias})
       if (b && b->type != ops::WeightType::f32) fail("bias tensors must be f32 (" + p + "attn_*.bias)");
     stack_layer(p, L);
     layers_.push_back(L);
+  }
+  if (const uint64_t N = spec_.altup_inputs) {
+    for (uint64_t k = 0; k + 1 < N; ++k) {
+      altup_in_.push_back(require("altup_proj." + str(k) + ".weight", {H, H}, true));
+      altup_out_.push_back(require("altup_unembd_proj." + str(k) + ".weight", {H, H}, true));
+    }
+    if (const uint64_t P = spec_.per_layer_dim) {
+      per_layer_embd_ = require("per_layer_token_embd.weight", {spec_.per_layer_vocab, spec_.n_layers * P}, true);
+      per_layer_proj_ = require("per_layer_model_proj.weight", {spec_.n_layers * P, H}, true);
+      per_layer_norm_ = require("per_layer_proj_norm.weight", {P}, false);
+    }
+  }
+  if (spec_.v_norm) {
+    const std::vector<float> ones(D, 1.0f);
+    gpu::BufferPtr b = device_->new_buffer(D * sizeof(float));
+    b->write(0, ones.data(), D * sizeof(float));
+    ones_ = {{b, 0}, ops::WeightType::f32, {D}};
   }
   kv_windows_ = spec_.kv_windows();
   const uint32_t rd = spec_.rotary_dim ? spec_.rotary_dim : spec_.head_dim;

@@ -18,6 +18,15 @@
 // then logits = rms_norm(x, output_norm) Wout (token_embd when tied) for the
 // rows asked for, soft-capped if the model says so.
 //
+// Gemma 3n (ModelSpec::altup_inputs, model_altup.cpp) wraps the layer: the step
+// starts N streams of the embedding (stream 0, and N - 1 projections of it
+// matched to its magnitude) and each token's per-layer inputs; a layer's x is
+// AltUp's prediction of its active stream, LAuReL's low-rank branch joins the
+// attention's residual, (x + laurel) / sqrt 2, the FFN gate may be sparse (a
+// Gaussian top-k), and after the FFN AltUp's correction updates every stream
+// and the per-layer input gate adds to the inactive ones. The last layer's
+// streams, projected back and matched, are averaged into x for the logits.
+//
 // A step feeds several sequences at once (segments, model_step.cpp): their
 // rows are concatenated, every per-row op (norms, projections, the FFN) runs
 // once over all of them, so weights are read once per step, and the store
@@ -118,6 +127,9 @@ class Model {
     Weight qkv_bias;  // (Q + 2 KV,) when the model has attention biases
     Weight gate_up;   // (2 ffn_hidden, hidden): Wgate, Wup
     bool reads_kv;    // attends over an earlier layer's K and V, stores none (ModelSpec::kv_layer)
+    // Gemma 3n (null otherwise): AltUp's router and coefficients, LAuReL, the per-layer input gate
+    const Weight *router_norm, *router, *predict_coef, *correct_coef, *correct_scale, *laurel_l, *laurel_r,
+        *laurel_norm, *inp_gate, *proj, *post_norm;
   };
   void stack_layer(const std::string& prefix, Layer& L);
   const Weight* require(const std::string& name, std::vector<uint64_t> shape, bool matrix) const;
@@ -138,6 +150,13 @@ class Model {
                     uint32_t l) const;
   void encode_logits(gpu::ComputeEncoder& enc, Workspace& ws, const std::vector<Segment>& segs,
                      const StepRows& rows) const;
+  // Gemma 3n's parts of a step (model_altup.cpp)
+  void require_altup(const std::string& prefix, Layer& L);
+  void encode_altup_inputs(gpu::ComputeEncoder& enc, Workspace& ws, const StepRows& rows) const;
+  void encode_altup_predict(gpu::ComputeEncoder& enc, Workspace& ws, const StepRows& rows, uint32_t l) const;
+  void encode_laurel(gpu::ComputeEncoder& enc, Workspace& ws, const StepRows& rows, uint32_t l) const;
+  void encode_altup_correct(gpu::ComputeEncoder& enc, Workspace& ws, const StepRows& rows, uint32_t l) const;
+  void encode_altup_output(gpu::ComputeEncoder& enc, Workspace& ws, const StepRows& rows) const;
   // Which of a step's two kinds of projection rows a linear() computes (a
   // fused path may have done the others; their rows keep their places).
   struct RowKinds {
@@ -163,6 +182,11 @@ class Model {
   bool shares_kv_ = false;          // some layer reads another's K and V
   std::vector<uint32_t> kv_windows_;  // per cache layer (ModelSpec::kv_windows), checked each step
   const Weight *embd_, *out_norm_, *lm_head_;
+  // Gemma 3n's: the per-layer token table, projection and norm; AltUp's stream projections
+  // in and out; a (head_dim) vector of ones, v's norm's weight (ModelSpec::v_norm)
+  const Weight *per_layer_embd_ = nullptr, *per_layer_proj_ = nullptr, *per_layer_norm_ = nullptr;
+  std::vector<const Weight*> altup_in_, altup_out_;
+  Weight ones_;
   // per table: rope_tables, and rope_tables_long for caches of more than rope_long_above tokens
   std::vector<ops::RopeSpec> rope_, rope_long_;
   const ops::RopeSpec& rope_for(const kv::KvCache& cache, uint32_t layer) const;

@@ -61,6 +61,16 @@ void ModelSpec::validate() const {
              " (window " + str(layer_window[w]) + "); a reader needs its writer's window");
     }
   }
+  if (altup_inputs == 1 || altup_inputs > 8 || (altup_inputs && altup_active >= altup_inputs))
+    fail("altup_inputs " + str(altup_inputs) + " (0 or 2..8) with altup_active " + str(altup_active) + " below it");
+  if (per_layer_dim && (!altup_inputs || !per_layer_vocab || per_layer_dim % 4))
+    fail("per-layer inputs (per_layer_dim " + str(per_layer_dim) + ", a multiple of 4) need AltUp's streams and "
+         "per_layer_vocab > 0");
+  if (laurel_rank && !altup_inputs) fail("LAuReL (laurel_rank " + str(laurel_rank) + ") needs AltUp's streams");
+  if (!ffn_sparse.empty() && (ffn_sparse.size() != n_layers || ffn_sparse_std.size() != n_layers))
+    fail("ffn_sparse and ffn_sparse_std need one entry per layer (" + str(n_layers) + ")");
+  for (float v : ffn_sparse_std)
+    if (!std::isfinite(v)) fail("an ffn_sparse_std is not finite");
   for (float v : {rms_eps, embedding_scale, attn_scale, attn_softcap, final_softcap, norm_offset})
     if (!std::isfinite(v)) fail("a scalar of the spec is not finite");
   if (rms_eps < 0 || attn_scale < 0 || attn_softcap < 0 || final_softcap < 0)

@@ -66,6 +66,23 @@ struct ModelSpec {
   uint32_t kv_writer(uint32_t cache_layer) const;  // the layer that stores it
   std::vector<uint32_t> kv_windows() const;    // per cache layer: its writer's window
 
+  // Gemma 3n's decoder (all off by default; model.h says what each layer then does):
+  // AltUp keeps altup_inputs streams of the hidden state and each layer computes on
+  // stream altup_active; per-layer inputs (per_layer_dim P) feed every layer P values
+  // from its token's row of per_layer_token_embd and a projection of the embedding;
+  // LAuReL adds a rank-laurel_rank residual beside attention; v is RMS-normed per head
+  // (no weight); a layer with ffn_sparse keeps only the gate values above
+  // mean + ffn_sparse_std * std of its row.
+  uint32_t altup_inputs = 0;  // 0: one residual stream
+  uint32_t altup_active = 0;
+  uint32_t per_layer_dim = 0;
+  uint32_t per_layer_vocab = 0;  // per_layer_token_embd's rows (ids beyond: zeros)
+  uint32_t laurel_rank = 0;
+  bool v_norm = false;
+  std::vector<uint8_t> ffn_sparse;   // per layer, or empty: none
+  std::vector<float> ffn_sparse_std;  // per layer
+  bool sparse_ffn(uint32_t layer) const { return !ffn_sparse.empty() && ffn_sparse[layer]; }
+
   // Raises GpuError "[model] ..." naming the first inconsistent field.
   void validate() const;
   float scale() const;  // attn_scale, or 1/sqrt(head_dim) when 0

@@ -13,7 +13,9 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "ops/altup.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 
@@ -132,6 +134,7 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   const uint32_t c = m.kv_of(l);        // the cache layer it attends over
   {
     gpu::ComputeEncoder& enc = s.compute();
+    if (m.altup_inputs) encode_altup_predict(enc, ws, rows, l);  // x = the active stream's prediction
     norm(enc, ws.x(), *L.attn_norm, ws.h(), n_rows, H);
     RowKinds separate{true, true};  // what the three separate projections still compute
     const Weight* qkv_bias = L.qkv_bias.view.buffer ? &L.qkv_bias : nullptr;
@@ -165,20 +168,26 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
         linear(enc, ws.h(), *L.v, L.v_bias, ws.v(), rows, false, separate);
       }
     }
-    if (m.qk_norm) {
-      // ws.q/k hold the gemm's rows (from the split gemm or three) and the
+    if (m.qk_norm || m.v_norm) {
+      // ws.q/k/v hold the gemm's rows (from the split gemm or three) and the
       // gemv's rows that did not take the stacked gemv, after them.
       const uint32_t n = rows.gemm + (separate.gemv ? rows.gemv : 0);
-      if (n) {
+      if (n && m.qk_norm) {
         norm(enc, ws.q(), *L.q_norm, ws.q(), n * m.n_heads, m.head_dim);
         if (!reader) norm(enc, ws.k(), *L.k_norm, ws.k(), n * m.n_kv_heads, m.head_dim);
       }
-      for (uint32_t t = 0; stacked && t < rows.gemv; ++t) {  // a decode row's q and k lie apart in ws.qkv()
-        const ops::BufferView qt = row(ws.qkv(), t, Q + 2 * KV), kt = at(qt, Q * sizeof(float));
-        norm(enc, qt, *L.q_norm, qt, m.n_heads, m.head_dim);
-        norm(enc, kt, *L.k_norm, kt, m.n_kv_heads, m.head_dim);
+      if (n && m.v_norm && !reader) norm(enc, ws.v(), ones_, ws.v(), n * m.n_kv_heads, m.head_dim);
+      for (uint32_t t = 0; stacked && t < rows.gemv; ++t) {  // a decode row's q, k and v lie apart in ws.qkv()
+        const ops::BufferView qt = row(ws.qkv(), t, Q + 2 * KV), kt = at(qt, Q * sizeof(float)),
+                              vt = at(qt, (Q + KV) * sizeof(float));
+        if (m.qk_norm) {
+          norm(enc, qt, *L.q_norm, qt, m.n_heads, m.head_dim);
+          norm(enc, kt, *L.k_norm, kt, m.n_kv_heads, m.head_dim);
+        }
+        if (m.v_norm) norm(enc, vt, ones_, vt, m.n_kv_heads, m.head_dim);
       }
     }
+    if (L.laurel_l) encode_laurel(enc, ws, rows, l);  // (from ws.h(), before the residual adds reuse it)
   }
 
   // Per segment: the store rotates K on its way into the cache and Q in place
@@ -256,12 +265,18 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
 
   gpu::ComputeEncoder& enc = s.compute();
   add_residual(enc, ws, ws.attn(), *L.out, L.post_attn_norm, rows);
+  if (L.laurel_l) {  // x = (x + laurel) / sqrt 2
+    ops::add(dev, enc, ws.x(), ws.laurel(), n_rows * H);
+    ops::scale(dev, enc, ws.x(), n_rows * H, 1.0f / std::sqrt(2.0f));
+  }
 
   norm(enc, ws.x(), *L.ffn_norm, ws.h(), n_rows, H);
   // Gate and up in one pass over the stacked matrix that applies the activation:
   // the gemm's rows through its GLU epilogue, the gemv's rows the fused gemv.
+  // (a sparse gate is cut before its activation: no fused GLU)
+  const bool sparse = m.sparse_ffn(l);
   bool fused = false;
-  if (L.gate_up.view.buffer && rows.gemm + rows.gemv) {
+  if (L.gate_up.view.buffer && !sparse && rows.gemm + rows.gemv) {
     ops::GluArgs g;
     g.w = L.gate_up.view;
     g.n_in = H;
@@ -287,12 +302,14 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
   if (const uint32_t n = fused ? 0 : rows.gemm + rows.gemv) {
     linear(enc, ws.h(), *L.gate, nullptr, ws.gate(), rows);
     linear(enc, ws.h(), *L.up, nullptr, ws.up(), rows);
+    if (sparse) ops::gaussian_topk(dev, enc, ws.gate(), n, m.ffn_hidden, m.ffn_sparse_std[l]);
     if (m.activation == Activation::silu)
       ops::swiglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
     else
       ops::geglu(dev, enc, ws.gate(), ws.up(), ws.gate(), n * m.ffn_hidden);
   }
   add_residual(enc, ws, ws.gate(), *L.down, L.post_ffw_norm, rows);
+  if (m.altup_inputs) encode_altup_correct(enc, ws, rows, l);
 }
 
 void Model::add_residual(gpu::ComputeEncoder& enc, Workspace& ws, const ops::BufferView& in, const Weight& w,
@@ -349,12 +366,16 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<
       for (uint32_t t = 0; t < segs[i].n; ++t) pos[rows.first[i] + t] = segs[i].cache->length(0) + t;
     ws.write_positions(pos.data(), n_rows);
   }
-  ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), ws.x(), n_rows, H, spec_.vocab,
+  // (Gemma 3n: the embedding is AltUp's stream 0, the others and the per-layer inputs made from it)
+  const ops::BufferView embedded = spec_.altup_inputs ? ws.stream(0) : ws.x();
+  ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), embedded, n_rows, H, spec_.vocab,
                  spec_.embedding_scale);
+  if (spec_.altup_inputs) encode_altup_inputs(s.compute(), ws, rows);
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     encode_layer(s, ws, segs, rows, l);
     if ((l + 1) % kLayersPerCommandBuffer == 0 && l + 1 < spec_.n_layers) s.flush();
   }
+  if (spec_.altup_inputs) encode_altup_output(s.compute(), ws, rows);
   encode_logits(s.compute(), ws, segs, rows);
 }
 

@@ -1,9 +1,12 @@
 #include "model/workspace.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace mkv::model {
 
 Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_rows, uint32_t logit_rows)
-    : device_(device), step_rows_(step_rows), logit_rows_(logit_rows), vocab_(spec.vocab) {
+    : device_(device), step_rows_(step_rows), logit_rows_(logit_rows), vocab_(spec.vocab), hidden_(spec.hidden), per_layer_vocab_(spec.per_layer_dim ? spec.per_layer_vocab : 0) {
   if (step_rows == 0 || logit_rows == 0) ops::fail("workspace", "step_rows and logit_rows must be at least 1");
   const size_t t = step_rows, f = sizeof(float);
   auto alloc = [&](size_t elements) { return device_.new_buffer(elements * f); };
@@ -21,9 +24,27 @@ Workspace::Workspace(gpu::Device& device, const ModelSpec& spec, uint32_t step_r
   up_ = alloc(t * spec.ffn_hidden);
   logits_ = alloc(size_t(logit_rows) * spec.vocab);
   gathered_ = alloc(size_t(logit_rows) * spec.hidden);
+  if (spec.altup_inputs) {
+    streams_ = alloc(t * spec.altup_inputs * spec.hidden);
+    pred_ = alloc(t * spec.altup_inputs * spec.hidden);
+    laurel_ = alloc(t * spec.hidden);
+    narrow_ = alloc(t * std::max({spec.laurel_rank, spec.per_layer_dim, 1u}));
+    if (spec.per_layer_dim) {
+      per_layer_ids_ = alloc(t);
+      per_layer_ = alloc(t * spec.n_layers * spec.per_layer_dim);
+      per_layer_proj_ = alloc(t * spec.n_layers * spec.per_layer_dim);
+    }
+  }
 }
 
-void Workspace::write_ids(const int32_t* ids, uint32_t n) { ids_->write(0, ids, size_t(n) * sizeof(int32_t)); }
+void Workspace::write_ids(const int32_t* ids, uint32_t n) {
+  ids_->write(0, ids, size_t(n) * sizeof(int32_t));
+  if (!per_layer_ids_) return;
+  std::vector<int32_t> clamped(ids, ids + n);
+  for (int32_t& id : clamped)
+    if (id < 0 || uint32_t(id) >= per_layer_vocab_) id = 0;
+  per_layer_ids_->write(0, clamped.data(), size_t(n) * sizeof(int32_t));
+}
 
 void Workspace::write_rows(const int32_t* rows, uint32_t n) { rows_->write(0, rows, size_t(n) * sizeof(int32_t)); }
 

@@ -42,6 +42,21 @@ class Workspace {
   ops::BufferView logits() const { return {logits_, 0}; }  // (logit_rows, vocab)
   ops::BufferView gathered() const { return {gathered_, 0}; }  // (logit_rows, hidden): rows of x picked for logits
 
+  // Gemma 3n's (ModelSpec::altup_inputs > 0; null otherwise): AltUp's streams and their
+  // predictions, (altup_inputs, step_rows, hidden), stream k at k * stream_stride() floats;
+  // the step's per-layer inputs and their projection, (step_rows, n_layers * per_layer_dim);
+  // LAuReL's output (step_rows, hidden); the narrow products (step_rows, max(rank, P)).
+  ops::BufferView stream(uint32_t k) const { return {streams_, size_t(k) * stream_stride() * sizeof(float)}; }
+  ops::BufferView predicted(uint32_t k) const { return {pred_, size_t(k) * stream_stride() * sizeof(float)}; }
+  uint32_t stream_stride() const { return step_rows_ * hidden_; }
+  ops::BufferView per_layer() const { return {per_layer_, 0}; }
+  ops::BufferView per_layer_proj() const { return {per_layer_proj_, 0}; }
+  ops::BufferView laurel() const { return {laurel_, 0}; }
+  ops::BufferView narrow() const { return {narrow_, 0}; }
+  // (step_rows) int32: the step's ids for per_layer_token_embd, those outside it 0 (as
+  // transformers maps Gemma 3n's image and audio ids; written by write_ids)
+  ops::BufferView per_layer_ids() const { return {per_layer_ids_, 0}; }
+
   // Split-K attention scratch; grows to the largest request (context-dependent).
   ops::BufferView attention_scratch(size_t bytes);
   // An eviction policy's attention logits and their softmax statistics
@@ -53,6 +68,9 @@ class Workspace {
   uint32_t step_rows_;
   uint32_t logit_rows_;
   uint32_t vocab_;
+  uint32_t hidden_;
+  uint32_t per_layer_vocab_;
+  gpu::BufferPtr per_layer_ids_, streams_, pred_, per_layer_, per_layer_proj_, laurel_, narrow_;
   gpu::BufferPtr ids_, rows_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;
 };
 
