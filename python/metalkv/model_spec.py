@@ -19,7 +19,8 @@ from .errors import MetalkvWarning, argument_error
 from .models import LoadedModel, ModelConfig, Tensor
 from .models.config import yarn_inv_freq
 from .models.progress import progress_bar
-from .models.tensor import QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, quantizable, vector_f32
+from .models.tensor import (QUANTIZE_BLOCK, QUANTIZE_TYPES, ROPE_TENSORS, bf16_to_f32, kept_f32, quantizable,
+                            vector_f32)
 
 # Types the kernels read as they are (GGUF blocks stay blocks; metal/quant.h), from
 # the C++ table (cpp/ops/weight_type.cpp).
@@ -86,13 +87,32 @@ def attn_scale(cfg: ModelConfig) -> float:
 
 
 def kv_layers(cfg: ModelConfig, kv_share) -> list[int] | None:
-    """Engine.load's kv_share ({reader layer: source layer}; negative indices from the last)
-    as the C++ spec's kv_layer: per layer, the cache layer it attends over, cache layers
-    numbered in the order of the layers that write them. A reader stores no K and V and
-    attends over its source's (a source that is itself a reader: that one's), with its own
-    queries. None: no sharing."""
-    if kv_share is None or kv_share == {}:
+    """The model's own KV sharing (ModelConfig.kv_share_sources: Gemma 3n's last layers) plus
+    Engine.load's kv_share ({reader layer: source layer}; negative indices from the last) as the
+    C++ spec's kv_layer: per layer, the cache layer it attends over, cache layers numbered in the
+    order of the layers that write them. A reader stores no K and V and attends over its
+    source's (a source that is itself a reader: that one's), with its own queries. None: no
+    sharing."""
+    share = dict(cfg.kv_share_sources())
+    if kv_share is not None and kv_share != {}:
+        share.update(_user_share(cfg, kv_share, share))
+    if not share:
         return None
+    writer_index: dict[int, int] = {}
+    out = []
+    for layer in range(cfg.n_layers):
+        source = layer
+        while source in share:
+            source = share[source]
+        if source == layer:
+            writer_index[layer] = len(writer_index)
+        out.append(writer_index[source])
+    return out
+
+
+def _user_share(cfg: ModelConfig, kv_share, own: dict[int, int]) -> dict[int, int]:
+    """kv_share checked: layer indices, each source before its reader with the same window,
+    and no reader the model already shares."""
     n = cfg.n_layers
     expected = (f"a dict {{reader: source}} of layer indices (-{n}..{n - 1}), each source before its "
                 f"reader and with the same attention window")
@@ -105,23 +125,33 @@ def kv_layers(cfg: ModelConfig, kv_share) -> list[int] | None:
         reader, source = reader % n, source % n
         if source >= reader or cfg.is_sliding(reader) != cfg.is_sliding(source):
             raise argument_error("engine", "kv_share", kv_share, expected)
+        if reader in own:
+            raise argument_error("engine", "kv_share", kv_share,
+                                 f"readers outside the layers the model shares itself: layers "
+                                 f"{min(own)}..{max(own)} already read earlier layers' K and V "
+                                 f"(layer {reader} reads layer {own[reader]}'s)")
         share[reader] = source
-    writer_index: dict[int, int] = {}
-    out = []
-    for layer in range(n):
-        source = layer
-        while source in share:
-            source = share[source]
-        if source == layer:
-            writer_index[layer] = len(writer_index)
-        out.append(writer_index[source])
-    return out
+    return share
+
+
+def altup_spec(cfg: ModelConfig) -> dict:
+    """Gemma 3n's keys (ModelConfig.altup_inputs > 0; none for other models): AltUp's streams,
+    the per-layer inputs, LAuReL, v's norm and, per layer, whether the ffn gate is sparse and
+    its std multiplier (0.0 where dense)."""
+    if not cfg.altup_inputs:
+        return {}
+    stds = cfg.ffn_sparse_std or (None,) * cfg.n_layers
+    return dict(altup_inputs=cfg.altup_inputs, altup_active=cfg.altup_active, per_layer_dim=cfg.per_layer_dim,
+                per_layer_vocab=cfg.per_layer_vocab, laurel_rank=cfg.laurel_rank, v_norm=cfg.traits.v_norm,
+                ffn_sparse=[s is not None for s in stds], ffn_sparse_std=[0.0 if s is None else s for s in stds])
 
 
 def engine_spec(cfg: ModelConfig, tensors: dict[str, Tensor], kv_layer: list[int] | None = None) -> dict:
+    """kv_layer: kv_layers(cfg, kv_share); None: the model's own sharing (kv_layers(cfg, None))."""
+    kv_layer = kv_layer if kv_layer is not None else kv_layers(cfg, None)
     tables, which = rope_tables(cfg, tensors)
     long_tables, long_above = long_rope_tables(cfg, tensors)
-    return dict(**({"kv_layer": kv_layer} if kv_layer else {}),
+    return dict(**({"kv_layer": kv_layer} if kv_layer else {}), **altup_spec(cfg),
         n_layers=cfg.n_layers, hidden=cfg.hidden, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim, ffn_hidden=cfg.ffn_hidden, vocab=cfg.vocab, rms_eps=cfg.rms_eps,
         norm_offset=cfg.norm_weight_offset, embedding_scale=cfg.embedding_scale,
@@ -152,13 +182,15 @@ def check_quantize(quantize) -> None:
 
 def device_tensor(t: Tensor, quantize: str | None = None) -> tuple[str, np.ndarray]:
     """(dtype, C-contiguous data) as the kernels read it. Vectors (norms, biases;
-    f32, f16 or bf16) become f32, exactly; with quantize ('q8_0' | 'q4_0'), quantizable float
+    f32, f16 or bf16) and tensor.F32_MATRICES (AltUp's router and coefficients) become f32,
+    exactly; with quantize ('q8_0' | 'q4_0'), quantizable float
     matrices become those GGUF blocks (ops.quantize: ggml's reference quantizers on their float32
     values); other matrices in a type the kernels read stay as they are (bf16 as its uint16 bit
     patterns, GGUF blocks as their bytes); other GGUF quantizations are dequantized to f16 (see
     load_weights' warning)."""
-    if len(t.shape) == 1:  # the loaders refuse 1-D tensors of a quantized type
-        data = bf16_to_f32(t.data) if t.dtype == "bf16" else t.data.astype(np.float32)
+    if kept_f32(t):  # vectors (the loaders refuse quantized ones) and tensor.F32_MATRICES
+        data = (bf16_to_f32(t.data) if t.dtype == "bf16" else
+                _dequantized(t) if t.quantized else t.data).astype(np.float32)
         return "f32", np.ascontiguousarray(data)
     if quantize is not None and quantizable(t):
         return quantize, _core.ops.quantize(np.asarray(t.data).reshape(t.shape), quantize)
@@ -169,7 +201,7 @@ def device_tensor(t: Tensor, quantize: str | None = None) -> tuple[str, np.ndarr
 
 def _warn_unquantized(m: LoadedModel, quantize: str) -> None:
     """Says once which matrices quantize= leaves as they are, and why."""
-    matrices = [t for n, t in m.tensors.items() if len(t.shape) == 2 and n not in ROPE_TENSORS]
+    matrices = [t for n, t in m.tensors.items() if len(t.shape) == 2 and n not in ROPE_TENSORS and not kept_f32(t)]
     already = [t for t in matrices if t.quantized]
     ragged = [t for t in matrices if not t.quantized and not quantizable(t)]
     if not already and not ragged:

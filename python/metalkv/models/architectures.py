@@ -26,6 +26,10 @@ class Architecture:
     #                               the 1), embeddings times sqrt(hidden), GeGLU, query_pre_attn_scalar
     fused_projections: bool = False  # files hold q/k/v and gate/up fused: HF qkv_proj, gate_up_proj;
     #                                  GGUF attn_qkv, and ffn_up of (2 ffn_hidden, hidden), gate first
+    v_norm: bool = False          # per-head RMSNorm of v without a weight (Gemma 3n)
+    altup: bool = False           # Gemma 3n's layer: AltUp streams, LAuReL, per-layer inputs, sparse
+    #                               ffn gates, its last layers reading earlier K/V (models/gemma3n.py);
+    #                               norms x * w, embeddings times sqrt(hidden), GeGLU, scores unscaled
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -34,12 +38,14 @@ ARCHITECTURES: dict[str, Architecture] = {
     "phi3": Architecture(partial_rotary=True, fused_projections=True),
     "gemma2": Architecture(sandwich_norms=True, gemma=True),
     "gemma3": Architecture(qk_norm=True, sandwich_norms=True, gemma=True),
+    "gemma3n": Architecture(qk_norm=True, sandwich_norms=True, v_norm=True, altup=True),
 }
 SUPPORTED_ARCHS = tuple(ARCHITECTURES)
 # Source architecture names (GGUF general.architecture / HF model_type) -> our arch.
 # qwen2 is a llama with q/k/v bias and NEOX rope; mistral a llama with a sliding window.
 _ARCH_ALIASES = {"llama": "llama", "qwen2": "llama", "mistral": "llama", "qwen3": "qwen3",
-                 "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+                 "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
+                 "gemma3n": "gemma3n", "gemma3n_text": "gemma3n"}
 
 
 def normalize_arch(name: str | None, source: str) -> str:

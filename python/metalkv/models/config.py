@@ -13,7 +13,7 @@ import numpy as np
 
 from .architectures import ARCHITECTURES, Architecture
 from .errors import ModelLoadError
-from .values import as_bool, as_count, as_float, as_token_id, describe
+from .values import as_bool, as_count, as_float, as_int, as_token_id, describe
 
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
 # fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
@@ -60,6 +60,16 @@ class ModelConfig:
     norm_weight_offset: float = 0.0             # rms_norm(x) * (offset + w): HF gemma stores w - 1
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = ()               # any of these ends generation
+    # Gemma 3n (traits.altup; models/gemma3n.py reads them); the defaults mean "none" for every other model
+    altup_inputs: int = 0                       # N streams of the hidden state (AltUp); 0: one
+    altup_active: int = 0                       # the stream each layer computes on
+    per_layer_dim: int = 0                      # P: each layer's input from its token (HF hidden_size_per_layer_input)
+    per_layer_vocab: int = 0                    # rows of per_layer_token_embd (HF vocab_size_per_layer_input)
+    laurel_rank: int = 0                        # rank of LAuReL's residual beside attention
+    ffn_sparse_std: tuple[float | None, ...] = ()  # per layer: the ffn gate keeps what exceeds
+    #                                             mean + std * this (float32 icdf of the target sparsity);
+    #                                             None: a dense layer; (): all dense
+    kv_shared_layers: int = 0                   # the last n layers read K and V (kv_share_sources)
     source_arch: str = ""                       # as the file names it: "llama", "qwen2", "gemma3_text", ...
     source_format: str = ""                     # "gguf" | "safetensors"
 
@@ -79,6 +89,23 @@ class ModelConfig:
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding"
+
+    def kv_share_sources(self, source: str = "config") -> dict[int, int]:
+        """The model's own KV sharing, {reader: source layer}: each of the last kv_shared_layers
+        layers attends over the K and V of the last earlier layer of its own type (sliding or
+        full), as transformers' Gemma3nTextConfig.kv_sharing_modes; {} without."""
+        first = self.n_layers - self.kv_shared_layers
+        if not self.kv_shared_layers:
+            return {}
+        kinds = ["sliding" if self.is_sliding(i) else "full" for i in range(self.n_layers)]
+        last = {kind: i for i, kind in enumerate(kinds[:first])}
+        missing = sorted(set(kinds[first:]) - set(last))
+        if missing:
+            raise ModelLoadError(
+                f"[config] {source}: the last {self.kv_shared_layers} layers ({first}..{self.n_layers - 1}) "
+                f"read the K and V of the last earlier layer of their type, but no {missing[0]} layer comes "
+                f"before layer {first}; expected every reader's type among layers 0..{first - 1}")
+        return {i: last[kinds[i]] for i in range(first, self.n_layers)}
 
     def validate(self, source: str) -> "ModelConfig":
         """Ranges and relations of the fields, whatever file they came from; the
@@ -111,6 +138,8 @@ class ModelConfig:
                                          f"values; rope rotating {self.rope_dim} dims needs "
                                          f"{self.rope_dim // 2}")
         self._validate_layers(source)
+        if self.traits.altup:
+            self._validate_altup(source)
         if self.bos_id is not None:
             as_token_id(self.bos_id, "bos_id", source, self.vocab)
         for i in self.eos_ids:
@@ -139,6 +168,20 @@ class ModelConfig:
             as_count(self.sliding_window, "sliding_window", source, "sliding_window")
         if "sliding" in self.layer_types and not self.sliding_window:
             raise ModelLoadError(f"[config] {source}: sliding layers but no sliding_window")
+
+
+    def _validate_altup(self, source: str) -> None:
+        for name in ("altup_inputs", "per_layer_dim", "per_layer_vocab", "laurel_rank"):
+            as_count(getattr(self, name), name, source, name)
+        as_int(self.altup_active, "altup_active", source, 0, self.altup_inputs - 1)
+        as_int(self.kv_shared_layers, "kv_shared_layers", source, 0, self.n_layers - 1)
+        if self.ffn_sparse_std and len(self.ffn_sparse_std) != self.n_layers:
+            raise ModelLoadError(f"[config] {source}: {len(self.ffn_sparse_std)} ffn sparsities for "
+                                 f"{self.n_layers} layers; expected one per layer")
+        for i, v in enumerate(self.ffn_sparse_std):
+            if v is not None:
+                as_float(v, f"ffn_sparse_std[{i}]", source)
+        self.kv_share_sources(source)
 
 
 _SCALING_NAMES = {"longrope": "LongRoPE", "yarn": "YaRN"}  # the scalings with an attention factor

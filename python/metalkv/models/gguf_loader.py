@@ -14,17 +14,18 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
+from . import gemma3n
 from .architectures import ARCHITECTURES, normalize_arch
 from .config import ModelConfig, eog_ids, sliding_pattern_types, yarn_mscale
 from .errors import ModelLoadError
 from .finite import check_finite
 from .gguf_file import GGUFFile, read_gguf
 from .progress import progress_bar
-from .tensor import ROPE_TENSORS, Tensor, check_tensors, split_fused, vector_f32
+from .tensor import ROPE_TENSORS, Tensor, check_tensors, drop_reader_kv, split_fused, vector_f32
 from .values import (INT_RANGES, as_bool, as_count, as_float, as_int, as_list, as_str, as_token_id,
                      describe)
 
@@ -75,7 +76,9 @@ class _ArchKeys:
         return as_float(v, f"{self.arch}.{key}", self.source, **bounds)
 
 
-def config_from_gguf(md: dict[str, Any], tensor_names: set[str], source: str) -> ModelConfig:
+def config_from_gguf(md: dict[str, Any], tensor_names: set[str], source: str,
+                     shapes: Mapping[str, tuple[int, ...]] | None = None) -> ModelConfig:
+    """shapes: {tensor name: logical shape}, where Gemma 3n reads sizes no key states."""
     src_arch = md.get("general.architecture")
     if src_arch is not None:
         as_str(src_arch, "general.architecture", source)
@@ -104,7 +107,9 @@ def config_from_gguf(md: dict[str, Any], tensor_names: set[str], source: str) ->
         source_arch=src_arch, source_format="gguf",
         **_special_ids(md, vocab, source),
     )
-    if ARCHITECTURES[arch].gemma:
+    if ARCHITECTURES[arch].altup:
+        kw.update(gemma3n.from_gguf(k, n_layers, hidden, shapes or {}))
+    elif ARCHITECTURES[arch].gemma:
         kw.update(_gemma(k, arch, n_layers, hidden, n_heads, head_dim))
     else:
         window = _sliding_window(k)
@@ -310,6 +315,9 @@ def load_gguf_tensors(f: GGUFFile, cfg: ModelConfig, source: str,
                 t = tensors.pop(p + "ffn_up.weight")
                 tensors[p + "ffn_gate_up.weight"] = Tensor(p + "ffn_gate_up.weight", t.shape, t.dtype, t.data)
     split_fused(tensors, cfg, source, hint=lambda n: "in the file: " + n.replace("ffn_gate_up", "ffn_up"))
+    if cfg.traits.altup:
+        gemma3n.unstack(tensors, cfg, source)
+    drop_reader_kv(tensors, cfg)
     check_tensors(tensors, cfg, source)
     check_finite(tensors, source)
     _check_rope_freqs(tensors, source)
@@ -330,6 +338,6 @@ def load_gguf(path: str | os.PathLike, *, progress: bool | None = None):
     """(config, tensors, metadata) of a GGUF file, checked as the module docstring says."""
     f = read_gguf(path)
     source = str(path)
-    cfg = config_from_gguf(f.metadata, {t.name for t in f.tensors}, source)
+    cfg = config_from_gguf(f.metadata, {t.name for t in f.tensors}, source, {t.name: t.shape for t in f.tensors})
     check_vocab_metadata(f.metadata, source)
     return cfg, load_gguf_tensors(f, cfg, source, progress), f.metadata

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from . import gemma3n
 from .architectures import ARCHITECTURES, normalize_arch
 from .config import ModelConfig, eog_ids, normalize_rope_scaling, sliding_pattern_types
 from .errors import ModelLoadError
@@ -55,17 +56,18 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
     if not isinstance(c, dict):
         raise ModelLoadError(f"[config] {source}: config.json is {describe(c)}; expected an object")
     top = c
-    if c.get("model_type") == "gemma3" and c.get("text_config") is not None:
-        # Gemma3ForConditionalGeneration: the language model's config is nested
+    if c.get("model_type") in _MULTIMODAL and c.get("text_config") is not None:
+        # Gemma3(n)ForConditionalGeneration: the language model's config is nested; towers ignored
         if not isinstance(c["text_config"], dict):
             raise ModelLoadError(f"[config] {source}: text_config is {describe(c['text_config'])}; "
                                  f"expected an object")
-        c = {"model_type": "gemma3_text", "tie_word_embeddings": top.get("tie_word_embeddings", True),
-             **c["text_config"]}
+        c = {"model_type": _MULTIMODAL[c["model_type"]],
+             "tie_word_embeddings": top.get("tie_word_embeddings", True), **c["text_config"]}
     k = _Keys(c, source)
     model_type = k.str("model_type")
     arch = normalize_arch(model_type, source)
-    gemma = ARCHITECTURES[arch].gemma
+    traits = ARCHITECTURES[arch]
+    gemma = traits.gemma or traits.altup  # Gemma 3n shares Gemma's defaults (GeGLU, head_dim 256, tied)
     hidden = k.count("hidden_size", "hidden", k.req("hidden_size"))
     n_heads = k.count("num_attention_heads", "n_heads", k.req("num_attention_heads"))
     n_layers = k.count("num_hidden_layers", "n_layers", k.req("num_hidden_layers"))
@@ -81,7 +83,7 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
     kw: dict[str, Any] = dict(
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads,
         n_kv_heads=k.count("num_key_value_heads", "n_kv_heads", n_heads), head_dim=head_dim,
-        ffn_hidden=k.count("intermediate_size", "ffn_hidden", k.req("intermediate_size")), vocab=vocab,
+        ffn_hidden=_ffn_hidden(k, n_layers), vocab=vocab,
         rms_eps=k.float("rms_norm_eps", 1e-6, gt=0.0, hi=1.0), rope_theta=theta,
         rope_style="neox",  # HF checkpoints keep q/k rows in rotate_half order
         rotary_dim=_rotary_dim(c, arch, head_dim, source),
@@ -93,7 +95,9 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
         source_arch=model_type, source_format="safetensors",
     )
     types = _layer_types(k, n_layers) or _default_layer_types(k, model_type, n_layers)
-    if gemma:
+    if traits.altup:
+        kw.update(gemma3n.from_hf(k, n_layers, hidden, local_theta, types))
+    elif gemma:
         kw.update(_gemma(k, arch, n_layers, hidden, local_theta, types))
     else:
         if "sliding" in types:
@@ -103,7 +107,22 @@ def config_from_hf(c: Mapping[str, Any], source: str, *,
     return ModelConfig(**kw).validate(source)
 
 
-_CONTEXT = {"gemma3": 131072, "gemma2": 8192, "qwen3": 32768, "phi3": 4096}  # transformers' defaults
+_CONTEXT = {"gemma3": 131072, "gemma2": 8192, "qwen3": 32768, "phi3": 4096,
+            "gemma3n": 32768}  # transformers' defaults
+_MULTIMODAL = {"gemma3": "gemma3_text", "gemma3n": "gemma3n_text"}  # model_type -> text_config's
+
+
+def _ffn_hidden(k: _Keys, n_layers: int) -> int:
+    """intermediate_size: one int, or (Gemma 3n) one per layer, which must all be equal."""
+    v = k.req("intermediate_size")
+    if not isinstance(v, list):
+        return k.count("intermediate_size", "ffn_hidden")
+    sizes = as_list(v, "intermediate_size", k.source, "int")
+    if len(sizes) != n_layers or len(set(sizes)) != 1:
+        raise ModelLoadError(f"[config] {k.source}: intermediate_size is a per-layer list {sizes[:8]}"
+                             f"{'...' if len(sizes) > 8 else ''} of {len(sizes)} sizes; metalkv needs one "
+                             f"size for all {n_layers} layers")
+    return as_count(sizes[0], "intermediate_size[0]", k.source, "ffn_hidden")
 
 
 def _rotary_dim(c: Mapping[str, Any], arch: str, head_dim: int, source: str) -> int | None:
@@ -214,7 +233,7 @@ def _gemma(k: _Keys, arch: str, n_layers: int, hidden: int, local_theta: float |
 
 def _rope(c: Mapping[str, Any], arch: str, source: str) -> tuple[float, dict | None, float | None]:
     """(theta, scaling of full layers, theta of gemma3's sliding layers)."""
-    gemma3 = arch == "gemma3"
+    gemma3 = arch in ("gemma3", "gemma3n")  # a rope base of their own on sliding layers
     rp = c.get("rope_parameters")
     local: Mapping[str, Any] = {}
     key = "rope_parameters"

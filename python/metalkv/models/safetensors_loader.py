@@ -26,7 +26,7 @@ from .errors import ModelLoadError
 from .hf_config import config_from_hf
 from .finite import check_finite
 from .progress import progress_bar
-from .tensor import Tensor, bf16_to_f32, check_tensors, quantizable, split_fused
+from .tensor import Tensor, bf16_to_f32, check_tensors, drop_reader_kv, kept_f32, quantizable, split_fused
 from .values import describe
 
 _DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
@@ -49,14 +49,31 @@ _LAYER = {
     "mlp.down_proj.weight": "ffn_down.weight",
     # Phi-3's fused projections, split at load (tensor.split_fused)
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_gate_up.weight",
+    # Gemma 3n's AltUp, LAuReL and per-layer input (correct_output_scale is a bare Parameter)
+    "altup.router_norm.weight": "altup_router_norm.weight", "altup.modality_router.weight": "altup_router.weight",
+    "altup.prediction_coefs.weight": "altup_predict_coef.weight",
+    "altup.correction_coefs.weight": "altup_correct_coef.weight",
+    "altup.correct_output_scale": "altup_correct_scale.weight",
+    "laurel.linear_left.weight": "laurel_l.weight", "laurel.linear_right.weight": "laurel_r.weight",
+    "laurel.post_laurel_norm.weight": "laurel_post_norm.weight",
+    "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+    "post_per_layer_input_norm.weight": "post_norm.weight",
 }
 # Where a fused architecture keeps the parts (for error messages).
 _FUSED_HINT = {"attn_q.weight": "self_attn.qkv_proj.weight", "attn_k.weight": "self_attn.qkv_proj.weight",
                "attn_v.weight": "self_attn.qkv_proj.weight", "ffn_gate.weight": "mlp.gate_up_proj.weight",
                "ffn_up.weight": "mlp.gate_up_proj.weight"}
 _GLOBAL = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
-# Prefixes of the language model inside CausalLM and multimodal (gemma3) checkpoints.
+           "lm_head.weight": "output.weight",
+           # Gemma 3n's per-layer inputs
+           "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+           "per_layer_model_projection.weight": "per_layer_model_proj.weight",
+           "per_layer_projection_norm.weight": "per_layer_proj_norm.weight"}
+# Gemma 3n's AltUp stream projections, one nn.Linear per stream beyond the first
+_STREAMS = {"altup_projections": "altup_proj", "altup_unembed_projections": "altup_unembd_proj"}
+_STREAM_RE = re.compile(r"^(altup_projections|altup_unembed_projections)\.(\d+)\.weight$")
+# Prefixes of the language model inside CausalLM and multimodal (gemma3, gemma3n) checkpoints;
+# what is left of a tower's name (vision_tower., audio_tower., embed_vision., ...) maps to nothing.
 _PREFIX = re.compile(r"^(?:model\.language_model\.|language_model\.model\.|language_model\.|model\.)")
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
 
@@ -66,6 +83,9 @@ def canonical_name(hf_name: str, arch: str) -> str | None:
     name = _PREFIX.sub("", hf_name)
     if name in _GLOBAL:
         return _GLOBAL[name]
+    m = _STREAM_RE.match(name)
+    if m:
+        return f"{_STREAMS[m.group(1)]}.{m.group(2)}.weight"
     m = _LAYER_RE.match(name)
     if not m:
         return None
@@ -81,6 +101,10 @@ def canonical_name(hf_name: str, arch: str) -> str | None:
 def hf_name_hint(canonical: str, arch: str) -> str:
     """The HF name a canonical tensor is read from, for error messages."""
     m = re.match(r"^blk\.(\d+)\.(.+)$", canonical)
+    stream = re.match(r"^(altup_proj|altup_unembd_proj)\.(\d+)\.weight$", canonical)
+    if stream:
+        hf = next(k for k, v in _STREAMS.items() if v == stream.group(1))
+        return f"model.{hf}.{stream.group(2)}.weight"
     if not m:
         return next(("model." + k if k != "lm_head.weight" else k)
                     for k, v in _GLOBAL.items() if v == canonical)
@@ -203,16 +227,17 @@ def _check_tiling(entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]
 
 
 def to_engine_dtype(t: Tensor, quantize: str | None = None) -> Tensor:
-    """Matrices: bf16 -> f16 (refusing silent overflow), f16 and f32 kept; vectors -> f32.
-    With quantize, bf16 matrices the engine will quantize are kept as they are: through f16
-    they would lose the bits of values below f16's normal range (6.1e-5) and overflow above 65504."""
+    """Matrices: bf16 -> f16 (refusing silent overflow), f16 and f32 kept; vectors and the few
+    matrices read as float32 (tensor.kept_f32) -> f32. With quantize, bf16 matrices the engine
+    will quantize are kept as they are: through f16 they would lose the bits of values below
+    f16's normal range (6.1e-5) and overflow above 65504."""
     src = t.data
-    if t.dtype in ("f16", "f32") and len(t.shape) > 1:
+    if t.dtype in ("f16", "f32") and not kept_f32(t):
         return t  # the kernels read it as it is; stays a view of the file
     if quantize is not None and quantizable(t):
         return t  # bf16 bit patterns, quantized at upload (model_spec.device_tensor)
     f32 = bf16_to_f32(src) if t.dtype == "bf16" else src.astype(np.float32)
-    if len(t.shape) == 1:
+    if kept_f32(t):
         return Tensor(t.name, t.shape, "f32", np.ascontiguousarray(f32))
     with np.errstate(over="ignore"):
         f16 = f32.astype(np.float16)
@@ -274,6 +299,7 @@ def load_safetensors_dir(path: str | os.PathLike, *, progress: bool | None = Non
             raw[name], origin[name] = Tensor(name, arr.shape, dtype, arr), f"{f.name}:{hf_name}"
     if cfg.tie_embeddings:
         raw.pop("output.weight", None)  # some exports save the tied copy too
+    drop_reader_kv(raw, cfg)
     for part, fused in split_fused(raw, cfg, str(d), hint=lambda n: origin[n]).items():
         origin[part] = f"{origin[fused]} ({part.split('.')[2]} rows)"
     check_tensors(raw, cfg, str(d), hint=lambda n: hf_name_hint(n, cfg.arch))

@@ -25,6 +25,26 @@ Canonical names are llama.cpp's GGUF names, whatever the source file was:
     blk.{i}.post_attention_norm.weight (hidden,)
     blk.{i}.post_ffw_norm.weight      (hidden,)
 
+  with traits.altup (Gemma 3n; N altup_inputs, P per_layer_dim, L layers), beside the above:
+    per_layer_token_embd.weight       (per_layer_vocab, L * P)   row layout layer-major: column l*P + j
+    per_layer_model_proj.weight       (L * P, hidden)
+    per_layer_proj_norm.weight        (P,)
+    altup_proj.{k}.weight             (hidden, hidden)      k = 0..N-2 (GGUF: one (N-1, D, D) tensor)
+    altup_unembd_proj.{k}.weight      (hidden, hidden)      k = 0..N-2
+    blk.{i}.altup_router_norm.weight  (hidden,)
+    blk.{i}.altup_router.weight       (N, hidden)           f32 on the device, never quantized
+    blk.{i}.altup_predict_coef.weight (N * N, N)            f32, never quantized
+    blk.{i}.altup_correct_coef.weight (N, N)                f32, never quantized
+    blk.{i}.altup_correct_scale.weight (hidden,)
+    blk.{i}.laurel_l.weight           (laurel_rank, hidden)
+    blk.{i}.laurel_r.weight           (hidden, laurel_rank)
+    blk.{i}.laurel_post_norm.weight   (hidden,)
+    blk.{i}.inp_gate.weight           (P, hidden)
+    blk.{i}.proj.weight               (hidden, P)
+    blk.{i}.post_norm.weight          (hidden,)
+  and no attn_k, attn_v, attn_k_norm on the layers that read another's K and V
+  (ModelConfig.kv_share_sources; drop_reader_kv removes any a file carries).
+
 Fused source tensors are split at load into the names above (split_fused), as
 row views, whatever their type (a quantized row is a whole number of blocks):
 
@@ -85,9 +105,19 @@ QUANTIZE_TYPES = ("q8_0", "q4_0")
 QUANTIZE_BLOCK = 32
 
 
+# Matrices the engine reads as float32, whatever the file holds (AltUp's router and
+# coefficients: a few values that weigh every stream of every row).
+F32_MATRICES = ("altup_router.weight", "altup_predict_coef.weight", "altup_correct_coef.weight")
+
+
+def kept_f32(t: Tensor) -> bool:
+    """Tensors the device holds as float32: vectors, and F32_MATRICES."""
+    return len(t.shape) == 1 or t.name.split(".", 2)[-1] in F32_MATRICES
+
+
 def quantizable(t: Tensor) -> bool:
     """A float matrix whose rows are whole blocks: what quantize= converts."""
-    return len(t.shape) == 2 and not t.quantized and t.shape[-1] % QUANTIZE_BLOCK == 0
+    return len(t.shape) == 2 and not t.quantized and t.shape[-1] % QUANTIZE_BLOCK == 0 and not kept_f32(t)
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -101,21 +131,43 @@ def vector_f32(t: Tensor) -> np.ndarray:
     return (bf16_to_f32(t.data) if t.dtype == "bf16" else np.asarray(t.data, np.float32)).reshape(-1)
 
 
-def layer_names(i: int, cfg: ModelConfig) -> list[str]:
-    """Canonical tensor names of layer i, in the order a forward pass uses them."""
+READER_KV = ("attn_k.weight", "attn_v.weight", "attn_k_norm.weight", "attn_k.bias", "attn_v.bias")
+_ALTUP_LAYER = ("altup_router_norm.weight", "altup_router.weight", "altup_predict_coef.weight",
+                "altup_correct_coef.weight", "altup_correct_scale.weight", "laurel_l.weight", "laurel_r.weight",
+                "laurel_post_norm.weight", "inp_gate.weight", "proj.weight", "post_norm.weight")
+
+
+def layer_names(i: int, cfg: ModelConfig, reader: bool | None = None) -> list[str]:
+    """Canonical tensor names of layer i, in the order a forward pass uses them. reader: the
+    layer reads another's K and V (None: ask cfg.kv_share_sources), so has no k/v weights."""
+    if reader is None:
+        reader = i in cfg.kv_share_sources()
     p = f"blk.{i}."
     names = [p + "attn_norm.weight", p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
     if cfg.attn_bias:
         names += [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]
     if cfg.traits.qk_norm:
         names += [p + "attn_q_norm.weight", p + "attn_k_norm.weight"]
+    if reader:
+        names = [n for n in names if n.split(".", 2)[2] not in READER_KV]
     names.append(p + "attn_output.weight")
     if cfg.traits.sandwich_norms:
         names.append(p + "post_attention_norm.weight")
     names += [p + "ffn_norm.weight", p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight"]
     if cfg.traits.sandwich_norms:
         names.append(p + "post_ffw_norm.weight")
+    if cfg.traits.altup:
+        names += [p + n for n in _ALTUP_LAYER]
     return names
+
+
+def drop_reader_kv(tensors: dict[str, Tensor], cfg: ModelConfig) -> None:
+    """The layers that read another's K and V by the model's own sharing need no k/v weights;
+    Google's Gemma 3n checkpoints carry them anyway (transformers 5 ignores them, llama.cpp
+    requires them). Removed in place, so they are neither checked nor uploaded."""
+    for layer in cfg.kv_share_sources():
+        for kind in READER_KV:
+            tensors.pop(f"blk.{layer}.{kind}", None)
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -139,13 +191,35 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         "ffn_up.weight": (cfg.ffn_hidden, cfg.hidden),
         "ffn_down.weight": (cfg.hidden, cfg.ffn_hidden),
         "post_ffw_norm.weight": (cfg.hidden,),
+        **_altup_layer_shapes(cfg),
     }
     shapes = {"token_embd.weight": (cfg.vocab, cfg.hidden), "output_norm.weight": (cfg.hidden,)}
     if not cfg.tie_embeddings:
         shapes["output.weight"] = (cfg.vocab, cfg.hidden)
+    if cfg.traits.altup:
+        shapes.update(_altup_global_shapes(cfg))
+    readers = cfg.kv_share_sources()
     for i in range(cfg.n_layers):
-        for name in layer_names(i, cfg):
+        for name in layer_names(i, cfg, i in readers):
             shapes[name] = per_kind[name.split(".", 2)[2]]
+    return shapes
+
+
+def _altup_layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, n, p, r = cfg.hidden, cfg.altup_inputs, cfg.per_layer_dim, cfg.laurel_rank
+    return {"altup_router_norm.weight": (d,), "altup_router.weight": (n, d),
+            "altup_predict_coef.weight": (n * n, n), "altup_correct_coef.weight": (n, n),
+            "altup_correct_scale.weight": (d,), "laurel_l.weight": (r, d), "laurel_r.weight": (d, r),
+            "laurel_post_norm.weight": (d,), "inp_gate.weight": (p, d), "proj.weight": (d, p),
+            "post_norm.weight": (d,)}
+
+
+def _altup_global_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, lp = cfg.hidden, cfg.n_layers * cfg.per_layer_dim
+    shapes = {"per_layer_token_embd.weight": (cfg.per_layer_vocab, lp), "per_layer_model_proj.weight": (lp, d),
+              "per_layer_proj_norm.weight": (cfg.per_layer_dim,)}
+    for k in range(cfg.altup_inputs - 1):
+        shapes[f"altup_proj.{k}.weight"] = shapes[f"altup_unembd_proj.{k}.weight"] = (d, d)
     return shapes
 
 

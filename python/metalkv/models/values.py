@@ -22,6 +22,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "n_kv_heads": (1, 1 << 12), "head_dim": (2, 1 << 12), "ffn_hidden": (1, 1 << 20),
     "vocab": (1, 1 << 22), "context_length": (1, _I32_MAX), "sliding_window": (1, _I32_MAX),
     "original_max_position_embeddings": (1, _I32_MAX),
+    # Gemma 3n's (models/gemma3n.py)
+    "altup_inputs": (2, 64), "per_layer_dim": (1, 1 << 16), "per_layer_vocab": (1, 1 << 22),
+    "laurel_rank": (1, 1 << 16), "kv_shared_layers": (0, 1023),
 }
 
 
