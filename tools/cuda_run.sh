@@ -11,6 +11,7 @@
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
 #                                                  bench-constrained bench-prefix-store bench-preemption
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
+#                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -181,6 +182,24 @@ stage_test_kv_memory() {
     > "$OUT/test_kv_memory.txt" 2>&1
   note "test-kv-memory: rc=$?"
   tail -3 "$OUT/test_kv_memory.txt"
+}
+
+# Issue 37: Gemma 3n on the cuda device: its kernels and its parity with transformers on tiny
+# random configs, then a random E4B-shaped model beside transformers (bench/gpu/gemma3n.py).
+stage_test_gemma3n() {
+  step "Gemma 3n: the AltUp kernels and tiny-model parity with transformers on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/ops/test_altup.py tests/engine/test_gemma3n.py > "$OUT/test_gemma3n.txt" 2>&1
+  note "test-gemma3n: rc=$?"
+  tail -3 "$OUT/test_gemma3n.txt"
+}
+
+stage_bench_gemma3n() {
+  step "Gemma 3n: a random ${GEMMA3N_SHAPE:-e4b}-shaped model, KV bytes per token and decode beside transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/gemma3n.py --shape "${GEMMA3N_SHAPE:-e4b}" \
+    --json "$OUT/bench_gemma3n.json" > "$OUT/bench_gemma3n.txt" 2>&1
+  note "bench/gpu/gemma3n.py: rc=$?"
+  tail -12 "$OUT/bench_gemma3n.txt"
 }
 
 stage_bench_preemption() {

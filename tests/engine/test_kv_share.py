@@ -153,3 +153,75 @@ def test_lookup_speculation_gives_what_plain_decoding_gives(six_layers):
     prompt = (IDS[:6] * 5)[:26]  # a repeated run: lookups propose and some are accepted
     plain = eng.generate_ids(prompt, max_tokens=24, temperature=0, stop_ids=())
     assert eng.generate_ids(prompt, max_tokens=24, temperature=0, stop_ids=(), speculate="lookup") == plain
+
+
+# ---- eviction policies over shared layers: a cache layer's choice holds for its readers ----
+POLICY_IDS = [int(i) for i in np.random.default_rng(3).integers(0, 64, 150)]
+KV_OF = [0, 1, 1, 1, 2, 2]  # SHARE's cache layer of each model layer (writers 0, 1 and 4)
+
+
+def test_streaming_over_shared_layers_matches_the_reference(six_layers):
+    """150 tokens through a budget of 64 in chunks of 8: readers see exactly the positions
+    their writer's cache layer holds (the sinks and the latest), at their true positions."""
+    from kv import kv_policy_ref as pref  # tests/ is on sys.path
+
+    m = load_model(six_layers, progress=False)
+    eng = load(six_layers, kv_share=SHARE, kv_policy="streaming", kv_budget=64, context=96, prefill_chunk=8,
+               kv_memory=None)
+    cache = eng.new_cache()
+    got = eng.logits(POLICY_IDS, cache=cache)
+    assert cache.n_layers == 3 and cache.evicted == len(POLICY_IDS) - cache.count(0)
+    st, n = pref.HeadState({"policy": "streaming", "sinks": 4}, 64), len(POLICY_IDS)
+    vis = np.zeros((n, n), bool)
+    for a in range(0, n, 8):
+        st.store(min(8, n - a))
+        vis[a:a + 8, st.held] = True
+    ref = llama_logits(m, POLICY_IDS, kv_share=SHARE, visible=lambda layer, g: vis)
+    whole = llama_logits(m, POLICY_IDS, kv_share=SHARE)
+    scale = np.abs(ref).max()
+    err, off = np.abs(got - ref).max() / scale, np.abs(got - whole).max() / scale
+    assert err < 4e-3 and off > 4 * err, (err, off)
+
+
+@pytest.mark.parametrize("name", ["snapkv", "pyramidkv"])
+def test_a_compressed_prompt_is_compressed_once_for_a_writer_and_its_readers(six_layers, name):
+    """SnapKV / PyramidKV with sharing: budgets are the cache layers' (pyramidkv's split
+    over the 3 that store, not the 6 layers), each cache layer's pick comes from its
+    writer's last queries alone, and every layer reading it then sees what was kept."""
+    from kv import kv_policy_ref as pref  # tests/ is on sys.path
+
+    m = load_model(six_layers, progress=False)
+    window, n, budget = 8, 140, 96
+    policy = {"policy": name, "sinks": 4, "window": window, "budget": budget}
+    eng = load(six_layers, kv_share=SHARE, kv_policy=name, kv_budget=budget, kv_window=window, context=200,
+               kv_memory=None, prefill_chunk=8)
+    cache = eng.new_cache()
+    budgets = pref.layer_budgets(policy, [0] * 3)
+    assert [cache.layer_budget(c) for c in range(3)] == budgets
+    eng.logits(POLICY_IDS[:n], cache=cache)
+    probs = {}
+    llama_logits(m, POLICY_IDS[:n], probs=probs, kv_share=SHARE)
+    kept = []
+    for c, writer in enumerate([0, 1, 4]):
+        want = sum(probs[writer, hq][n - window:].sum(0) for hq in range(m.config.n_heads))
+        np.testing.assert_allclose(cache.scores(c)[0, :n], want, rtol=1e-2, atol=2e-3)
+        kept.append(sorted(pref.select_kept(policy, np.arange(n), cache.scores(c)[0, :n].copy(),
+                                            pref.keep_after_eviction(budgets[c], 1))))
+    got = eng.logits(POLICY_IDS[n:n + 1], cache=cache)
+    for c in range(3):
+        assert sorted(cache.kept_positions(c)) == kept[c] + [n]
+    seen = [np.isin(np.arange(n + 1), kept[c] + [n]) for c in range(3)]
+    ref = llama_logits(m, POLICY_IDS[:n + 1], kv_share=SHARE,
+                       visible=lambda layer, g: np.vstack([np.ones((n, n + 1), bool), seen[KV_OF[layer]][None]]))
+    np.testing.assert_allclose(got[-1], ref[-1], atol=4e-3 * np.abs(ref).max())
+
+
+def test_a_draft_model_gives_what_decoding_alone_gives(six_layers):
+    """A target that shares K/V, with a draft model (the same file, not sharing: its
+    proposals mostly differ where sharing changed the model): greedy ids as without it."""
+    plain = load(six_layers, kv_share=SHARE, context=128)
+    spec = load(six_layers, kv_share=SHARE, context=128, draft=six_layers)
+    prompt = (IDS * 2)[:30]
+    want = plain.generate_ids(prompt, max_tokens=24, stop_ids=())
+    assert spec.generate_ids(prompt, max_tokens=24, stop_ids=(), speculate="draft") == want
+    assert spec.last_stats["draft_proposed"] > 0
