@@ -41,7 +41,43 @@ def interleave_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 # config.json model_type -> the architecture convert_hf_to_gguf writes
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-             "gemma2": "gemma2", "gemma3_text": "gemma3"}
+             "gemma2": "gemma2", "gemma3_text": "gemma3", "gemma3n_text": "gemma3n"}
+
+
+def gemma3n_keys(w: gguf.GGUFWriter, config: dict, cfg) -> None:
+    """What llama.cpp's Gemma3NModel converter writes beside the common keys (no
+    rope.freq_base_swa: llama.cpp's default 10000 stands for the sliding layers' base)."""
+    from statistics import NormalDist
+
+    w.add_sliding_window(config["sliding_window"])
+    w.add_final_logit_softcapping(config["final_logit_softcapping"] or 0.0)
+    w.add_altup_active_idx(config["altup_active_idx"])
+    w.add_altup_num_inputs(config["altup_num_inputs"])
+    w.add_embedding_length_per_layer_input(config["hidden_size_per_layer_input"])
+    w.add_shared_kv_layers(config["num_kv_shared_layers"])
+    # Normal(0, 1).icdf(p) per layer, -inf for a dense one
+    w.add_activation_sparsity_scale([float(np.float32(NormalDist().inv_cdf(p))) if p else -np.inf
+                                     for p in config["activation_sparsity_pattern"]])
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in config["layer_types"]])
+
+
+def gemma3n_tensors(arrays: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]:
+    """Canonical arrays in llama.cpp's gemma3n layout: the AltUp stream projections stacked
+    into (N-1, D, D), the per-layer table padded with zero rows to the vocabulary, and k/v
+    weights (zeros) on the layers that read others' K and V, which llama.cpp requires."""
+    out = dict(arrays)
+    for base in ("altup_proj", "altup_unembd_proj"):
+        parts = [out.pop(f"{base}.{k}.weight") for k in range(cfg.altup_inputs - 1)]
+        out[f"{base}.weight"] = np.stack(parts)
+    table = out["per_layer_token_embd.weight"]
+    pad = np.zeros((cfg.vocab - table.shape[0], table.shape[1]), np.float32)
+    out["per_layer_token_embd.weight"] = np.concatenate([table, pad])
+    kv = cfg.n_kv_heads * cfg.head_dim
+    for layer in cfg.kv_share_sources():
+        for kind, shape in (("attn_k", (kv, cfg.hidden)), ("attn_v", (kv, cfg.hidden)),
+                            ("attn_k_norm", (cfg.head_dim,))):
+            out[f"blk.{layer}.{kind}.weight"] = np.zeros(shape, np.float32)
+    return out
 
 
 def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -51,10 +87,10 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
     w.add_block_count(config["num_hidden_layers"])
     w.add_context_length(config["max_position_embeddings"])
     w.add_embedding_length(config["hidden_size"])
-    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_feed_forward_length(config["intermediate_size"])  # gemma3n: one per layer, a u32 array
     w.add_head_count(config["num_attention_heads"])
     w.add_head_count_kv(config["num_key_value_heads"])
-    w.add_rope_freq_base(config["rope_theta"])
+    w.add_rope_freq_base(cfg.rope_theta)  # config.json's rope_theta, or rope_parameters' full-layer theta
     w.add_layer_norm_rms_eps(config["rms_norm_eps"])
     w.add_vocab_size(config["vocab_size"])
     if "head_dim" in config:  # TextModel writes it when config.json has it (phi3 never does)
@@ -92,13 +128,20 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
         w.add_final_logit_softcapping(config["final_logit_softcapping"])
     if arch == "gemma3":
         w.add_float32(f"{arch}.rope.freq_base_swa", config["rope_local_base_freq"])
-    for hf_name, a in arrays.items():
-        name = canonical_name(hf_name, cfg.arch)
+    if arch == "gemma3n":
+        gemma3n_keys(w, config, cfg)
+    canonical = {canonical_name(hf_name, cfg.arch): a for hf_name, a in arrays.items()}
+    canonical.pop(None, None)  # towers and other tensors metalkv does not read
+    if cfg.tie_embeddings:
+        canonical.pop("output.weight", None)  # a state_dict's tied copy
+    if arch == "gemma3n":
+        canonical = gemma3n_tensors(canonical, cfg)
+    for name, a in canonical.items():
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads" if "attn_q" in name else "num_key_value_heads"]
             a = interleave_rows(a, heads)
-        if arch.startswith("gemma") and name.endswith("norm.weight"):
-            a = a + 1.0  # Gemma computes x * (1 + w); llama.cpp's GGUF stores 1 + w
+        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
+            a = a + 1.0  # Gemma computes x * (1 + w); llama.cpp's GGUF stores 1 + w (Gemma 3n: w itself)
         name = name.replace("ffn_gate_up", "ffn_up")  # llama.cpp's phi3: ffn_up holds gate and up
         w.add_tensor(name, a.astype(np.float32))
     w.write_header_to_file()

@@ -145,6 +145,41 @@ for _d in HEAD_DIMS:
         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
         tie_word_embeddings=False, max_position_embeddings=512, save_dtype="float16")
 HEAD_DIM_NAMES = tuple(f"llama_d{d}" for d in HEAD_DIMS)
+
+# Gemma 3n (Gemma3nForCausalLM): 4 AltUp streams, LAuReL, per-layer inputs of 16 (a per-layer
+# table smaller than the vocabulary, so some prompt ids fall outside it), v norm, scores
+# unscaled, x * w norms, window 8, and the last layers reading earlier layers' K and V. Apart
+# from NAMES until the engine runs them (tests/engine/test_gemma3n.py).
+_GEMMA3N = dict(model_type="gemma3n_text", rms_norm_eps=1e-6, sliding_window=8, altup_num_inputs=4,
+                hidden_size_per_layer_input=16, laurel_rank=8, max_position_embeddings=512,
+                rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+_S, _F = "sliding_attention", "full_attention"
+GEMMA3N_SPECS: dict[str, dict[str, Any]] = {
+    # E2B's head_dim 256 and GQA 2:1, q width 512 != hidden; sparse ffn gates on the first three
+    # layers (0.95, E2B's); 8 layers, the last 3 reading: 5 and 7 (full) read 2, 6 (sliding) reads 4.
+    "gemma3n": dict(
+        _GEMMA3N, vocab_size=288, vocab_size_per_layer_input=256, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=8, num_attention_heads=2, num_key_value_heads=1, head_dim=256,
+        layer_types=[_S, _S, _F, _S, _S, _F, _S, _F], num_kv_shared_layers=3,
+        activation_sparsity_pattern=[0.95] * 3 + [0.0] * 5, save_dtype="float16"),
+    # head_dim 64, GQA 4:2, no sparsity and no sharing, alternating types, a final soft-cap that
+    # bends the logits.
+    "gemma3n_d64": dict(
+        _GEMMA3N, vocab_size=256, vocab_size_per_layer_input=200, hidden_size=128, intermediate_size=192,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        layer_types=[_S, _F] * 2, num_kv_shared_layers=0, final_logit_softcapping=4.0,
+        activation_sparsity_pattern=[0.0] * 4, save_dtype="bfloat16"),
+    # Most layers reading (4 of 6: 2 and 4 read 0, 3 and 5 read 1), two sparsities, transformers'
+    # default pattern of layer types (every 5th full) replaced by its own.
+    "gemma3n_shared": dict(
+        _GEMMA3N, vocab_size=256, vocab_size_per_layer_input=256, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        layer_types=[_S, _F] * 3, num_kv_shared_layers=4,
+        activation_sparsity_pattern=[0.95, 0.75] + [0.0] * 4, save_dtype="float32"),
+}
+SPECS.update(GEMMA3N_SPECS)
+GEMMA3N_NAMES = tuple(GEMMA3N_SPECS)
 WEIGHT_STD = 0.1  # see the module docstring
 NORM_STD = 0.1    # norm weights: 1 + N(0, 0.1²) (llama) or N(0, 0.1²) (gemma's w of x * (1 + w))
 BIAS_STD = 0.1
@@ -161,6 +196,21 @@ def hf_config(name: str):
                                 pad_token_id=None, **spec)
 
 
+def _gemma3n_std(pname: str, cfg) -> tuple[float, float] | None:
+    """(mean, std) of a Gemma 3n weight where the generic scales would test little: the
+    router sees router_norm(x) / hidden, so its weights are ~sqrt(hidden) for tanh's input to
+    be O(1) and AltUp's coefficients to mix the streams by ~20 %; with unscaled scores, the
+    q and k norms' weights ~head_dim**-0.25 keep q.k O(1); correct_output_scale is
+    zero-initialised by transformers, which would silence the per-layer inputs."""
+    if pname.endswith("modality_router.weight"):
+        return 0.0, 0.5 * cfg.hidden_size ** 0.5
+    if pname.endswith(("q_norm.weight", "k_norm.weight")):
+        return cfg.head_dim ** -0.25, NORM_STD * cfg.head_dim ** -0.25
+    if pname.endswith("correct_output_scale"):
+        return 1.0, NORM_STD
+    return None
+
+
 def build_model(name: str, seed: int = 0):
     """A float32 transformers CausalLM with f16-representable random weights."""
     import torch
@@ -172,10 +222,13 @@ def build_model(name: str, seed: int = 0):
     # 5.17 picked SDPA for Gemma 2 anyway, silently dropping the cap (5.24 refuses SDPA).
     attn = "eager" if getattr(cfg, "attn_logit_softcapping", None) else None
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation=attn)
-    gemma = cfg.model_type.startswith("gemma")
+    gemma = cfg.model_type in ("gemma2", "gemma3_text")  # (1 + w) norms; Gemma 3n's take w itself
     with torch.no_grad():
         for pname, p in model.named_parameters():  # tied weights appear once
-            if pname.endswith("norm.weight"):
+            special = _gemma3n_std(pname, cfg) if cfg.model_type == "gemma3n_text" else None
+            if special is not None:
+                p.copy_(special[0] + special[1] * torch.randn_like(p))
+            elif pname.endswith("norm.weight"):
                 p.copy_((0.0 if gemma else 1.0) + NORM_STD * torch.randn_like(p))
             elif pname.endswith(".bias"):
                 p.copy_(BIAS_STD * torch.randn_like(p))
