@@ -70,6 +70,55 @@ def gemma3_config(**over) -> dict:
     return c
 
 
+def gemma3n_config(**over) -> dict:
+    """A Gemma3nTextConfig as transformers 5 writes it: 6 layers (sliding, full, ...), the last
+    2 reading layers 2 and 3's K and V, sparse gates on the first two."""
+    c = {"model_type": "gemma3n_text", "hidden_size": 32, "intermediate_size": [48] * 6,
+         "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+         "vocab_size": 64, "vocab_size_per_layer_input": 48, "hidden_size_per_layer_input": 8,
+         "rms_norm_eps": 1e-6, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 3,
+         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+         "altup_num_inputs": 4, "altup_active_idx": 0, "altup_coef_clip": 120.0, "altup_correct_scale": True,
+         "laurel_rank": 4, "num_kv_shared_layers": 2, "activation_sparsity_pattern": [0.95, 0.95] + [0.0] * 4,
+         "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256, "max_position_embeddings": 512,
+         "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "bos_token_id": 2,
+         "eos_token_id": 1}
+    c.update(over)
+    return c
+
+
+def gemma3n_hf_shapes(c: dict, prefix: str = "model.", reader_kv: bool = False) -> dict[str, tuple[int, ...]]:
+    """HF tensor names and shapes of a Gemma 3n text model (names as transformers saves them;
+    reader_kv: k/v weights on the reading layers too, as Google's checkpoints have them)."""
+    d, n, p, r, L = (c["hidden_size"], c["altup_num_inputs"], c["hidden_size_per_layer_input"], c["laurel_rank"],
+                     c["num_hidden_layers"])
+    hd, ffn = c["head_dim"], c["intermediate_size"][0]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    out = {"embed_tokens.weight": (c["vocab_size"], d), "norm.weight": (d,),
+           "embed_tokens_per_layer.weight": (c["vocab_size_per_layer_input"], L * p),
+           "per_layer_model_projection.weight": (L * p, d), "per_layer_projection_norm.weight": (p,)}
+    for k in range(n - 1):
+        out[f"altup_projections.{k}.weight"] = out[f"altup_unembed_projections.{k}.weight"] = (d, d)
+    first_reader = L - c["num_kv_shared_layers"]
+    for i in range(L):
+        layer = {"input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+                 "pre_feedforward_layernorm.weight": (d,), "post_feedforward_layernorm.weight": (d,),
+                 "self_attn.q_proj.weight": (q, d), "self_attn.o_proj.weight": (d, q), "self_attn.q_norm.weight": (hd,),
+                 "mlp.gate_proj.weight": (ffn, d), "mlp.up_proj.weight": (ffn, d), "mlp.down_proj.weight": (d, ffn),
+                 "altup.correct_output_scale": (d,), "altup.correction_coefs.weight": (n, n),
+                 "altup.prediction_coefs.weight": (n * n, n), "altup.modality_router.weight": (n, d),
+                 "altup.router_norm.weight": (d,), "laurel.linear_left.weight": (r, d),
+                 "laurel.linear_right.weight": (d, r), "laurel.post_laurel_norm.weight": (d,),
+                 "per_layer_input_gate.weight": (p, d), "per_layer_projection.weight": (d, p),
+                 "post_per_layer_input_norm.weight": (d,)}
+        if i < first_reader or reader_kv:
+            layer.update({"self_attn.k_proj.weight": (kv, d), "self_attn.v_proj.weight": (kv, d),
+                          "self_attn.k_norm.weight": (hd,)})
+        out.update({f"layers.{i}.{k}": v for k, v in layer.items()})
+    return {prefix + k: v for k, v in out.items()}
+
+
 def write_safetensors(path: pathlib.Path, arrays: dict[str, np.ndarray], dtype: str) -> None:
     """dtype "F32" | "F16" | "BF16"; BF16 from float32 by truncation of the low bits."""
     import safetensors

@@ -13,7 +13,7 @@ import numpy as np
 
 from .architectures import ARCHITECTURES, Architecture
 from .errors import ModelLoadError
-from .values import as_bool, as_count, as_float, as_int, as_token_id, describe
+from .values import as_bool, as_count, as_float, as_token_id, describe
 
 # llama.cpp ends generation on tokens with these texts (llama-vocab.cpp), including the
 # fill-in-the-middle pad/repo/file-separator tokens; so do we, to stop where it stops.
@@ -173,8 +173,13 @@ class ModelConfig:
     def _validate_altup(self, source: str) -> None:
         for name in ("altup_inputs", "per_layer_dim", "per_layer_vocab", "laurel_rank"):
             as_count(getattr(self, name), name, source, name)
-        as_int(self.altup_active, "altup_active", source, 0, self.altup_inputs - 1)
-        as_int(self.kv_shared_layers, "kv_shared_layers", source, 0, self.n_layers - 1)
+        if not 0 <= self.altup_active < self.altup_inputs:  # the loaders name the key; this is the relation
+            raise ModelLoadError(f"[config] {source}: AltUp's active stream {self.altup_active} is not one of its "
+                                 f"{self.altup_inputs} streams")
+        if self.kv_shared_layers >= self.n_layers:
+            raise ModelLoadError(f"[config] {source}: the last {self.kv_shared_layers} layers would read earlier "
+                                 f"layers' K and V (num_kv_shared_layers, GGUF attention.shared_kv_layers) in a "
+                                 f"model of {self.n_layers} layers; expected fewer than {self.n_layers}")
         if self.ffn_sparse_std and len(self.ffn_sparse_std) != self.n_layers:
             raise ModelLoadError(f"[config] {source}: {len(self.ffn_sparse_std)} ffn sparsities for "
                                  f"{self.n_layers} layers; expected one per layer")
