@@ -158,6 +158,17 @@ def test_engine_spec(refs):
     assert spec["layer_window"] == [8, 8, 0, 8, 8, 0, 8, 0] and spec["layer_rope_table"] == [1, 1, 0, 1, 1, 0, 1, 0]
 
 
+def test_the_cache_holds_the_layers_that_store_and_kv_share_adds_to_them(refs):
+    """gemma3n: 5 of its 8 layers store K and V; kv_share={1: 0} (both sliding) leaves 4;
+    a layer the model already shares cannot be given another source."""
+    path = refs["gemma3n"].path
+    own = metalkv.Engine.load(path, device=TEST_DEVICE, context=CONTEXT, progress=False)
+    more = metalkv.Engine.load(path, device=TEST_DEVICE, context=CONTEXT, progress=False, kv_share={1: 0})
+    assert (own.new_cache(capacity=64).n_layers, more.new_cache(capacity=64).n_layers) == (5, 4)
+    with pytest.raises(metalkv.ArgumentError, match=r"layers 5\.\.7 already read earlier layers' K and V"):
+        metalkv.Engine.load(path, device=TEST_DEVICE, progress=False, kv_share={6: 3})
+
+
 # ---- GGUF --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ def test_config_json():
     assert c.ffn_sparse_std == (np.float32(1.6448536),) * 2 + (None,) * 4
     assert c.kv_shared_layers == 2 and c.kv_share_sources() == {4: 2, 5: 3}
     assert c.eos_ids == (1,) and c.bos_id == 2
+    assert config_from_hf(gemma3n_config(hidden_activation="silu"), "t").hidden_act == "silu"  # as the file says
 
 
 def test_defaults_are_transformers():

@@ -37,11 +37,10 @@ def sparse_std(p: float) -> float | None:
 
 
 def _common(hidden: int) -> dict[str, Any]:
-    """What both sources say alike: Gemma's GeGLU and embedding scale, norms x * w (no 1 + w:
-    llama.cpp's converter adds no 1 either), and unscaled scores: transformers' scaling = 1.0
-    (a config.json's query_pre_attn_scalar is unused), which attn_scale gives for a scalar of 1."""
-    return dict(hidden_act="gelu_tanh", embedding_scale=math.sqrt(hidden), norm_weight_offset=0.0,
-                query_pre_attn_scalar=1.0)
+    """What both sources say alike: Gemma's embedding scale, norms x * w (no 1 + w: llama.cpp's
+    converter adds no 1 either), and unscaled scores: transformers' scaling = 1.0 (a
+    config.json's query_pre_attn_scalar is unused), which attn_scale gives for a scalar of 1."""
+    return dict(embedding_scale=math.sqrt(hidden), norm_weight_offset=0.0, query_pre_attn_scalar=1.0)
 
 
 def from_hf(k, n_layers: int, hidden: int, local_theta: float | None,
@@ -118,6 +117,7 @@ def from_gguf(k, n_layers: int, hidden: int, shapes: Mapping[str, tuple[int, ...
     n = k.count("altup.num_inputs", "altup_inputs", 4)
     return dict(
         _common(hidden),
+        hidden_act="gelu_tanh",  # no key says it; llama.cpp's gemma3n runs GeGLU
         sliding_window=k.count("attention.sliding_window", "sliding_window"),
         layer_types=_gguf_layer_types(k, n_layers),
         rope_local_base_freq=k.float("rope.freq_base_swa", 10000.0, gt=1.0),
