@@ -24,7 +24,7 @@
 // AltUp's prediction of its active stream, LAuReL's low-rank branch joins the
 // attention's residual, (x + laurel) / sqrt 2, the FFN gate may be sparse (a
 // Gaussian top-k), and after the FFN AltUp's correction updates every stream
-// and the per-layer input gate adds to the inactive ones. The last layer's
+// and the per-layer input gate adds to streams 1.. (transformers' indices). The last layer's
 // streams, projected back and matched, are averaged into x for the logits.
 //
 // A step feeds several sequences at once (segments, model_step.cpp): their

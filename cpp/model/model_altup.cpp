@@ -91,14 +91,14 @@ void Model::encode_altup_correct(gpu::ComputeEncoder& enc, Workspace& ws, const 
   // corrected active stream times correct_output_scale
   ops::altup_correct(dev, enc, a, ws.predicted(0), ws.x(), L.correct_coef->view, L.correct_scale->view,
                      ws.stream(0), ws.h());
-  if (const uint32_t P = m.per_layer_dim) {  // + rms_norm(gelu(h Wgate) * the layer's inputs Wproj), inactive streams
+  if (const uint32_t P = m.per_layer_dim) {  // + rms_norm(gelu(h Wgate) * the layer's inputs Wproj): streams 1..
     linear(enc, ws.h(), *L.inp_gate, nullptr, ws.narrow(), rows);
     ops::per_layer_gate(dev, enc, ws.narrow(), at(ws.per_layer(), size_t(l) * P * sizeof(float)), n_rows, P,
                         m.n_layers * P);
     linear(enc, ws.narrow(), *L.proj, nullptr, ws.laurel(), rows);
     norm(enc, ws.laurel(), *L.post_norm, ws.laurel(), n_rows, H);
-    for (uint32_t k = 0; k < m.altup_inputs; ++k)
-      if (k != m.altup_active) ops::add(dev, enc, ws.stream(k), ws.laurel(), n_rows * H);
+    for (uint32_t k = 1; k < m.altup_inputs; ++k)  // (not the active one: stream 0, whatever altup_active is)
+      ops::add(dev, enc, ws.stream(k), ws.laurel(), n_rows * H);
   }
 }
 

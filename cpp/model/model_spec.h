@@ -76,7 +76,7 @@ struct ModelSpec {
   uint32_t altup_inputs = 0;  // 0: one residual stream
   uint32_t altup_active = 0;
   uint32_t per_layer_dim = 0;
-  uint32_t per_layer_vocab = 0;  // per_layer_token_embd's rows (ids beyond: zeros)
+  uint32_t per_layer_vocab = 0;  // per_layer_token_embd's rows (ids beyond read row 0, as transformers')
   uint32_t laurel_rank = 0;
   bool v_norm = false;
   std::vector<uint8_t> ffn_sparse;   // per layer, or empty: none
