@@ -11,7 +11,7 @@
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
 #                                                  bench-constrained bench-prefix-store bench-preemption
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
-#                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b)
+#                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -196,7 +196,7 @@ stage_test_gemma3n() {
 
 stage_bench_gemma3n() {
   step "Gemma 3n: a random ${GEMMA3N_SHAPE:-e4b}-shaped model, KV bytes per token and decode beside transformers"
-  timeout ${ENGINE_S:-420} python3 bench/gpu/gemma3n.py --shape "${GEMMA3N_SHAPE:-e4b}" \
+  timeout ${ENGINE_S:-420} python3 bench/gpu/gemma3n.py --shape "${GEMMA3N_SHAPE:-e4b}" ${GEMMA3N_ARGS:-} \
     --json "$OUT/bench_gemma3n.json" > "$OUT/bench_gemma3n.txt" 2>&1
   note "bench/gpu/gemma3n.py: rc=$?"
   tail -12 "$OUT/bench_gemma3n.txt"

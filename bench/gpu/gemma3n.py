@@ -11,11 +11,11 @@ stored its own, and greedy prefill and decode tok/s (issue 37, item 4).
    heads of 256, per-layer inputs of 256, vocab 262400) with random bf16 weights (tiny:
    float32), with correct_output_scale and the norms random too (zero-initialized, they
    would switch the per-layer inputs off), and saves it as a safetensors directory.
-2. KV bytes per token: metalkv's cache (KVCache.bytes_per_token, cache layers only) and
-   the same times layers / cache layers, what a cache storing every layer would hold.
-3. metalkv then transformers (bench/gpu/engine.py's measurements: a warm-up, medians of
+2. metalkv then transformers (bench/gpu/engine.py's measurements: a warm-up, medians of
    --repeat greedy generations of --new-tokens after a --prompt of random ids), and how
    many of their first greedy tokens agree.
+3. KV bytes per token: metalkv's cache (KVCache.bytes_per_token: the layers that store) and
+   the same times layers / storing layers, what a cache of every layer would hold.
 """
 from __future__ import annotations
 
@@ -82,23 +82,24 @@ def build_model(a, tdev: str):
             model = Gemma3nForCausalLM(cfg)
     finally:
         torch.set_default_dtype(old)
-    with torch.no_grad():  # (zero- and one-initialized: random, so the per-layer inputs and the norms count)
+    with torch.no_grad():  # (zero- and one-initialized: random, so the per-layer inputs and the norms count;
+        #                      q and k norms ~head_dim^-0.25 keep q.k O(1) under Gemma 3n's scale of 1)
         for name, p in model.named_parameters():
             if name.endswith("correct_output_scale") or p.dim() == 1:
                 p.copy_(torch.rand_like(p) + 0.5)
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.mul_(cfg.head_dim ** -0.25)
     return model.to(dtype).eval()
 
 
-def kv_bytes(path: Path, a) -> dict:
-    import metalkv
-
-    eng = metalkv.Engine.load(str(path), device=a.device, context=a.prompt + a.new_tokens + 16, progress=False)
-    cache = eng.new_cache()
-    shared = cache.bytes_per_token
-    every = shared * eng.config.n_layers / cache.n_layers
-    del cache, eng
-    return dict(layers=SHAPES[a.shape]["num_hidden_layers"], shared_bytes_per_token=shared,
-                every_layer_bytes_per_token=every, saved=1 - shared / every)
+def kv_bytes(mk: dict, a) -> dict:
+    """metalkv's cache bytes per token (its cache layers: those that store), and as if
+    every layer stored its own (each cache layer holds the same per token)."""
+    shape = SHAPES[a.shape]
+    layers, stored = shape["num_hidden_layers"], shape["num_hidden_layers"] - shape["num_kv_shared_layers"]
+    shared = mk["kv"]["bytes_per_token"]
+    return dict(layers=layers, cache_layers=stored, shared_bytes_per_token=shared,
+                every_layer_bytes_per_token=shared * layers / stored, saved=1 - stored / layers)
 
 
 def main(argv=None) -> int:
@@ -117,8 +118,9 @@ def main(argv=None) -> int:
     prompt = np.random.default_rng(a.seed).integers(3, SHAPES[a.shape]["vocab_size_per_layer_input"],
                                                      size=a.prompt).tolist()
     res = dict(shape=a.shape, config=SHAPES[a.shape], device=device_name(tdev), torch=torch.__version__,
-               prompt_tokens=a.prompt, new_tokens=a.new_tokens, kv=kv_bytes(path, a), notes=notes)
+               prompt_tokens=a.prompt, new_tokens=a.new_tokens, notes=notes)
     mk = gpu_engine.bench_metalkv(path, prompt, a, notes)
+    res["kv"] = kv_bytes(mk, a) if mk else None
     hf = gpu_engine.bench_transformers(model, prompt, a, tdev, notes)
     res["engines"] = ([mk] if mk else []) + hf
     for r in hf:
@@ -126,10 +128,11 @@ def main(argv=None) -> int:
         r["agree_with_metalkv"] = gpu_engine.agreement(mk["tokens"], r["tokens"]) if mk else None
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
-    kv = res["kv"]
+    kv = res["kv"] or {}
     print(f"Gemma 3n {a.shape} (random weights), {res['device']}; prompt {a.prompt}, {a.new_tokens} new tokens")
-    print(f"KV bytes per token: {kv['shared_bytes_per_token']:,.0f} with its sharing, "
-          f"{kv['every_layer_bytes_per_token']:,.0f} if every layer stored its own ({kv['saved']:.0%} less)")
+    if kv:
+        print(f"KV bytes per token: {kv['shared_bytes_per_token']:,.0f} with its sharing, "
+              f"{kv['every_layer_bytes_per_token']:,.0f} if every layer stored its own ({kv['saved']:.0%} less)")
     print(table(["engine", "prefill tok/s", "decode tok/s", "first tokens agreeing"],
                 [[r["engine"], r["prefill_tok_s"], r["decode_tok_s"], r.get("agree_with_metalkv", "")]
                  for r in res["engines"]]))
