@@ -102,9 +102,13 @@ def test_config_from_transformers(refs, name):
 def test_kv_sharing_is_transformers(refs, name):
     """Each reader reads the layer transformers marks "store" for its type."""
     hf = refs[name].model.config
-    modes = hf.kv_sharing_modes
-    store = {hf.layer_types[i]: i for i, m in enumerate(modes) if m == "store"}
-    want = {i: store[hf.layer_types[i]] for i, m in enumerate(modes) if m == "reuse"}
+    if hasattr(hf, "kv_sharing_modes"):
+        modes = hf.kv_sharing_modes
+        store = {hf.layer_types[i]: i for i, m in enumerate(modes) if m == "store"}
+        want = {i: store[hf.layer_types[i]] for i, m in enumerate(modes) if m == "reuse"}
+    else:  # (transformers 5.17: each attention names the layer it reads)
+        want = {i: layer.self_attn.kv_shared_layer_index for i, layer in enumerate(refs[name].model.model.layers)
+                if layer.self_attn.is_kv_shared_layer}
     assert load_model(refs[name].path, progress=False).config.kv_share_sources() == want
 
 

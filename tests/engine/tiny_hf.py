@@ -239,7 +239,25 @@ def build_model(name: str, seed: int = 0):
                 p.copy_(p.bfloat16().float())
                 p.masked_fill_(p.abs() < 2.0**-14, 0.0)
             p.copy_(p.half().float())
+    if cfg.model_type == "gemma3n_text":
+        _per_layer_ids_outside_read_row_0(model)
     return model.eval()
+
+
+def _per_layer_ids_outside_read_row_0(model) -> None:
+    """Ids outside Gemma 3n's per-layer table read its row 0 (transformers 5.24's rule, and
+    metalkv's). transformers 5.17 indexes the table with them (an IndexError), so the
+    reference clamps them itself first: a no-op where transformers does."""
+    import torch
+
+    inner = model.model
+    original = inner.get_per_layer_inputs
+
+    def clamped(input_ids):
+        inside = (input_ids >= 0) & (input_ids < inner.config.vocab_size_per_layer_input)
+        return original(torch.where(inside, input_ids, 0))
+
+    inner.get_per_layer_inputs = clamped
 
 
 def save_model(model, name: str, d: pathlib.Path) -> pathlib.Path:
