@@ -53,6 +53,9 @@ def parse_args(argv=None):
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--hf-cache", default="dynamic", help="transformers cache implementations, comma-separated")
     ap.add_argument("--hf-compile", choices=("auto", "off"), default="off")
+    ap.add_argument("--check", type=int, default=0, metavar="N",
+                    help="also compare metalkv's logits over the prompt's first N ids with transformers' run "
+                         "in float32 (the random bf16 model's greedy ids are no test: transformers computes in bf16)")
     ap.add_argument("--dir", help="where the model is saved (default /tmp/metalkv-gemma3n-<shape>)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -102,6 +105,23 @@ def kv_bytes(mk: dict, a) -> dict:
                 every_layer_bytes_per_token=shared * layers / stored, saved=1 - stored / layers)
 
 
+def f32_check(path: Path, ids: list[int], a, tdev: str) -> dict:
+    """metalkv's logits at every position of ids against transformers' in float32."""
+    import metalkv
+    import torch
+    from transformers import Gemma3nForCausalLM
+
+    ref = Gemma3nForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(tdev).eval()
+    with torch.inference_mode():
+        want = ref(torch.tensor([ids], device=tdev)).logits[0].float().cpu().numpy()
+    del ref
+    if tdev == "cuda":
+        torch.cuda.empty_cache()
+    got = metalkv.Engine.load(str(path), device=a.device, context=len(ids) + 16, progress=False).logits(ids)
+    return dict(positions=len(ids), max_abs_diff=float(np.abs(got - want).max()),
+                logit_scale=float(np.abs(want).max()), argmax_agree=int((got.argmax(1) == want.argmax(1)).sum()))
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     import torch
@@ -126,6 +146,9 @@ def main(argv=None) -> int:
     for r in hf:
         r["engine"] = r["engine"].replace("f16", "f32" if a.shape == "tiny" else "bf16")  # (engine.py's label)
         r["agree_with_metalkv"] = gpu_engine.agreement(mk["tokens"], r["tokens"]) if mk else None
+    if a.check:
+        del model
+        res["f32_check"] = f32_check(path, prompt[:a.check], a, tdev)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     kv = res["kv"] or {}
@@ -136,6 +159,10 @@ def main(argv=None) -> int:
     print(table(["engine", "prefill tok/s", "decode tok/s", "first tokens agreeing"],
                 [[r["engine"], r["prefill_tok_s"], r["decode_tok_s"], r.get("agree_with_metalkv", "")]
                  for r in res["engines"]]))
+    if a.check:
+        c = res["f32_check"]
+        print(f"against transformers in float32 over {c['positions']} positions: logits within {c['max_abs_diff']:.4f} "
+              f"(largest {c['logit_scale']:.2f}), the same argmax at {c['argmax_agree']}")
     for n in notes:
         print("note:", n)
     return 0 if mk else 1
