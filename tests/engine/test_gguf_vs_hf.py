@@ -80,7 +80,9 @@ def gemma3n_tensors(arrays: dict[str, np.ndarray], cfg) -> dict[str, np.ndarray]
     return out
 
 
-def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> None:
+def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray], vocab: dict | None = None) -> None:
+    """vocab: a GGUF vocabulary's metadata ({key: value}, as llamacpp_vocabs.json holds them) to
+    write beside the model (none: a file of ids alone)."""
     arch = GGUF_ARCH[config["model_type"]]
     cfg = config_from_hf(config, "hf")  # the sizes transformers derives (head_dim, rotary dims)
     w = gguf.GGUFWriter(str(path), arch)
@@ -130,6 +132,8 @@ def write_gguf_from_hf(path, config: dict, arrays: dict[str, np.ndarray]) -> Non
         w.add_float32(f"{arch}.rope.freq_base_swa", config["rope_local_base_freq"])
     if arch == "gemma3n":
         gemma3n_keys(w, config, cfg)
+    for key, value in (vocab or {}).items():
+        add_vocab_key(w, key, value)
     canonical = {canonical_name(hf_name, cfg.arch): a for hf_name, a in arrays.items()}
     canonical.pop(None, None)  # towers and other tensors metalkv does not read
     if cfg.tie_embeddings:
@@ -186,6 +190,20 @@ CASES = {
     # 7 layers, pattern 6: five sliding, one full, one sliding
     "gemma3": gemma3_config(**SIZES, head_dim=64, query_pre_attn_scalar=64, num_hidden_layers=7),
 }
+
+
+def add_vocab_key(w: gguf.GGUFWriter, key: str, value) -> None:
+    """One tokenizer.* or general.* key in the type llama.cpp's converter writes it."""
+    T = gguf.GGUFValueType
+    if isinstance(value, list):
+        kind = {"tokenizer.ggml.scores": T.FLOAT32, "tokenizer.ggml.token_type": T.INT32}.get(key, T.STRING)
+        w.add_key_value(key, value, T.ARRAY, kind)
+    elif isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    else:
+        w.add_string(key, value)
 
 
 def as_gguf_says(d: dict) -> dict:
