@@ -64,7 +64,10 @@ void KvCache::init_groups() {
     Group group;
     group.window = pool_->group_window(g);
     group.evicts = group.window == 0 && spec_.policy.evicts();
-    group.wraps = group.evicts || layer_wraps(group.window, spec_.capacity, spec_.max_chunk);
+    // (a sliding group of an evicting cache goes on past the capacity, the budget, as the
+    // evicting groups do: it lets go of what leaves its window however large that is)
+    group.wraps = group.evicts || layer_wraps(group.window, spec_.capacity, spec_.max_chunk) ||
+                  (group.window != 0 && spec_.policy.evicts());
     group.layers = pool_->group_layers(g);
     group.table = std::make_unique<BlockTable>(pool_->blocks(g), group.window, spec_.max_chunk);
     groups_.push_back(std::move(group));

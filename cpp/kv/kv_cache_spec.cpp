@@ -80,6 +80,13 @@ std::shared_ptr<KvPool> own_pool(const gpu::DevicePtr& device, const KvCacheSpec
       pool.group_blocks[group[l]] = group_blocks(spec.windows[l], held, spec.max_chunk);
     }
   }
+  if (p.evicts()) {  // a sliding group goes on past the capacity (the budget): its window's span, whatever that is
+    const std::vector<uint32_t> group = KvPool::layer_groups(spec.windows, pool.split_full);
+    for (uint32_t l = 0; l < spec.n_layers; ++l)
+      if (spec.windows[l])
+        pool.group_blocks[group[l]] = std::max(pool.group_blocks[group[l]],
+                                               group_blocks(spec.windows[l], ~0u, spec.max_chunk));
+  }
   return std::make_shared<KvPool>(device, std::move(pool));
 }
 
