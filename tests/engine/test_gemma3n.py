@@ -27,8 +27,9 @@ from metalkv.models import expected_shapes, load_model  # noqa: E402
 
 from . import tiny_hf  # noqa: E402
 from .test_gguf_vs_hf import write_gguf_from_hf  # noqa: E402
-from .test_parity_transformers import (CONTEXT, N_GREEDY, N_PROMPT, PROMPT_SEEDS, SPLITS, Bounds,  # noqa: E402
-                                       prompt, where)
+from .test_parity_transformers import (CONTEXT, N_GREEDY, N_PROMPT, SPLITS, Bounds, prompt,  # noqa: E402
+                                       where)
+from .test_parity_transformers import greedy_case  # noqa: E402,F401  (the fixture, over this module's refs)
 from devices import TEST_DEVICE  # tests/ is on sys.path  # noqa: E402
 
 NAMES = tiny_hf.GEMMA3N_NAMES
@@ -231,31 +232,6 @@ def test_logits_every_position(engines, bounds, name):
     clear = ref_sorted[:, -1] - ref_sorted[:, -2] > b.clear_margin
     assert clear.sum() >= N_PROMPT // 2, "too few rows with a clear argmax to test it"
     np.testing.assert_array_equal(got[clear].argmax(1), b.z32[clear].argmax(1))
-
-
-@pytest.fixture(scope="module")
-def greedy_case(refs):
-    """(prompt, transformers' greedy tokens, bounds) for the first prompt seed whose every
-    greedy step has a clear top-2 margin (test_parity_transformers.greedy_case)."""
-    memo = {}
-
-    def get(name: str):
-        if name not in memo:
-            ref, tried = refs[name], []
-            for seed in PROMPT_SEEDS:
-                ids = prompt(name, seed)
-                toks, margins = ref.greedy(ids, N_GREEDY)
-                b = Bounds(ref, ids + toks[:-1])
-                tried.append(float(margins.min() / b.clear_margin))
-                if margins.min() > b.clear_margin:
-                    assert b.z32[N_PROMPT - 1:].argmax(1).tolist() == toks
-                    memo[name] = (ids, toks, b)
-                    return memo[name]
-            pytest.fail(f"{name}: no prompt among seeds {list(PROMPT_SEEDS)} has greedy margins above the "
-                        f"f16-K/V bound (best margin/bound {max(tried):.2f})")
-        return memo[name]
-
-    return get
 
 
 @pytest.mark.parametrize("chunk", [128, 5])

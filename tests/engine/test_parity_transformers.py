@@ -234,30 +234,33 @@ def test_logits_every_position(engines, bounds, name):
 
 # ---- greedy decoding -----------------------------------------------------------------
 
+def clear_greedy_case(ref, name: str):
+    """(prompt, transformers' greedy tokens, bounds) for the first prompt seed whose every
+    greedy step has a top-2 margin > 2 * (TIGHT + kv_effect) over the whole trajectory:
+    only then is 'identical tokens' a fair requirement. The search reads only the reference."""
+    tried = []
+    for seed in PROMPT_SEEDS:
+        ids = prompt(name, seed)
+        toks, margins = ref.greedy(ids, N_GREEDY)
+        b = Bounds(ref, ids + toks[:-1])
+        tried.append(float(margins.min() / b.clear_margin))
+        if margins.min() > b.clear_margin:
+            # generate's tokens (through its cache) are the argmax of one full forward
+            assert b.z32[N_PROMPT - 1:].argmax(1).tolist() == toks
+            return ids, toks, b
+    pytest.fail(f"{name}: no prompt among seeds {list(PROMPT_SEEDS)} has greedy margins above the f16-K/V "
+                f"bound (best margin/bound {max(tried):.2f}); greedy equality would be luck")
+
+
 @pytest.fixture(scope="module")
 def greedy_case(refs):
-    """(prompt, transformers' greedy tokens) for the first prompt seed whose every
-    greedy step has a top-2 margin > 2 * (TIGHT + kv_effect) over the whole
-    trajectory: only then is 'identical tokens' a fair requirement. The search
-    reads only the reference."""
+    """clear_greedy_case per model, memoized."""
     memo = {}
 
     def get(name: str):
-        if name in memo:
-            return memo[name]
-        ref, tried = refs[name], []
-        for seed in PROMPT_SEEDS:
-            ids = prompt(name, seed)
-            toks, margins = ref.greedy(ids, N_GREEDY)
-            b = Bounds(ref, ids + toks[:-1])
-            tried.append(float(margins.min() / b.clear_margin))
-            if margins.min() > b.clear_margin:
-                # generate's tokens (through its cache) are the argmax of one full forward
-                assert b.z32[N_PROMPT - 1:].argmax(1).tolist() == toks
-                memo[name] = (ids, toks, b)
-                return memo[name]
-        pytest.fail(f"{name}: no prompt among seeds {list(PROMPT_SEEDS)} has greedy margins above the f16-K/V "
-                    f"bound (best margin/bound {max(tried):.2f}); greedy equality would be luck")
+        if name not in memo:
+            memo[name] = clear_greedy_case(refs[name], name)
+        return memo[name]
 
     return get
 
