@@ -1,0 +1,102 @@
+"""Where an image or a clip comes from, read into bytes: a local path, bytes, or a data URL
+(`data:image/png;base64,...`). Remote http(s) URLs are refused: metalkv fetches nothing.
+
+Every read is capped by MediaLimits before the whole payload is held: a file by its size on
+disk, a data URL by its length, so an oversized upload costs no decoding.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import pathlib
+
+from .errors import MediaError
+from .limits import MediaLimits
+
+_REMOTE = ("http://", "https://")
+
+
+def describe(source) -> str:
+    """A short name for `source` in messages: never the whole payload."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"the {len(source):,} bytes given"
+    if isinstance(source, str) and source[:5].lower() == "data:":
+        head = source.split(",", 1)[0]
+        return f"the data URL '{head},...' ({len(source):,} characters)"
+    if isinstance(source, str) and len(source) > 200:
+        return f"'{source[:80]}...' ({len(source):,} characters)"
+    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"a {type(source).__name__}"
+
+
+def decode_base64(text: str, kind: str, what: str, max_bytes: int) -> bytes:
+    """The bytes of base64 `text` (line breaks allowed), refused past `max_bytes` before decoding."""
+    text = "".join(text.split())
+    if len(text) // 4 * 3 > max_bytes:
+        raise _too_big(kind, what, len(text) // 4 * 3, max_bytes)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise MediaError(f"[{kind}] {what} is not valid base64 ({e}): encode the file's bytes with "
+                         "standard base64 (A-Z, a-z, 0-9, +, /, = padding)") from None
+
+
+def read_source(source, kind: str, limits: MediaLimits) -> bytes:
+    """The bytes of an image (`kind` 'image') or a clip ('audio') given as bytes, a path or a data URL."""
+    max_bytes = limits.max_image_bytes if kind == "image" else limits.max_audio_bytes
+    what = describe(source)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if len(source) > max_bytes:
+            raise _too_big(kind, what, len(source), max_bytes)
+        return bytes(source)
+    if isinstance(source, str) and source[:5].lower() == "data:":
+        return _data_url(source, kind, what, max_bytes)
+    if isinstance(source, str) and source.lower().startswith(_REMOTE):
+        raise _remote(kind, what, limits)
+    if isinstance(source, (str, os.PathLike)):
+        return _read_file(pathlib.Path(source), kind, what, max_bytes)
+    raise MediaError(f"[{kind}] {what} is not a media source: give a path, bytes, or a data URL "
+                     f"('data:{kind}/...;base64,...')")
+
+
+def _data_url(url: str, kind: str, what: str, max_bytes: int) -> bytes:
+    head, sep, payload = url.partition(",")
+    params = head[5:].split(";")
+    media_type = params[0].strip().lower()
+    if not sep or "base64" not in (p.strip().lower() for p in params[1:]):
+        raise MediaError(f"[{kind}] {what} is not a base64 data URL: expected 'data:{kind}/<type>;base64,<data>'")
+    if media_type and not media_type.startswith(kind + "/"):
+        raise MediaError(f"[{kind}] {what} holds '{media_type}', not {kind} data: expected a '{kind}/...' media type")
+    return decode_base64(payload, kind, what, max_bytes)
+
+
+def _read_file(path: pathlib.Path, kind: str, what: str, max_bytes: int) -> bytes:
+    try:
+        if path.is_dir():
+            raise MediaError(f"[{kind}] {what} is a directory: give the path of a {kind} file")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise _too_big(kind, what, size, max_bytes)
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)  # the file may have grown since stat
+    except FileNotFoundError:
+        raise MediaError(f"[{kind}] {what}: no such file (a local path, relative to {os.getcwd()!r})") from None
+    except OSError as e:
+        raise MediaError(f"[{kind}] {what} cannot be read: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise _too_big(kind, what, len(data), max_bytes)
+    return data
+
+
+def _too_big(kind: str, what: str, size: int, max_bytes: int) -> MediaError:
+    option = "max_image_bytes" if kind == "image" else "max_audio_bytes"
+    return MediaError(f"[{kind}] {what} is {size:,} bytes, over the limit of {max_bytes:,} "
+                      f"(MediaLimits.{option}): send a smaller file or raise the limit")
+
+
+def _remote(kind: str, what: str, limits: MediaLimits) -> MediaError:
+    if limits.allow_remote_media:
+        return MediaError(f"[{kind}] {what}: fetching remote media is not implemented yet; "
+                          "download the file and give its path or a data URL")
+    return MediaError(f"[{kind}] {what} is a remote URL, and metalkv does not fetch media unless allowed "
+                      "(allow_remote_media=True, CLI --allow-remote-media): give a local path or a data URL")
