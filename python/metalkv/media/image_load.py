@@ -28,7 +28,7 @@ def load_image(source, limits: MediaLimits | None = None) -> Image.Image:
     except Image.DecompressionBombError:
         raise _too_many_pixels(what, None, limits) from None
     except UnidentifiedImageError:
-        raise MediaError(f"[image] {what} is not an image Pillow can read (PNG, JPEG, GIF, WebP, BMP, TIFF, ...): "
+        raise MediaError(f"[image] {what}: not an image Pillow can read (PNG, JPEG, GIF, WebP, BMP, TIFF, ...): "
                          "check the file, or convert it to PNG or JPEG") from None
     with image:
         if image.width * image.height > limits.max_image_pixels:
@@ -37,12 +37,12 @@ def load_image(source, limits: MediaLimits | None = None) -> Image.Image:
             image.load()
             return ImageOps.exif_transpose(image).convert("RGB")
         except (OSError, ValueError, SyntaxError) as e:  # what Pillow's decoders raise on bad data
-            raise MediaError(f"[image] {what} is corrupt or truncated ({e}): the {image.format or 'image'} "
+            raise MediaError(f"[image] {what}: corrupt or truncated ({e}): the {image.format or 'image'} "
                              f"header says {image.width}x{image.height} but its data cannot be decoded") from None
 
 
 def _too_many_pixels(what: str, size, limits: MediaLimits) -> MediaError:
     shown = f"{size[0]}x{size[1]} = {size[0] * size[1]:,} pixels" if size else "more pixels than Pillow will decode"
-    return MediaError(f"[image] {what} is {shown}, over the limit of {limits.max_image_pixels:,} "
+    return MediaError(f"[image] {what}: {shown}, over the limit of {limits.max_image_pixels:,} "
                       "(MediaLimits.max_image_pixels): scale it down first (the models see it at 896x896 or "
                       "768x768 at most)")

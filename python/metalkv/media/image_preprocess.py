@@ -44,7 +44,8 @@ def preprocess_image(image: Image.Image, config: ImageConfig, *, pan_and_scan: b
     if config.do_convert_rgb:
         image = to_rgb(image)
     if image.mode != "RGB":
-        raise MediaError(f"[image] a {image.mode} image with do_convert_rgb false: expected an RGB image (load_image gives one)")
+        raise MediaError(f"[image] an image of mode {image.mode} with do_convert_rgb false: expected an RGB image "
+                         "(load_image gives one)")
     boxes = pan_and_scan_boxes(image.width, image.height, config.pan_and_scan_min_crop_size,
                                config.pan_and_scan_max_num_crops,
                                config.pan_and_scan_min_ratio_to_activate) if pan_and_scan else []

@@ -20,13 +20,15 @@ _REMOTE = ("http://", "https://")
 def describe(source) -> str:
     """A short name for `source` in messages: never the whole payload."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return f"the {len(source):,} bytes given"
+        return "the bytes given"
     if isinstance(source, str) and source[:5].lower() == "data:":
         head = source.split(",", 1)[0]
         return f"the data URL '{head},...' ({len(source):,} characters)"
     if isinstance(source, str) and len(source) > 200:
         return f"'{source[:80]}...' ({len(source):,} characters)"
-    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"a {type(source).__name__}"
+    if isinstance(source, (str, os.PathLike)):
+        return repr(os.fspath(source))
+    return f"a value of type {type(source).__name__}"
 
 
 def decode_base64(text: str, kind: str, what: str, max_bytes: int) -> bytes:
@@ -37,7 +39,7 @@ def decode_base64(text: str, kind: str, what: str, max_bytes: int) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as e:
-        raise MediaError(f"[{kind}] {what} is not valid base64 ({e}): encode the file's bytes with "
+        raise MediaError(f"[{kind}] {what}: not valid base64 ({e}): encode the file's bytes with "
                          "standard base64 (A-Z, a-z, 0-9, +, /, = padding)") from None
 
 
@@ -55,7 +57,7 @@ def read_source(source, kind: str, limits: MediaLimits) -> bytes:
         raise _remote(kind, what, limits)
     if isinstance(source, (str, os.PathLike)):
         return _read_file(pathlib.Path(source), kind, what, max_bytes)
-    raise MediaError(f"[{kind}] {what} is not a media source: give a path, bytes, or a data URL "
+    raise MediaError(f"[{kind}] {what}: not a media source: give a path, bytes, or a data URL "
                      f"('data:{kind}/...;base64,...')")
 
 
@@ -64,16 +66,16 @@ def _data_url(url: str, kind: str, what: str, max_bytes: int) -> bytes:
     params = head[5:].split(";")
     media_type = params[0].strip().lower()
     if not sep or "base64" not in (p.strip().lower() for p in params[1:]):
-        raise MediaError(f"[{kind}] {what} is not a base64 data URL: expected 'data:{kind}/<type>;base64,<data>'")
+        raise MediaError(f"[{kind}] {what}: not a base64 data URL: expected 'data:{kind}/<type>;base64,<data>'")
     if media_type and not media_type.startswith(kind + "/"):
-        raise MediaError(f"[{kind}] {what} holds '{media_type}', not {kind} data: expected a '{kind}/...' media type")
+        raise MediaError(f"[{kind}] {what}: holds '{media_type}', not {kind} data: expected a '{kind}/...' media type")
     return decode_base64(payload, kind, what, max_bytes)
 
 
 def _read_file(path: pathlib.Path, kind: str, what: str, max_bytes: int) -> bytes:
     try:
         if path.is_dir():
-            raise MediaError(f"[{kind}] {what} is a directory: give the path of a {kind} file")
+            raise MediaError(f"[{kind}] {what}: a directory; give the path of an {kind} file")
         size = path.stat().st_size
         if size > max_bytes:
             raise _too_big(kind, what, size, max_bytes)
@@ -82,7 +84,7 @@ def _read_file(path: pathlib.Path, kind: str, what: str, max_bytes: int) -> byte
     except FileNotFoundError:
         raise MediaError(f"[{kind}] {what}: no such file (a local path, relative to {os.getcwd()!r})") from None
     except OSError as e:
-        raise MediaError(f"[{kind}] {what} cannot be read: {e.strerror or e}") from None
+        raise MediaError(f"[{kind}] {what}: cannot be read: {e.strerror or e}") from None
     if len(data) > max_bytes:
         raise _too_big(kind, what, len(data), max_bytes)
     return data
@@ -90,7 +92,7 @@ def _read_file(path: pathlib.Path, kind: str, what: str, max_bytes: int) -> byte
 
 def _too_big(kind: str, what: str, size: int, max_bytes: int) -> MediaError:
     option = "max_image_bytes" if kind == "image" else "max_audio_bytes"
-    return MediaError(f"[{kind}] {what} is {size:,} bytes, over the limit of {max_bytes:,} "
+    return MediaError(f"[{kind}] {what}: {size:,} bytes, over the limit of {max_bytes:,} "
                       f"(MediaLimits.{option}): send a smaller file or raise the limit")
 
 
@@ -98,5 +100,5 @@ def _remote(kind: str, what: str, limits: MediaLimits) -> MediaError:
     if limits.allow_remote_media:
         return MediaError(f"[{kind}] {what}: fetching remote media is not implemented yet; "
                           "download the file and give its path or a data URL")
-    return MediaError(f"[{kind}] {what} is a remote URL, and metalkv does not fetch media unless allowed "
+    return MediaError(f"[{kind}] {what}: a remote URL, and metalkv does not fetch media unless allowed "
                       "(allow_remote_media=True, CLI --allow-remote-media): give a local path or a data URL")

@@ -44,26 +44,26 @@ def decode_wav(source, limits: MediaLimits | None = None) -> Audio:
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         kind = next((name for magic, name in _NOT_WAV if data.startswith(magic)), None)
         kind = kind or ("MP4/M4A" if data[4:8] == b"ftyp" else None)
-        raise MediaError(f"[audio] {what} is not a WAV file" + (f" (it looks like {kind})" if kind else "")
+        raise MediaError(f"[audio] {what}: not a WAV file" + (f" (it looks like {kind})" if kind else "")
                          + f": metalkv decodes WAV only; {_CONVERT}")
     try:
         with wave.open(io.BytesIO(data)) as w:
             channels, width, rate, frames = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
             if not MIN_RATE <= rate <= MAX_RATE:
-                raise MediaError(f"[audio] {what} has a sample rate of {rate} Hz: expected {MIN_RATE} to {MAX_RATE}")
+                raise MediaError(f"[audio] {what}: a sample rate of {rate} Hz: expected {MIN_RATE} to {MAX_RATE}")
             if frames > limits.max_audio_seconds * rate:
-                raise MediaError(f"[audio] {what} is {frames / rate:.1f} s long, over the limit of "
+                raise MediaError(f"[audio] {what}: {frames / rate:.1f} s long, over the limit of "
                                  f"{limits.max_audio_seconds:g} s (MediaLimits.max_audio_seconds; Gemma 3n hears "
                                  "30 s a clip): cut it into shorter clips")
             raw = w.readframes(frames)
     except (wave.Error, EOFError) as e:
-        raise MediaError(f"[audio] {what} is not a WAV file metalkv can read (wave: {e}): expected integer PCM "
+        raise MediaError(f"[audio] {what}: not a WAV file metalkv can read (wave: {e}): expected integer PCM "
                          f"of 8, 16, 24 or 32 bits; {_CONVERT}") from None
     got = len(raw) // (width * channels)
     if got < frames:
-        raise MediaError(f"[audio] {what} is truncated: its header says {frames:,} frames, it holds {got:,}")
+        raise MediaError(f"[audio] {what}: truncated: its header says {frames:,} frames, it holds {got:,}")
     if got == 0:
-        raise MediaError(f"[audio] {what} holds no samples")
+        raise MediaError(f"[audio] {what}: no samples")
     return Audio(samples=_to_mono_float(raw[:got * width * channels], width, channels), sample_rate=rate)
 
 
