@@ -9,8 +9,11 @@ here (tests/media/drawn.py): no photographs are on this machine and none may be 
 """
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+from PIL import Image
 
 pytest.importorskip("transformers")
 from transformers.image_utils import load_image as hf_load_image  # noqa: E402
@@ -106,3 +109,25 @@ def test_path_bytes_and_data_url_give_the_same_image(tmp_path):
     path.write_bytes(data)
     pixels = [np.asarray(load_image(source)) for source in (data, str(path), path, data_url(data, "image/jpeg"))]
     assert all(np.array_equal(pixels[0], p) for p in pixels[1:])
+
+
+def test_transformers_file_path_behaviours_are_kept():
+    """What a file goes through in transformers, kept for parity though one might not expect it
+    (docs/MULTIMODAL.md): the EXIF orientation is applied; an alpha channel is dropped, not
+    composited (a transparent pixel shows the colour it hides); a palette's transparent colour
+    turns white wherever it appears, opaque entries of the same colour included; a 16-bit
+    grayscale PNG is clipped to 255, not scaled."""
+    rotated = load_image(CASES["exif_rotated_jpeg"]())             # drawn 160x90, orientation 6
+    assert rotated.size == (90, 160)
+    rgba = CASES["rgba_png"]()
+    hidden = np.asarray(Image.open(io.BytesIO(rgba)))[0, 0]           # alpha 0 in the first column
+    assert hidden[3] == 0 and np.array_equal(np.asarray(load_image(rgba))[0, 0], hidden[:3])
+    config = ImageConfig.from_preprocessor_config({**checkpoints.GEMMA3, "do_resize": False, "do_rescale": False,
+                                                   "do_normalize": False}, "gemma3")
+    palette = Image.open(io.BytesIO(CASES["palette_transparent_png"]()))
+    indices = np.asarray(palette)
+    pixels = preprocess_image(load_image(CASES["palette_transparent_png"]()), config).pixel_values[0]
+    assert (pixels[:, indices == 3] == 255).all()                     # opaque red, the transparent index's colour
+    assert (pixels[:, indices == 1] == np.array([[0], [255], [0]])).all()
+    gray16 = np.asarray(Image.open(io.BytesIO(CASES["gray16_png"]())))
+    assert np.array_equal(np.asarray(load_image(CASES["gray16_png"]()))[..., 0], np.minimum(gray16, 255))

@@ -55,6 +55,9 @@ def read_source(source, kind: str, limits: MediaLimits) -> bytes:
         return _data_url(source, kind, what, max_bytes)
     if isinstance(source, str) and source.lower().startswith(_REMOTE):
         raise _remote(kind, what, limits)
+    if isinstance(source, str) and len(source) > 1024:  # no path is this long: base64 sent bare, most likely
+        raise MediaError(f"[{kind}] {what}: not a path nor a data URL; to send the file itself, give its bytes "
+                         f"or a data URL ('data:{kind}/...;base64,' before the base64)")
     if isinstance(source, (str, os.PathLike)):
         return _read_file(pathlib.Path(source), kind, what, max_bytes)
     raise MediaError(f"[{kind}] {what}: not a media source: give a path, bytes, or a data URL "
