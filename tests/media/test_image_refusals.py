@@ -109,3 +109,22 @@ def test_preprocess_refusals():
     with pytest.raises(MediaError, match=r"an image of mode RGBA with do_convert_rgb false: expected an RGB image"):
         preprocess_image(image.convert("RGBA"), raw)
     assert preprocess_image(image, raw).pixel_values.dtype == np.float32
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Pillow warns of each bad TIFF tag it skips
+def test_damaged_files_are_refused_as_media_errors():
+    """Bytes of valid files overwritten or cut at random (seeded): whatever Pillow's decoders
+    raise on them, the caller gets a MediaError, never a bare OSError or a crash."""
+    rng = np.random.default_rng(20261205)
+    for case in ("gradient_png", "shapes_jpeg", "gif", "bmp", "tiff", "palette_transparent_png", "exif_rotated_jpeg"):
+        data = CASES[case]()
+        for _ in range(40):
+            damaged = bytearray(data)
+            for at in rng.integers(0, min(len(data), 400), rng.integers(1, 8)):
+                damaged[at] = rng.integers(0, 256)
+            if rng.random() < 0.3:
+                damaged = damaged[:rng.integers(1, len(damaged))]
+            try:
+                load_image(bytes(damaged))
+            except MediaError as e:
+                assert str(e).startswith("[image] the bytes given: ")

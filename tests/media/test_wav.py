@@ -99,3 +99,21 @@ def test_limits_and_remote_urls():
     with pytest.raises(MediaError, match=r"\[audio\] the data URL 'data:image/png;base64,...' \(\d+ characters\): "
                                          r"holds 'image/png', not audio data"):
         decode_wav("data:image/png;base64,AAAA")
+
+
+def test_damaged_files_are_refused_as_media_errors():
+    """Header bytes overwritten or the file cut at random (seeded): wave's RuntimeError,
+    EOFError and the rest reach the caller as a MediaError."""
+    rng = np.random.default_rng(20261205)
+    for width in (1, 2, 3, 4):
+        data = wav_bytes(np.full((500, 2), 128 if width == 1 else 0), 16_000, width)
+        for _ in range(100):
+            damaged = bytearray(data)
+            for at in rng.integers(0, 60, rng.integers(1, 6)):
+                damaged[at] = rng.integers(0, 256)
+            if rng.random() < 0.3:
+                damaged = damaged[:rng.integers(1, len(damaged))]
+            try:
+                decode_wav(bytes(damaged))
+            except MediaError as e:
+                assert str(e).startswith("[audio] the bytes given: ")

@@ -30,13 +30,17 @@ def load_image(source, limits: MediaLimits | None = None) -> Image.Image:
     except UnidentifiedImageError:
         raise MediaError(f"[image] {what}: not an image Pillow can read (PNG, JPEG, GIF, WebP, BMP, TIFF, ...): "
                          "check the file, or convert it to PNG or JPEG") from None
+    except OSError as e:  # a format recognized, its header not understood
+        raise MediaError(f"[image] {what}: corrupt ({e}): its header cannot be read") from None
     with image:
         if image.width * image.height > limits.max_image_pixels:
             raise _too_many_pixels(what, image.size, limits)
         try:
             image.load()
             return ImageOps.exif_transpose(image).convert("RGB")
-        except (OSError, ValueError, SyntaxError) as e:  # what Pillow's decoders raise on bad data
+        except MemoryError:
+            raise
+        except Exception as e:  # Pillow's decoders raise OSError, ValueError, SyntaxError, struct.error ... on bad data
             raise MediaError(f"[image] {what}: corrupt or truncated ({e}): the {image.format or 'image'} "
                              f"header says {image.width}x{image.height} but its data cannot be decoded") from None
 

@@ -12,6 +12,7 @@ files (3.12's reads extensible PCM): those are refused by name.
 from __future__ import annotations
 
 import io
+import struct
 import wave
 from dataclasses import dataclass
 from typing import Mapping
@@ -49,6 +50,8 @@ def decode_wav(source, limits: MediaLimits | None = None) -> Audio:
     try:
         with wave.open(io.BytesIO(data)) as w:
             channels, width, rate, frames = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+            if width not in (1, 2, 3, 4):
+                raise MediaError(f"[audio] {what}: {8 * width}-bit samples: expected 8, 16, 24 or 32")
             if not MIN_RATE <= rate <= MAX_RATE:
                 raise MediaError(f"[audio] {what}: a sample rate of {rate} Hz: expected {MIN_RATE} to {MAX_RATE}")
             if frames > limits.max_audio_seconds * rate:
@@ -56,9 +59,11 @@ def decode_wav(source, limits: MediaLimits | None = None) -> Audio:
                                  f"{limits.max_audio_seconds:g} s (MediaLimits.max_audio_seconds; Gemma 3n hears "
                                  "30 s a clip): cut it into shorter clips")
             raw = w.readframes(frames)
-    except (wave.Error, EOFError) as e:
-        raise MediaError(f"[audio] {what}: not a WAV file metalkv can read (wave: {e}): expected integer PCM "
-                         f"of 8, 16, 24 or 32 bits; {_CONVERT}") from None
+    except MediaError:
+        raise
+    except (wave.Error, EOFError, RuntimeError, ValueError, struct.error) as e:  # wave's ways of failing on bad data
+        raise MediaError(f"[audio] {what}: not a WAV file metalkv can read (wave: {str(e) or type(e).__name__}): "
+                         f"expected integer PCM of 8, 16, 24 or 32 bits; {_CONVERT}") from None
     got = len(raw) // (width * channels)
     if got < frames:
         raise MediaError(f"[audio] {what}: truncated: its header says {frames:,} frames, it holds {got:,}")
