@@ -20,11 +20,11 @@ from ._core import device_kinds as _device_kinds
 from ._device import open_device
 from .constrain import Grammar
 from .engine import Engine, Sampling
-from .errors import ArgumentError, CacheFileError, ModelLoadError
+from .errors import ArgumentError, CacheFileError, MediaError, ModelLoadError
 
 __all__ = [
     "ArgumentError", "BlitEncoder", "CacheFileError", "Buffer", "CommandBuffer", "ComputeEncoder", "Device", "Engine", "GpuError",
-    "Grammar", "KVCache", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
+    "Grammar", "KVCache", "MediaError", "ModelLoadError", "Pipeline", "Sampling", "device", "devices",
 ]
 __version__ = _metadata.version("metalkv")  # pyproject.toml is the one place it is written
 

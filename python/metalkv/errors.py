@@ -7,6 +7,8 @@
     ModelLoadError  a model file that cannot be found, read or understood.
     CacheFileError  a saved KV cache that cannot be read, or belongs to another
                     model or format version (metalkv.cache_file).
+    MediaError      an image or audio clip that cannot be used (metalkv.media): its
+                    message starts with [image] or [audio] and names what was given.
     MetalkvWarning  what metalkv warns of (an unsafe KV combination, matrices --quantize
                     left as they were): the CLI prints each as one line.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from ._core import ArgumentError
 from .models import ModelLoadError
 
-__all__ = ["ArgumentError", "CacheFileError", "MetalkvWarning", "ModelLoadError", "argument_error"]
+__all__ = ["ArgumentError", "CacheFileError", "MediaError", "MetalkvWarning", "ModelLoadError", "argument_error"]
 
 
 class MetalkvWarning(UserWarning):
@@ -25,6 +27,12 @@ class MetalkvWarning(UserWarning):
 class CacheFileError(ValueError):
     """A saved cache file that cannot be used: missing, truncated, corrupt, from
     another model, or of a format version this metalkv does not read."""
+
+
+class MediaError(ValueError):
+    """An image or audio clip that cannot be used: the message starts with `[image]` or `[audio]`,
+    names what was given (a path, a data URL, bytes), says what was wrong and what to do (a
+    server answers it with a 400)."""
 
 
 def argument_error(op: str, name: str, value, expected: str) -> ArgumentError:
