@@ -108,9 +108,8 @@ class Engine:
         speculate='draft': its greedy ids are proposed and the model verifies them, the reply the
         same as without it (greedy) or drawn from the same distribution (sampled)
         (docs/SPECULATIVE.md); its tokenizer must map every id to the same token.
-        kv_share: {reader: source} layers, added to the model's own (Gemma 3n's last layers): a reader
-        stores no K and V and attends over its source's (docs/KV_CACHE.md "KV sharing"); kv_k/kv_v
-        lists and layer indices then count the layers that store K and V."""
+        kv_share: {reader: source} layers, added to the model's own (Gemma 3n's): a reader stores no K
+        and V, attends over its source's; kv_k/kv_v lists count the storing layers (docs/KV_CACHE.md)."""
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)

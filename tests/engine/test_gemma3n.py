@@ -29,7 +29,7 @@ from . import tiny_hf  # noqa: E402
 from .test_gguf_vs_hf import write_gguf_from_hf  # noqa: E402
 from .test_parity_transformers import (CONTEXT, N_GREEDY, N_PROMPT, SPLITS, Bounds, prompt,  # noqa: E402
                                        where)
-from .test_parity_transformers import greedy_case  # noqa: E402,F401  (the fixture, over this module's refs)
+from .test_parity_transformers import bounds, greedy_case  # noqa: E402,F401  (fixtures, over this module's refs)
 from devices import TEST_DEVICE  # tests/ is on sys.path  # noqa: E402
 
 NAMES = tiny_hf.GEMMA3N_NAMES
@@ -50,18 +50,6 @@ def engines(refs):
             cache[name, prefill_chunk] = metalkv.Engine.load(refs[name].path, device=TEST_DEVICE, context=CONTEXT,
                                                              prefill_chunk=prefill_chunk, progress=False)
         return cache[name, prefill_chunk]
-
-    return get
-
-
-@pytest.fixture(scope="module")
-def bounds(refs):
-    memo = {}
-
-    def get(name: str) -> Bounds:
-        if name not in memo:
-            memo[name] = Bounds(refs[name], prompt(name))
-        return memo[name]
 
     return get
 

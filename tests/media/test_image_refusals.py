@@ -14,15 +14,10 @@ from .drawn import CASES, data_url, gradient, png_claiming
 
 
 @pytest.mark.parametrize("url", ["https://example.com/cat.png", "HTTP://example.com/cat.png"])
-def test_remote_urls_are_refused_naming_the_option(url):
-    with pytest.raises(MediaError, match=r"\[image\] .*: a remote URL, and metalkv does not fetch media unless "
-                                         r"allowed \(allow_remote_media=True, CLI --allow-remote-media\)"):
+def test_remote_urls_are_refused(url):
+    with pytest.raises(MediaError, match=r"\[image\] .*: a remote URL, and metalkv fetches no media: download the "
+                                         r"file and give its local path or a data URL"):
         load_image(url)
-
-
-def test_remote_urls_are_not_fetched_even_when_allowed():
-    with pytest.raises(MediaError, match=r"fetching remote media is not implemented yet; download the file"):
-        load_image("https://example.com/cat.png", MediaLimits(allow_remote_media=True))
 
 
 def test_missing_file_and_directory(tmp_path):

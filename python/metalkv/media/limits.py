@@ -2,7 +2,6 @@
 
     MediaLimits()                                   the defaults below
     MediaLimits(max_audio_seconds=10)               stricter for a server
-    MediaLimits(allow_remote_media=True)            the CLI's --allow-remote-media
 """
 from __future__ import annotations
 
@@ -23,8 +22,6 @@ class MediaLimits:
     # Gemma 3n's: its feature extractor keeps the first 480,000 samples at 16 kHz and its prompt
     # holds 188 audio tokens, as many as 30 s give; metalkv refuses longer clips rather than cut them.
     max_audio_seconds: float = 30.0
-    # Fetching is not implemented: with this on, a remote URL is refused as not implemented yet.
-    allow_remote_media: bool = False
 
     def __post_init__(self):
         for name in ("max_image_bytes", "max_image_pixels", "max_audio_bytes"):
@@ -34,5 +31,3 @@ class MediaLimits:
         s = self.max_audio_seconds
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
             raise argument_error("media", "max_audio_seconds", s, "a positive number of seconds")
-        if not isinstance(self.allow_remote_media, bool):
-            raise argument_error("media", "allow_remote_media", self.allow_remote_media, "True or False")

@@ -54,7 +54,7 @@ def read_source(source, kind: str, limits: MediaLimits) -> bytes:
     if isinstance(source, str) and source[:5].lower() == "data:":
         return _data_url(source, kind, what, max_bytes)
     if isinstance(source, str) and source.lower().startswith(_REMOTE):
-        raise _remote(kind, what, limits)
+        raise _remote(kind, what)
     if isinstance(source, str) and len(source) > 1024:  # no path is this long: base64 sent bare, most likely
         raise MediaError(f"[{kind}] {what}: not a path nor a data URL; to send the file itself, give its bytes "
                          f"or a data URL ('data:{kind}/...;base64,' before the base64)")
@@ -99,9 +99,6 @@ def _too_big(kind: str, what: str, size: int, max_bytes: int) -> MediaError:
                       f"(MediaLimits.{option}): send a smaller file or raise the limit")
 
 
-def _remote(kind: str, what: str, limits: MediaLimits) -> MediaError:
-    if limits.allow_remote_media:
-        return MediaError(f"[{kind}] {what}: fetching remote media is not implemented yet; "
-                          "download the file and give its path or a data URL")
-    return MediaError(f"[{kind}] {what}: a remote URL, and metalkv does not fetch media unless allowed "
-                      "(allow_remote_media=True, CLI --allow-remote-media): give a local path or a data URL")
+def _remote(kind: str, what: str) -> MediaError:
+    return MediaError(f"[{kind}] {what}: a remote URL, and metalkv fetches no media: download the file and "
+                      "give its local path or a data URL")
