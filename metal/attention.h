@@ -169,3 +169,12 @@ inline float attn_finish_sink(float m, float l, float o, bool has_sink, float si
 inline float attn_finish(float m, float l, float o, bool has_sink, float sink) {
   return attn_finish_sink<false>(m, l, o, has_sink, sink);
 }
+
+// The last key the query at position qpos sees: its own (causal), or the
+// last of the bidirectional block that holds it. Non-decreasing in qpos (the
+// blocks are disjoint), so a tile's last query sees the tile's last key.
+inline int attn_prefill_row_hi(constant mkv_params::AttnPrefill& p, int qpos) {
+  for (uint i = 0; i < p.n_blocks; ++i)
+    if (qpos >= int(p.block_lo[i]) && qpos < int(p.block_hi[i])) return int(p.block_hi[i]) - 1;
+  return qpos;
+}

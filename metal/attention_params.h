@@ -171,6 +171,10 @@ struct AttnDecodeReduce {
   uint32_t has_sinks;
 };
 
+// Bidirectional blocks a prefill call may name (Gemma 3's images, a vision
+// tower's whole sequence): a query in block i sees every key of its block.
+MKV_CONSTANT uint32_t kAttnMaxBlocks = 8;
+
 // attn_prefill_*: n_queries queries at positions q_pos0 .. q_pos0 + n_queries - 1,
 // the cache holding n_tokens = q_pos0 + n_queries tokens. Grid:
 // (ceil(n_queries / queries_per_tile), n_kv_heads * head_blocks).
@@ -196,6 +200,12 @@ struct AttnPrefill {
   // 1: also write every visible key's scaled logit (after softcap, natural
   // domain) to buffer 7, (n_queries, n_q_heads, q_pos0 + n_queries) float.
   uint32_t logits;
+  // Bidirectional blocks, sorted and disjoint, within [0, n_tokens): a query at
+  // a position in [block_lo[i], block_hi[i]) sees keys up to block_hi[i] - 1
+  // (and its window's start as ever); other queries are causal.
+  uint32_t n_blocks;
+  uint32_t block_lo[kAttnMaxBlocks];
+  uint32_t block_hi[kAttnMaxBlocks];
 };
 
 // attn_scores_stats / attn_scores_add (attention_scores.metal): an eviction
@@ -247,5 +257,5 @@ static_assert(sizeof(mkv_params::AttnScores) == 32, "AttnScores params layout");
 static_assert(sizeof(mkv_params::AttnScoresApply) == 28, "AttnScoresApply params layout");
 static_assert(sizeof(mkv_params::AttnDecode) == 76, "AttnDecode params layout");
 static_assert(sizeof(mkv_params::AttnDecodeReduce) == 12, "AttnDecodeReduce params layout");
-static_assert(sizeof(mkv_params::AttnPrefill) == 76, "AttnPrefill params layout");
+static_assert(sizeof(mkv_params::AttnPrefill) == 80 + 8 * mkv_params::kAttnMaxBlocks, "AttnPrefill params layout");
 #endif

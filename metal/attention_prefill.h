@@ -88,7 +88,7 @@ template <bool Quant>
 inline AttnTileKeys attn_prefill_tile_keys(constant mkv_params::AttnPrefill& p, uint qi0, uint n) {
   AttnTileKeys t;
   const int first_q = int(p.q_pos0 + qi0);
-  t.k_hi = first_q + int(n) - 1;
+  t.k_hi = attn_prefill_row_hi(p, first_q + int(n) - 1);
   t.k_lo = p.window > 0 ? max(0, first_q - int(p.window) + 1) : 0;
   t.res = Quant && p.residual > 0;  // uniform
   t.s_first = t.res ? int(mkv_params::attn_ring_start(uint(first_q), p.residual, p.ring_lo)) : t.k_hi + 1;
@@ -143,7 +143,7 @@ inline void attn_prefill_body(constant mkv_params::AttnPrefill& p,
     if (row < n_rows) {
       const uint qi = qi0 + row / g;
       const int qpos = int(p.q_pos0 + qi);
-      hi[j] = qpos;
+      hi[j] = attn_prefill_row_hi(p, qpos);
       lo[j] = window > 0 ? max(0, qpos - window + 1) : 0;
       load_q_slice<D>(q + (qi * p.n_q_heads + head0 + row % g) * D, lane, st.q[j]);
     }

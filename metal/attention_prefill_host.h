@@ -157,6 +157,7 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
   if (qi >= p.n_queries) return;  // no collective below: a finished lane is fine
   const int qpos = int(p.q_pos0 + qi);
   const int lo = p.window > 0 ? max(0, qpos - int(p.window) + 1) : 0;
+  const int hi = attn_prefill_row_hi(p, qpos);  // (attention.h)
 
   AttnRows<D, HR> st;
   attn_rows_init(st);
@@ -167,7 +168,7 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
   const bool res = Quant && p.residual > 0;
   const device half* ring_k = (const device half*)ring;
   const device half* ring_v = ring_k + p.ring_slots * p.n_kv_heads * D;
-  const int ring_from = res ? int(mkv_params::attn_ring_start(uint(qpos), p.residual, p.ring_lo)) : qpos + 1;
+  const int ring_from = res ? int(mkv_params::attn_ring_start(uint(hi), p.residual, p.ring_lo)) : hi + 1;
   const uint n_tokens = p.q_pos0 + p.n_queries;
 
   float4 kt[D];    // K of the block's 4 keys, element-major
@@ -175,7 +176,7 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
   for (uint pass = 0; pass < (res ? 2u : 1u); ++pass) {
     const bool from_ring = pass == 1;
     const int plo = from_ring ? max(lo, ring_from) : lo;
-    const int phi = from_ring ? qpos : min(qpos, ring_from - 1);
+    const int phi = from_ring ? hi : min(hi, ring_from - 1);
     for (int kp = plo & ~3; kp <= phi; kp += 4) {
       attn_prefill_host_load_t<Quant, D>(p, kv, p.k_format, table, ring_k, from_ring, kv_head, kp, plo, phi, kt);
       float4 s[HR];

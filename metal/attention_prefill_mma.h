@@ -65,8 +65,9 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     qb0[j] = qi0 + (b % qblocks) * 8;
     const uint qi = qb0[j] + r;
     const bool live = used[j] && qi < p.n_queries;
-    hi[j] = live ? int(p.q_pos0 + qi) : -1;
-    lo[j] = live ? (window > 0 ? max(0, hi[j] - window + 1) : 0) : 0;
+    const int qpos = int(p.q_pos0 + qi);
+    hi[j] = live ? attn_prefill_row_hi(p, qpos) : -1;
+    lo[j] = live ? (window > 0 ? max(0, qpos - window + 1) : 0) : 0;
     m[j] = -INFINITY;
     l[j] = 0.0f;
     for (uint d = 0; d < D8; ++d) {

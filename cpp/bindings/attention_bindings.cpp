@@ -3,6 +3,7 @@
 // buffer, commits and waits.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -210,11 +211,13 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          const std::optional<BufferPtr>& sinks, size_t kv_offset, const std::string& kv_k,
          const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual, uint32_t ring_slots,
          uint32_t ring_lo, const std::optional<BufferPtr>& logits, const std::optional<BufferPtr>& scores,
-         uint32_t score_rows_from, uint32_t score_stride, const std::string& variant) {
+         uint32_t score_rows_from, uint32_t score_stride, const std::string& variant,
+         const std::vector<std::pair<uint32_t, uint32_t>>& blocks) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
                                          slots, window, scale, softcap, sinks.has_value(), kv_k, kv_v);
         d.n_queries = n_queries;
         d.prefill_variant = variant;
+        for (const auto& [lo, hi] : blocks) d.blocks.push_back({lo, hi});
         set_window(d, ring, residual, ring_slots, ring_lo);
         d.logits = view(logits ? *logits : nullptr);
         const PolicyArgs pa{logits, scores, score_rows_from, score_stride};
@@ -231,11 +234,13 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
       "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0, "logits"_a = nb::none(),
       "scores"_a = nb::none(), "score_rows_from"_a = 0, "score_stride"_a = 0, "variant"_a = "",
+      "blocks"_a = std::vector<std::pair<uint32_t, uint32_t>>{},
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
       "q_pos0+n_queries-1 over the pool kv through table (as\n"
       "for decode), which already\n"
       "holds their keys (n_tokens = q_pos0 + n_queries), into out (n_queries, n_q_heads,\n"
-      "head_dim) f32. Causal; window > 0 adds the sliding-window mask. kv_k, kv_v, ring, residual,\n"
+      "head_dim) f32. Causal; window > 0 adds the sliding-window mask; blocks: [(lo, hi), ...]\n"
+      "bidirectional blocks of positions, a query in one seeing all of its block's keys. kv_k, kv_v, ring, residual,\n"
       "ring_slots, ring_lo: as for decode, each query with its own window start. logits ((n_queries, n_q_heads,\n"
       "n_tokens) f32), scores, score_rows_from (the first query row that adds), score_stride: as for decode.\n"
       "variant: the kernels' shape, '' (the device's), 'gpu' (the GPU's SIMD shape, also on the host), 'host'\n"

@@ -13,6 +13,7 @@
 
 #include "gpu/device.h"
 #include "kv/kv_cache.h"
+#include "model/weights.h"
 
 namespace mkv::bindings {
 
@@ -21,6 +22,12 @@ struct PyDevice {
   gpu::DevicePtr device;
   gpu::CommandQueuePtr queue;
   std::string fallback;  // why "auto" fell back to the host ("" if it did not)
+};
+
+// metalkv._core.Weights: tensors on a device until an Engine or a tower takes them.
+struct PyWeights {
+  PyDevice dev;
+  std::unique_ptr<model::Weights> weights;
 };
 
 // metalkv.KVCache: a cache on a device (which owns its token ids and chat).

@@ -31,11 +31,6 @@ namespace {
 
 using Bytes = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
-struct PyWeights {
-  PyDevice dev;
-  std::unique_ptr<model::Weights> weights;
-};
-
 // The engines alive, for Python's exit (bind_engine's atexit hook stops their scheduler
 // threads: one left running into the C runtime's exit would meet the host executor's
 // static thread pool being destroyed under it, and the process would hang).

@@ -5,23 +5,13 @@
 
 #include "metal/altup_params.h"
 #include "metal/linear_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
 
 constexpr const char* kKernels[] = {"altup_predict_f32", "altup_correct_f32", "altup_magnitude_f32",
                                     "altup_mean_f32",    "gaussian_topk_f32", "per_layer_gate_f32"};
-
-// One threadgroup per row: a GPU spreads the row over kRowSimds SIMD-groups;
-// fiber lanes (the host executor), where each collective is a rendezvous, one.
-uint32_t row_threads(gpu::Device& device) {
-  return 32 * (device.properties().lanes_are_fibers ? 1u : mkv_params::kRowSimds);
-}
-
-void dispatch_elements(gpu::ComputeEncoder& enc, uint64_t n) {
-  const uint32_t per_group = mkv_params::kElementThreads * mkv_params::kElementsPerThread;
-  enc.dispatch_threadgroups({ceil_div(n, per_group), 1, 1}, {mkv_params::kElementThreads, 1, 1});
-}
 
 void check_positive(const char* op, const char* what, uint64_t n) {
   if (n == 0) fail(op, std::string(what) + " must be positive");

@@ -157,6 +157,27 @@ void set_key_fields(Params& p, const AttentionDesc& d) {
   p.logits = d.logits.buffer ? 1 : 0;
 }
 
+// Prefill's bidirectional blocks into its arguments, checked.
+void set_blocks(const char* op, mkv_params::AttnPrefill& p, const AttentionDesc& d) {
+  if (d.blocks.size() > mkv_params::kAttnMaxBlocks)
+    fail(op, num(uint32_t(d.blocks.size())) + " bidirectional blocks; a call takes at most " +
+                 num(mkv_params::kAttnMaxBlocks));
+  if (!d.blocks.empty() && d.logits.buffer)
+    fail(op, "a policy's logits (h2o, snapkv) cannot be scored over bidirectional blocks");
+  uint32_t end = 0;
+  for (size_t i = 0; i < d.blocks.size(); ++i) {
+    const AttentionBlock& b = d.blocks[i];
+    if (b.lo >= b.hi || b.lo < end || b.hi > d.n_tokens)
+      fail(op, "bidirectional block " + num(uint32_t(i)) + " [" + num(b.lo) + ", " + num(b.hi) +
+                   ") is empty, overlaps the one before, or ends past n_tokens " + num(d.n_tokens) +
+                   " (its keys must all be stored)");
+    end = b.hi;
+    p.block_lo[i] = b.lo;
+    p.block_hi[i] = b.hi;
+  }
+  p.n_blocks = uint32_t(d.blocks.size());
+}
+
 // Query heads of one KV head, split into blocks of at most max_rows.
 void head_blocks(uint32_t group, uint32_t max_rows, uint32_t& per_block, uint32_t& blocks) {
   blocks = (group + max_rows - 1) / max_rows;
@@ -333,6 +354,7 @@ void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
                       const BufferView& q, const BufferView& kv, const BufferView& table,
                       const BufferView& out, const BufferView& sinks, const BufferView& scratch) {
   const char* op = kDecodeOp;
+  if (!d.blocks.empty()) fail(op, "bidirectional blocks are prefill's (a decode query sees the keys before it)");
   const AttentionDecodePlan plan = attention_decode_plan(dev, d);
   const uint64_t head_bytes = uint64_t(d.n_q_heads) * d.head_dim * 4;
   check_view(op, "q", q, head_bytes, 4);
@@ -440,6 +462,7 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   p.slots = d.slots;
   p.window = d.window;
   set_key_fields(p, d);
+  set_blocks(op, p, d);
   if (p.logits)
     check_view(op, "logits (n_queries, n_q_heads, n_tokens) float", d.logits,
                uint64_t(d.n_queries) * d.n_q_heads * d.n_tokens * 4, 4);

@@ -37,6 +37,11 @@ std::vector<uint32_t> attention_head_dims();
 // "32, 64, ... or 256", for error messages.
 std::string attention_head_dims_text();
 
+// A bidirectional block of positions [lo, hi) (AttentionDesc::blocks).
+struct AttentionBlock {
+  uint32_t lo = 0, hi = 0;
+};
+
 struct AttentionDesc {
   uint32_t n_q_heads = 0;
   uint32_t n_kv_heads = 0;   // divides n_q_heads (1: MQA)
@@ -83,6 +88,12 @@ struct AttentionDesc {
   // n_tokens) float (decode: log2 domain, prefill: natural), for
   // attention_scores. Empty: not written (nothing else changes).
   BufferView logits;
+  // Prefill: bidirectional blocks, sorted, disjoint, at most kAttnMaxBlocks
+  // (metal/attention_params.h), each ending at or before n_tokens: a query in
+  // one sees every key of its block, the later ones too (Gemma 3's image
+  // tokens; a vision tower's whole sequence). Decode, and a policy's logits,
+  // take none.
+  std::vector<AttentionBlock> blocks;
 };
 
 // Flash-decoding split-K, from the device. One threadgroup per (KV head,

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "metal/linear_params.h"
+#include "ops/launch.h"
 
 namespace mkv::ops {
 namespace {
@@ -19,11 +20,6 @@ void check_count(const char* op, const char* what, uint64_t n) {
   if (n == 0) fail(op, std::string(what) + " must be positive");
 }
 
-// add/scale/swiglu/geglu: kElementThreads threads x kElementsPerThread elements per group.
-void dispatch_elements(gpu::ComputeEncoder& enc, uint32_t n) {
-  const uint32_t per_group = mkv_params::kElementThreads * mkv_params::kElementsPerThread;
-  enc.dispatch_threadgroups({ceil_div(n, per_group), 1, 1}, {mkv_params::kElementThreads, 1, 1});
-}
 
 void gated(const char* op, gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate,
            const BufferView& up, const BufferView& out, uint32_t n) {

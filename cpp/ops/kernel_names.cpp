@@ -10,6 +10,7 @@
 #include "ops/linear.h"
 #include "ops/rope.h"
 #include "ops/sample.h"
+#include "ops/vision.h"
 
 namespace mkv::ops {
 
@@ -17,7 +18,7 @@ std::vector<std::string> op_kernel_names(gpu::Device& dev) {
   std::set<std::string> names;
   for (const auto& family : {attention_kernel_names(dev), linear_kernel_names(dev), elementwise_kernel_names(),
                              rope_kernel_names(), kv_store_kernel_names(), kv_evict_kernel_names(),
-                             sample_kernel_names(), altup_kernel_names()})
+                             sample_kernel_names(), altup_kernel_names(), vision_kernel_names()})
     names.insert(family.begin(), family.end());
   return {names.begin(), names.end()};
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "metal/linear_params.h"
+
 namespace mkv::ops {
 
 uint32_t device_wave(const gpu::Device& device, const gpu::Pipeline& pipeline, uint32_t threads,
@@ -15,6 +17,15 @@ uint32_t strided_threads(const gpu::Device& device, uint64_t items, uint32_t cap
   if (device.properties().lanes_are_fibers) return 1;
   const uint64_t simds = std::max<uint64_t>((items + 31) / 32, 1);
   return uint32_t(std::min<uint64_t>(cap, simds * 32));
+}
+
+uint32_t row_threads(const gpu::Device& device) {
+  return 32 * (device.properties().lanes_are_fibers ? 1u : mkv_params::kRowSimds);
+}
+
+void dispatch_elements(gpu::ComputeEncoder& enc, uint64_t n) {
+  const uint64_t per_group = mkv_params::kElementThreads * mkv_params::kElementsPerThread;
+  enc.dispatch_threadgroups({uint32_t((n + per_group - 1) / per_group), 1, 1}, {mkv_params::kElementThreads, 1, 1});
 }
 
 }  // namespace mkv::ops

@@ -24,4 +24,13 @@ uint32_t device_wave(const gpu::Device& device, const gpu::Pipeline& pipeline, u
 // hundred items are a few microseconds of one lane's work.
 uint32_t strided_threads(const gpu::Device& device, uint64_t items, uint32_t cap = 256);
 
+// Threads of a kernel that gives each row one threadgroup and sums over it
+// (metal/group_sum.h): kRowSimds SIMD-groups on a GPU; on fiber lanes, where
+// each collective is a rendezvous, one.
+uint32_t row_threads(const gpu::Device& device);
+
+// The grid of an elementwise kernel over n elements (MKV_FOR_EACH_ELEMENT):
+// kElementThreads threads x kElementsPerThread elements a threadgroup.
+void dispatch_elements(gpu::ComputeEncoder& enc, uint64_t n);
+
 }  // namespace mkv::ops

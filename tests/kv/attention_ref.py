@@ -59,8 +59,17 @@ def visible(key_pos: int, query_pos: int, window: int) -> bool:
     return True
 
 
+def last_key(query_pos: int, blocks=()) -> int:
+    """The last key position a query sees: its own, or its bidirectional block's last."""
+    for lo, hi in blocks:
+        if lo <= query_pos < hi:
+            return hi - 1
+    return query_pos
+
+
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos0: int, *, scale: float,
-              window: int = 0, softcap: float = 0.0, sinks: np.ndarray | None = None) -> np.ndarray:
+              window: int = 0, softcap: float = 0.0, sinks: np.ndarray | None = None,
+              blocks=()) -> np.ndarray:
     """Attention of queries q (n_q, n_q_heads, D) at positions q_pos0.. over keys
     and values k, v (n, n_kv_heads, D) at positions 0..n-1, in float64.
 
@@ -68,6 +77,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos0: int, *, scale
     softcap c > 0: s = c * tanh(s / c), before masking (Gemma 2).
     sinks (n_q_heads): a virtual key per head with logit sinks[h] and a zero
     value; it only adds exp(sinks[h] - m) to the softmax denominator (gpt-oss).
+    blocks [(lo, hi), ...]: a query in [lo, hi) also sees the keys after it up to hi - 1.
     """
     q = q.astype(np.float64)
     k = k.astype(np.float64)
@@ -78,7 +88,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos0: int, *, scale
     out = np.zeros((n_q, n_q_heads, d))
     for i in range(n_q):
         qpos = q_pos0 + i
-        mask = np.array([visible(p, qpos, window) for p in range(n)])
+        hi = last_key(qpos, blocks)
+        mask = np.array([p <= hi and visible(min(p, qpos), qpos, window) for p in range(n)])
         for h in range(n_q_heads):
             kvh = h // group
             s = (k[:, kvh, :] @ q[i, h]) * scale

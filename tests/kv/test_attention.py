@@ -80,7 +80,7 @@ def decode(dev, q, cache: Paged, *, n_tokens, window=0, softcap=0.0, sinks=None,
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
-def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, variant=""):
+def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, variant="", blocks=()):
     n_q, n_q_heads, d = q.shape
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(
@@ -88,7 +88,8 @@ def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, 
         n_q_heads=n_q_heads, n_kv_heads=cache.pool.shape[2], head_dim=d, n_queries=n_q, q_pos0=q_pos0,
         slots=cache.slots,
         window=window, softcap=softcap,
-        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)), variant=variant)
+        sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)), variant=variant,
+        blocks=list(blocks))
     return out.numpy().view(np.float32).reshape(q.shape).copy()
 
 

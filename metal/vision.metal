@@ -1,0 +1,8 @@
+// The vision towers' kernels (bodies in vision.h). The host functions that
+// build these names and geometries: cpp/ops/vision.cpp.
+#include "mkv_kernel.h"
+#include "vision.h"
+
+MKV_KERNEL("layer_norm_f32", layer_norm<float>)
+MKV_KERNEL("gelu_f32", gelu<float>)
+MKV_KERNEL("avg_pool_f32", avg_pool<float>)

@@ -1,0 +1,70 @@
+"""Tiny random Gemma3ForConditionalGeneration checkpoints, built offline by
+transformers: a SigLIP tower, the multimodal projector and a small Gemma 3 text
+model, saved as safetensors with the config.json the loaders read.
+
+Weights are drawn with a seed at scales that keep every layer's output O(1)
+(transformers' own init leaves the projector at zero), then rounded to values
+exact in float16, so a checkpoint saved in float32 computes the same in f16.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+# Vision sizes: "tiny" (head_dim 16, padded to 32 by the loader) and "d72" (SigLIP-so400m's
+# head_dim 72, padded to 80); both a 8x8 patch grid pooled 2x2 to 16 tokens.
+VISION = {
+    "tiny": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 image_size=32, patch_size=4, layer_norm_eps=1e-6),
+    "d72": dict(hidden_size=144, intermediate_size=160, num_hidden_layers=2, num_attention_heads=2,
+                image_size=56, patch_size=7, layer_norm_eps=1e-6),
+}
+TEXT = dict(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-6, sliding_window=16, query_pre_attn_scalar=64,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+            max_position_embeddings=512)
+IMAGE_TOKEN, BOI, EOI = 299, 297, 298
+TOKENS_PER_IMAGE = 16
+
+
+def config(vision: str = "tiny"):
+    from transformers import Gemma3Config
+    return Gemma3Config(text_config=dict(TEXT), vision_config=dict(VISION[vision]), mm_tokens_per_image=16,
+                        image_token_index=IMAGE_TOKEN, boi_token_index=BOI, eoi_token_index=EOI)
+
+
+def build(vision: str = "tiny", seed: int = 0):
+    """The model in float32, eager attention, weights at test scales, f16-exact."""
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config(vision)).eval().float()
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # norms and biases: (1 + w) norms near 1, LayerNorms near 1, biases small
+                offset = 1.0 if "layer_norm" in name or "post_layernorm" in name else 0.0
+                p.copy_(offset + 0.1 * torch.randn_like(p))
+            else:
+                fan_in = p.shape[0] if "mm_input_projection" in name else p[0].numel()
+                p.copy_(torch.randn_like(p) / fan_in ** 0.5)
+            p.copy_(p.half().float())
+    return model
+
+
+def save(model, d: pathlib.Path) -> pathlib.Path:
+    d.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    return d
+
+
+def image_features(model, pixel_values: np.ndarray) -> np.ndarray:
+    """transformers' soft tokens of the images: (n, 16, text hidden) float32."""
+    import torch
+    with torch.no_grad():
+        out = model.model.get_image_features(torch.from_numpy(pixel_values))
+    feats = out.pooler_output if hasattr(out, "pooler_output") else out
+    return feats.float().numpy()

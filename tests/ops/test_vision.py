@@ -1,0 +1,47 @@
+"""The vision towers' kernels (metal/vision.metal) against float64 numpy written
+from torch's definitions: LayerNorm with a bias (mean, biased variance), the
+tanh GELU, AvgPool2d over a channels-last patch grid. Rows run with one
+SIMD-group (the host's shape) and eight (a GPU's)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu.kernels import run
+
+from .reference import gelu_pytorch_tanh
+
+
+def params(*fields) -> bytes:
+    return b"".join(np.float32(f).tobytes() if isinstance(f, float) else np.uint32(f).tobytes() for f in fields)
+
+
+@pytest.mark.parametrize("simds", [1, 8])
+@pytest.mark.parametrize("dim", [1, 37, 1152])
+def test_layer_norm(dev, simds, dim):
+    rng = np.random.default_rng(dim)
+    rows, eps = 5, 1e-6
+    x = (rng.normal(size=(rows, dim)) * 3 + 7).astype(np.float32)  # a mean far from 0
+    w, b = rng.normal(size=dim).astype(np.float32), rng.normal(size=dim).astype(np.float32)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(-1, keepdims=True)
+    want = (x64 - mean) / np.sqrt(var + eps) * w + b
+    out = run(dev, "layer_norm_f32", [params(rows, dim, eps), x, w, b, np.zeros_like(x)], rows, 32 * simds)
+    np.testing.assert_allclose(out[4], want, rtol=2e-5, atol=2e-5)
+
+
+def test_gelu(dev):
+    x = np.linspace(-12, 12, 5003, dtype=np.float32)
+    out = run(dev, "gelu_f32", [params(x.size, 0.0), x.copy()], -(-x.size // 2048), 256)
+    np.testing.assert_allclose(out[1], gelu_pytorch_tanh(x.astype(np.float64)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_images,side,k,channels", [(1, 8, 2, 3), (2, 12, 4, 5), (1, 64, 4, 16)])
+def test_avg_pool(dev, n_images, side, k, channels):
+    rng = np.random.default_rng(side)
+    x = rng.normal(size=(n_images, side, side, channels)).astype(np.float32)
+    o = side // k
+    want = x.astype(np.float64).reshape(n_images, o, k, o, k, channels).mean(axis=(2, 4))
+    out = np.zeros((n_images, o, o, channels), np.float32)
+    got = run(dev, "avg_pool_f32", [params(n_images, side, k, channels), x, out], -(-out.size // 256), 256)
+    np.testing.assert_allclose(got[2], want, rtol=1e-6, atol=1e-6)
