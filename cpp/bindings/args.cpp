@@ -102,20 +102,42 @@ std::vector<std::pair<int32_t, float>> logit_bias_arg(nb::handle bias) {
   return out;
 }
 
-std::vector<int32_t> token_ids_arg(nb::handle ids, uint32_t vocab) {
+std::vector<int32_t> token_ids_arg(nb::handle ids, uint32_t vocab, bool check) {
   using Ids64 = nb::ndarray<nb::ro, int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
   using Ids32 = nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
   Ids64 a;
   Ids32 b;
   if (nb::try_cast(ids, a, /*convert=*/false)) {
-    engine::check_token_ids(a.data(), a.shape(0), vocab);
+    if (check) engine::check_token_ids(a.data(), a.shape(0), vocab);
+    for (size_t i = 0; !check && i < a.shape(0); ++i)
+      if (a.data()[i] < std::numeric_limits<int32_t>::min() || a.data()[i] > std::numeric_limits<int32_t>::max())
+        throw gpu::ArgumentError("engine", "token_ids", "token id " + std::to_string(a.data()[i]) + " at index " +
+                                                            std::to_string(i) + " does not fit int32");
     return std::vector<int32_t>(a.data(), a.data() + a.shape(0));
   }
   if (nb::try_cast(ids, b, /*convert=*/false)) {
-    engine::check_token_ids(b.data(), b.shape(0), vocab);
+    if (check) engine::check_token_ids(b.data(), b.shape(0), vocab);
     return std::vector<int32_t>(b.data(), b.data() + b.shape(0));
   }
   throw gpu::ArgumentError("engine", "token_ids", "token ids must be a contiguous 1-D int64 or int32 array");
+}
+
+std::shared_ptr<const engine::Media> media_arg(nb::handle media) {
+  if (media.is_none()) return nullptr;
+  using Rows = nb::ndarray<nb::ro, float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+  auto m = std::make_shared<engine::Media>();
+  nb::tuple t;
+  Rows rows;
+  if (!nb::try_cast(media, t) || t.size() != 2 || !nb::try_cast(t[1], rows, /*convert=*/false))
+    throw gpu::ArgumentError("generate", "media", "(spans, rows): rows a C-contiguous 2-D float32 array");
+  for (nb::handle span : nb::iter(t[0])) {
+    const nb::tuple st = nb::cast<nb::tuple>(span);
+    if (st.size() != 3) throw gpu::ArgumentError("generate", "media", "each span is (start, length, bidirectional)");
+    m->spans.push_back({nb::cast<uint32_t>(st[0]), nb::cast<uint32_t>(st[1]), nb::cast<bool>(st[2])});
+  }
+  m->hidden = uint32_t(rows.shape(1));
+  m->rows.assign(rows.data(), rows.data() + rows.shape(0) * rows.shape(1));
+  return m;
 }
 
 void register_argument_error(nb::module_& m) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/media.h"
 
 namespace mkv::bindings {
 
@@ -41,7 +42,13 @@ std::shared_ptr<engine::Constraint> constraint_arg(nanobind::handle h);
 void release_pending();
 
 // Token ids: a 1-D sequence of ints, each inside the vocabulary.
-std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab);
+// check false (a prompt with media, whose ids Engine checks around the media's
+// keys): only that each id fits int32.
+std::vector<int32_t> token_ids_arg(nanobind::handle ids, uint32_t vocab, bool check = true);
+
+// A prompt's media: None, or (spans [(start, length, bidirectional), ...], rows
+// (n, hidden) float32 C-contiguous); engine::Media::check owns the rest.
+std::shared_ptr<const engine::Media> media_arg(nanobind::handle media);
 
 // Python's metalkv.ArgumentError (a ValueError with .argument, .value,
 // .expected) for C++'s gpu::ArgumentError; registered by bind_gpu.

@@ -401,18 +401,20 @@ void bind_engine(nb::module_& m, nb::module_&) {
       .def(
           "submit_logits",
           [](nb::handle self, PyKVCache& c, nb::handle ids, PyChannel* channel, uint32_t hold_at_step,
-             bool ephemeral) {
+             bool ephemeral, nb::handle media) {
             PyEngine& e = nb::cast<PyEngine&>(self);
-            std::vector<int32_t> fed = token_ids_arg(ids, e.engine->model().spec().vocab);
             engine::GenerateOptions o;
+            o.media = media_arg(media);
+            std::vector<int32_t> fed = token_ids_arg(ids, e.engine->model().spec().vocab, !o.media);
             o.hold_at_step = hold_at_step;
             o.ephemeral = ephemeral;
             auto r = e.engine->submit_logits(*c.cache, std::move(fed), o, channel_arg(channel));
             return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
           },
           "cache"_a, "ids"_a, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0, "ephemeral"_a = false,
+          "media"_a.none() = nb::none(),
           "Queues a logits call: ids (int64, 1-D) fed after what the cache holds; the request's logits() are then\n"
-          "(n, vocab) float32.")
+          "(n, vocab) float32. media: as for submit.")
       .def(
           "submit",
           [](nb::handle self, PyKVCache& c, nb::handle prompt, nb::handle max_tokens, nb::handle temperature,
@@ -420,7 +422,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
              nb::handle presence_penalty, nb::handle frequency_penalty, nb::handle seed,
              const std::vector<int32_t>& stop_ids, std::optional<uint32_t> keep, bool paced, bool prefix_cache,
              PyChannel* channel, uint32_t hold_at_step, bool ephemeral, bool keep_logits, nb::handle logprobs,
-             nb::handle speculate, nb::handle draft_tokens, nb::handle logit_bias, nb::handle constraint) {
+             nb::handle speculate, nb::handle draft_tokens, nb::handle logit_bias, nb::handle constraint,
+             nb::handle media) {
             PyEngine& e = nb::cast<PyEngine&>(self);
             engine::GenerateOptions o = generate_options(max_tokens, temperature, top_k, top_p, min_p,
                                                          repetition_penalty, presence_penalty, frequency_penalty,
@@ -434,7 +437,8 @@ void bind_engine(nb::module_& m, nb::module_&) {
             o.hold_at_step = hold_at_step;
             o.ephemeral = ephemeral;
             o.keep_logits = keep_logits;
-            std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab);
+            o.media = media_arg(media);
+            std::vector<int32_t> ids = token_ids_arg(prompt, e.engine->model().spec().vocab, !o.media);
             auto r = e.engine->submit(*c.cache, std::move(ids), o, channel_arg(channel));
             return PyRequest{r, nb::borrow(nb::find(&c)), nb::borrow(self)};
           },
@@ -444,7 +448,7 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "paced"_a = false, "prefix_cache"_a = true, "channel"_a.none() = nb::none(), "hold_at_step"_a = 0,
           "ephemeral"_a = false, "keep_logits"_a = false, "logprobs"_a.none() = nb::none(),
           "speculate"_a.none() = nb::none(), "draft_tokens"_a.none() = nb::none(),
-          "logit_bias"_a.none() = nb::none(), "constraint"_a.none() = nb::none(),
+          "logit_bias"_a.none() = nb::none(), "constraint"_a.none() = nb::none(), "media"_a.none() = nb::none(),
           "Checks and queues a generate call; returns its Request at once. It rolls the cache back to `keep`\n"
           "tokens (None: keeps all), feeds the prompt (int64 ids), samples up to max_tokens ids (a stop id ends\n"
           "it, not returned). paced: the caller reads ids as they come (take), and the engine stays at most a\n"
@@ -463,7 +467,10 @@ void bind_engine(nb::module_& m, nb::module_&) {
           "no penalties; greedy, the ids and logits are those without it; sampled, the same distribution\n"
           "(docs/SPECULATIVE.md). logit_bias ({id: bias}, OpenAI's, bias in [-100, 100]): added to those logits\n"
           "after the penalties. constraint (a metalkv._core.Constraint): only the ids it allows are sampled, and\n"
-          "the call ends when it is done (docs/CONSTRAINED.md).")
+          "the call ends when it is done (docs/CONSTRAINED.md). media: None, or (spans, rows): the prompt's soft\n"
+          "tokens (docs/MULTIMODAL.md), spans [(start, length, bidirectional), ...] of prompt indices whose rows\n"
+          "(rows (n, hidden) float32, the spans' in order) replace their ids' embeddings; a span's ids are its\n"
+          "prefix-cache keys (any int32); a bidirectional span's tokens see each other (Gemma 3's images).")
       .def_prop_ro("queued", [](const PyEngine& e) { return e.engine->scheduler().queued(); },
                    "Calls waiting for admission (max_seqs running, or the KV pool without room).")
       .def_prop_ro("running", [](const PyEngine& e) { return e.engine->scheduler().running(); })

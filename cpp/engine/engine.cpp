@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/media.h"
 #include "metal/sample_params.h"
 #include "ops/elementwise.h"
 
@@ -130,6 +131,19 @@ void Engine::check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) con
                                    "Engine.load(context=...)) or a shorter prompt");
 }
 
+void Engine::check_media(const kv::KvCache& cache, const std::vector<int32_t>& prompt, const Media* media) const {
+  check_prompt_ids(prompt, model_->spec().vocab, media);
+  if (!media) return;
+  media->check(prompt.size(), model_->spec().hidden, chunk_cap(cache, options_.prefill_chunk));
+  const bool blocks = std::any_of(media->spans.begin(), media->spans.end(), [](const MediaSpan& s) {
+    return s.bidirectional;
+  });
+  if (blocks && cache.spec().policy.kind != kv::PolicyKind::none)
+    throw gpu::ArgumentError("generate", "media",
+                             "an image whose tokens see each other (Gemma 3) needs a cache without an eviction "
+                             "policy (kv_policy)");
+}
+
 std::shared_ptr<Request> Engine::queue(Job job, std::shared_ptr<Channel> channel) {
   if (!channel) channel = std::make_shared<Channel>();
   job.request = std::make_shared<Request>(std::move(channel), scheduler_->wakeup());
@@ -141,7 +155,7 @@ std::shared_ptr<Request> Engine::queue(Job job, std::shared_ptr<Channel> channel
 std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t> prompt, const GenerateOptions& o,
                                         std::shared_ptr<Channel> channel) {
   check_generate_options(o);
-  check_token_ids(prompt.data(), prompt.size(), model_->spec().vocab);
+  check_media(cache, prompt, o.media.get());
   check_logit_bias(o.logit_bias, model_->spec().vocab);
   check_room(cache, o.keep.value_or(cache.length(0)), uint32_t(prompt.size()));
   if (o.speculate == Speculate::draft && !scheduler_->has_draft())
@@ -156,12 +170,13 @@ std::shared_ptr<Request> Engine::submit(kv::KvCache& cache, std::vector<int32_t>
 
 std::shared_ptr<Request> Engine::submit_logits(kv::KvCache& cache, std::vector<int32_t> ids,
                                                const GenerateOptions& options, std::shared_ptr<Channel> channel) {
-  check_token_ids(ids.data(), ids.size(), model_->spec().vocab);
+  check_media(cache, ids, options.media.get());
   check_room(cache, cache.length(0), uint32_t(ids.size()));
   Job job;
   job.cache = &cache;
   job.prompt = std::move(ids);
   job.logits = true;
+  job.options.media = options.media;
   job.options.hold_at_step = options.hold_at_step;
   job.options.ephemeral = options.ephemeral;
   return queue(std::move(job), std::move(channel));

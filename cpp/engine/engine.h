@@ -125,6 +125,8 @@ class Engine {
   void stop() { scheduler_->stop(); }
 
  private:
+  // The prompt's ids and its media (engine/media.h; null: none), for this cache.
+  void check_media(const kv::KvCache& cache, const std::vector<int32_t>& prompt, const Media* media) const;
   void check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) const;
   std::shared_ptr<Request> queue(Job job, std::shared_ptr<Channel> channel);
 

@@ -33,6 +33,8 @@
 
 namespace mkv::engine {
 
+struct Media;  // engine/media.h
+
 // Wakes whoever waits on a group of requests (one generate call of a list).
 class Channel {
  public:
@@ -77,6 +79,8 @@ struct GenerateOptions {
   std::shared_ptr<Constraint> constraint;
   bool ephemeral = false;            // the cache is the call's alone: emptied when it ends (its
                                      // blocks go back at once, for the calls waiting for them)
+  // Soft tokens of the prompt (engine/media.h): its images' or clips' rows. Null: none.
+  std::shared_ptr<const Media> media;
   // Tests: the scheduler holds the call before its k-th step (1 = the first)
   // until the caller resumes, cancels or aborts it, so a test can act at a
   // chosen point of a call that otherwise runs on its own thread. 0: never.

@@ -76,6 +76,11 @@ struct Job {
   bool logits = false;  // a logits call: every row's logits, no sampling
 };
 
+// Most prompt tokens one step may store in this cache: prefill_chunk, or a
+// sliding layer's or an eviction policy's max_chunk (the one rule; Engine's
+// checks of a prompt's images read it too).
+uint32_t chunk_cap(const kv::KvCache& cache, uint32_t prefill_chunk);
+
 class Scheduler {
  public:
   // draft: a draft model for Speculate::draft calls (nullptr: none).
@@ -137,6 +142,7 @@ class Scheduler {
   void preempt(Running& r);
   void choose_rows(StepPlan& plan);
   void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
+  uint32_t media_chunk(const Running& r, uint32_t take) const;
   uint32_t propose(Running& r, uint32_t spare, uint64_t unread);
   // Constrained decoding (scheduler_plan.cpp): the words of one mask row, and
   // the step's masks, computed while its forward pass runs (StepRunner's hook).

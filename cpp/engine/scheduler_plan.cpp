@@ -3,12 +3,11 @@
 #include <algorithm>
 
 #include "engine/lookup.h"
+#include "engine/media.h"
 #include "engine/scheduler_running.h"
 
 namespace mkv::engine {
-namespace {
 
-// Most prompt tokens one store may put in this cache (a sliding layer takes max_chunk).
 uint32_t chunk_cap(const kv::KvCache& cache, uint32_t prefill_chunk) {
   uint32_t cap = prefill_chunk;
   for (uint32_t w : cache.spec().windows)
@@ -16,6 +15,8 @@ uint32_t chunk_cap(const kv::KvCache& cache, uint32_t prefill_chunk) {
   if (cache.spec().policy.kind != kv::PolicyKind::none) cap = std::min(cap, cache.spec().max_chunk);
   return cap;
 }
+
+namespace {
 
 // The next prompt chunk of a job with `rem` tokens left, under `limit` (its
 // cap and the step's budget): never a one-token chunk of a longer prompt, so
@@ -115,8 +116,9 @@ void Scheduler::choose_rows(StepPlan& plan) {
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::prefill || !r.job.logits || r.holding()) continue;
-    const uint32_t take = prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk),
-                                       std::min(runner_.step_rows(), runner_.logit_rows()));
+    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk),
+                                                      std::min(runner_.step_rows(), runner_.logit_rows())));
+    if (take == 0) continue;
     add_part(plan, r, take, model::Logits::all);
     return;
   }
@@ -162,7 +164,7 @@ void Scheduler::choose_rows(StepPlan& plan) {
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::prefill || r.job.logits || r.holding()) continue;
-    const uint32_t take = prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk), budget);
+    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk), budget));
     if (take == 0) continue;
     // (a resumed job's first id after its prompt is known: nothing to sample)
     const bool sample = r.fed + take == r.n() && r.job.options.max_tokens > 0 && r.out.empty();
@@ -177,6 +179,13 @@ void Scheduler::choose_rows(StepPlan& plan) {
       const bool verify = (c.r->phase == Running::Phase::decode && c.n > 1) || c.r->phase == Running::Phase::replay;
       add_part(plan, *c.r, c.n, verify ? model::Logits::each : c.sample ? model::Logits::last : model::Logits::none);
     }
+}
+
+// A prompt chunk of `take` tokens, fewer (or none this step) where it would cut
+// an image whose tokens see each other (Media::uncut).
+uint32_t Scheduler::media_chunk(const Running& r, uint32_t take) const {
+  const Media* m = r.job.options.media.get();
+  return m && take ? m->uncut(r.fed, take) : take;
 }
 
 void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits) {
@@ -209,6 +218,8 @@ void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits l
     plan.ids.insert(plan.ids.end(), r.drafts.begin(), r.drafts.begin() + tentative);
   } else {
     plan.ids.insert(plan.ids.end(), r.job.prompt.begin() + r.fed, r.job.prompt.begin() + r.fed + n);
+    if (const Media* m = r.job.options.media.get())
+      m->chunk(r.fed, n, r.cache().length(0), plan.segments.back().soft, plan.segments.back().blocks);
   }
   // A draw wherever a token is sampled: the same seed, the same draws, whatever
   // the chunks. A verified segment: a sampler a row, its penalties counting the

@@ -46,6 +46,7 @@
 #include "model/model_spec.h"
 #include "model/weights.h"
 #include "model/workspace.h"
+#include "ops/attention.h"
 
 namespace mkv::model {
 
@@ -58,12 +59,27 @@ namespace mkv::model {
 // tokens one at a time gives (docs/SPECULATIVE.md).
 enum class Logits { none, last, all, each };
 
+// Rows of a segment whose input is given, not looked up: a tower's soft
+// tokens (an image's, a clip's), rows row .. row + n - 1 of the segment from
+// data, (n, hidden) float, in place of their ids' embedding rows.
+struct SoftRows {
+  uint32_t row = 0;
+  uint32_t n = 0;
+  const float* data = nullptr;
+};
+
 // One sequence's part of a step: n tokens fed into *cache at positions
 // cache->length(0) .. + n - 1.
 struct Segment {
   kv::KvCache* cache = nullptr;
   uint32_t n = 0;
   Logits logits = Logits::last;
+  std::vector<SoftRows> soft;  // in row order, disjoint
+  // Bidirectional blocks of positions (Gemma 3's images): the segment's
+  // queries inside one see all of it (ops::AttentionDesc::blocks). Only a
+  // prompt segment of n >= 2 that holds each block's end; none under an
+  // eviction policy (its indices are not positions).
+  std::vector<ops::AttentionBlock> blocks;
 };
 
 class Model {

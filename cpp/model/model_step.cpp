@@ -54,6 +54,15 @@ Model::StepRows Model::check_step(const Workspace& ws, const std::vector<Segment
     if (s.logits == Logits::all && segs.size() > 1) fail("a segment that wants every row's logits is a step of its own");
     for (size_t j = 0; j < i; ++j)
       if (segs[j].cache == s.cache) fail("segments " + str(j) + " and " + str(i) + " feed the same cache");
+    uint32_t soft_end = 0;
+    for (const SoftRows& soft : s.soft) {
+      if (!soft.data || soft.n == 0 || soft.row < soft_end || uint64_t(soft.row) + soft.n > s.n)
+        fail("segment " + str(i) + "'s soft rows are empty, out of order or past its " + str(s.n) + " rows");
+      soft_end = soft.row + soft.n;
+    }
+    if (!s.blocks.empty() && (decode_rows || s.cache->spec().policy.kind != kv::PolicyKind::none))
+      fail("segment " + str(i) + " has bidirectional blocks: only a prompt segment of a cache without an "
+           "eviction policy takes them");
     rows.first.push_back(uint32_t(total));
     (decode_rows ? rows.decode : rows.prefill) += s.n;
     rows.verify = rows.verify || s.logits == Logits::each;
@@ -255,8 +264,10 @@ void Model::encode_layer(kv::EncoderSession& s, Workspace& ws, const std::vector
     } else if (seg.n == 1)
       ops::attention_decode(dev, enc, d, q, cache.region(c), cache.table(c), out, {},
                             ws.attention_scratch(ops::attention_decode_scratch_bytes(d)));
-    else
+    else {
+      d.blocks = seg.blocks;
       ops::attention_prefill(dev, enc, d, q, cache.region(c), cache.table(c), out, {});
+    }
     if (policy.buffer && seg.logits != Logits::each)
       ops::attention_scores(dev, enc, d, cache.score_rows_from(c, seg.n), cache.scores(c), cache.spec().capacity,
                             {policy.buffer, policy.offset + logit_bytes});
@@ -370,6 +381,14 @@ void Model::encode_step(kv::EncoderSession& s, Workspace& ws, const std::vector<
   const ops::BufferView embedded = spec_.altup_inputs ? ws.stream(0) : ws.x();
   ops::embedding(*device_, s.compute(), embd_->view, embd_->type, ws.ids_view(), embedded, n_rows, H, spec_.vocab,
                  spec_.embedding_scale);
+  // Soft tokens replace their rows' embeddings: staged, then gathered into place (an f32 table lookup).
+  for (size_t i = 0; i < segs.size(); ++i)
+    for (const SoftRows& soft : segs[i].soft) {
+      const uint32_t r0 = rows.first[i] + soft.row;
+      ws.write_soft(r0, soft.data, soft.n);
+      ops::embedding(*device_, s.compute(), ws.soft_rows(), ops::WeightType::f32, at(ws.soft_index(), r0 * 4),
+                     row(embedded, r0, H), soft.n, H, ws.step_rows(), 1.0f);
+    }
   if (spec_.altup_inputs) encode_altup_inputs(s.compute(), ws, rows);
   for (uint32_t l = 0; l < spec_.n_layers; ++l) {
     encode_layer(s, ws, segs, rows, l);

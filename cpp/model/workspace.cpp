@@ -46,6 +46,18 @@ void Workspace::write_ids(const int32_t* ids, uint32_t n) {
   per_layer_ids_->write(0, clamped.data(), size_t(n) * sizeof(int32_t));
 }
 
+void Workspace::write_soft(uint32_t first, const float* data, uint32_t n) {
+  if (uint64_t(first) + n > step_rows_) ops::fail("workspace", "soft rows past the step's rows");
+  if (!soft_) {
+    soft_ = device_.new_buffer(size_t(step_rows_) * hidden_ * sizeof(float));
+    std::vector<int32_t> index(step_rows_);
+    for (uint32_t i = 0; i < step_rows_; ++i) index[i] = int32_t(i);
+    soft_index_ = device_.new_buffer(index.size() * sizeof(int32_t));
+    soft_index_->write(0, index.data(), index.size() * sizeof(int32_t));
+  }
+  soft_->write(size_t(first) * hidden_ * sizeof(float), data, size_t(n) * hidden_ * sizeof(float));
+}
+
 void Workspace::write_rows(const int32_t* rows, uint32_t n) { rows_->write(0, rows, size_t(n) * sizeof(int32_t)); }
 
 void Workspace::write_positions(const uint32_t* pos, uint32_t n) {

@@ -57,6 +57,14 @@ class Workspace {
   // transformers maps Gemma 3n's image and audio ids; written by write_ids)
   ops::BufferView per_layer_ids() const { return {per_layer_ids_, 0}; }
 
+  // Soft tokens (Segment::soft): rows first .. first + n - 1 of the staging
+  // buffer, (step_rows, hidden) float, written from data (allocated at first
+  // use), which the step gathers into x through soft_index(): (step_rows)
+  // int32 0, 1, 2, ...
+  void write_soft(uint32_t first, const float* data, uint32_t n);
+  ops::BufferView soft_rows() const { return {soft_, 0}; }
+  ops::BufferView soft_index() const { return {soft_index_, 0}; }
+
   // Split-K attention scratch; grows to the largest request (context-dependent).
   ops::BufferView attention_scratch(size_t bytes);
   // An eviction policy's attention logits and their softmax statistics
@@ -70,6 +78,7 @@ class Workspace {
   uint32_t vocab_;
   uint32_t hidden_;
   uint32_t per_layer_vocab_;
+  gpu::BufferPtr soft_, soft_index_;
   gpu::BufferPtr per_layer_ids_, streams_, pred_, per_layer_, per_layer_proj_, laurel_, narrow_;
   gpu::BufferPtr ids_, rows_, positions_, x_, h_, q_, k_, v_, qkv_, attn_, gate_, up_, logits_, gathered_, scratch_, policy_;
 };

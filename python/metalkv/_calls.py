@@ -50,6 +50,7 @@ class Call:
     def __init__(self, request, detokenizer, stops: list[str], on_done: Callable[["Call"], None] | None = None,
                  logprobs: bool = False):
         self.request = request
+        self.media_stats: dict = {}  # a prompt with images: its towers' (multimodal.MediaPrompt.stats)
         self.detok = detokenizer
         self.matcher = StopMatcher(stops)
         self.ids: list[int] = []       # every id the engine generated, up to a stop
@@ -163,7 +164,7 @@ def request_stats(raw: dict) -> dict:
 
 def call_stats(calls: list[Call], many: bool) -> dict:
     """One call's stats, or for a list: totals, the largest batch, and each request's."""
-    each = [request_stats(c.stats()) for c in calls]
+    each = [{**request_stats(c.stats()), **c.media_stats} for c in calls]
     if not many:
         return each[0]
     total = {k: sum(st[k] for st in each) for k in ("prompt_tokens", "prompt_tokens_cached", "generated_tokens")}

@@ -34,6 +34,7 @@ from .messages import Conversation, normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, kv_layers,
                          load_weights, model_fingerprint)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
+from .multimodal import Media, MediaPrompt
 from .sampling import Sampling, _check_stop, check_draft  # noqa: F401 (metalkv.Sampling, the CLI's imports)
 
 
@@ -154,7 +155,9 @@ class Engine:
         loaded.tensors.clear()  # the device holds them now; drop the file views
         if drafted is not None:
             drafted.tensors.clear()
-        return cls(loaded, core, capacity, tensors, fingerprint, n_kv)
+        engine = cls(loaded, core, capacity, tensors, fingerprint, n_kv)
+        engine.media = Media.load(dev, loaded)  # its towers (None: a text model)
+        return engine
 
     @property
     def batch_invariant(self) -> bool:
@@ -266,18 +269,19 @@ class Engine:
                                 f"dtype {ids.dtype}")
         return ids.astype(np.int64)
 
-    def logits(self, token_ids: Sequence[int], *, cache=None) -> np.ndarray:
-        """Logits (n, vocab) float32: row i is the next-token logits after token_ids[i].
-        With a cache, the ids are fed after what it holds and stay in it."""
-        ids = self._ids(token_ids)
+    def logits(self, token_ids: Sequence[int] | MediaPrompt, *, cache=None) -> np.ndarray:
+        """Logits (n, vocab) float32: row i is the next-token logits after token_ids[i] (ids,
+        or a MediaPrompt: ids with soft tokens). With a cache, the ids are fed after what it
+        holds and stay in it."""
+        ids, media = token_ids.fed_from(0) if isinstance(token_ids, MediaPrompt) else (self._ids(token_ids), None)
         ephemeral = cache is None
         if ephemeral:
             cache = self.new_cache(capacity=max(len(ids), 1))
         channel = _core.Channel()
-        call = Call(self._core.submit_logits(cache, ids, channel=channel, ephemeral=ephemeral), None, [])
+        call = Call(self._core.submit_logits(cache, ids, channel=channel, ephemeral=ephemeral, media=media), None, [])
         for _ in drive([call], channel, on_interrupt="abort"):
             pass
-        self.last_stats = request_stats(call.stats())
+        self.last_stats = {**request_stats(call.stats()), **getattr(token_ids, "stats", {})}
         return call.request.logits()
 
     # ---- generation -------------------------------------------------------------------
@@ -286,6 +290,8 @@ class Engine:
         the cache will render, None when not a chat)."""
         if isinstance(prompt, Conversation):
             return self._chat_turn(prompt.messages, cache)
+        if isinstance(prompt, MediaPrompt):
+            return prompt, None, None
         if not isinstance(prompt, str):
             return self._ids(prompt), None, None
         if not chat:
@@ -341,6 +347,7 @@ class Engine:
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         extra = {} if logprobs is None else {"logprobs": logprobs}
+        ids, extra["media"] = ids.fed_from(0) if isinstance(ids, MediaPrompt) else (ids, None)
         request = self._core.submit(cache, ids, **s._core_kwargs(seed), stop_ids=list(self.config.eos_ids),
                                     keep=keep, paced=detok is not None, channel=channel, ephemeral=ephemeral,
                                     **s.constraint_kwargs(self._llg_tokenizer), **extra)
@@ -351,7 +358,9 @@ class Engine:
                     and call.request.finish_reason != "aborted"):
                 cache.messages = messages + [{"role": "assistant", "content": "".join(call.text)}]
 
-        return Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
+        call = Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
+        call.media_stats = getattr(prompt, "stats", {})
+        return call
 
     def _llg_tokenizer(self):  # (a grammar's: built when a call first needs it)
         return llg_tokenizer(self._loaded)
@@ -465,14 +474,16 @@ class Engine:
         finally:
             self.last_stats = call_stats(calls, many)
 
-    def generate_ids(self, prompt_ids: Sequence[int] | Sequence[Sequence[int]], *,
+    def generate_ids(self, prompt_ids: Sequence[int] | Sequence[Sequence[int]] | MediaPrompt, *,
                      stop_ids: Sequence[int] | None = None, cache=None, **sampling) -> list[int] | list[list[int]]:
         """Token ids in, token ids out: no template, no detokenizing. stop_ids
         default to the model's end-of-generation ids; pass () to never stop early.
-        A list of id sequences runs them together (as generate does with a list)."""
+        A list of id sequences runs them together (as generate does with a list); a
+        MediaPrompt (metalkv.multimodal) is ids with an image's soft tokens."""
         s = Sampling.of(sampling, "generate_ids")
         many = _is_prompt_list(prompt_ids) and len(prompt_ids) > 0 and not isinstance(prompt_ids[0], str)
-        items = [self._ids(p) for p in prompt_ids] if many else [self._ids(prompt_ids)]
+        as_ids = lambda p: p if isinstance(p, MediaPrompt) else self._ids(p)  # noqa: E731
+        items = [as_ids(p) for p in prompt_ids] if many else [as_ids(prompt_ids)]
         caches = list(cache) if many and cache is not None else [cache] * len(items)
         if len(caches) != len(items):
             raise argument_error("generate_ids", "cache", cache, f"None or a list of {len(items)} caches")
@@ -484,9 +495,10 @@ class Engine:
             for ids, c in zip(items, caches):
                 ephemeral = c is None
                 c = self.new_cache() if ephemeral else c
+                ids, media = ids.fed_from(0) if isinstance(ids, MediaPrompt) else (ids, None)
                 calls.append(Call(self._core.submit(c, ids, **s._core_kwargs(seed), stop_ids=stops, channel=channel,
-                                                    ephemeral=ephemeral, **s.constraint_kwargs(self._llg_tokenizer)),
-                                  None, []))
+                                                    ephemeral=ephemeral, media=media,
+                                                    **s.constraint_kwargs(self._llg_tokenizer)), None, []))
         except BaseException:
             for c in calls:
                 c.request.abort()
