@@ -12,6 +12,7 @@
 #                                                  bench-constrained bench-prefix-store bench-preemption
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
 #                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
+#                                                  test-vision bench-vision (VISION_ARGS)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -200,6 +201,26 @@ stage_bench_gemma3n() {
     --json "$OUT/bench_gemma3n.json" > "$OUT/bench_gemma3n.txt" 2>&1
   note "bench/gpu/gemma3n.py: rc=$?"
   tail -12 "$OUT/bench_gemma3n.txt"
+}
+
+# Issue 38: Gemma 3's vision tower on the cuda device: the kernels, the tower's and the whole
+# model's parity with transformers on tiny random checkpoints, then SigLIP-so400m at 896 px beside
+# transformers (bench/gpu/vision.py).
+stage_test_vision() {
+  step "Gemma 3 vision: bidirectional attention blocks, the tower kernels, tower and model parity on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/kv/test_attention_blocks.py tests/ops/test_vision.py tests/models/test_vision_tower.py \
+    tests/engine/test_gemma3_vision.py > "$OUT/test_vision.txt" 2>&1
+  note "test-vision: rc=$?"
+  tail -3 "$OUT/test_vision.txt"
+}
+
+stage_bench_vision() {
+  step "Gemma 3 vision: SigLIP-so400m (896 px) encode time beside transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/vision.py ${VISION_ARGS:-} --json "$OUT/bench_vision.json" \
+    > "$OUT/bench_vision.txt" 2>&1
+  note "bench/gpu/vision.py: rc=$?"
+  tail -22 "$OUT/bench_vision.txt"
 }
 
 stage_bench_preemption() {

@@ -17,6 +17,7 @@ from metalkv.models.errors import ModelLoadError  # noqa: E402
 from metalkv.models.vision import Gemma3Vision, patches_of, siglip_spec  # noqa: E402
 
 from . import tiny_vlm  # noqa: E402
+from devices import TEST_DEVICE  # tests/ is on sys.path  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["tiny", "d72"])
@@ -28,7 +29,7 @@ def checkpoint(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def host():
-    return _core.Device("host")
+    return _core.Device(TEST_DEVICE)
 
 
 def pixels(n: int, size: int, seed: int = 0) -> np.ndarray:

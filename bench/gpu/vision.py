@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Gemma 3's vision tower (SigLIP-so400m at 896x896, random weights) on metalkv beside
+transformers, in one run: image encode time (tower + projector, pixels to the 256 soft
+tokens) and how close the two outputs are (issue 38's target: at least 0.5x transformers).
+
+    python bench/gpu/vision.py --json FILE          # the GPU run (tools/cuda_run.sh bench-vision)
+    python bench/gpu/vision.py --shape tiny --device host
+
+1. Builds a transformers Gemma3ForConditionalGeneration whose vision_config is the released
+   checkpoints' (27 layers, hidden 1152, 16 heads of 72, MLP 4304, patch 14, 896 px, 256
+   tokens, text hidden 2560 for the 4B's projector; a one-layer text model beside it), with
+   random bf16 weights, and saves it as safetensors.
+2. metalkv: Gemma3Vision (cpp/towers/siglip.h) over bf16 weights, the activations float32;
+   transformers: the same checkpoint in bfloat16 with SDPA attention on the same device.
+   Each: a warm-up, then the median of --repeat encodes of --images images.
+3. Agreement: the relative error of metalkv's soft tokens against transformers computing in
+   float32 (--check), the bf16 run's own error against the same float32 reference beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import device_name, log, table  # noqa: E402
+
+SHAPES = {
+    "so400m": dict(vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                               image_size=896, patch_size=14, layer_norm_eps=1e-6), text_hidden=2560, tokens=256),
+    "tiny": dict(vision=dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                             image_size=32, patch_size=4, layer_norm_eps=1e-6), text_hidden=128, tokens=16),
+}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="so400m")
+    ap.add_argument("--device", default="cuda", help="metalkv device: cuda (default) or host")
+    ap.add_argument("--images", type=int, default=1, help="images per encode")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-check", action="store_true", help="skip the float32 comparison")
+    ap.add_argument("--json", type=Path)
+    return ap.parse_args(argv)
+
+
+def build(shape: dict, dtype, out: Path) -> Path:
+    import torch
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+    torch.manual_seed(0)
+    text = dict(vocab_size=1024, hidden_size=shape["text_hidden"], intermediate_size=256, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=64)
+    cfg = Gemma3Config(text_config=text, vision_config=shape["vision"], mm_tokens_per_image=shape["tokens"])
+    model = Gemma3ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.copy_((1.0 if "norm" in name else 0.0) + 0.05 * torch.randn_like(p))
+            else:
+                fan_in = p.shape[0] if "mm_input_projection" in name else p[0].numel()
+                p.copy_(torch.randn_like(p) / fan_in ** 0.5)
+    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def timed(fn, repeat: int, sync) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+
+    import metalkv
+    from metalkv.models.vision import Gemma3Vision
+
+    shape = SHAPES[args.shape]
+    big = args.shape != "tiny"
+    torch_dev = "cuda" if args.device == "cuda" else "cpu"
+    size = shape["vision"]["image_size"]
+    pv = np.random.default_rng(1).uniform(-1, 1, size=(args.images, 3, size, size)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build(shape, torch.bfloat16 if big else torch.float32, Path(tmp))
+        config = json.loads((path / "config.json").read_text())
+        dev = metalkv.Device(args.device)
+        log(f"loading metalkv's tower on {args.device}")
+        tower = Gemma3Vision.load(dev, path, config)
+        ours = tower.encode(pv)
+        t_ours = timed(lambda: tower.encode(pv), args.repeat, lambda: None)
+
+        dtype = torch.bfloat16 if big else torch.float32
+        model = Gemma3ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        model = model.to(torch_dev).eval()
+        x = torch.from_numpy(pv).to(torch_dev, dtype)
+        sync = torch.cuda.synchronize if torch_dev == "cuda" else (lambda: None)
+
+        def hf():
+            with torch.no_grad():
+                return model.model.get_image_features(x).pooler_output
+
+        t_hf = timed(hf, args.repeat, sync)
+        theirs = hf().float().cpu().numpy()
+        result = {"device": device_name(args.device), "shape": args.shape, "images": args.images,
+                  "metalkv_s": t_ours, "transformers_s": t_hf, "speed_vs_transformers": t_hf / t_ours,
+                  "tokens_per_image": tower.tokens_per_image, "weights_bytes": tower.weights_nbytes,
+                  "date": time.strftime("%Y-%m-%d")}
+        if not args.no_check:
+            ref = model.float()
+            with torch.no_grad():
+                want = ref.model.get_image_features(x.float()).pooler_output.cpu().numpy()
+            scale = float(np.abs(want).max())
+            result["metalkv_max_err_vs_f32"] = float(np.abs(ours - want).max() / scale)
+            result["transformers_bf16_max_err_vs_f32"] = float(np.abs(theirs - want).max() / scale)
+    print(table(["", "encode s", "images/s"],
+                [["metalkv", f"{t_ours:.4f}", f"{args.images / t_ours:.1f}"],
+                 [f"transformers ({str(dtype).removeprefix('torch.')}, sdpa)", f"{t_hf:.4f}",
+                  f"{args.images / t_hf:.1f}"]]))
+    print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
