@@ -3,6 +3,7 @@
     metalkv generate "Why is the sky blue?"     # default model, streams the answer
     echo "Why is the sky blue?" | metalkv generate -
     metalkv chat --system "You are terse."      # interactive; the cache persists between turns
+    metalkv generate "What is in it?" --image photo.jpg --model gemma-3-4b-it   # (docs/MULTIMODAL.md)
     metalkv devices
 
 Generated text goes to stdout; loading progress and the closing line (speed,
@@ -20,9 +21,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from .cli_checks import CliError, check_against_model, check_flags, in_flags, user_words
-from .cli_flags import (_add_engine_flags, _add_kv_flags, _add_model_flags, _add_serve_flags, _kv_given,  # noqa: F401
-                        constraint_fields)
+from .cli_checks import CliError, check_against_model, check_flags, check_media, in_flags, user_words
+from .cli_flags import (_add_engine_flags, _add_kv_flags, _add_media_flags, _add_model_flags,  # noqa: F401
+                        _add_serve_flags, _kv_given, constraint_fields)
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE = 2, 1, 130, 141
 FINISH = {  # finish reasons in words, for the closing line
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text for a prompt, streamed to stdout")
     gen.add_argument("prompt", help="the prompt; '-' reads it from standard input")
     gen.add_argument("--no-chat", action="store_true", help="feed the prompt as plain text, no chat template")
+    _add_media_flags(gen)
     _add_model_flags(gen)
     gen.set_defaults(fn=cmd_generate)
     chat = sub.add_parser("chat", help="interactive chat; the KV cache carries the conversation")
@@ -182,16 +184,35 @@ def _stream_reply(engine, stream, prompt, cache, **options) -> None:
 # ---- commands ----------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
     options = _sampling(args)
+    check_media(args)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise CliError("the prompt is empty" + (" (standard input had no text)" if args.prompt == "-" else ""))
     engine = _load(args)
     cache = _first_cache(engine, args)
-    _stream_reply(engine, engine.stream, prompt, cache, chat=not args.no_chat, **options)
+    if args.media:
+        _generate_with_media(engine, cache, prompt, args.media, options)
+    else:
+        _stream_reply(engine, engine.stream, prompt, cache, chat=not args.no_chat, **options)
     print(_closing_line(engine.last_stats, cache), file=sys.stderr)
     if args.save_cache and not _save(cache, args.save_cache):
         return EXIT_FAILED
     return 0
+
+
+def _generate_with_media(engine, cache, prompt: str, media: list, options: dict) -> None:
+    """--image/--audio: the files, then the prompt's text, in one user message after the cache's conversation."""
+    from .cli_media import media_content, media_refusal
+    from .errors import ArgumentError
+
+    messages = _opening_messages(cache, options.pop("system"))
+    turn = messages + [{"role": "user", "content": media_content(media, prompt)}]
+    try:
+        _stream_reply(engine, engine.chat_stream, turn, cache, **options)
+    except ArgumentError as e:
+        if e.argument != "messages":
+            raise
+        raise CliError(media_refusal(e, media, len(messages))) from None
 
 
 def _first_cache(engine, args: argparse.Namespace):
@@ -204,7 +225,8 @@ def _first_cache(engine, args: argparse.Namespace):
 
 
 CHAT_HELP = ("type a message; /reset starts over, /exit (or Ctrl-D) quits, /help shows this, Ctrl-C stops a "
-             "reply; a message that starts with / begins with // (sent as one /).")
+             "reply; /image FILE and /audio FILE attach a file to your next message; a message that starts with / "
+             "begins with // (sent as one /).")
 
 
 def _opening_messages(cache, system: str | None) -> list[dict]:
@@ -214,6 +236,7 @@ def _opening_messages(cache, system: str | None) -> list[dict]:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from .cli_media import Attachments, media_refusal
     from .errors import ArgumentError
 
     options = _sampling(args)
@@ -225,6 +248,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         pass
     cache = _first_cache(engine, args)
     messages = _opening_messages(cache, system)
+    attached = Attachments()
     print(f"metalkv chat: {CHAT_HELP}", file=sys.stderr)
     while True:
         try:
@@ -241,41 +265,58 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if command == "/reset":
             cache.reset()
             messages = _opening_messages(cache, system)
-            print("[conversation cleared" + (", system prompt kept]" if system else "]"), file=sys.stderr)
+            print("[conversation cleared" + (", system prompt kept" if system else "")
+                  + (f", {attached.names()} dropped]" if attached.pending else "]"), file=sys.stderr)
+            attached.clear()
             continue
         if command in ("/help", "/?"):
             print(f"[{CHAT_HELP}]", file=sys.stderr)
             continue
-        if not command:
+        if not command or attached.command(command):
             continue
         if command.startswith("/") and not command.startswith("//"):
             print(f"[unknown command {command.split()[0]}: {CHAT_HELP}]", file=sys.stderr)
             continue
         if command.startswith("//"):
             line = line.replace("//", "/", 1)
+        turn = messages + [{"role": "user", "content": attached.content(line)}]
         try:  # the cache holds the conversation so far: only the new message is computed
-            _stream_reply(engine, engine.chat_stream, messages + [{"role": "user", "content": line}], cache,
-                          **options)
+            _stream_reply(engine, engine.chat_stream, turn, cache, **options)
         except KeyboardInterrupt:
             sys.stdout.write("\n")
             kept = engine.last_stats.get("generated_tokens", 0) > 0
-            messages = list(cache.messages) if kept else messages
+            if kept:
+                messages = _after(turn, cache)
+                attached.clear()
             print("[interrupted: " + ("your message and the reply so far stay in the conversation]" if kept
                                       else "nothing of this turn was kept]"), file=sys.stderr)
             continue
         except ArgumentError as e:
+            if e.argument == "messages" and attached.pending:  # (a text model refusing an image, say)
+                print(f"[{media_refusal(e, attached.pending, len(messages), said='/')}; {attached.names()} dropped]",
+                      file=sys.stderr)
+                attached.clear()
+                continue
             if e.argument != "prompt":
                 raise
             print(f"[this message does not fit: the context holds {cache.capacity} tokens and "
                   f"{cache.length(0)} are used. /reset starts over; --context sets a larger cache]", file=sys.stderr)
             continue
-        messages = list(cache.messages)  # the turn, its reply included
+        messages = _after(turn, cache)  # the turn, its reply included
+        attached.clear()
         print(_closing_line(engine.last_stats, cache), file=sys.stderr)
         if args.save_cache:
             _save(cache, args.save_cache)  # (a failure is said; the conversation goes on)
         if engine.last_stats["finish_reason"] == "context_full":
             print(f"[the context is full ({cache.length(0)}/{cache.capacity} tokens): /reset starts over; "
                   f"restart with a larger --context to keep longer conversations]", file=sys.stderr)
+
+
+def _after(turn: list[dict], cache) -> list[dict]:
+    """The conversation after a turn: the messages as sent (media parts keep their files), then
+    what the cache added (the reply)."""
+    held = list(cache.messages)
+    return turn + held[len(turn):] if len(held) >= len(turn) else held
 
 
 def cmd_ppl(args: argparse.Namespace) -> int:
@@ -353,6 +394,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("METALKV_API_KEY") or None
     sock = bind(args.host, args.port)  # a busy port is said before the model loads (AddressError, exit 2)
     engine = _load(args, max_seqs=args.max_seqs, batch_invariant=args.batch_invariant)
+    if args.allow_remote_media:  # (what the engine's media layer reads a message's URLs with)
+        engine.media_limits = dc.replace(engine.media_limits, allow_remote=True)
     store = None
     if args.prefix_store:
         from .prefix_store import PrefixStore

@@ -80,6 +80,30 @@ def check_writable(path: str, what: str) -> None:
         raise CliError(f"{what} {path}: the file is not writable")
 
 
+def check_media_file(kind: str, path: str, said: str) -> None:
+    """An image or clip the command will send: a file that exists and can be read (its content is
+    the engine's to check). said: how the user named it ('--image photo.jpg', '/image photo.jpg')."""
+    if os.path.isdir(path):
+        raise CliError(f"{said}: is a folder; give an {kind} file")
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        raise CliError(f"{said}: no such file") from None
+    except OSError as e:
+        raise CliError(f"{said}: cannot read it ({e.strerror or e})") from None
+
+
+def check_media(args: argparse.Namespace) -> None:
+    """generate's --image and --audio: files that can be read, and a chat to put them in."""
+    media = getattr(args, "media", None) or []
+    if media and getattr(args, "no_chat", False):
+        raise CliError(f"--{media[0][0]} needs the chat template (the files go in a user message, as content "
+                       "parts); drop --no-chat")
+    for kind, path in media:
+        check_media_file(kind, path, f"--{kind} {path}")
+
+
 def check_flags(args: argparse.Namespace, kv_given: dict):
     """The flags whose values can be checked without the model; returns the KV options."""
     from .cache_file import check_file

@@ -193,6 +193,15 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                         " (chat: after every reply)")
 
 
+def _add_media_flags(p: argparse.ArgumentParser) -> None:
+    """--image FILE and --audio FILE, repeatable, kept in the order given (args.media: [(kind, path)])."""
+    p.add_argument("--image", dest="media", action="append", type=lambda path: ("image", path), metavar="FILE",
+                   help="an image for a model that sees (Gemma 3 4B and up, Gemma 3n), put before the prompt's text "
+                        "(repeatable)")
+    p.add_argument("--audio", dest="media", action="append", type=lambda path: ("audio", path), metavar="FILE",
+                   help="a WAV clip for a model that hears (Gemma 3n), put before the prompt's text (repeatable)")
+
+
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     _add_engine_flags(p)
     p.add_argument("--host", default="127.0.0.1",
@@ -220,6 +229,10 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
                    help="also keep them in this Redis (redis://host:6379/0), shared by every server pointed at it")
     p.add_argument("--prefix-store-host", default="1GB", metavar="SIZE",
                    help="most bytes the host-memory tier holds (default: %(default)s)")
+    p.add_argument("--allow-remote-media", action="store_true",
+                   help="fetch images and audio given as http(s) URLs (default: refused). The server then reaches "
+                        "whatever address a client names, your own network's included: only for trusted clients "
+                        "(docs/MULTIMODAL.md \"Remote media\")")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="seconds replies in flight get to finish after SIGINT/SIGTERM (default: %(default)s)")
     _add_sampling_flags(p, unset=True)

@@ -29,6 +29,7 @@ from ._device import open_device
 from .constrain import llg_tokenizer
 from .errors import ArgumentError, MetalkvWarning, argument_error
 from .kv_options import kv_options
+from .media.limits import MediaLimits
 from .memory import memory_report
 from .messages import Conversation, normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, kv_layers,
@@ -51,6 +52,7 @@ class Engine:
         self._capacity = capacity
         self._weight_tensors = dict(weight_tensors or {})
         self._local = threading.local()  # last_stats: each thread's own last call
+        self.media_limits = MediaLimits()  # what images and clips of messages may be (`serve --allow-remote-media`)
 
     # ---- construction ---------------------------------------------------------------
     @classmethod

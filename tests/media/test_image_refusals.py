@@ -15,8 +15,8 @@ from .drawn import CASES, data_url, gradient, png_claiming
 
 @pytest.mark.parametrize("url", ["https://example.com/cat.png", "HTTP://example.com/cat.png"])
 def test_remote_urls_are_refused(url):
-    with pytest.raises(MediaError, match=r"\[image\] .*: a remote URL, and metalkv fetches no media: download the "
-                                         r"file and give its local path or a data URL"):
+    with pytest.raises(MediaError, match=r"\[image\] .*: a remote URL, and fetching media is off: download the "
+                                         r"file and give its local path or a data URL, or turn fetching on"):
         load_image(url)
 
 

@@ -93,8 +93,8 @@ def test_limits_and_remote_urls():
     two_seconds = wav_of(signal("tone", 32_000), 16_000)
     with pytest.raises(MediaError, match=r"2.0 s long, over the limit of 1 s"):
         decode_wav(two_seconds, MediaLimits(max_audio_seconds=1))
-    with pytest.raises(MediaError, match=r"\[audio\] 'https://example.com/a.wav': a remote URL, and metalkv "
-                                         r"fetches no media: download the file"):
+    with pytest.raises(MediaError, match=r"\[audio\] 'https://example.com/a.wav': a remote URL, and fetching "
+                                         r"media is off: download the file"):
         decode_wav("https://example.com/a.wav")
     with pytest.raises(MediaError, match=r"\[audio\] the data URL 'data:image/png;base64,...' \(\d+ characters\): "
                                          r"holds 'image/png', not audio data"):

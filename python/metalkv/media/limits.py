@@ -2,6 +2,7 @@
 
     MediaLimits()                                   the defaults below
     MediaLimits(max_audio_seconds=10)               stricter for a server
+    MediaLimits(allow_remote=True)                  http(s) URLs fetched (`metalkv serve --allow-remote-media`)
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ class MediaLimits:
     # Gemma 3n's: its feature extractor keeps the first 480,000 samples at 16 kHz and its prompt
     # holds 188 audio tokens, as many as 30 s give; metalkv refuses longer clips rather than cut them.
     max_audio_seconds: float = 30.0
+    # Off by default: a server that fetches what a client names can be made to reach any address
+    # its machine can (its own network included).
+    allow_remote: bool = False
+    fetch_timeout_s: float = 10.0  # the whole fetch, connection to last byte
 
     def __post_init__(self):
         for name in ("max_image_bytes", "max_image_pixels", "max_audio_bytes"):
@@ -31,3 +36,8 @@ class MediaLimits:
         s = self.max_audio_seconds
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
             raise argument_error("media", "max_audio_seconds", s, "a positive number of seconds")
+        t = self.fetch_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise argument_error("media", "fetch_timeout_s", t, "a positive, finite number of seconds")
+        if not isinstance(self.allow_remote, bool):
+            raise argument_error("media", "allow_remote", self.allow_remote, "True or False")

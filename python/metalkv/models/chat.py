@@ -33,6 +33,15 @@ def _raise(message: str):
     raise ChatTemplateError(f"[chat] template: {message}")
 
 
+def _template_parts(content: Any) -> bool:
+    """A content list as multimodal templates take it (messages.normalize makes it):
+    [{"type": "text", "text": str}, {"type": "image"}, {"type": "audio"}, ...]."""
+    return isinstance(content, list) and all(
+        isinstance(p, Mapping) and (p.get("type") in ("image", "audio")
+                                    or (p.get("type") == "text" and isinstance(p.get("text"), str)))
+        for p in content)
+
+
 class ChatTemplate:
     def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = ""):
         import jinja2
@@ -81,16 +90,17 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                **extra: Any) -> ChatPrompt:
-        """The prompt text for `messages` ([{"role": ..., "content": ...}, ...]).
+        """The prompt text for `messages` ([{"role": ..., "content": ...}, ...]; a content may be a
+        list of text, image and audio parts, for a template that places media).
         Tokenize it with parse_special=True so the role markers become tokens; the
         tokenizer adds no BOS of its own to it (ChatPrompt)."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise ChatTemplateError("[chat] messages must be a list of {'role', 'content'} dicts")
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) \
-                    or not isinstance(m.get("content"), str):
-                raise ChatTemplateError(f"[chat] message {i} must be a dict with str 'role' and "
-                                        f"'content', got {m!r}")
+                    or not (isinstance(m.get("content"), str) or _template_parts(m.get("content"))):
+                raise ChatTemplateError(f"[chat] message {i} must be a dict with str 'role' and 'content' (a str, or "
+                                        f"a list of text, image and audio parts), got {m!r:.300}")
         import jinja2
 
         try:

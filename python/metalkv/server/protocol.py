@@ -5,9 +5,12 @@ with OpenAI's error object ({"error": {"message", "type", "param", "code"}}), na
 the field; the sampling values' ranges are the engine's own checks (an ArgumentError
 naming the argument, answered the same way). A field OpenAI does not define (nor the
 vLLM sampling extensions taken here) is refused with OpenAI's own words, so a typo
-(`max_token`) is not silently a default; fields a text model served here cannot honour
-(tools, images, suffix, ...) are refused by name rather than dropped, and
+(`max_token`) is not silently a default; fields the server cannot honour (suffix, the
+legacy function fields, ...) are refused by name rather than dropped, and
 the rest OpenAI defines that change nothing here (user, metadata, store, ...) are taken.
+A message's image and audio parts go to the engine, which refuses them for a model that
+cannot read them (a text model: 400, naming the part); a path to a file of the server's is
+refused here (docs/MULTIMODAL.md "Server").
 """
 from __future__ import annotations
 
@@ -213,10 +216,30 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
     return out
 
 
+def _no_server_files(messages: Any) -> None:
+    """A request's images and clips come with it (a data URL, input_audio) or from an http(s)
+    URL (fetched only where the server allows it): a path, or a file:// URL, names a file of the
+    server's machine, which no request may read."""
+    from ..errors import ArgumentError
+    from ..messages import media_parts
+
+    try:
+        parts = media_parts(messages, tool_turns=True)
+    except ArgumentError:
+        return  # chat_ids says what is wrong, in the model's terms
+    for p in parts:
+        if isinstance(p.source, str) and p.source[:5].lower() != "data:" \
+                and not p.source.lower().startswith(("http://", "https://")):
+            raise bad("messages", f"{p.where}: {p.source!r:.100} names a file on the server, which a request may not "
+                                  f"read: send the file itself, as a data URL ('data:{p.kind}/...;base64,...')"
+                                  + (" or input_audio" if p.kind == "audio" else ""))
+
+
 def parse_chat(body: Any, served: str, chat_ids, native=None, tokenizer=None) -> Job:
     """A /v1/chat/completions body. chat_ids: (messages, tools=None) -> prompt ids
-    (Engine.chat_ids), which checks the messages (ArgumentError) and renders the model's
-    template; native: the template's own tool format (metalkv.tool_formats), if it has one."""
+    (Engine.chat_ids), which checks the messages (ArgumentError), reads their media (MediaError)
+    and renders the model's template; native: the template's own tool format
+    (metalkv.tool_formats), if it has one."""
     from ..errors import ArgumentError
 
     from ..tools import Tools, plain_tool_turns
@@ -243,11 +266,12 @@ def parse_chat(body: Any, served: str, chat_ids, native=None, tokenizer=None) ->
             template_tools = []
         else:
             messages = plain_tool_turns(messages)
+    _no_server_files(messages)
     try:
         job.prompts = [chat_ids(messages, template_tools) if template_tools is not None else chat_ids(messages)]
     except ArgumentError as e:
         raise bad("messages", str(e)) from None
-    except ValueError as e:  # the template refused the conversation (e.g. roles out of order)
+    except ValueError as e:  # the template refused the conversation (e.g. roles out of order); a MediaError
         raise bad("messages", str(e)) from None
     logprobs, top = _bool(body, "logprobs"), _int(body, "top_logprobs", 0, MAX_LOGPROBS)
     if top is not None and not logprobs:
