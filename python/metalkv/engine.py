@@ -35,7 +35,7 @@ from .messages import Conversation, normalize as normalize_messages
 from .model_spec import (DeviceTensor, check_context, check_quantize, default_capacity, engine_spec, kv_layers,
                          load_weights, model_fingerprint)
 from .models import LoadedModel, ModelConfig, ModelLoadError, Tokenizer, load_model
-from .multimodal import Media, MediaPrompt
+from .multimodal import Media, MediaPrompt, media_in, recordable
 from .sampling import Sampling, _check_stop, check_draft  # noqa: F401 (metalkv.Sampling, the CLI's imports)
 
 
@@ -291,7 +291,7 @@ class Engine:
         """(ids to feed, tokens of the cache to keep (None: all), the chat messages
         the cache will render, None when not a chat)."""
         if isinstance(prompt, Conversation):
-            return self._chat_turn(prompt.messages, cache)
+            return self._chat_turn(prompt.messages, cache, prompt.media)
         if isinstance(prompt, MediaPrompt):
             return prompt, None, None
         if not isinstance(prompt, str):
@@ -299,6 +299,9 @@ class Engine:
         if not chat:
             return self._ids(self.tokenizer.encode(prompt, add_special=not list(cache.tokens))), None, None
         messages = list(cache.messages)
+        if media_in(messages):
+            raise ArgumentError("[generate] the cache holds a conversation with images; continue it with "
+                                "Engine.chat(messages, cache=...), giving every message with its images")
         if system is not None:
             if not isinstance(system, str):
                 raise argument_error("generate", "system", system, "a str (the system prompt) or None")
@@ -307,13 +310,15 @@ class Engine:
         messages.append({"role": "user", "content": prompt})
         return self._chat_turn(messages, cache)
 
-    def _chat_turn(self, messages: list, cache) -> tuple[np.ndarray, int, list]:
-        """The turn that makes `cache` hold `messages` and the reply to come."""
+    def _chat_turn(self, messages: list, cache, media: list = ()) -> tuple[np.ndarray | MediaPrompt, int, list]:
+        """The turn that makes `cache` hold `messages` (and `media`, their images' sources) and
+        the reply to come."""
         held = list(cache.tokens)
         if cache.length(0) > len(held):
             raise ArgumentError(f"[generate] the cache holds {cache.length(0)} tokens that no Engine fed; pass a "
                                 f"new cache for a chat")
-        ids = self._template_ids(messages)
+        keyed = self.media.chat_prompt(self, messages, media) if media else None
+        ids = keyed.ids.tolist() if media else self._template_ids(messages)
         # Feed only what follows the longest common prefix with the cache; the C++
         # engine rolls the rest back (re-tokenized replies can differ from the sampled ids).
         common = 0
@@ -325,14 +330,20 @@ class Engine:
         if common < len(held) and not cache.messages:
             raise ArgumentError(f"[generate] the cache holds {len(held)} tokens that are not a chat this engine "
                                 f"rendered; continue it with chat=False or token ids, or pass a new cache")
-        return np.asarray(ids[common:], np.int64), common, messages
+        return keyed.tail(common) if media else np.asarray(ids[common:], np.int64), common, messages
 
-    def chat_ids(self, messages, tools: list | None = None) -> list[int]:
+    def _conversation(self, messages) -> Conversation:
+        return Conversation(messages, media=self.media.kinds if self.media else False)
+
+    def chat_ids(self, messages, tools: list | None = None) -> list[int] | MediaPrompt:
         """The prompt ids of `messages` (checked as Engine.chat takes them) under the
-        model's chat template, ready for the assistant's reply. tools: OpenAI's tool list,
-        given to a template that takes tools, with the conversation's tool turns."""
+        model's chat template, ready for the assistant's reply: with images, a MediaPrompt
+        (the ids with their soft tokens). tools: OpenAI's tool list, given to a template that
+        takes tools, with the conversation's tool turns."""
         if tools is None:
-            return self._template_ids(normalize_messages(messages))
+            conv = self._conversation(messages)
+            return self.media.chat_prompt(self, conv.messages, conv.media) if conv.media else \
+                self._template_ids(conv.messages)
         return self.tokenizer.encode(self.chat_template.render(normalize_messages(messages, tool_turns=True), tools=tools))
 
     def _template_ids(self, messages: list) -> list[int]:
@@ -346,6 +357,7 @@ class Engine:
         if ephemeral:
             cache = self.new_cache()
         ids, keep, messages = self._turn(prompt, chat, system, cache)
+        media_stats = getattr(ids, "stats", {})  # a prompt with images: its towers' work
         detok = self.tokenizer.detokenizer(skip_special=True) if self._loaded.tokenizer else None
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         extra = {} if logprobs is None else {"logprobs": logprobs}
@@ -358,10 +370,10 @@ class Engine:
             cancelled_before_reply = call.request.finish_reason in ("cancelled", "aborted") and not call.ids
             if (messages is not None and not ephemeral and not cancelled_before_reply
                     and call.request.finish_reason != "aborted"):
-                cache.messages = messages + [{"role": "assistant", "content": "".join(call.text)}]
+                cache.messages = recordable(messages) + [{"role": "assistant", "content": "".join(call.text)}]
 
         call = Call(request, detok, stops, on_done=record_turn, logprobs=logprobs is not None)
-        call.media_stats = getattr(prompt, "stats", {})
+        call.media_stats = media_stats
         return call
 
     def _llg_tokenizer(self):  # (a grammar's: built when a call first needs it)
@@ -448,11 +460,11 @@ class Engine:
         cache spares recomputing what an earlier call began with); with cache= the cache is
         brought to hold `messages` and the reply, feeding only what it does not hold yet.
         sampling: as generate takes it."""
-        return self.generate(Conversation(messages), cache=cache, stop=stop, **sampling)
+        return self.generate(self._conversation(messages), cache=cache, stop=stop, **sampling)
 
     def chat_stream(self, messages, **options) -> Iterator[str]:
         """chat(), yielding the reply's text pieces as they are decoded (as stream does)."""
-        return self.stream(Conversation(messages), **options)
+        return self.stream(self._conversation(messages), **options)
 
     def start(self, prompt: str | Sequence[int], *, channel, cache=None, chat: bool = False,
               system: str | None = None, stop: str | Sequence[str] | None = None, logprobs: int | None = None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .media import ImageConfig, MediaError, load_image, preprocess_image
+from .media.prompt import MediaTokens, expand
 from .models.vision import Gemma3Vision
 
 KEY_LIMIT = 2 ** 31 - 1  # keys are -1 .. -KEY_LIMIT
@@ -47,6 +48,12 @@ class MediaPrompt:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def tail(self, start: int) -> "MediaPrompt":
+        """The prompt from index `start` on (what a chat turn feeds after the cache's common prefix)."""
+        ids, media = self.fed_from(start)
+        spans, rows = media if media else ([], None)
+        return MediaPrompt(ids, spans, rows, self.stats)
 
     def fed_from(self, start: int) -> tuple[np.ndarray, tuple | None]:
         """(the ids from index `start` on, their media for _core's submit: spans shifted to
@@ -85,9 +92,12 @@ class Media:
     """A model's image tower (Gemma 3's SigLIP), its processor settings, and the soft
     tokens it made, by media hash."""
 
+    kinds = ("image",)  # the content parts its model reads
+
     def __init__(self, vision: Gemma3Vision, image_config: ImageConfig, image_token: int,
-                 cache_bytes: int = 256 << 20):
+                 tokens: MediaTokens | None = None, cache_bytes: int = 256 << 20):
         self.vision, self.image_config, self.image_token = vision, image_config, image_token
+        self.tokens = tokens  # the processor's layout of an image in the prompt (None: no tokenizer to read it)
         self._cache = _SoftTokenCache(cache_bytes)
 
     @classmethod
@@ -102,7 +112,19 @@ class Media:
         preprocessor = json.loads(pre.read_text()) if pre.is_file() else None
         image_config = ImageConfig.from_preprocessor_config(
             preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, "gemma3")
-        return cls(vision, image_config, int(config.get("image_token_index", 262144)))
+        tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
+        return cls(vision, image_config, int(config.get("image_token_index", 262144)), tokens)
+
+    def chat_prompt(self, engine, messages: list, sources: list) -> MediaPrompt:
+        """Checked messages (their images as template parts) and the images' sources, in
+        order: rendered with the chat template, each image expanded as the processor lays it
+        out, tokenized, and keyed (prompt)."""
+        if self.tokens is None or engine.tokenizer is None:
+            raise MediaError("[image] this checkpoint has no tokenizer to lay out an image in the prompt")
+        kinds = [p.kind for p in sources]
+        text = expand(engine.chat_template.render(messages, add_generation_prompt=True), self.tokens,
+                      images=kinds.count("image"), clips=kinds.count("audio"))
+        return self.prompt(engine.tokenizer.encode(text), [p.source for p in sources])
 
     def image_rows(self, source) -> tuple[list[np.ndarray], list[bytes], float, int]:
         """The soft tokens of one image (a path, bytes, data URL or PIL image): the rows of
@@ -157,3 +179,18 @@ def _runs(ids: np.ndarray, token: int) -> list[tuple[int, int]]:
     hit = np.concatenate([[False], ids == token, [False]])
     edges = np.flatnonzero(hit[1:] != hit[:-1])
     return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def recordable(messages: list) -> list[dict]:
+    """Messages as a cache records them ('role' and 'content' str): a message with images
+    keeps its text under the role "media:<role>", so a later turn that would re-render the
+    record from text refuses (media_in) rather than feed the conversation without its images."""
+    return [m if isinstance(m.get("content"), str) else
+            {"role": "media:" + m["role"],
+             "content": "".join(p.get("text", "") for p in m["content"] if p.get("type") == "text")}
+            for m in messages]
+
+
+def media_in(messages) -> bool:
+    """Whether a cache's recorded messages hold a turn with images (recordable)."""
+    return any(m["role"].startswith("media:") for m in messages)

@@ -30,18 +30,19 @@ IMAGE_TOKEN, BOI, EOI = 299, 297, 298
 TOKENS_PER_IMAGE = 16
 
 
-def config(vision: str = "tiny"):
+def config(vision: str = "tiny", vocab: int = TEXT["vocab_size"], ids=(IMAGE_TOKEN, BOI, EOI)):
     from transformers import Gemma3Config
-    return Gemma3Config(text_config=dict(TEXT), vision_config=dict(VISION[vision]), mm_tokens_per_image=16,
-                        image_token_index=IMAGE_TOKEN, boi_token_index=BOI, eoi_token_index=EOI)
+    image, boi, eoi = ids
+    return Gemma3Config(text_config=dict(TEXT, vocab_size=vocab), vision_config=dict(VISION[vision]),
+                        mm_tokens_per_image=16, image_token_index=image, boi_token_index=boi, eoi_token_index=eoi)
 
 
-def build(vision: str = "tiny", seed: int = 0):
+def build(vision: str = "tiny", seed: int = 0, **config_kw):
     """The model in float32, eager attention, weights at test scales, f16-exact."""
     import torch
     from transformers import Gemma3ForConditionalGeneration
     torch.manual_seed(seed)
-    model = Gemma3ForConditionalGeneration(config(vision)).eval().float()
+    model = Gemma3ForConditionalGeneration(config(vision, **config_kw)).eval().float()
     model.config._attn_implementation = "eager"
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -68,3 +69,27 @@ def image_features(model, pixel_values: np.ndarray) -> np.ndarray:
         out = model.model.get_image_features(torch.from_numpy(pixel_values))
     feats = out.pooler_output if hasattr(out, "pooler_output") else out
     return feats.float().numpy()
+
+
+def save_chat(d: pathlib.Path, seed: int = 0):
+    """A checkpoint Engine.chat takes: the model with a tiny Gemma-style tokenizer
+    (tests/media/test_prompt.py's: Gemma's special tokens, byte fallback) and its chat
+    template, the config's image ids the tokenizer's. Returns (model, d)."""
+    import json
+    from media.test_prompt import SPECIALS, gemma_template  # tests/ is on sys.path
+    from models.chat_checkpoints import Family, build_tokenizer
+    d.mkdir(parents=True, exist_ok=True)
+    template = gemma_template("<start_of_image>")
+    tok = build_tokenizer(Family("gemma3", {}, "gemma", SPECIALS, "<bos>", "<eos>", template, "GemmaTokenizer"))
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "chat_template": template}))
+    v = tok.get_vocab(with_added_tokens=True)
+    ids = (v["<image_soft_token>"], v["<start_of_image>"], v["<end_of_image>"])
+    model = build("tiny", seed, vocab=max(len(v), TEXT["vocab_size"]), ids=ids)
+    save(model, d)
+    (d / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma3ImageProcessor", "size": {"height": 32, "width": 32}, "resample": 2,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3}))
+    return model, d
