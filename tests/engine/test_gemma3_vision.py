@@ -89,7 +89,7 @@ def test_the_prefix_cache_reuses_an_image(engine):
     pv = pixels(2, 3)
     first = engine.generate_ids(media_prompt(engine, pv), max_tokens=6, stop_ids=())
     again = engine.generate_ids(media_prompt(engine, pv), max_tokens=6, stop_ids=())
-    block = 16  # kKvBlockTokens: the cache shares whole blocks
+    block = 32  # kKvBlockTokens: the cache shares whole blocks
     assert engine.last_stats["prompt_tokens_cached"] == (len(IDS) - 1) // block * block
     assert again == first and len(first) == 6
     assert first[0] == int(np.argmax(engine.logits(media_prompt(engine, pv))[-1]))
