@@ -45,11 +45,12 @@ void Media::chunk(uint32_t from, uint32_t n, uint32_t pos0, std::vector<model::S
   }
 }
 
-uint32_t Media::uncut(uint32_t from, uint32_t take) const {
+uint32_t Media::uncut(uint32_t from, uint32_t take, uint32_t limit) const {
   const uint32_t end = from + take;
   for (const MediaSpan& s : spans) {
     if (!s.bidirectional || s.start >= end || s.start + s.length <= end) continue;
-    return s.start > from ? s.start - from : 0;  // the chunk ends inside s
+    if (s.start > from) return s.start - from;  // the chunk ends inside s: stop before it
+    return s.start + s.length - from <= limit ? s.start + s.length - from : 0;  // s from `from` on, whole
   }
   return take;
 }

@@ -35,11 +35,12 @@ struct Media {
              std::vector<ops::AttentionBlock>& blocks) const;
 
   // How many tokens of a chunk that starts at prompt index `from` and would
-  // take `take` tokens may be taken so that no bidirectional span is cut:
-  // `take`, or fewer (ending before the span it would cut), or, for a span that
-  // starts at `from` or before and ends past from + take, 0 (it waits for a
-  // step with room for it whole).
-  uint32_t uncut(uint32_t from, uint32_t take) const;
+  // take `take` (of at most `limit`: its cap and the step's budget) may be
+  // taken so that no bidirectional span is cut: `take`; fewer, ending before
+  // the span it would cut; or, for a span that starts at `from`, the span
+  // whole when it fits `limit` (even where the chunker would leave one token
+  // for later), else 0 (it waits for a step with room for it).
+  uint32_t uncut(uint32_t from, uint32_t take, uint32_t limit) const;
 };
 
 // Ids outside the spans must be in [0, vocab); a span's ids are its keys, any

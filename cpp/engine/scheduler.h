@@ -142,7 +142,7 @@ class Scheduler {
   void preempt(Running& r);
   void choose_rows(StepPlan& plan);
   void add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits);
-  uint32_t media_chunk(const Running& r, uint32_t take) const;
+  uint32_t media_chunk(const Running& r, uint32_t take, uint32_t limit) const;
   uint32_t propose(Running& r, uint32_t spare, uint64_t unread);
   // Constrained decoding (scheduler_plan.cpp): the words of one mask row, and
   // the step's masks, computed while its forward pass runs (StepRunner's hook).

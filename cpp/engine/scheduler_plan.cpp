@@ -116,8 +116,9 @@ void Scheduler::choose_rows(StepPlan& plan) {
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::prefill || !r.job.logits || r.holding()) continue;
-    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk),
-                                                      std::min(runner_.step_rows(), runner_.logit_rows())));
+    const uint32_t cap = chunk_cap(r.cache(), options_.prefill_chunk),
+                   budget = std::min(runner_.step_rows(), runner_.logit_rows());
+    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, cap, budget), std::min(cap, budget));
     if (take == 0) continue;
     add_part(plan, r, take, model::Logits::all);
     return;
@@ -164,7 +165,8 @@ void Scheduler::choose_rows(StepPlan& plan) {
   for (auto& rp : running_) {
     Running& r = *rp;
     if (r.phase != Running::Phase::prefill || r.job.logits || r.holding()) continue;
-    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, chunk_cap(r.cache(), options_.prefill_chunk), budget));
+    const uint32_t cap = chunk_cap(r.cache(), options_.prefill_chunk);
+    const uint32_t take = media_chunk(r, prompt_chunk(r.n() - r.fed, cap, budget), std::min(cap, budget));
     if (take == 0) continue;
     // (a resumed job's first id after its prompt is known: nothing to sample)
     const bool sample = r.fed + take == r.n() && r.job.options.max_tokens > 0 && r.out.empty();
@@ -181,11 +183,11 @@ void Scheduler::choose_rows(StepPlan& plan) {
     }
 }
 
-// A prompt chunk of `take` tokens, fewer (or none this step) where it would cut
-// an image whose tokens see each other (Media::uncut).
-uint32_t Scheduler::media_chunk(const Running& r, uint32_t take) const {
+// A prompt chunk of `take` tokens (of at most `limit`), another size where it
+// would cut an image whose tokens see each other (Media::uncut).
+uint32_t Scheduler::media_chunk(const Running& r, uint32_t take, uint32_t limit) const {
   const Media* m = r.job.options.media.get();
-  return m && take ? m->uncut(r.fed, take) : take;
+  return m && limit ? m->uncut(r.fed, take, limit) : take;
 }
 
 void Scheduler::add_part(StepPlan& plan, Running& r, uint32_t n, model::Logits logits) {

@@ -100,3 +100,15 @@ def test_the_prefix_cache_reuses_an_image(engine):
 def test_keys_are_never_vocabulary_ids():
     keys = media_keys(b"\x01" * 32, 4096)
     assert keys.max() < 0 and keys.min() >= -(2 ** 31 - 1) and len(set(keys.tolist())) == 4096
+
+
+def test_an_image_that_fills_a_chunk_before_one_last_token(vlm):
+    """prefill_chunk 16, the image at index 4 and 17 tokens from its start on: the chunker's
+    rule against a one-token tail would take 15 and cut the image; the image is taken whole
+    instead (the call used to wait for ever)."""
+    ids = [2, 17, 33, BOI] + [IMG] * N + [EOI]
+    small = metalkv.Engine.load(vlm[1], device=TEST_DEVICE, context=256, prefill_chunk=N)
+    pv = pixels(1, 5)
+    got = small.logits(media_prompt(small, pv, ids=ids, starts=[4]))
+    np.testing.assert_allclose(got, reference(vlm[0], pv, ids=ids), atol=4e-3 * np.abs(got).max(), rtol=0)
+    assert len(small.generate_ids(media_prompt(small, pv, ids=ids, starts=[4]), max_tokens=2, stop_ids=())) == 2
