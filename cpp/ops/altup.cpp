@@ -13,10 +13,6 @@ namespace {
 constexpr const char* kKernels[] = {"altup_predict_f32", "altup_correct_f32", "altup_magnitude_f32",
                                     "altup_mean_f32",    "gaussian_topk_f32", "per_layer_gate_f32"};
 
-void check_positive(const char* op, const char* what, uint64_t n) {
-  if (n == 0) fail(op, std::string(what) + " must be positive");
-}
-
 // The streams' layout: n_inputs (or count) views of (n_rows, dim), stride floats apart.
 void check_streams(const char* op, const char* what, const BufferView& v, uint32_t count, uint32_t stride,
                    uint32_t n_rows, uint32_t dim) {

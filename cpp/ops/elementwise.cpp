@@ -16,14 +16,10 @@ std::string rms_norm_kernel(WeightType t) { return std::string("rms_norm_") + we
 std::string f32_kernel(const char* op) { return std::string(op) + "_f32"; }  // add_f32, swiglu_f32, ...
 constexpr const char* kF32Ops[] = {"add", "scale", "softcap", "swiglu", "geglu", "argmax", "softmax"};
 
-void check_count(const char* op, const char* what, uint64_t n) {
-  if (n == 0) fail(op, std::string(what) + " must be positive");
-}
-
 
 void gated(const char* op, gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate,
            const BufferView& up, const BufferView& out, uint32_t n) {
-  check_count(op, "n", n);
+  check_positive(op, "n", n);
   check_view(op, "gate (n) float32", gate, size_t(n) * 4, 4);
   check_view(op, "up (n) float32", up, size_t(n) * 4, 4);
   check_view(op, "out (n) float32", out, size_t(n) * 4, 4);
@@ -41,8 +37,8 @@ void embedding(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& 
                WeightType ttype, const BufferView& ids, const BufferView& out, uint32_t n_tokens,
                uint32_t dim, uint32_t vocab, float scale) {
   const char* op = "embedding";
-  check_count(op, "n_tokens", n_tokens);
-  check_count(op, "vocab", vocab);
+  check_positive(op, "n_tokens", n_tokens);
+  check_positive(op, "vocab", vocab);
   const size_t table_bytes = weight_bytes(ttype, vocab, dim, op);
   check_view(op, ("table (vocab, dim) " + std::string(weight_type_name(ttype))).c_str(), table,
              table_bytes, weight_align(ttype));
@@ -60,8 +56,8 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
               const BufferView& w, WeightType wtype, const BufferView& out, uint32_t n_rows,
               uint32_t dim, float eps, float w_offset) {
   const char* op = "rms_norm";
-  check_count(op, "n_rows", n_rows);
-  check_count(op, "dim", dim);
+  check_positive(op, "n_rows", n_rows);
+  check_positive(op, "dim", dim);
   if (wtype != WeightType::f32 && wtype != WeightType::f16)
     fail(op, std::string("weight type must be 'f32' or 'f16', got '") + weight_type_name(wtype) + "'");
   if (!(eps >= 0.0f)) fail(op, "eps must be >= 0, got " + std::to_string(eps));
@@ -90,7 +86,7 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
 void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, const BufferView& x,
          uint32_t n) {
   const char* op = "add";
-  check_count(op, "n", n);
+  check_positive(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   check_view(op, "x (n) float32", x, size_t(n) * 4, 4);
   enc.set_pipeline(device.pipeline(f32_kernel(op)));
@@ -103,7 +99,7 @@ void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, con
 void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
            float s) {
   const char* op = "scale";
-  check_count(op, "n", n);
+  check_positive(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   enc.set_pipeline(device.pipeline(f32_kernel(op)));
   bind_params(enc, mkv_params::Elementwise{n, s}, 0);
@@ -114,7 +110,7 @@ void scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, u
 void softcap(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint32_t n,
              float cap) {
   const char* op = "softcap";
-  check_count(op, "n", n);
+  check_positive(op, "n", n);
   check_view(op, "y (n) float32", y, size_t(n) * 4, 4);
   if (!(cap > 0.0f) || !std::isfinite(cap)) fail(op, "cap must be a positive finite number, got " + std::to_string(cap));
   enc.set_pipeline(device.pipeline(f32_kernel(op)));
@@ -136,8 +132,8 @@ void geglu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& gate
 void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
             const BufferView& out, uint32_t n_rows, uint32_t n, const BufferView& mask) {
   const char* op = "argmax";
-  check_count(op, "n_rows", n_rows);
-  check_count(op, "n", n);
+  check_positive(op, "n_rows", n_rows);
+  check_positive(op, "n", n);
   if (n > uint32_t(INT32_MAX)) fail(op, "n must fit an int32 index");
   check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
   check_view(op, "out (n_rows) int32", out, size_t(n_rows) * 4, 4);
@@ -161,8 +157,8 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
 void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
              const BufferView& out, uint32_t n_rows, uint32_t n, float scale) {
   const char* op = "softmax";
-  check_count(op, "n_rows", n_rows);
-  check_count(op, "n", n);
+  check_positive(op, "n_rows", n_rows);
+  check_positive(op, "n", n);
   if (!(scale > 0.0f)) fail(op, "scale must be > 0, got " + std::to_string(scale));
   check_view(op, "x (n_rows, n) float32", x, size_t(n_rows) * n * 4, 4);
   check_view(op, "out (n_rows, n) float32", out, size_t(n_rows) * n * 4, 4);

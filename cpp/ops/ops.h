@@ -52,6 +52,11 @@ void bind_params(gpu::ComputeEncoder& enc, const P& params, uint32_t index) {
   throw gpu::GpuError(std::string("[") + op + "] " + message);
 }
 
+// Raises "[op] <what> must be positive" for n == 0 (a count, a size).
+inline void check_positive(const char* op, const char* what, uint64_t n) {
+  if (n == 0) fail(op, std::string(what) + " must be positive");
+}
+
 // Raises "[op] <what> needs N bytes from offset O but the buffer has M" when
 // the view is null or holds fewer than `bytes` bytes.
 inline void check_bytes(const char* op, const std::string& what, const BufferView& v, uint64_t bytes) {

@@ -8,13 +8,6 @@
 #include "ops/launch.h"
 
 namespace mkv::ops {
-namespace {
-
-void check_positive(const char* op, const char* what, uint64_t n) {
-  if (n == 0) fail(op, std::string(what) + " must be positive");
-}
-
-}  // namespace
 
 void layer_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& w,
                 const BufferView& b, const BufferView& out, uint32_t n_rows, uint32_t dim, float eps) {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .media import ImageConfig, MediaError, load_image, preprocess_image
-from .media.prompt import MediaTokens, expand
+from .media.prompt import MediaTokens, expand, media_spans
 from .models.vision import Gemma3Vision
 
 KEY_LIMIT = 2 ** 31 - 1  # keys are -1 .. -KEY_LIMIT
@@ -94,9 +94,9 @@ class Media:
 
     kinds = ("image",)  # the content parts its model reads
 
-    def __init__(self, vision: Gemma3Vision, image_config: ImageConfig, image_token: int,
-                 tokens: MediaTokens | None = None, cache_bytes: int = 256 << 20):
-        self.vision, self.image_config, self.image_token = vision, image_config, image_token
+    def __init__(self, vision: Gemma3Vision, image_config: ImageConfig, tokens: MediaTokens | None = None,
+                 cache_bytes: int = 256 << 20):
+        self.vision, self.image_config = vision, image_config
         self.tokens = tokens  # the processor's layout of an image in the prompt (None: no tokenizer to read it)
         self._cache = _SoftTokenCache(cache_bytes)
 
@@ -113,7 +113,7 @@ class Media:
         image_config = ImageConfig.from_preprocessor_config(
             preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, "gemma3")
         tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
-        return cls(vision, image_config, int(config.get("image_token_index", 262144)), tokens)
+        return cls(vision, image_config, tokens)
 
     def chat_prompt(self, engine, messages: list, sources: list) -> MediaPrompt:
         """Checked messages (their images as template parts) and the images' sources, in
@@ -121,9 +121,8 @@ class Media:
         out, tokenized, and keyed (prompt)."""
         if self.tokens is None or engine.tokenizer is None:
             raise MediaError("[image] this checkpoint has no tokenizer to lay out an image in the prompt")
-        kinds = [p.kind for p in sources]
         text = expand(engine.chat_template.render(messages, add_generation_prompt=True), self.tokens,
-                      images=kinds.count("image"), clips=kinds.count("audio"))
+                      images=len(sources))
         return self.prompt(engine.tokenizer.encode(text), [p.source for p in sources])
 
     def image_rows(self, source) -> tuple[list[np.ndarray], list[bytes], float, int]:
@@ -148,10 +147,10 @@ class Media:
         return rows, digests, seconds, cached
 
     def prompt(self, ids, images) -> MediaPrompt:
-        """`ids` (with one run of the image token per image view, as the processor lays them
-        out) with each run's keys and rows from `images`, in order."""
+        """`ids` (the tokenized expand(): a run of soft tokens per image view, media.prompt's
+        media_spans) with each run's keys and rows from `images`, in order."""
         ids = np.array(ids, np.int64)
-        runs = _runs(ids, self.image_token)
+        runs = media_spans(ids.tolist(), self.tokens)
         views, digests, seconds, cached = [], [], 0.0, 0
         for source in images:
             r, d, s, c = self.image_rows(source)
@@ -160,25 +159,13 @@ class Media:
             seconds += s
             cached += c
         if len(runs) != len(views):
-            raise MediaError(f"[image] the prompt has {len(runs)} image placeholder runs for {len(views)} image "
-                             f"views; each image needs its run of {self.vision.tokens_per_image} tokens")
-        spans = []
-        for (start, n), rows, digest in zip(runs, views, digests):
-            if n != len(rows):
-                raise MediaError(f"[image] an image placeholder run of {n} tokens at index {start}; the tower "
-                                 f"makes {len(rows)}")
-            ids[start:start + n] = media_keys(digest, n)
-            spans.append((start, n, True))
+            raise MediaError(f"[image] the prompt has {len(runs)} runs of image tokens for {len(views)} image "
+                             f"views")
+        for run, digest in zip(runs, digests):
+            ids[run.start:run.start + run.length] = media_keys(digest, run.length)
         rows = np.concatenate(views).astype(np.float32) if views else None
-        return MediaPrompt(ids, spans, rows, {"tower_seconds": seconds, "media_items": len(views),
-                                              "media_cached": cached})
-
-
-def _runs(ids: np.ndarray, token: int) -> list[tuple[int, int]]:
-    """(start, length) of each run of `token` in ids."""
-    hit = np.concatenate([[False], ids == token, [False]])
-    edges = np.flatnonzero(hit[1:] != hit[:-1])
-    return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])]
+        return MediaPrompt(ids, [(run.start, run.length, True) for run in runs], rows,
+                           {"tower_seconds": seconds, "media_items": len(views), "media_cached": cached})
 
 
 def recordable(messages: list) -> list[dict]:
