@@ -131,9 +131,13 @@ std::shared_ptr<const engine::Media> media_arg(nb::handle media) {
   if (!nb::try_cast(media, t) || t.size() != 2 || !nb::try_cast(t[1], rows, /*convert=*/false))
     throw gpu::ArgumentError("generate", "media", "(spans, rows): rows a C-contiguous 2-D float32 array");
   for (nb::handle span : nb::iter(t[0])) {
-    const nb::tuple st = nb::cast<nb::tuple>(span);
-    if (st.size() != 3) throw gpu::ArgumentError("generate", "media", "each span is (start, length, bidirectional)");
-    m->spans.push_back({nb::cast<uint32_t>(st[0]), nb::cast<uint32_t>(st[1]), nb::cast<bool>(st[2])});
+    nb::tuple st;
+    uint32_t start = 0, length = 0;
+    bool bidirectional = false;
+    if (!nb::try_cast(span, st) || st.size() != 3 || !nb::try_cast(st[0], start) || !nb::try_cast(st[1], length) ||
+        !nb::try_cast(st[2], bidirectional))
+      throw gpu::ArgumentError("generate", "media", "each span is (start, length, bidirectional): ints and a bool");
+    m->spans.push_back({start, length, bidirectional});
   }
   m->hidden = uint32_t(rows.shape(1));
   m->rows.assign(rows.data(), rows.data() + rows.shape(0) * rows.shape(1));

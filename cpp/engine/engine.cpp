@@ -132,9 +132,10 @@ void Engine::check_room(const kv::KvCache& cache, uint32_t keep, uint32_t n) con
 }
 
 void Engine::check_media(const kv::KvCache& cache, const std::vector<int32_t>& prompt, const Media* media) const {
+  // (the spans first: the ids' check walks them in order)
+  if (media) media->check(prompt.size(), model_->spec().hidden, chunk_cap(cache, options_.prefill_chunk));
   check_prompt_ids(prompt, model_->spec().vocab, media);
   if (!media) return;
-  media->check(prompt.size(), model_->spec().hidden, chunk_cap(cache, options_.prefill_chunk));
   const bool blocks = std::any_of(media->spans.begin(), media->spans.end(), [](const MediaSpan& s) {
     return s.bidirectional;
   });

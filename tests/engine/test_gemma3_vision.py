@@ -112,3 +112,28 @@ def test_an_image_that_fills_a_chunk_before_one_last_token(vlm):
     got = small.logits(media_prompt(small, pv, ids=ids, starts=[4]))
     np.testing.assert_allclose(got, reference(vlm[0], pv, ids=ids), atol=4e-3 * np.abs(got).max(), rtol=0)
     assert len(small.generate_ids(media_prompt(small, pv, ids=ids, starts=[4]), max_tokens=2, stop_ids=())) == 2
+
+
+def _rows(n: int, width: int = tiny_vlm.TEXT["hidden_size"]) -> np.ndarray:
+    return np.zeros((n, width), np.float32)
+
+
+@pytest.mark.parametrize("ids, media, says", [
+    ([1, -5, 2], None, "token id -5 at index 1 is out of range"),                       # a key outside any span
+    ([1, -5, -6, 2], ([(1, 2, True)], _rows(3)), "rows hold 384 floats; the spans' 2 tokens need 256"),
+    ([1, -5, -6, 2], ([(1, 2, True)], _rows(2, 64)), "rows of width 64 for a model of width 128"),
+    ([1, -5, -6, 2], ([(2, 1, True), (1, 1, True)], _rows(2)), "span 1 .* out of order"),
+    ([1, -5, -6, 2], ([(3, 2, True)], _rows(2)), "span 0 .* past the prompt's 4 ids"),
+    ([1, -5, -6, 2], ((1, 2, True), _rows(2)), "each span is \\(start, length, bidirectional\\)"),
+    ([1, -5, -6, 2], ([(1, 2, True)], _rows(2).astype(np.float64)), "rows a C-contiguous 2-D float32 array"),
+])
+def test_bad_media_is_refused(engine, ids, media, says):
+    with pytest.raises(metalkv.ArgumentError, match=says):
+        engine._core.submit_logits(engine.new_cache(capacity=64), np.array(ids, np.int64), media=media)
+
+
+def test_an_image_under_an_eviction_policy_is_refused(vlm, engine):
+    evicting = metalkv.Engine.load(vlm[1], device=TEST_DEVICE, context=256, prefill_chunk=64, kv_policy="streaming",
+                                   kv_budget=64)
+    with pytest.raises(metalkv.ArgumentError, match="needs a cache without an eviction policy"):
+        evicting.logits(media_prompt(evicting, pixels(2, 6)))

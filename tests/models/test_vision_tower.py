@@ -86,3 +86,11 @@ def test_a_missing_tensor_is_named(host, checkpoint, tmp_path):
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises(ModelLoadError, match="post_layernorm.bias"):
         Gemma3Vision.load(host, tmp_path, cfg)
+
+
+def test_pixels_of_another_size_are_refused(host, checkpoint):
+    _, d, cfg = checkpoint
+    tower = Gemma3Vision.load(host, d, cfg)
+    size = cfg["vision_config"]["image_size"]
+    with pytest.raises(ValueError, match=f"pixel_values must be \\(n, 3, {size}, {size}\\)"):
+        tower.encode(pixels(1, size + 4))
