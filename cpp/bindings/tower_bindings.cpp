@@ -1,10 +1,13 @@
-// metalkv._core.Siglip: Gemma 3's vision tower and projector on a device
-// (cpp/towers/siglip.h); python/metalkv/models/vision.py loads and drives it.
+// metalkv._core.Siglip and Conformer: Gemma 3's vision tower and projector and
+// Gemma 3n's audio tower and embedder on a device (cpp/towers/); python/metalkv/
+// models/vision.py and models/audio.py load and drive them.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "towers/conformer.h"
 #include "towers/siglip.h"
 
 namespace nb = nanobind;
@@ -14,6 +17,15 @@ namespace mkv::bindings {
 namespace {
 
 using Patches = nb::ndarray<nb::ro, float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using Frames = nb::ndarray<nb::ro, float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+// A float vector the returned array owns, shaped (rows, cols).
+nb::ndarray<nb::numpy, float> owned(std::vector<float>&& v, size_t rows, size_t cols) {
+  auto* out = new std::vector<float>(std::move(v));
+  nb::capsule keep(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  const size_t shape[2] = {rows, cols};
+  return nb::ndarray<nb::numpy, float>(out->data(), 2, shape, keep);
+}
 
 towers::SiglipSpec siglip_spec(const nb::dict& d) {
   towers::SiglipSpec s;
@@ -39,6 +51,43 @@ towers::SiglipSpec siglip_spec(const nb::dict& d) {
 
 struct PySiglip {
   std::unique_ptr<towers::Siglip> tower;
+};
+
+towers::ConformerSpec conformer_spec(const nb::dict& d) {
+  towers::ConformerSpec s;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    auto u32 = [&] { return nb::cast<uint32_t>(value); };
+    auto f32 = [&] { return nb::cast<float>(value); };
+    if (k == "n_layers") s.n_layers = u32();
+    else if (k == "hidden") s.hidden = u32();
+    else if (k == "n_heads") s.n_heads = u32();
+    else if (k == "ffn") s.ffn = u32();
+    else if (k == "n_mels") s.n_mels = u32();
+    else if (k == "conv") {
+      const auto stages = nb::cast<std::vector<std::vector<uint32_t>>>(value);
+      if (stages.size() != 2 || stages[0].size() != 5 || stages[1].size() != 5)
+        throw nb::value_error("[conformer] conv must be two stages of [channels, kt, kf, st, sf]");
+      for (int i = 0; i < 2; ++i)
+        s.conv[i] = {stages[i][0], stages[i][1], stages[i][2], stages[i][3], stages[i][4]};
+    } else if (k == "left") s.left = u32();
+    else if (k == "right") s.right = u32();
+    else if (k == "taps") s.taps = u32();
+    else if (k == "reduction") s.reduction = u32();
+    else if (k == "vocab") s.vocab = u32();
+    else if (k == "text_hidden") s.text_hidden = u32();
+    else if (k == "softcap") s.softcap = f32();
+    else if (k == "residual_weight") s.residual_weight = f32();
+    else if (k == "eps") s.eps = f32();
+    else if (k == "group_eps") s.group_eps = f32();
+    else if (k == "mm_eps") s.mm_eps = f32();
+    else throw nb::value_error(("[conformer] unknown spec key '" + k + "'").c_str());
+  }
+  return s;
+}
+
+struct PyConformer {
+  std::unique_ptr<towers::Conformer> tower;
 };
 
 void bind_towers(nb::module_& m, nb::module_& /*ops*/) {
@@ -78,6 +127,44 @@ void bind_towers(nb::module_& m, nb::module_& /*ops*/) {
           "patches"_a,
           "patches (n_images, n_patches, patch_dim) float32, each patch's (channel, y, x) values ->\n"
           "(n_images, tokens_per_image, text_hidden) float32, the images' soft tokens.");
+
+  nb::class_<PyConformer>(m, "Conformer", "Gemma 3n's audio tower and its embedder, on a device.")
+      .def(
+          "__init__",
+          [](PyConformer* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights) {
+            if (!weights.weights) throw nb::value_error("[conformer] the weights were given away already");
+            new (self) PyConformer{std::make_unique<towers::Conformer>(dev.device, conformer_spec(spec),
+                                                                       std::move(*weights.weights))};
+            weights.weights.reset();
+          },
+          "device"_a, "spec"_a, "weights"_a,
+          "spec: n_layers, hidden, n_heads, ffn, n_mels, conv ([channels, kt, kf, st, sf] x 2), left,\n"
+          "right, taps, reduction, vocab, text_hidden, softcap, residual_weight, eps, group_eps, mm_eps.\n"
+          "Takes the weights (the Weights object is empty afterwards).")
+      .def_prop_ro("weights_nbytes", [](const PyConformer& c) { return c.tower->weights_nbytes(); })
+      .def("tokens_for", [](const PyConformer& c, uint32_t n_frames) { return c.tower->tokens_for(n_frames); },
+           "n_frames"_a, "Soft tokens a clip of n_frames feature frames yields before padding.")
+      .def(
+          "encode",
+          [](PyConformer& c, const Frames& features, uint32_t n_valid, uint32_t n_tokens) {
+            const towers::ConformerSpec& sp = c.tower->spec();
+            if (features.shape(1) != sp.n_mels)
+              throw nb::value_error(
+                  ("[conformer] features must be (n_frames, " + std::to_string(sp.n_mels) + ") float32").c_str());
+            std::vector<float> rows;
+            {
+              nb::gil_scoped_release release;
+              rows = c.tower->encode(features.data(), uint32_t(features.shape(0)), n_valid, n_tokens);
+            }
+            return owned(std::move(rows), n_tokens, sp.text_hidden);
+          },
+          "features"_a, "n_valid"_a, "n_tokens"_a,
+          "features (n_frames, n_mels) float32 log-mel, the first n_valid the clip's ->\n"
+          "(n_tokens, text_hidden) float32: the clip's soft tokens, padding rows after.")
+      .def("hard_rows", [](const PyConformer& c) {
+        const towers::ConformerSpec& sp = c.tower->spec();
+        return owned(std::vector<float>(c.tower->hard_rows()), sp.vocab, sp.text_hidden);
+      }, "(vocab, text_hidden) float32, a copy: the embedder's rows of its hard tokens.");
 }
 
 }  // namespace

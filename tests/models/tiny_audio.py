@@ -1,0 +1,124 @@
+"""Tiny random Gemma3nForConditionalGeneration checkpoints with an audio tower, built
+offline by transformers: the conformer, its embedder and a small Gemma 3n text model,
+saved as safetensors with the config.json the loaders read.
+
+transformers builds Gemma 3n's vision tower with timm, which needs torchvision, whose
+PyPI build does not load beside the CPU torch the tests use; the vision tower is built
+as an empty module instead (metalkv reads no vision weights of Gemma 3n yet), and every
+reference call here passes no pixels, so transformers' own code runs everything else.
+
+Weights are drawn with a seed at scales that keep every layer's output O(1) and rounded
+to values exact in float16. Ids: text below 224 (the per-layer table holds 200), the
+vision vocabulary 224..239, the audio vocabulary 240..255 (<end_of_audio> 240, the audio
+soft token 241, the padding token 255).
+"""
+from __future__ import annotations
+
+import pathlib
+from unittest import mock
+
+import numpy as np
+
+AUDIO = {
+    # head_dim 16, a window of 4 keys back: the conformer's shape at a small width
+    "tiny": dict(hidden_size=64, input_feat_size=16, conf_num_hidden_layers=2, conf_num_attention_heads=4,
+                 conf_attention_chunk_size=4, conf_attention_context_left=5, conf_attention_context_right=0,
+                 sscp_conv_channel_size=[8, 4], conf_conv_kernel_size=5, conf_reduction_factor=4),
+    # keys ahead of the query too, 3 layers, head_dim 48 (two values a lane)
+    "ahead": dict(hidden_size=96, input_feat_size=20, conf_num_hidden_layers=3, conf_num_attention_heads=2,
+                  conf_attention_chunk_size=6, conf_attention_context_left=4, conf_attention_context_right=2,
+                  sscp_conv_channel_size=[6, 8], conf_conv_kernel_size=3, conf_reduction_factor=2),
+}
+VOCAB, VISION_OFFSET, AUDIO_OFFSET, MM_VOCAB = 256, 224, 240, 16
+EOA, AUDIO_TOKEN, BOA = 240, 241, 198
+TOKENS_PER_CLIP = 12
+_S, _F = "sliding_attention", "full_attention"
+TEXT = dict(vocab_size=VOCAB, vocab_size_per_layer_input=200, hidden_size=64, intermediate_size=128,
+            num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+            layer_types=[_S, _F] * 2, num_kv_shared_layers=2, activation_sparsity_pattern=[0.95] + [0.0] * 3,
+            rms_norm_eps=1e-6, sliding_window=8, altup_num_inputs=4, hidden_size_per_layer_input=16,
+            laurel_rank=8, max_position_embeddings=512,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+
+
+def config(audio: str = "tiny"):
+    from transformers import Gemma3nConfig
+    return Gemma3nConfig(
+        text_config=dict(TEXT), audio_config=dict(AUDIO[audio], vocab_size=MM_VOCAB, vocab_offset=AUDIO_OFFSET),
+        vision_config=dict(hidden_size=16, vocab_size=MM_VOCAB, vocab_offset=VISION_OFFSET),
+        audio_soft_tokens_per_image=TOKENS_PER_CLIP, vision_soft_tokens_per_image=16, boi_token_id=197,
+        eoi_token_id=VISION_OFFSET, image_token_id=VISION_OFFSET + 1, boa_token_id=BOA, eoa_token_id=EOA,
+        audio_token_id=AUDIO_TOKEN)
+
+
+def build(audio: str = "tiny", seed: int = 0):
+    """The model in float32, eager attention, weights at test scales, f16-exact."""
+    import torch
+    from transformers import AutoModel, Gemma3nForConditionalGeneration
+    from engine.tiny_hf import _gemma3n_std  # tests/ is on sys.path
+
+    real = AutoModel.from_config
+
+    def no_vision(cfg, *args, **kwargs):
+        return torch.nn.Identity() if cfg.model_type in ("gemma3n_vision", "timm_wrapper") else real(cfg, *args, **kwargs)
+
+    torch.manual_seed(seed)
+    with mock.patch.object(AutoModel, "from_config", side_effect=no_vision):
+        model = Gemma3nForConditionalGeneration(config(audio)).eval().float()
+    model.config._attn_implementation = "eager"
+    text_cfg = model.config.text_config
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            special = _gemma3n_std(name, text_cfg) if "language_model" in name else None
+            if special is not None:
+                p.copy_(special[0] + special[1] * torch.randn_like(p))
+            elif name.endswith("per_dim_scale"):
+                p.copy_(0.1 * torch.randn_like(p))
+            elif p.ndim == 1:  # Gemma 3n's norms take x * w
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "embedding.weight" in name or "embed_tokens" in name:
+                p.copy_(torch.randn_like(p) * (0.1 if "language_model" in name else 1.0))
+            else:
+                p.copy_(torch.randn_like(p) / p[0].numel() ** 0.5)
+            p.copy_(p.half().float())
+    return model
+
+
+def save(model, d: pathlib.Path) -> pathlib.Path:
+    d.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    return d
+
+
+def features(n_frames: int, n_mels: int, seed: int = 0) -> np.ndarray:
+    """Log-mel-like frames: O(1) values with a slow drift over time."""
+    rng = np.random.default_rng(seed)
+    drift = np.linspace(-1, 1, n_frames)[:, None]
+    return (rng.normal(size=(n_frames, n_mels)) + drift).astype(np.float32)
+
+
+def audio_features(model, feats: np.ndarray, n_valid: int) -> np.ndarray:
+    """transformers' soft tokens of one clip, padded to its run as Gemma3nModel pads them:
+    (TOKENS_PER_CLIP, text hidden) float32."""
+    import torch
+    mask = torch.arange(len(feats))[None] < n_valid
+    with torch.no_grad():
+        out = model.model.get_audio_features(torch.from_numpy(feats)[None], ~mask)
+        rows, pad_mask = out.pooler_output, out.audio_mel_mask
+        pad = model.model.embed_audio(input_ids=torch.tensor([[VOCAB - 1]]))
+        rows = torch.where(pad_mask.unsqueeze(-1), pad, rows)
+        rows = torch.cat([rows, pad.expand(1, TOKENS_PER_CLIP - rows.shape[1], -1)], dim=1)
+    return rows[0].float().numpy()
+
+
+def logits(model, ids: list[int], feats: np.ndarray | None = None, n_valid: int = 0) -> np.ndarray:
+    """transformers' logits at every position of ids (with one clip's features where the ids
+    hold its run)."""
+    import torch
+    kw = {}
+    if feats is not None:
+        kw = dict(input_features=torch.from_numpy(feats)[None],
+                  input_features_mask=torch.arange(len(feats))[None] < n_valid)
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), **kw).logits[0].float().numpy()
