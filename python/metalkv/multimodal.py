@@ -10,6 +10,7 @@ embedding table (engine/media.h).
 
     media = Media.load(device, loaded)        # None: the model has no tower metalkv runs
     prompt = media.prompt(ids, [image])       # ids with the image's placeholder run
+    prompt = media.prompt(ids, clips=[wav])   # (Gemma 3n) a clip's run
     engine.generate(prompt) / engine.logits(prompt)
 """
 from __future__ import annotations
@@ -22,8 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .media import ImageConfig, MediaError, load_image, preprocess_image
+from .media import (AudioFeatureConfig, ImageConfig, MediaError, MediaLimits, load_audio, load_image,
+                    log_mel_features, preprocess_image)
 from .media.prompt import MediaTokens, expand, media_spans
+from .models.audio import Gemma3nAudio
 from .models.vision import Gemma3Vision
 
 KEY_LIMIT = 2 ** 31 - 1  # keys are -1 .. -KEY_LIMIT
@@ -89,83 +92,141 @@ class _SoftTokenCache:
 
 
 class Media:
-    """A model's image tower (Gemma 3's SigLIP), its processor settings, and the soft
-    tokens it made, by media hash."""
+    """A model's towers (Gemma 3's SigLIP; Gemma 3n's audio conformer), its processor
+    settings, and the soft tokens they made, by media hash."""
 
-    kinds = ("image",)  # the content parts its model reads
-
-    def __init__(self, vision: Gemma3Vision, image_config: ImageConfig, tokens: MediaTokens | None = None,
-                 cache_bytes: int = 256 << 20):
+    def __init__(self, tokens: MediaTokens | None, *, vision: Gemma3Vision | None = None,
+                 image_config: ImageConfig | None = None, audio: Gemma3nAudio | None = None,
+                 audio_config: AudioFeatureConfig | None = None, cache_bytes: int = 256 << 20):
         self.vision, self.image_config = vision, image_config
-        self.tokens = tokens  # the processor's layout of an image in the prompt (None: no tokenizer to read it)
+        self.audio, self.audio_config = audio, audio_config
+        self.tokens = tokens  # the processor's layout of media in the prompt (None: no tokenizer to read it)
         self._cache = _SoftTokenCache(cache_bytes)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The content parts its model reads ("image", "audio")."""
+        return tuple(k for k, tower in (("image", self.vision), ("audio", self.audio)) if tower is not None)
 
     @classmethod
     def load(cls, device, loaded) -> "Media | None":
         """The towers of a loaded checkpoint (a directory whose config.json has them); None
         for a model without one metalkv runs."""
         config, path = loaded.metadata, loaded.path
-        if not path.is_dir() or config.get("model_type") != "gemma3" or not config.get("vision_config"):
+        if not path.is_dir():
             return None
         vision = Gemma3Vision.load(device, path, config)
+        audio = Gemma3nAudio.load(device, path, config)
+        if vision is None and audio is None:
+            return None
         pre = path / "preprocessor_config.json"
         preprocessor = json.loads(pre.read_text()) if pre.is_file() else None
-        image_config = ImageConfig.from_preprocessor_config(
+        image_config = None if vision is None else ImageConfig.from_preprocessor_config(
             preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, "gemma3")
+        audio_config = None if audio is None else AudioFeatureConfig.from_preprocessor_config(preprocessor or {})
         tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
-        return cls(vision, image_config, tokens)
+        return cls(tokens, vision=vision, image_config=image_config, audio=audio, audio_config=audio_config)
 
     def chat_prompt(self, engine, messages: list, sources: list) -> MediaPrompt:
-        """Checked messages (their images as template parts) and the images' sources, in
-        order: rendered with the chat template, each image expanded as the processor lays it
-        out, tokenized, and keyed (prompt)."""
+        """Checked messages (their media as template parts) and the media's sources
+        (messages.MediaPart, in order): rendered with the chat template, each item expanded as
+        the processor lays it out, tokenized, and keyed (prompt)."""
         if self.tokens is None or engine.tokenizer is None:
-            raise MediaError("[image] this checkpoint has no tokenizer to lay out an image in the prompt")
+            raise MediaError("[media] this checkpoint has no tokenizer to lay out media in the prompt")
+        images = [p.source for p in sources if p.kind == "image"]
+        clips = [p.source for p in sources if p.kind == "audio"]
         text = expand(engine.chat_template.render(messages, add_generation_prompt=True), self.tokens,
-                      images=len(sources))
-        return self.prompt(engine.tokenizer.encode(text), [p.source for p in sources])
+                      images=len(images), clips=len(clips))
+        return self.prompt(engine.tokenizer.encode(text), images, clips, limits=engine.media_limits)
 
-    def image_rows(self, source) -> tuple[list[np.ndarray], list[bytes], float, int]:
-        """The soft tokens of one image (a path, bytes, data URL or PIL image): the rows of
-        each of its views (the image, then pan-and-scan crops when the processor makes
-        them), their digests, the tower's seconds, and how many views came from the cache."""
-        image = source if hasattr(source, "convert") else load_image(source)
-        pixels = preprocess_image(image, self.image_config).pixel_values
-        rows, digests, seconds, cached = [], [], 0.0, 0
-        for view in pixels:
+    def _rows(self, digest: bytes, encode) -> tuple[np.ndarray, float, bool]:
+        """The cached rows of `digest`, or encode()'s: (rows, tower seconds, from the cache)."""
+        got = self._cache.get(digest)
+        if got is not None:
+            return got, 0.0, True
+        t0 = time.perf_counter()
+        got = encode()
+        seconds = time.perf_counter() - t0
+        self._cache.put(digest, got)
+        return got, seconds, False
+
+    def image_rows(self, source, limits: MediaLimits | None = None) -> list[tuple[np.ndarray, bytes, float, bool]]:
+        """The soft tokens of one image (a path, bytes, data URL or PIL image): (rows, digest,
+        tower seconds, from the cache) of each of its views (the image, then pan-and-scan
+        crops when the processor makes them)."""
+        if self.vision is None:
+            raise MediaError("[image] this model has no vision tower metalkv runs")
+        image = source if hasattr(source, "convert") else load_image(source, limits)
+        out = []
+        for view in preprocess_image(image, self.image_config).pixel_values:
             digest = hashlib.sha256(np.ascontiguousarray(view, np.float32).tobytes()).digest()
-            got = self._cache.get(digest)
-            if got is None:
-                t0 = time.perf_counter()
-                got = self.vision.encode(view[None])[0]
-                seconds += time.perf_counter() - t0
-                self._cache.put(digest, got)
-            else:
-                cached += 1
-            rows.append(got)
-            digests.append(digest)
-        return rows, digests, seconds, cached
+            out.append(_pair(digest, self._rows(digest, lambda v=view: self.vision.encode(v[None])[0])))
+        return out
 
-    def prompt(self, ids, images) -> MediaPrompt:
-        """`ids` (the tokenized expand(): a run of soft tokens per image view, media.prompt's
-        media_spans) with each run's keys and rows from `images`, in order."""
+    def clip_rows(self, source, limits: MediaLimits | None = None) -> tuple[np.ndarray, bytes, float, bool]:
+        """The soft tokens of one clip (a path, bytes, data URL or input_audio's {data, format}):
+        (its run's rows, digest, tower seconds, from the cache)."""
+        if self.audio is None:
+            raise MediaError("[audio] this model has no audio tower metalkv runs")
+        samples = load_audio(source, self.audio_config.sampling_rate, limits)
+        feats = log_mel_features(samples, self.audio_config)
+        n_valid = int(feats.mask.sum())
+        digest = hashlib.sha256(feats.features.tobytes() + n_valid.to_bytes(4, "little")).digest()
+        run = self.tokens.audio.per_item if self.tokens and self.tokens.audio else self.audio.tokens_per_clip
+        made = self.audio.tokens_for(len(feats.features))
+        if made > run:
+            raise MediaError(f"[audio] a clip of {len(samples) / self.audio_config.sampling_rate:.2f} s makes {made} "
+                             f"soft tokens; its run holds {run} (audio_soft_tokens_per_image): cut it into shorter "
+                             "clips")
+        return _pair(digest, self._rows(digest, lambda: self.audio.encode(feats.features, n_valid, run)))
+
+    def prompt(self, ids, images=(), clips=(), *, limits: MediaLimits | None = None) -> MediaPrompt:
+        """`ids` (the tokenized expand(): a run of soft tokens per image view and clip,
+        media.prompt's media_spans) with each run's keys and rows from `images` and `clips`,
+        each in order; and, for Gemma 3n, a row of its embedder for each of its hard tokens
+        (<end_of_audio>) the ids hold."""
         ids = np.array(ids, np.int64)
         runs = media_spans(ids.tolist(), self.tokens)
-        views, digests, seconds, cached = [], [], 0.0, 0
-        for source in images:
-            r, d, s, c = self.image_rows(source)
-            views += r
-            digests += d
-            seconds += s
-            cached += c
-        if len(runs) != len(views):
-            raise MediaError(f"[image] the prompt has {len(runs)} runs of image tokens for {len(views)} image "
-                             f"views")
-        for run, digest in zip(runs, digests):
+        views = [v for source in images for v in self.image_rows(source, limits)]
+        heard = [self.clip_rows(source, limits) for source in clips]
+        items = {"image": views, "audio": heard}
+        for kind, got in items.items():
+            n_runs = sum(r.kind == kind for r in runs)
+            if n_runs != len(got):
+                raise MediaError(f"[{kind}] the prompt has {n_runs} runs of {kind} tokens for {len(got)} "
+                                 f"{'image views' if kind == 'image' else 'clips'}")
+        spans = []
+        for run in runs:
+            rows, digest, _, _ = items[run.kind][run.index]
             ids[run.start:run.start + run.length] = media_keys(digest, run.length)
-        rows = np.concatenate(views).astype(np.float32) if views else None
-        return MediaPrompt(ids, [(run.start, run.length, True) for run in runs], rows,
-                           {"tower_seconds": seconds, "media_items": len(views), "media_cached": cached})
+            spans.append((run.start, run.length, run.kind == "image", rows))
+        spans += self._hard_spans(ids, runs)
+        spans.sort(key=lambda s: s[0])
+        every = views + heard
+        stats = {"tower_seconds": sum(x[2] for x in every), "media_items": len(every),
+                 "media_cached": sum(x[3] for x in every)}
+        rows = np.concatenate([s[3] for s in spans]).astype(np.float32) if spans else None
+        return MediaPrompt(ids, [s[:3] for s in spans], rows, stats)
+
+    def _hard_spans(self, ids: np.ndarray, runs) -> list[tuple]:
+        """One-token spans for the ids of the audio embedder's vocabulary outside the runs: its
+        rows replace the text table's there, as Gemma3nModel embeds them."""
+        if self.audio is None:
+            return []
+        inside = np.zeros(len(ids), bool)
+        for run in runs:
+            inside[run.start:run.start + run.length] = True
+        out = []
+        for i in np.flatnonzero(~inside & (ids >= self.audio.vocab_offset)):
+            row = self.audio.hard_row(int(ids[i]))
+            if row is not None:
+                out.append((int(i), 1, False, row[None]))
+        return out
+
+
+def _pair(digest: bytes, got: tuple[np.ndarray, float, bool]) -> tuple[np.ndarray, bytes, float, bool]:
+    rows, seconds, cached = got
+    return rows, digest, seconds, cached
 
 
 def recordable(messages: list) -> list[dict]:

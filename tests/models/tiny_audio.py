@@ -31,6 +31,9 @@ AUDIO = {
 }
 VOCAB, VISION_OFFSET, AUDIO_OFFSET, MM_VOCAB = 256, 224, 240, 16
 EOA, AUDIO_TOKEN, BOA = 240, 241, 198
+# where the ids are: the text model's vocabulary ends with the vision then the audio embedder's
+LAYOUT = dict(vocab=VOCAB, vision_offset=VISION_OFFSET, audio_offset=AUDIO_OFFSET, boi=197, eoi=VISION_OFFSET,
+              image=VISION_OFFSET + 1, boa=BOA, eoa=EOA, audio=AUDIO_TOKEN)
 TOKENS_PER_CLIP = 12
 _S, _F = "sliding_attention", "full_attention"
 TEXT = dict(vocab_size=VOCAB, vocab_size_per_layer_input=200, hidden_size=64, intermediate_size=128,
@@ -42,17 +45,19 @@ TEXT = dict(vocab_size=VOCAB, vocab_size_per_layer_input=200, hidden_size=64, in
                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
 
 
-def config(audio: str = "tiny"):
+def config(audio: str = "tiny", layout: dict = LAYOUT):
     from transformers import Gemma3nConfig
+    ids = layout
     return Gemma3nConfig(
-        text_config=dict(TEXT), audio_config=dict(AUDIO[audio], vocab_size=MM_VOCAB, vocab_offset=AUDIO_OFFSET),
-        vision_config=dict(hidden_size=16, vocab_size=MM_VOCAB, vocab_offset=VISION_OFFSET),
-        audio_soft_tokens_per_image=TOKENS_PER_CLIP, vision_soft_tokens_per_image=16, boi_token_id=197,
-        eoi_token_id=VISION_OFFSET, image_token_id=VISION_OFFSET + 1, boa_token_id=BOA, eoa_token_id=EOA,
-        audio_token_id=AUDIO_TOKEN)
+        text_config=dict(TEXT, vocab_size=ids["vocab"], vocab_size_per_layer_input=min(200, ids["vision_offset"])),
+        audio_config=dict(AUDIO[audio], vocab_size=MM_VOCAB, vocab_offset=ids["audio_offset"]),
+        vision_config=dict(hidden_size=16, vocab_size=MM_VOCAB, vocab_offset=ids["vision_offset"]),
+        audio_soft_tokens_per_image=TOKENS_PER_CLIP, vision_soft_tokens_per_image=16, boi_token_id=ids["boi"],
+        eoi_token_id=ids["eoi"], image_token_id=ids["image"], boa_token_id=ids["boa"], eoa_token_id=ids["eoa"],
+        audio_token_id=ids["audio"])
 
 
-def build(audio: str = "tiny", seed: int = 0):
+def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
     """The model in float32, eager attention, weights at test scales, f16-exact."""
     import torch
     from transformers import AutoModel, Gemma3nForConditionalGeneration
@@ -65,7 +70,7 @@ def build(audio: str = "tiny", seed: int = 0):
 
     torch.manual_seed(seed)
     with mock.patch.object(AutoModel, "from_config", side_effect=no_vision):
-        model = Gemma3nForConditionalGeneration(config(audio)).eval().float()
+        model = Gemma3nForConditionalGeneration(config(audio, layout)).eval().float()
     model.config._attn_implementation = "eager"
     text_cfg = model.config.text_config
     with torch.no_grad():
@@ -106,7 +111,7 @@ def audio_features(model, feats: np.ndarray, n_valid: int) -> np.ndarray:
     with torch.no_grad():
         out = model.model.get_audio_features(torch.from_numpy(feats)[None], ~mask)
         rows, pad_mask = out.pooler_output, out.audio_mel_mask
-        pad = model.model.embed_audio(input_ids=torch.tensor([[VOCAB - 1]]))
+        pad = model.model.embed_audio(input_ids=torch.tensor([[model.config.text_config.vocab_size - 1]]))
         rows = torch.where(pad_mask.unsqueeze(-1), pad, rows)
         rows = torch.cat([rows, pad.expand(1, TOKENS_PER_CLIP - rows.shape[1], -1)], dim=1)
     return rows[0].float().numpy()
@@ -122,3 +127,58 @@ def logits(model, ids: list[int], feats: np.ndarray | None = None, n_valid: int 
                   input_features_mask=torch.arange(len(feats))[None] < n_valid)
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids]), **kw).logits[0].float().numpy()
+
+
+def save_chat(d: pathlib.Path, audio: str = "tiny", seed: int = 0):
+    """A checkpoint Engine.chat takes: the model with a tiny Gemma-style tokenizer (tests/media/
+    test_prompt.py's) whose ids end, as Gemma 3n's do, with the vision embedder's 16 tokens
+    (<end_of_image>, <image_soft_token>, unused) then the audio embedder's (<end_of_audio>,
+    <audio_soft_token>, unused), its chat template, and a preprocessor config of the tower's
+    mel bins. Returns (model, d, layout)."""
+    import json
+    from tokenizers import AddedToken
+    from media.test_prompt import SPECIALS, gemma_template  # tests/ is on sys.path
+    from models.chat_checkpoints import Family, build_tokenizer
+    d.mkdir(parents=True, exist_ok=True)
+    late = ("<end_of_image>", "<image_soft_token>", "<end_of_audio>", "<audio_soft_token>")
+    template = gemma_template("<image_soft_token>", "<audio_soft_token>")
+    tok = build_tokenizer(Family("gemma3n", {}, "gemma", tuple(t for t in SPECIALS if t not in late), "<bos>",
+                                 "<eos>", template, "GemmaTokenizer"))
+    n = tok.get_vocab_size(with_added_tokens=True)
+    tail = [*late[:2], *(f"<vision_unused_{k}>" for k in range(MM_VOCAB - 2)),
+            *late[2:], *(f"<audio_unused_{k}>" for k in range(MM_VOCAB - 2))]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tail])
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "chat_template": template}))
+    v = tok.get_vocab(with_added_tokens=True)
+    assert v["<end_of_image>"] == n and v["<audio_unused_13>"] == n + 2 * MM_VOCAB - 1
+    layout = dict(vocab=n + 2 * MM_VOCAB, vision_offset=n, audio_offset=n + MM_VOCAB, boi=v["<start_of_image>"],
+                  eoi=v["<end_of_image>"], image=v["<image_soft_token>"], boa=v["<start_of_audio>"],
+                  eoa=v["<end_of_audio>"], audio=v["<audio_soft_token>"])
+    model = build(audio, seed, layout)
+    save(model, d)
+    (d / "preprocessor_config.json").write_text(json.dumps({
+        "feature_extractor_type": "Gemma3nAudioFeatureExtractor", "feature_size": AUDIO[audio]["input_feat_size"],
+        "sampling_rate": 16_000}))
+    return model, d, layout
+
+
+def tone(seconds: float, hz: float = 440.0, rate: int = 16_000) -> np.ndarray:
+    """A clip: a tone with a slow vibrato and a little noise, float32 in [-1, 1)."""
+    t = np.arange(int(seconds * rate)) / rate
+    x = 0.5 * np.sin(2 * np.pi * hz * t + 3 * np.sin(2 * np.pi * 3 * t))
+    return (x + 0.01 * np.random.default_rng(0).normal(size=len(t))).astype(np.float32)
+
+
+def wav_bytes(samples: np.ndarray, rate: int = 16_000) -> bytes:
+    """16-bit PCM mono wav."""
+    import io
+    import wave
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(samples, -1, 1 - 2 ** -15) * 32768).astype("<i2").tobytes())
+    return buf.getvalue()
