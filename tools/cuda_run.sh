@@ -13,6 +13,7 @@
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
 #                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
 #                                                  test-vision bench-vision (VISION_ARGS)
+#                                                  test-audio bench-audio (AUDIO_ARGS)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -221,6 +222,26 @@ stage_bench_vision() {
     > "$OUT/bench_vision.txt" 2>&1
   note "bench/gpu/vision.py: rc=$?"
   tail -22 "$OUT/bench_vision.txt"
+}
+
+# Issue 38: Gemma 3n's audio tower on the cuda device: its kernels, the tower's and the whole
+# model's parity with transformers on tiny random checkpoints, then the released conformer on a 30 s
+# clip beside transformers (bench/gpu/audio.py).
+stage_test_audio() {
+  step "Gemma 3n audio: the tower kernels, tower and model parity on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/ops/test_audio.py tests/models/test_audio_tower.py tests/engine/test_gemma3n_audio.py \
+    > "$OUT/test_audio.txt" 2>&1
+  note "test-audio: rc=$?"
+  tail -3 "$OUT/test_audio.txt"
+}
+
+stage_bench_audio() {
+  step "Gemma 3n audio: a 30 s clip's encode time beside transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/audio.py ${AUDIO_ARGS:-} --json "$OUT/bench_audio.json" \
+    > "$OUT/bench_audio.txt" 2>&1
+  note "bench/gpu/audio.py: rc=$?"
+  tail -22 "$OUT/bench_audio.txt"
 }
 
 stage_bench_preemption() {

@@ -65,8 +65,9 @@ def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
 
     real = AutoModel.from_config
 
-    def no_vision(cfg, *args, **kwargs):
-        return torch.nn.Identity() if cfg.model_type in ("gemma3n_vision", "timm_wrapper") else real(cfg, *args, **kwargs)
+    def no_vision(*args, **kwargs):  # (transformers 5.17 passes config=, 5.24 the config first)
+        cfg = args[0] if args else kwargs["config"]
+        return torch.nn.Identity() if cfg.model_type in ("gemma3n_vision", "timm_wrapper") else real(*args, **kwargs)
 
     torch.manual_seed(seed)
     with mock.patch.object(AutoModel, "from_config", side_effect=no_vision):
@@ -110,7 +111,7 @@ def audio_features(model, feats: np.ndarray, n_valid: int) -> np.ndarray:
     mask = torch.arange(len(feats))[None] < n_valid
     with torch.no_grad():
         out = model.model.get_audio_features(torch.from_numpy(feats)[None], ~mask)
-        rows, pad_mask = out.pooler_output, out.audio_mel_mask
+        rows, pad_mask = (out.pooler_output, out.audio_mel_mask) if hasattr(out, "pooler_output") else out
         pad = model.model.embed_audio(input_ids=torch.tensor([[model.config.text_config.vocab_size - 1]]))
         rows = torch.where(pad_mask.unsqueeze(-1), pad, rows)
         rows = torch.cat([rows, pad.expand(1, TOKENS_PER_CLIP - rows.shape[1], -1)], dim=1)
