@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log, table  # noqa: E402
+from common import device_name, log, median_seconds, table  # noqa: E402
 
 SHAPES = {  # Gemma3nAudioConfig's defaults are the released tower's
     "e4b": dict(audio={}, text_hidden=2048, seconds=30.0),
@@ -94,18 +93,6 @@ def build(shape: dict, dtype, out: Path) -> Path:
     return out
 
 
-def timed(fn, repeat: int, sync) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
@@ -133,7 +120,7 @@ def main(argv=None) -> int:
         tower = Gemma3nAudio.load(dev, path, config)
         n_tokens = tower.tokens_for(len(f))
         ours = tower.encode(f, n_valid, n_tokens)
-        t_ours = timed(lambda: tower.encode(f, n_valid, n_tokens), args.repeat, lambda: None)
+        t_ours = median_seconds(lambda: tower.encode(f, n_valid, n_tokens), args.repeat, lambda: None)
 
         with no_vision_tower():
             model = Gemma3nForConditionalGeneration.from_pretrained(path, dtype=dtype)
@@ -147,7 +134,7 @@ def main(argv=None) -> int:
                 out = m.model.get_audio_features(xx, pad)
                 return out.pooler_output if hasattr(out, "pooler_output") else out[0]
 
-        t_hf = timed(hf, args.repeat, sync)
+        t_hf = median_seconds(hf, args.repeat, sync)
         theirs = hf().float().cpu().numpy()[0]
         result = {"device": device_name(args.device), "shape": args.shape, "seconds": shape["seconds"],
                   "frames": len(f), "soft_tokens": n_tokens, "metalkv_s": t_ours, "transformers_s": t_hf,

@@ -193,3 +193,16 @@ def add_shape_args(ap, shape: dict, prefix: str = "") -> None:
     for name, default in shape.items():
         ap.add_argument(f"--{prefix}{name.replace('_', '-')}", type=int, default=default)
 
+
+def median_seconds(fn, repeat: int, sync) -> float:
+    """Median wall time of fn() over `repeat` calls after one warm-up, sync() (the device's
+    synchronize) closing each: a whole-call time beside a peer's in the same run."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

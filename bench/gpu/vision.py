@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log, table  # noqa: E402
+from common import device_name, log, median_seconds, table  # noqa: E402
 
 SHAPES = {
     "so400m": dict(vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
@@ -69,18 +68,6 @@ def build(shape: dict, dtype, out: Path) -> Path:
     return out
 
 
-def timed(fn, repeat: int, sync) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
@@ -101,7 +88,7 @@ def main(argv=None) -> int:
         log(f"loading metalkv's tower on {args.device}")
         tower = Gemma3Vision.load(dev, path, config)
         ours = tower.encode(pv)
-        t_ours = timed(lambda: tower.encode(pv), args.repeat, lambda: None)
+        t_ours = median_seconds(lambda: tower.encode(pv), args.repeat, lambda: None)
 
         dtype = torch.bfloat16 if big else torch.float32
         model = Gemma3ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
@@ -113,7 +100,7 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 return model.model.get_image_features(x).pooler_output
 
-        t_hf = timed(hf, args.repeat, sync)
+        t_hf = median_seconds(hf, args.repeat, sync)
         theirs = hf().float().cpu().numpy()
         result = {"device": device_name(args.device), "shape": args.shape, "images": args.images,
                   "metalkv_s": t_ours, "transformers_s": t_hf, "speed_vs_transformers": t_hf / t_ours,

@@ -5,6 +5,7 @@
 #include "kv/encoder_session.h"
 #include "ops/audio.h"
 #include "ops/elementwise.h"
+#include "towers/tower_ops.h"
 
 namespace mkv::towers {
 namespace {
@@ -25,19 +26,7 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 }  // namespace
 
 const model::Weight& Conformer::need(const std::string& name, std::vector<uint64_t> shape, bool matrix) const {
-  const model::Weight* w = weights_.find(name);
-  if (!w) fail("missing tensor " + name);
-  if (w->shape != shape) {
-    std::string want;
-    for (uint64_t d : shape) want += (want.empty() ? "" : ", ") + str(d);
-    fail("tensor " + name + " has the wrong shape; expected (" + want + ")");
-  }
-  const bool float_matrix = w->type == ops::WeightType::f32 || w->type == ops::WeightType::f16 ||
-                            w->type == ops::WeightType::bf16;
-  if (matrix ? !float_matrix : w->type != ops::WeightType::f32)
-    fail("tensor " + name + " is " + ops::weight_type_name(w->type) + "; expected " +
-         (matrix ? "f32, f16 or bf16" : "f32"));
-  return *w;
+  return need_weight("conformer", weights_, name, shape, matrix);
 }
 
 Conformer::Geometry Conformer::geometry(uint32_t n_frames) const {
@@ -117,25 +106,6 @@ Conformer::Conformer(gpu::DevicePtr device, ConformerSpec spec, model::Weights w
   make_tables();
 }
 
-namespace {
-
-void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-            const gpu::BufferPtr& y, uint32_t n, bool accumulate = false) {
-  ops::MatmulArgs a;
-  a.x = at(x);
-  a.w = w.view;
-  a.y = at(y);
-  a.n_tokens = n;
-  a.n_in = uint32_t(w.cols());
-  a.n_out = uint32_t(w.rows());
-  a.wtype = w.type;
-  a.kernel = ops::MatmulKernel::gemm;
-  a.accumulate = accumulate;
-  ops::matmul(dev, enc, a);
-}
-
-}  // namespace
-
 // Per layer: q's scale (head_dim^-0.5 / softplus(0) * softplus(per_dim_scale)) and the
 // relative-position rows (the sinusoid of each offset, left .. -right, through W_pos);
 // the embedder's rows of every hard token.
@@ -178,11 +148,11 @@ void Conformer::make_tables() {
     L.qscale = device_->new_buffer(D * sizeof(float));
     L.qscale->write(0, scale.data(), D * sizeof(float));
     L.pos = device_->new_buffer(size_t(F) * H * sizeof(float));
-    linear(dev, enc, sinusoid, *weights_.find(p + "pos"), L.pos, F);
+    linear(dev, enc, sinusoid, *weights_.find(p + "pos"), nullptr, L.pos, F);
   }
   ops::embedding(dev, enc, embedding_->view, embedding_->type, at(id_buf), at(emb), s.vocab, H, s.vocab);
   ops::rms_norm(dev, enc, at(emb), hard_norm_->view, hard_norm_->type, at(emb), s.vocab, H, s.mm_eps);
-  linear(dev, enc, emb, *projection_, hard, s.vocab);
+  linear(dev, enc, emb, *projection_, nullptr, hard, s.vocab);
   ops::rms_norm(dev, enc, at(hard), at(ones_), ops::WeightType::f32, at(hard), s.vocab, s.text_hidden, s.mm_eps);
   session.finish();
   hard_.resize(size_t(s.vocab) * s.text_hidden);
@@ -240,21 +210,21 @@ std::vector<float> Conformer::encode(const float* features, uint32_t n_frames, u
       const mkv_params::Im2col p{g.t[i], g.f[i], c_in, c.kt, c.kf, c.st, c.sf, 0, kFreqPad,
                                  g.t[i + 1], g.f[i + 1], g.cols[i]};
       ops::im2col(dev, enc, at(i == 0 ? in_ : conv_), at(cols_), p);
-      linear(dev, enc, cols_, *conv_w_[i], conv_, g.t[i + 1] * g.f[i + 1]);
+      linear(dev, enc, cols_, *conv_w_[i], nullptr, conv_, g.t[i + 1] * g.f[i + 1]);
       ops::cumulative_norm(dev, enc, at(conv_), conv_norm_[i]->view, at(stats_), at(conv_), g.t[i + 1],
                            g.f[i + 1] * c.channels, c.channels, s.group_eps);
       c_in = c.channels;
     }
-    linear(dev, enc, conv_, *input_proj_, x_, T);
+    linear(dev, enc, conv_, *input_proj_, nullptr, x_, T);
   }
   auto norm = [&](gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w, const gpu::BufferPtr& y) {
     ops::rms_norm(dev, enc, at(x), w.view, w.type, at(y), T, H, s.eps);
   };
   auto ffn = [&](gpu::ComputeEncoder& enc, const Ffn& f) {  // x += residual_weight RMSNorm(down(silu(up(RMSNorm(x)))))
     norm(enc, x_, *f.norm, h_);
-    linear(dev, enc, h_, *f.up, wide_, T);
+    linear(dev, enc, h_, *f.up, nullptr, wide_, T);
     ops::silu(dev, enc, at(wide_), uint64_t(T) * s.ffn);
-    linear(dev, enc, wide_, *f.down, h_, T);
+    linear(dev, enc, wide_, *f.down, nullptr, h_, T);
     norm(enc, h_, *f.post_norm, h_);
     ops::scale(dev, enc, at(h_), T * H, s.residual_weight);
     ops::add(dev, enc, at(x_), at(h_), T * H);
@@ -280,16 +250,16 @@ std::vector<float> Conformer::encode(const float* features, uint32_t n_frames, u
     a.kernel = ops::MatmulKernel::gemm;
     ops::matmul(dev, enc, a);
     ops::audio_attention(dev, enc, at(q_), at(k_), at(v_), at(L.pos), at(L.qscale), at(attn_), attention);
-    linear(dev, enc, attn_, *L.out, h_, T);
+    linear(dev, enc, attn_, *L.out, nullptr, h_, T);
     norm(enc, h_, *L.attn_post_norm, h_);
     ops::add(dev, enc, at(x_), at(h_), T * H);
     norm(enc, x_, *L.conv_norm, h_);  // the light convolution; padding rows come after every valid one,
-    linear(dev, enc, h_, *L.start, wide_, T);  // and the convolution is causal: no valid row reads them
+    linear(dev, enc, h_, *L.start, nullptr, wide_, T);  // and the convolution is causal: no valid row reads them
     ops::glu(dev, enc, at(wide_), at(attn_), T, H);
     ops::depthwise_conv(dev, enc, at(attn_), L.taps->view, at(h_), T, H, s.taps);
     norm(enc, h_, *L.conv_post_norm, h_);
     ops::silu(dev, enc, at(h_), uint64_t(T) * H);
-    linear(dev, enc, h_, *L.end, x_, T, true);
+    linear(dev, enc, h_, *L.end, nullptr, x_, T, true);
     ffn(enc, L.ffn[1]);
     norm(enc, x_, *L.norm, x_);
     if ((l + 1) % kLayersPerCommandBuffer == 0) session.flush();
@@ -297,7 +267,7 @@ std::vector<float> Conformer::encode(const float* features, uint32_t n_frames, u
   gpu::ComputeEncoder& enc = session.compute();
   ops::take_rows(dev, enc, at(x_), at(taken_), n_out, H, s.reduction);
   ops::rms_norm(dev, enc, at(taken_), soft_norm_->view, soft_norm_->type, at(normed_), n_out, H, s.mm_eps);
-  linear(dev, enc, normed_, *projection_, out_, n_out);
+  linear(dev, enc, normed_, *projection_, nullptr, out_, n_out);
   ops::rms_norm(dev, enc, at(out_), at(ones_), ops::WeightType::f32, at(out_), n_out, s.text_hidden, s.mm_eps);
   session.finish();
 

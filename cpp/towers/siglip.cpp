@@ -6,6 +6,7 @@
 #include "ops/elementwise.h"
 #include "ops/kv_store.h"
 #include "ops/vision.h"
+#include "towers/tower_ops.h"
 
 namespace mkv::towers {
 namespace {
@@ -20,19 +21,7 @@ constexpr uint32_t kLayersPerCommandBuffer = 4;  // as Model::encode_step: the G
 }  // namespace
 
 const model::Weight& Siglip::need(const std::string& name, std::vector<uint64_t> shape, bool matrix) const {
-  const model::Weight* w = weights_.find(name);
-  if (!w) fail("missing tensor " + name);
-  if (w->shape != shape) {
-    std::string want;
-    for (uint64_t d : shape) want += (want.empty() ? "" : ", ") + str(d);
-    fail("tensor " + name + " has the wrong shape; expected (" + want + ")");
-  }
-  const bool float_matrix = w->type == ops::WeightType::f32 || w->type == ops::WeightType::f16 ||
-                            w->type == ops::WeightType::bf16;
-  if (matrix ? !float_matrix : w->type != ops::WeightType::f32)
-    fail("tensor " + name + " is " + ops::weight_type_name(w->type) + "; expected " +
-         (matrix ? "f32, f16 or bf16" : "f32"));
-  return *w;
+  return need_weight("siglip", weights_, name, shape, matrix);
 }
 
 Siglip::Siglip(gpu::DevicePtr device, SiglipSpec spec, model::Weights weights)
@@ -102,26 +91,10 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
   const uint32_t P = s.n_patches(), rows = n_images * P, H = s.hidden, A = s.n_heads * s.head_dim;
   gpu::BufferPtr in = device_->new_buffer(size_t(rows) * s.patch_dim * sizeof(float));
   in->write(0, patches, size_t(rows) * s.patch_dim * sizeof(float));
-  auto linear = [&](gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-                    const model::Weight* b, const gpu::BufferPtr& y, uint32_t n, bool accumulate) {
-    ops::MatmulArgs a;
-    a.x = at(x);
-    a.w = w.view;
-    a.y = at(y);
-    if (b) a.bias = b->view;
-    a.n_tokens = n;
-    a.n_in = uint32_t(w.cols());
-    a.n_out = uint32_t(w.rows());
-    a.wtype = w.type;
-    a.kernel = ops::MatmulKernel::gemm;
-    a.accumulate = accumulate;
-    ops::matmul(dev, enc, a);
-  };
-
   kv::EncoderSession session(*queue_);
   {
     gpu::ComputeEncoder& enc = session.compute();
-    linear(enc, in, *patch_w_, patch_b_, x_, rows, false);
+    linear(dev, enc, in, *patch_w_, patch_b_, x_, rows, false);
     for (uint32_t i = 0; i < n_images; ++i)
       ops::add(dev, enc, at(x_, size_t(i) * P * H * sizeof(float)), pos_->view, P * H);
   }
@@ -163,11 +136,11 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
       ops::attention_prefill(dev, session.compute(), d, at(q_, off), at(kv_), at(table_), at(attn_, off), {});
     }
     gpu::ComputeEncoder& e2 = session.compute();
-    linear(e2, attn_, *L.out, L.out_b, x_, rows, true);
+    linear(dev, e2, attn_, *L.out, L.out_b, x_, rows, true);
     ops::layer_norm(dev, e2, at(x_), L.ln2_w->view, L.ln2_b->view, at(h_), rows, H, s.eps);
-    linear(e2, h_, *L.up, L.up_b, ffn_, rows, false);
+    linear(dev, e2, h_, *L.up, L.up_b, ffn_, rows, false);
     ops::gelu(dev, e2, at(ffn_), uint64_t(rows) * s.ffn);
-    linear(e2, ffn_, *L.down, L.down_b, x_, rows, true);
+    linear(dev, e2, ffn_, *L.down, L.down_b, x_, rows, true);
     if ((l + 1) % kLayersPerCommandBuffer == 0) session.flush();
   }
   const uint32_t T = s.tokens_per_image(), tokens = n_images * T;
@@ -175,7 +148,7 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
   ops::layer_norm(dev, enc, at(x_), post_w_->view, post_b_->view, at(h_), rows, H, s.eps);
   ops::avg_pool(dev, enc, at(h_), at(pooled_), n_images, s.grid, s.pool, H);
   ops::rms_norm(dev, enc, at(pooled_), mm_norm_->view, mm_norm_->type, at(normed_), tokens, H, s.mm_eps, 1.0f);
-  linear(enc, normed_, *mm_proj_, nullptr, out_, tokens, false);
+  linear(dev, enc, normed_, *mm_proj_, nullptr, out_, tokens, false);
   session.finish();
   std::vector<float> result(size_t(tokens) * s.text_hidden);
   out_->read(0, result.data(), result.size() * sizeof(float));

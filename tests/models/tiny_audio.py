@@ -19,6 +19,8 @@ from unittest import mock
 
 import numpy as np
 
+from .tiny_vlm import save  # noqa: F401  (the same save_pretrained)
+
 AUDIO = {
     # head_dim 16, a window of 4 keys back: the conformer's shape at a small width
     "tiny": dict(hidden_size=64, input_feat_size=16, conf_num_hidden_layers=2, conf_num_attention_heads=4,
@@ -89,12 +91,6 @@ def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
                 p.copy_(torch.randn_like(p) / p[0].numel() ** 0.5)
             p.copy_(p.half().float())
     return model
-
-
-def save(model, d: pathlib.Path) -> pathlib.Path:
-    d.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    return d
 
 
 def features(n_frames: int, n_mels: int, seed: int = 0) -> np.ndarray:
