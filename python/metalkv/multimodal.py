@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .media import (AudioFeatureConfig, ImageConfig, MediaError, MediaLimits, load_audio, load_image,
-                    log_mel_features, preprocess_image)
+from .media import (AudioFeatureConfig, ImageConfig, MediaError, MediaLimits, PreparedImage, load_audio,
+                    load_image, log_mel_features, preprocess_image)
 from .media.prompt import MediaTokens, expand, media_spans
 from .models.audio import Gemma3nAudio
 from .models.vision import Gemma3Vision
@@ -133,11 +133,19 @@ class Media:
         the processor lays it out, tokenized, and keyed (prompt)."""
         if self.tokens is None or engine.tokenizer is None:
             raise MediaError("[media] this checkpoint has no tokenizer to lay out media in the prompt")
-        images = [p.source for p in sources if p.kind == "image"]
+        limits = engine.media_limits
+        images = [self.prepare_image(p.source, limits) for p in sources if p.kind == "image"]
         clips = [p.source for p in sources if p.kind == "audio"]
         text = expand(engine.chat_template.render(messages, add_generation_prompt=True), self.tokens,
-                      images=len(images), clips=len(clips))
-        return self.prompt(engine.tokenizer.encode(text), images, clips, limits=engine.media_limits)
+                      images=len(images), clips=len(clips), crops=[p.num_crops for p in images])
+        return self.prompt(engine.tokenizer.encode(text), images, clips, limits=limits)
+
+    def prepare_image(self, source, limits: MediaLimits | None = None) -> PreparedImage:
+        """One image (a path, bytes, data URL or PIL image) as the processor prepares it: the
+        whole image, then its pan-and-scan crops where the processor config asks for them."""
+        if self.vision is None:
+            raise MediaError("[image] this model has no vision tower metalkv runs")
+        return preprocess_image(source if hasattr(source, "convert") else load_image(source, limits), self.image_config)
 
     def _rows(self, digest: bytes, encode) -> tuple[np.ndarray, float, bool]:
         """The cached rows of `digest`, or encode()'s: (rows, tower seconds, from the cache)."""
@@ -151,14 +159,12 @@ class Media:
         return got, seconds, False
 
     def image_rows(self, source, limits: MediaLimits | None = None) -> list[tuple[np.ndarray, bytes, float, bool]]:
-        """The soft tokens of one image (a path, bytes, data URL or PIL image): (rows, digest,
-        tower seconds, from the cache) of each of its views (the image, then pan-and-scan
-        crops when the processor makes them)."""
-        if self.vision is None:
-            raise MediaError("[image] this model has no vision tower metalkv runs")
-        image = source if hasattr(source, "convert") else load_image(source, limits)
+        """The soft tokens of one image (a path, bytes, data URL, PIL image or PreparedImage):
+        (rows, digest, tower seconds, from the cache) of each of its views (the image, then
+        pan-and-scan crops when the processor makes them)."""
+        prepared = source if isinstance(source, PreparedImage) else self.prepare_image(source, limits)
         out = []
-        for view in preprocess_image(image, self.image_config).pixel_values:
+        for view in prepared.pixel_values:
             digest = hashlib.sha256(np.ascontiguousarray(view, np.float32).tobytes()).digest()
             out.append(_pair(digest, self._rows(digest, lambda v=view: self.vision.encode(v[None])[0])))
         return out

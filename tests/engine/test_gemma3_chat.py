@@ -120,3 +120,34 @@ def test_server_takes_an_image_part(engine, photo):
         server.close()
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] > tiny_vlm.TOKENS_PER_IMAGE
+
+
+def test_pan_and_scan_crops_are_transformers(vlm, tmp_path):
+    """With do_pan_and_scan on, a wide image goes in as the whole image then its crops, each a
+    run of its own (the processor's text between them): logits at every position are
+    transformers' given the same views, each run bidirectional on its own."""
+    import json
+    import shutil
+    model, d = vlm
+    pan = tmp_path / "pan"
+    shutil.copytree(d, pan)
+    pre = json.loads((pan / "preprocessor_config.json").read_text())
+    pre.update(do_pan_and_scan=True, pan_and_scan_min_crop_size=8, pan_and_scan_max_num_crops=3,
+               pan_and_scan_min_ratio_to_activate=1.2)
+    (pan / "preprocessor_config.json").write_text(json.dumps(pre))
+    engine = metalkv.Engine.load(pan, device=TEST_DEVICE, context=256, prefill_chunk=64)
+    png = encode(gradient(72, 24), "PNG")
+    prepared = engine.media.prepare_image(png)
+    assert prepared.num_crops >= 2
+    prompt = engine.chat_ids(ask("data:image/png;base64," + base64.b64encode(png).decode()))
+    assert len(prompt.spans) == 1 + prepared.num_crops and all(n == tiny_vlm.TOKENS_PER_IMAGE and bidi
+                                                               for _, n, bidi in prompt.spans)
+    ids = prompt.ids.copy()
+    for start, n, _ in prompt.spans:
+        ids[start:start + n] = model.config.image_token_index
+    x = torch.tensor([ids.tolist()])
+    with torch.no_grad():
+        want = model(input_ids=x, pixel_values=torch.from_numpy(prepared.pixel_values),
+                     token_type_ids=(x == model.config.image_token_index).long()).logits[0].numpy()
+    got = engine.logits(prompt)
+    np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=0)
