@@ -139,3 +139,39 @@ def test_server_takes_an_input_audio_part(engine, clip):
         server.close()
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] > tiny_audio.TOKENS_PER_CLIP
+
+
+def test_remote_clips_follow_the_engines_media_limits(engine, clip):
+    """A clip by http(s) URL is refused unless the engine's media_limits allow fetching (what
+    `metalkv serve --allow-remote-media` sets); allowed, it is the same clip as the file."""
+    import dataclasses
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    data = clip[0].read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/clip.wav"
+    by_url = [{"role": "user", "content": [{"type": "audio", "url": url}, {"type": "text", "text": "Hi"}]}]
+    before = engine.media_limits
+    try:
+        with pytest.raises(metalkv.MediaError, match="allow-remote-media"):
+            engine.chat(by_url, max_tokens=1)
+        engine.media_limits = dataclasses.replace(before, allow_remote=True)
+        fetched = engine.chat_ids(by_url)
+    finally:
+        engine.media_limits = before
+        server.shutdown()
+    local = engine.chat_ids([{"role": "user", "content": [{"type": "audio", "path": str(clip[0])},
+                                                          {"type": "text", "text": "Hi"}]}])
+    np.testing.assert_array_equal(fetched.ids, local.ids)
