@@ -66,6 +66,7 @@ class Turns:
         if common < len(held) and not cache.messages:
             raise ArgumentError(f"[generate] the cache holds {len(held)} tokens that are not a chat this engine "
                                 f"rendered; continue it with chat=False or token ids, or pass a new cache")
+        # (the towers run here, for the media past the common prefix only)
         return keyed.tail(common) if media else np.asarray(ids[common:], np.int64), common, messages
 
     def _conversation(self, messages) -> Conversation:
@@ -78,7 +79,7 @@ class Turns:
         takes tools, with the conversation's tool turns."""
         if tools is None:
             conv = self._conversation(messages)
-            return self.media.chat_prompt(self, conv.messages, conv.media) if conv.media else \
+            return self.media.chat_prompt(self, conv.messages, conv.media).tail(0) if conv.media else \
                 self._template_ids(conv.messages)
         return self.tokenizer.encode(self.chat_template.render(normalize_messages(messages, tool_turns=True), tools=tools))
 

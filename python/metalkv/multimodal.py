@@ -12,6 +12,11 @@ embedding table (engine/media.h).
     prompt = media.prompt(ids, [image])       # ids with the image's placeholder run
     prompt = media.prompt(ids, clips=[wav])   # (Gemma 3n) a clip's run
     engine.generate(prompt) / engine.logits(prompt)
+
+A chat turn keys its prompt first (chat_prompt: a KeyedPrompt, no tower run), finds the
+common prefix with its cache, and takes the tail it feeds: only media past that prefix go
+through a tower. So a conversation continued from a saved cache, on an engine that never saw
+its images, encodes none of them again.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
@@ -51,12 +58,6 @@ class MediaPrompt:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    def tail(self, start: int) -> "MediaPrompt":
-        """The prompt from index `start` on (what a chat turn feeds after the cache's common prefix)."""
-        ids, media = self.fed_from(start)
-        spans, rows = media if media else ([], None)
-        return MediaPrompt(ids, spans, rows, self.stats)
 
     def fed_from(self, start: int) -> tuple[np.ndarray, tuple | None]:
         """(the ids from index `start` on, their media for _core's submit: spans shifted to
@@ -127,10 +128,10 @@ class Media:
         tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
         return cls(tokens, vision=vision, image_config=image_config, audio=audio, audio_config=audio_config)
 
-    def chat_prompt(self, engine, messages: list, sources: list) -> MediaPrompt:
+    def chat_prompt(self, engine, messages: list, sources: list) -> "KeyedPrompt":
         """Checked messages (their media as template parts) and the media's sources
         (messages.MediaPart, in order): rendered with the chat template, each item expanded as
-        the processor lays it out, tokenized, and keyed (prompt)."""
+        the processor lays it out, tokenized, and keyed (keyed); no tower has run yet."""
         if self.tokens is None or engine.tokenizer is None:
             raise MediaError("[media] this checkpoint has no tokenizer to lay out media in the prompt")
         limits = engine.media_limits
@@ -138,7 +139,7 @@ class Media:
         clips = [p.source for p in sources if p.kind == "audio"]
         text = expand(engine.chat_template.render(messages, add_generation_prompt=True), self.tokens,
                       images=len(images), clips=len(clips), crops=[p.num_crops for p in images])
-        return self.prompt(engine.tokenizer.encode(text), images, clips, limits=limits)
+        return self.keyed(engine.tokenizer.encode(text), images, clips, limits=limits)
 
     def prepare_image(self, source, limits: MediaLimits | None = None) -> PreparedImage:
         """One image (a path, bytes, data URL or PIL image) as the processor prepares it: the
@@ -147,7 +148,7 @@ class Media:
             raise MediaError("[image] this model has no vision tower metalkv runs")
         return preprocess_image(source if hasattr(source, "convert") else load_image(source, limits), self.image_config)
 
-    def _rows(self, digest: bytes, encode) -> tuple[np.ndarray, float, bool]:
+    def rows(self, digest: bytes, encode: Callable[[], np.ndarray]) -> tuple[np.ndarray, float, bool]:
         """The cached rows of `digest`, or encode()'s: (rows, tower seconds, from the cache)."""
         got = self._cache.get(digest)
         if got is not None:
@@ -158,20 +159,17 @@ class Media:
         self._cache.put(digest, got)
         return got, seconds, False
 
-    def image_rows(self, source, limits: MediaLimits | None = None) -> list[tuple[np.ndarray, bytes, float, bool]]:
-        """The soft tokens of one image (a path, bytes, data URL, PIL image or PreparedImage):
-        (rows, digest, tower seconds, from the cache) of each of its views (the image, then
-        pan-and-scan crops when the processor makes them)."""
+    def image_items(self, source, limits: MediaLimits | None = None) -> list[tuple[bytes, Callable]]:
+        """One image (a path, bytes, data URL, PIL image or PreparedImage) as (digest, encode)
+        per view (the image, then pan-and-scan crops when the processor makes them): encode()
+        runs the tower on the view."""
         prepared = source if isinstance(source, PreparedImage) else self.prepare_image(source, limits)
-        out = []
-        for view in prepared.pixel_values:
-            digest = hashlib.sha256(np.ascontiguousarray(view, np.float32).tobytes()).digest()
-            out.append(_pair(digest, self._rows(digest, lambda v=view: self.vision.encode(v[None])[0])))
-        return out
+        return [(hashlib.sha256(np.ascontiguousarray(view, np.float32).tobytes()).digest(),
+                 partial(_first, self.vision.encode, view[None])) for view in prepared.pixel_values]
 
-    def clip_rows(self, source, limits: MediaLimits | None = None) -> tuple[np.ndarray, bytes, float, bool]:
-        """The soft tokens of one clip (a path, bytes, data URL or input_audio's {data, format}):
-        (its run's rows, digest, tower seconds, from the cache)."""
+    def clip_item(self, source, limits: MediaLimits | None = None) -> tuple[bytes, Callable]:
+        """One clip (a path, bytes, data URL or input_audio's {data, format}) as (digest of its
+        features, encode: the tower's rows of its run)."""
         if self.audio is None:
             raise MediaError("[audio] this model has no audio tower metalkv runs")
         samples = load_audio(source, self.audio_config.sampling_rate, limits)
@@ -184,18 +182,21 @@ class Media:
             raise MediaError(f"[audio] a clip of {len(samples) / self.audio_config.sampling_rate:.2f} s makes {made} "
                              f"soft tokens; its run holds {run} (audio_soft_tokens_per_image): cut it into shorter "
                              "clips")
-        return _pair(digest, self._rows(digest, lambda: self.audio.encode(feats.features, n_valid, run)))
+        return digest, partial(self.audio.encode, feats.features, n_valid, run)
 
     def prompt(self, ids, images=(), clips=(), *, limits: MediaLimits | None = None) -> MediaPrompt:
+        """keyed(), every item through its tower (or from the cache of their outputs)."""
+        return self.keyed(ids, images, clips, limits=limits).tail(0)
+
+    def keyed(self, ids, images=(), clips=(), *, limits: MediaLimits | None = None) -> "KeyedPrompt":
         """`ids` (the tokenized expand(): a run of soft tokens per image view and clip,
-        media.prompt's media_spans) with each run's keys and rows from `images` and `clips`,
-        each in order; and, for Gemma 3n, a row of its embedder for each of its hard tokens
-        (<end_of_audio>) the ids hold."""
+        media.prompt's media_spans) with each run's keys from `images` and `clips`, each in
+        order; for Gemma 3n, a row of its embedder for each of its hard tokens (<end_of_audio>)
+        the ids hold. The towers run when a tail is taken, for the runs it feeds."""
         ids = np.array(ids, np.int64)
         runs = media_spans(ids.tolist(), self.tokens)
-        views = [v for source in images for v in self.image_rows(source, limits)]
-        heard = [self.clip_rows(source, limits) for source in clips]
-        items = {"image": views, "audio": heard}
+        items = {"image": [v for source in images for v in self.image_items(source, limits)],
+                 "audio": [self.clip_item(source, limits) for source in clips]}
         for kind, got in items.items():
             n_runs = sum(r.kind == kind for r in runs)
             if n_runs != len(got):
@@ -203,20 +204,15 @@ class Media:
                                  f"{'image views' if kind == 'image' else 'clips'}")
         spans = []
         for run in runs:
-            rows, digest, _, _ = items[run.kind][run.index]
+            digest, encode = items[run.kind][run.index]
             ids[run.start:run.start + run.length] = media_keys(digest, run.length)
-            spans.append((run.start, run.length, run.kind == "image", rows))
-        spans += self._hard_spans(ids, runs)
-        spans.sort(key=lambda s: s[0])
-        every = views + heard
-        stats = {"tower_seconds": sum(x[2] for x in every), "media_items": len(every),
-                 "media_cached": sum(x[3] for x in every)}
-        rows = np.concatenate([s[3] for s in spans]).astype(np.float32) if spans else None
-        return MediaPrompt(ids, [s[:3] for s in spans], rows, stats)
+            spans.append((run.start, run.length, run.kind == "image", partial(self.rows, digest, encode)))
+        spans += [(i, 1, False, partial(_given, row)) for i, row in self._hard_rows(ids, runs)]
+        return KeyedPrompt(ids, sorted(spans, key=lambda s: s[0]), len(runs))
 
-    def _hard_spans(self, ids: np.ndarray, runs) -> list[tuple]:
-        """One-token spans for the ids of the audio embedder's vocabulary outside the runs: its
-        rows replace the text table's there, as Gemma3nModel embeds them."""
+    def _hard_rows(self, ids: np.ndarray, runs) -> list[tuple[int, np.ndarray]]:
+        """(index, row) of the ids of the audio embedder's vocabulary outside the runs: its rows
+        replace the text table's there, as Gemma3nModel embeds them."""
         if self.audio is None:
             return []
         inside = np.zeros(len(ids), bool)
@@ -226,13 +222,44 @@ class Media:
         for i in np.flatnonzero(~inside & (ids >= self.audio.vocab_offset)):
             row = self.audio.hard_row(int(ids[i]))
             if row is not None:
-                out.append((int(i), 1, False, row[None]))
+                out.append((int(i), row[None]))
         return out
 
 
-def _pair(digest: bytes, got: tuple[np.ndarray, float, bool]) -> tuple[np.ndarray, bytes, float, bool]:
-    rows, seconds, cached = got
-    return rows, digest, seconds, cached
+def _first(encode: Callable[[np.ndarray], np.ndarray], batch: np.ndarray) -> np.ndarray:
+    return encode(batch)[0]
+
+
+def _given(row: np.ndarray) -> tuple[np.ndarray, float, bool]:
+    return row, 0.0, True
+
+
+@dataclass
+class KeyedPrompt:
+    """Prompt ids with their media's keys, before any tower ran: spans [(start, length,
+    bidirectional, rows)], rows() -> (rows, tower seconds, from the cache). A chat turn takes
+    the tail it feeds, so media wholly inside the cache's common prefix costs no tower time."""
+    ids: np.ndarray
+    spans: list[tuple[int, int, bool, Callable]]
+    n_items: int  # the runs: one per image view and clip
+
+    def tail(self, start: int) -> MediaPrompt:
+        """The MediaPrompt of the ids from `start` on, with the rows of the spans it holds
+        (their towers run now, or their outputs come from the cache). stats: media_items (the
+        prompt's runs), media_cached (those not encoded now: in the cache of tower outputs, or
+        wholly before `start`), tower_seconds."""
+        spans, rows, seconds, encoded = [], [], 0.0, 0
+        for s, n, bidi, get in self.spans:
+            lo = max(s, start)
+            if lo >= s + n:
+                continue
+            got, took, cached = get()
+            seconds += took
+            encoded += not cached
+            spans.append((lo - start, s + n - lo, bidi))
+            rows.append(got[lo - s:])
+        stats = {"tower_seconds": seconds, "media_items": self.n_items, "media_cached": self.n_items - encoded}
+        return MediaPrompt(self.ids[start:], spans, np.concatenate(rows).astype(np.float32) if rows else None, stats)
 
 
 def recordable(messages: list) -> list[dict]:

@@ -175,3 +175,22 @@ def test_remote_clips_follow_the_engines_media_limits(engine, clip):
     local = engine.chat_ids([{"role": "user", "content": [{"type": "audio", "path": str(clip[0])},
                                                           {"type": "text", "text": "Hi"}]}])
     np.testing.assert_array_equal(fetched.ids, local.ids)
+
+
+def test_a_saved_cache_keeps_its_clip(checkpoint, engine, clip, tmp_path):
+    """A chat with a clip, saved, loaded on a fresh engine (no tower outputs in memory) and
+    continued: only the new turn is fed, and the clip, inside the cache's prefix, is not
+    encoded again."""
+    cache = engine.new_cache()
+    messages = ask(clip[1])
+    reply = engine.chat(messages, cache=cache, max_tokens=3)
+    cache.save(tmp_path / "chat.mkv")
+    fresh = metalkv.Engine.load(checkpoint[1], device=TEST_DEVICE, context=256, prefill_chunk=64)
+    loaded = fresh.load_cache(tmp_path / "chat.mkv")
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
+    fresh.chat(messages, cache=loaded, max_tokens=3)
+    stats = fresh.last_stats
+    assert stats["media_items"] == 1 and stats["media_cached"] == 1 and stats["tower_seconds"] == 0.0
+    whole = fresh.chat_ids(messages)
+    start, n, _ = whole.spans[0]
+    assert stats["prompt_tokens"] <= len(whole) - (start + n)  # the clip's run was not fed again
