@@ -43,6 +43,7 @@ towers::SiglipSpec siglip_spec(const nb::dict& d) {
     else if (k == "text_hidden") s.text_hidden = u32();
     else if (k == "eps") s.eps = nb::cast<float>(value);
     else if (k == "mm_eps") s.mm_eps = nb::cast<float>(value);
+    else if (k == "mm_norm_offset") s.mm_norm_offset = nb::cast<float>(value);
     else if (k == "scale") s.scale = nb::cast<float>(value);
     else throw nb::value_error(("[siglip] unknown spec key '" + k + "'").c_str());
   }
@@ -102,7 +103,7 @@ void bind_towers(nb::module_& m, nb::module_& /*ops*/) {
           },
           "device"_a, "spec"_a, "weights"_a,
           "spec: n_layers, hidden, n_heads, head_dim (stored), ffn, patch_dim, grid, pool, text_hidden,\n"
-          "eps, mm_eps, scale. Takes the weights (the Weights object is empty afterwards).")
+          "eps, mm_eps, mm_norm_offset (1: Gemma's 1 + w, 0: w as stored), scale. Takes the weights (the Weights object is empty afterwards).")
       .def_prop_ro("tokens_per_image", [](const PySiglip& s) { return s.tower->spec().tokens_per_image(); })
       .def_prop_ro("n_patches", [](const PySiglip& s) { return s.tower->spec().n_patches(); })
       .def_prop_ro("weights_nbytes", [](const PySiglip& s) { return s.tower->weights_nbytes(); })

@@ -147,7 +147,8 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
   gpu::ComputeEncoder& enc = session.compute();
   ops::layer_norm(dev, enc, at(x_), post_w_->view, post_b_->view, at(h_), rows, H, s.eps);
   ops::avg_pool(dev, enc, at(h_), at(pooled_), n_images, s.grid, s.pool, H);
-  ops::rms_norm(dev, enc, at(pooled_), mm_norm_->view, mm_norm_->type, at(normed_), tokens, H, s.mm_eps, 1.0f);
+  ops::rms_norm(dev, enc, at(pooled_), mm_norm_->view, mm_norm_->type, at(normed_), tokens, H, s.mm_eps,
+                s.mm_norm_offset);
   linear(dev, enc, normed_, *mm_proj_, nullptr, out_, tokens, false);
   session.finish();
   std::vector<float> result(size_t(tokens) * s.text_hidden);

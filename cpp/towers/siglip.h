@@ -4,7 +4,7 @@
 //   x = patches · W_patchᵀ + b + position          (the stride-p convolution as a gemm)
 //   per layer: x += attn(LayerNorm(x));  x += fc2(gelu_tanh(fc1(LayerNorm(x))))
 //   y = LayerNorm_post(x)  →  AvgPool k×k over the patch grid  →  RMSNorm (1 + w)
-//     →  · W_projᵀ  (tokens_per_image rows of text_hidden)
+//     →  · W_projᵀ  (tokens_per_image rows of text_hidden)   (RMSNorm's weight: mm_norm_offset + w)
 //
 // Attention is bidirectional over an image's patches (one block, ops/attention.h),
 // each image alone, its K and V stored as f16 in a scratch pool. A head_dim the
@@ -34,6 +34,7 @@ struct SiglipSpec {
   uint32_t text_hidden = 0;  // the text model's width
   float eps = 1e-6f;         // the LayerNorms'
   float mm_eps = 1e-6f;      // the soft-embedding RMSNorm's
+  float mm_norm_offset = 1.0f;  // its weight is (offset + w): Gemma's 1 + w; 0 where a file stores 1 + w (GGUF)
   float scale = 0.0f;        // q·k scale (the checkpoint's head_dim^-0.5)
   uint32_t n_patches() const { return grid * grid; }
   uint32_t tokens_per_image() const { return (grid / pool) * (grid / pool); }

