@@ -115,21 +115,7 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
     const Layer& L = layers_[l];
     gpu::ComputeEncoder& enc = session.compute();
     ops::layer_norm(dev, enc, at(x_), L.ln1_w->view, L.ln1_b->view, at(h_), rows, H, s.eps);
-    ops::MatmulArgs a;
-    a.x = at(h_);
-    a.w = L.qkv->view;
-    a.y = at(q_);
-    a.y2 = at(k_);
-    a.y3 = at(v_);
-    a.bias = L.qkv_b->view;
-    a.n_tokens = rows;
-    a.n_in = H;
-    a.n_out = 3 * A;
-    a.split_a = A;
-    a.split_b = 2 * A;
-    a.wtype = L.qkv->type;
-    a.kernel = ops::MatmulKernel::gemm;
-    ops::matmul(dev, enc, a);
+    linear_qkv(dev, enc, h_, *L.qkv, L.qkv_b, q_, k_, v_, rows);
     for (uint32_t i = 0; i < n_images; ++i) {  // each image attends over its own patches
       const size_t off = size_t(i) * P * A * sizeof(float);
       ops::kv_store(dev, session.compute(), at(k_, off), at(v_, off), at(kv_), st);

@@ -35,4 +35,25 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
   ops::matmul(dev, enc, a);
 }
 
+void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
+                const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
+                uint32_t n) {
+  const uint32_t width = uint32_t(w.rows() / 3);
+  ops::MatmulArgs a;
+  a.x = {x, 0};
+  a.w = w.view;
+  a.y = {q, 0};
+  a.y2 = {k, 0};
+  a.y3 = {v, 0};
+  if (bias) a.bias = bias->view;
+  a.n_tokens = n;
+  a.n_in = uint32_t(w.cols());
+  a.n_out = 3 * width;
+  a.split_a = width;
+  a.split_b = 2 * width;
+  a.wtype = w.type;
+  a.kernel = ops::MatmulKernel::gemm;
+  ops::matmul(dev, enc, a);
+}
+
 }  // namespace mkv::towers

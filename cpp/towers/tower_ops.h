@@ -21,4 +21,10 @@ const model::Weight& need_weight(const char* tower, const model::Weights& weight
 void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
             const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate = false);
 
+// q, k, v (n rows of width each) = x · [W_q; W_k; W_v]ᵀ (+ bias) in one gemm, split
+// by its epilogue: w (3 width, n_in).
+void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
+                const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
+                uint32_t n);
+
 }  // namespace mkv::towers
