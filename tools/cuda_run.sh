@@ -12,7 +12,7 @@
 #                                                  bench-constrained bench-prefix-store bench-preemption
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
 #                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
-#                                                  test-vision bench-vision (VISION_ARGS)
+#                                                  test-vision bench-vision (VISION_ARGS) bench-vision-parts
 #                                                  test-audio bench-audio (AUDIO_ARGS)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
@@ -242,6 +242,14 @@ stage_bench_audio() {
     > "$OUT/bench_audio.txt" 2>&1
   note "bench/gpu/audio.py: rc=$?"
   tail -22 "$OUT/bench_audio.txt"
+}
+
+stage_bench_vision_parts() {
+  step "Gemma 3 vision: one layer's attention at SigLIP-so400m's shape beside SDPA"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/vision_parts.py --json "$OUT/bench_vision_parts.json" \
+    > "$OUT/bench_vision_parts.txt" 2>&1
+  note "bench/gpu/vision_parts.py: rc=$?"
+  tail -16 "$OUT/bench_vision_parts.txt"
 }
 
 stage_bench_preemption() {
