@@ -32,7 +32,7 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log, median_seconds, table  # noqa: E402
+from common import device_name, log, median_seconds, report, table  # noqa: E402
 
 SHAPES = {  # Gemma3nAudioConfig's defaults are the released tower's
     "e4b": dict(audio={}, text_hidden=2048, seconds=30.0),
@@ -149,9 +149,7 @@ def main(argv=None) -> int:
     print(table(["", "encode s", "clip s / s"],
                 [["metalkv", f"{t_ours:.4f}", f"{shape['seconds'] / t_ours:.0f}"],
                  [f"transformers ({result['transformers_dtype']})", f"{t_hf:.4f}", f"{shape['seconds'] / t_hf:.0f}"]]))
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    report(result, args.json)
     return 0
 
 

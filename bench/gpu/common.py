@@ -206,3 +206,12 @@ def median_seconds(fn, repeat: int, sync) -> float:
         sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def report(result: dict, path) -> None:
+    """Prints a bench's result as JSON and writes it to `path` (its --json), if given."""
+    import json
+    text = json.dumps(result, indent=1)
+    print(text)
+    if path:
+        path.write_text(text)

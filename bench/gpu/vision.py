@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log, median_seconds, table  # noqa: E402
+from common import device_name, log, median_seconds, report, table  # noqa: E402
 
 SHAPES = {
     "so400m": dict(vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
@@ -117,9 +117,7 @@ def main(argv=None) -> int:
                 [["metalkv", f"{t_ours:.4f}", f"{args.images / t_ours:.1f}"],
                  [f"transformers ({str(dtype).removeprefix('torch.')}, sdpa)", f"{t_hf:.4f}",
                   f"{args.images / t_hf:.1f}"]]))
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    report(result, args.json)
     return 0
 
 

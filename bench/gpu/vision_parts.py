@@ -10,7 +10,6 @@ of bench/gpu/vision.py's encode time that attention takes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, median_seconds, table  # noqa: E402
+from common import device_name, median_seconds, report, table  # noqa: E402
 
 HEADS, HEAD_DIM, STORED_DIM, LAYERS = 16, 72, 80, 27
 
@@ -62,9 +61,7 @@ def main(argv=None) -> int:
                 [["metalkv (f32 q, f16 K/V, d 80)", f"{t_ours:.5f}", f"{LAYERS * t_ours:.4f}",
                   f"{result['metalkv_tflops']:.1f}"],
                  ["torch SDPA (bf16, d 72)", f"{t_sdpa:.5f}", f"{LAYERS * t_sdpa:.4f}", f"{result['sdpa_tflops']:.1f}"]]))
-    print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    report(result, args.json)
     return 0
 
 

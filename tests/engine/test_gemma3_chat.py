@@ -109,15 +109,8 @@ def test_generate_with_image_flag(vlm, photo, capsys):
 
 
 def test_server_takes_an_image_part(engine, photo):
-    from server.conftest import LiveServer, needs_server_packages  # tests/ is on sys.path
-    needs_server_packages()
-    import httpx
-    server = LiveServer(engine, model_name="tiny-vlm")
-    try:
-        r = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
-                       json={"model": server.server.model_name, "messages": ask(photo[1]), "max_tokens": 3})
-    finally:
-        server.close()
+    from server.conftest import chat_once  # tests/ is on sys.path
+    r = chat_once(engine, ask(photo[1]), "tiny-vlm", max_tokens=3)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] > tiny_vlm.TOKENS_PER_IMAGE
 

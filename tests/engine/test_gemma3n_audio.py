@@ -128,15 +128,8 @@ def test_generate_with_audio_flag(checkpoint, clip):
 
 
 def test_server_takes_an_input_audio_part(engine, clip):
-    from server.conftest import LiveServer, needs_server_packages  # tests/ is on sys.path
-    needs_server_packages()
-    import httpx
-    server = LiveServer(engine, model_name="tiny-gemma3n")
-    try:
-        r = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
-                       json={"model": server.server.model_name, "messages": ask(clip[1]), "max_tokens": 3})
-    finally:
-        server.close()
+    from server.conftest import chat_once  # tests/ is on sys.path
+    r = chat_once(engine, ask(clip[1]), "tiny-gemma3n", max_tokens=3)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] > tiny_audio.TOKENS_PER_CLIP
 

@@ -31,6 +31,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def chat_once(engine, messages: list, model_name: str = "tiny", **body):
+    """One /v1/chat/completions request to a LiveServer of `engine`, closed after: the httpx
+    response (skips the calling test without the server extra)."""
+    needs_server_packages()
+    import httpx
+    server = LiveServer(engine, model_name=model_name)
+    try:
+        return httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                          json={"model": model_name, "messages": messages, **body})
+    finally:
+        server.close()
+
+
 class LiveServer:
     """create_app(engine, **options) served on 127.0.0.1 until close()."""
 
