@@ -65,3 +65,44 @@ MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void avg_pool(constant mkv_p
     for (uint kx = 0; kx < p.k; ++kx) s += base[(ulong(oy * p.k + ky) * p.side + ox * p.k + kx) * p.channels + c];
   out[i] = s / float(p.k * p.k);
 }
+
+// Summed over the window in row-major tap order.
+template <typename T>
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void depthwise_conv2d(
+    constant mkv_params::DepthwiseConv2d& p [[buffer(0)]],
+    const device T* x [[buffer(1)]],  // (h_in, w_in, channels)
+    const device T* w [[buffer(2)]],  // (k k, channels)
+    device T* out [[buffer(3)]],      // (h_out, w_out, channels)
+    uint tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+    uint nt [[threads_per_threadgroup]]) {
+  const ulong i = ulong(tg) * nt + tid;
+  if (i >= ulong(p.h_out) * p.w_out * p.channels) return;
+  const uint c = uint(i % p.channels), cell = uint(i / p.channels);
+  const int y0 = int(cell / p.w_out * p.stride) - int(p.pad_top);
+  const int x0 = int(cell % p.w_out * p.stride) - int(p.pad_left);
+  float s = 0.0f;
+  for (uint ky = 0; ky < p.k; ++ky) {
+    const int y = y0 + int(ky);
+    if (y < 0 || y >= int(p.h_in)) continue;
+    for (uint kx = 0; kx < p.k; ++kx) {
+      const int xx = x0 + int(kx);
+      if (xx >= 0 && xx < int(p.w_in))
+        s += w[ulong(ky * p.k + kx) * p.channels + c] * x[(ulong(y) * p.w_in + uint(xx)) * p.channels + c];
+    }
+  }
+  out[i] = s;
+}
+
+template <typename T>
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void layer_scale(
+    constant mkv_params::LayerScale& p [[buffer(0)]],
+    const device T* x [[buffer(1)]],  // (n / channels, channels)
+    const device T* g [[buffer(2)]],  // (channels)
+    device T* y [[buffer(3)]],        // (n / channels, channels)
+    uint tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+    uint nt [[threads_per_threadgroup]]) {
+  const uint i = tg * nt + tid;
+  if (i >= p.n) return;
+  const float v = g[i % p.channels] * x[i];
+  y[i] = p.accumulate ? y[i] + v : v;
+}

@@ -24,4 +24,24 @@ struct AvgPool {
   uint32_t channels;
 };
 
+// depthwise_conv2d_f32 (Gemma 3n's MobileNet-V5): a (h_in, w_in, channels)
+// image, channels last, through a k x k depthwise convolution of `stride`,
+// zeros before the first row and column (pad_top, pad_left) and after the last
+// as far as the output reads: out (h_out, w_out, channels), w (k k, channels),
+// tap ky k + kx. One thread per output element.
+struct DepthwiseConv2d {
+  uint32_t h_in, w_in, channels;
+  uint32_t k, stride;
+  uint32_t pad_top, pad_left;
+  uint32_t h_out, w_out;
+};
+
+// layer_scale_f32: y[r, c] = g[c] x[r, c], plus y[r, c] when accumulate (a
+// residual block's layer scale and skip); n = rows x channels elements.
+struct LayerScale {
+  uint32_t n;
+  uint32_t channels;
+  uint32_t accumulate;
+};
+
 }  // namespace mkv_params

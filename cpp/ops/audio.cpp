@@ -9,16 +9,6 @@ namespace {
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
-void below_2_32(const char* op, const char* what, uint64_t n) {
-  if (n >= (uint64_t(1) << 32)) fail(op, std::string(what) + " must be below 2^32 floats");
-}
-
-// One thread per output element, in threadgroups of kElementThreads.
-void dispatch_threads(gpu::ComputeEncoder& enc, uint64_t n) {
-  const uint32_t threads = mkv_params::kElementThreads;
-  enc.dispatch_threadgroups({ceil_div(n, threads), 1, 1}, {threads, 1, 1});
-}
-
 }  // namespace
 
 void im2col(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "metal/linear_params.h"
+#include "ops/ops.h"
 
 namespace mkv::ops {
 
@@ -26,6 +27,15 @@ uint32_t row_threads(const gpu::Device& device) {
 void dispatch_elements(gpu::ComputeEncoder& enc, uint64_t n) {
   const uint64_t per_group = mkv_params::kElementThreads * mkv_params::kElementsPerThread;
   enc.dispatch_threadgroups({uint32_t((n + per_group - 1) / per_group), 1, 1}, {mkv_params::kElementThreads, 1, 1});
+}
+
+void dispatch_threads(gpu::ComputeEncoder& enc, uint64_t n) {
+  const uint32_t threads = mkv_params::kElementThreads;
+  enc.dispatch_threadgroups({uint32_t((n + threads - 1) / threads), 1, 1}, {threads, 1, 1});
+}
+
+void below_2_32(const char* op, const char* what, uint64_t n) {
+  if (n >= (uint64_t(1) << 32)) fail(op, std::string(what) + " must be below 2^32 floats");
 }
 
 }  // namespace mkv::ops

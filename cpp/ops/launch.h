@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <cstdint>
 
 #include "gpu/device.h"
@@ -32,5 +33,12 @@ uint32_t row_threads(const gpu::Device& device);
 // The grid of an elementwise kernel over n elements (MKV_FOR_EACH_ELEMENT):
 // kElementThreads threads x kElementsPerThread elements a threadgroup.
 void dispatch_elements(gpu::ComputeEncoder& enc, uint64_t n);
+
+// The grid of a one-thread-an-element kernel over n elements, in threadgroups
+// of kElementThreads.
+void dispatch_threads(gpu::ComputeEncoder& enc, uint64_t n);
+
+// Raises "[op] <what> must be below 2^32 floats" unless n < 2^32 (kernels index with uint).
+void below_2_32(const char* op, const char* what, uint64_t n);
 
 }  // namespace mkv::ops

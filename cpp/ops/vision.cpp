@@ -60,6 +60,49 @@ void avg_pool(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   enc.dispatch_threadgroups({uint32_t((n_out + threads - 1) / threads), 1, 1}, {threads, 1, 1});
 }
 
-std::vector<std::string> vision_kernel_names() { return {"layer_norm_f32", "gelu_f32", "avg_pool_f32"}; }
+void depthwise_conv2d(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& w,
+                      const BufferView& out, const mkv_params::DepthwiseConv2d& p) {
+  const char* op = "depthwise_conv2d";
+  for (auto [name, v] : {std::pair{"h_in", p.h_in}, {"w_in", p.w_in}, {"channels", p.channels}, {"k", p.k},
+                         {"stride", p.stride}, {"h_out", p.h_out}, {"w_out", p.w_out}})
+    check_positive(op, name, v);
+  if (p.pad_top >= p.k || p.pad_left >= p.k) fail(op, "the padding before must be narrower than k");
+  const uint64_t n_in = uint64_t(p.h_in) * p.w_in * p.channels, n_out = uint64_t(p.h_out) * p.w_out * p.channels;
+  below_2_32(op, "x", n_in);
+  below_2_32(op, "out", n_out);
+  check_view(op, "x (h_in, w_in, channels) float32", x, n_in * 4, 4);
+  check_view(op, "w (k k, channels) float32", w, uint64_t(p.k) * p.k * p.channels * 4, 4);
+  check_view(op, "out (h_out, w_out, channels) float32", out, n_out * 4, 4);
+  if (overlaps(x, n_in * 4, out, n_out * 4)) fail(op, "out must not overlap x");
+  enc.set_pipeline(device.pipeline("depthwise_conv2d_f32"));
+  bind_params(enc, p, 0);
+  bind(enc, x, 1);
+  bind(enc, w, 2);
+  bind(enc, out, 3);
+  dispatch_threads(enc, n_out);
+}
+
+void layer_scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& g,
+                 const BufferView& y, uint32_t n_rows, uint32_t channels, bool accumulate) {
+  const char* op = "layer_scale";
+  check_positive(op, "n_rows", n_rows);
+  check_positive(op, "channels", channels);
+  const uint64_t n = uint64_t(n_rows) * channels;
+  below_2_32(op, "x", n);
+  check_view(op, "x (n_rows, channels) float32", x, n * 4, 4);
+  check_view(op, "g (channels) float32", g, uint64_t(channels) * 4, 4);
+  check_view(op, "y (n_rows, channels) float32", y, n * 4, 4);
+  if (overlaps(x, n * 4, y, n * 4)) fail(op, "y must not overlap x");
+  enc.set_pipeline(device.pipeline("layer_scale_f32"));
+  bind_params(enc, mkv_params::LayerScale{uint32_t(n), channels, accumulate ? 1u : 0u}, 0);
+  bind(enc, x, 1);
+  bind(enc, g, 2);
+  bind(enc, y, 3);
+  dispatch_threads(enc, n);
+}
+
+std::vector<std::string> vision_kernel_names() {
+  return {"layer_norm_f32", "gelu_f32", "avg_pool_f32", "depthwise_conv2d_f32", "layer_scale_f32"};
+}
 
 }  // namespace mkv::ops

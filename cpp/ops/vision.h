@@ -1,5 +1,6 @@
 // The vision towers' small kernels (metal/vision.metal): LayerNorm with a bias,
-// the non-gated tanh GELU and average pooling of a patch grid. Activations are
+// the non-gated tanh GELU, average pooling of a patch grid, and MobileNet-V5's
+// depthwise 2-D convolution and layer scale. Activations are
 // float32; every function validates, then encodes one dispatch, and raises
 // GpuError "[op] ..." on bad input.
 #pragma once
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "metal/vision_params.h"
 #include "ops/linear.h"
 
 namespace mkv::ops {
@@ -26,6 +28,17 @@ void gelu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, ui
 // channels), rows in the pooled grid's row-major order. k divides side.
 void avg_pool(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,
               uint32_t n_images, uint32_t side, uint32_t k, uint32_t channels);
+
+// out = x (h_in, w_in, channels) through a k x k depthwise convolution (metal/
+// vision_params.h DepthwiseConv2d): w (k k, channels) float32, out (h_out,
+// w_out, channels). out must not overlap x.
+void depthwise_conv2d(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& w,
+                      const BufferView& out, const mkv_params::DepthwiseConv2d& p);
+
+// y[r, c] = g[c] x[r, c] (+ y[r, c] when accumulate) for r < n_rows: x, y
+// (n_rows, channels), g (channels) float32; y must not overlap x.
+void layer_scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& g,
+                 const BufferView& y, uint32_t n_rows, uint32_t channels, bool accumulate);
 
 std::vector<std::string> vision_kernel_names();
 

@@ -1,6 +1,7 @@
 """The vision towers' kernels (metal/vision.metal) against float64 numpy written
 from torch's definitions: LayerNorm with a bias (mean, biased variance), the
-tanh GELU, AvgPool2d over a channels-last patch grid. Rows run with one
+tanh GELU, AvgPool2d over a channels-last patch grid, MobileNet-V5's depthwise
+convolution with TensorFlow's "same" padding and its layer scale. Rows run with one
 SIMD-group (the host's shape) and eight (a GPU's)."""
 from __future__ import annotations
 
@@ -45,3 +46,42 @@ def test_avg_pool(dev, n_images, side, k, channels):
     out = np.zeros((n_images, o, o, channels), np.float32)
     got = run(dev, "avg_pool_f32", [params(n_images, side, k, channels), x, out], -(-out.size // 256), 256)
     np.testing.assert_allclose(got[2], want, rtol=1e-6, atol=1e-6)
+
+
+def same_padding(size: int, k: int, stride: int) -> tuple[int, int, int]:
+    """TensorFlow's "same" (timm's pad_type='same'): out = ceil(size / stride), the zeros
+    it needs split with the odd one after. (out, before, after)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + k - size, 0)
+    return out, total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("h,w,channels,k,stride", [(6, 6, 3, 3, 1), (8, 8, 5, 3, 2), (7, 9, 4, 5, 2), (5, 4, 2, 5, 1)])
+def test_depthwise_conv2d(dev, h, w, channels, k, stride):
+    rng = np.random.default_rng(h * w + k)
+    x = rng.normal(size=(h, w, channels)).astype(np.float32)
+    taps = rng.normal(size=(k, k, channels)).astype(np.float32)
+    (ho, top, bottom), (wo, left, right) = same_padding(h, k, stride), same_padding(w, k, stride)
+    padded = np.pad(x.astype(np.float64), ((top, bottom), (left, right), (0, 0)))
+    want = np.zeros((ho, wo, channels))
+    for oy in range(ho):
+        for ox in range(wo):
+            window = padded[oy * stride:oy * stride + k, ox * stride:ox * stride + k]  # (k, k, channels)
+            want[oy, ox] = (window * taps).sum(axis=(0, 1))
+    out = np.full((ho, wo, channels), np.nan, np.float32)
+    got = run(dev, "depthwise_conv2d_f32",
+              [params(h, w, channels, k, stride, top, left, ho, wo), x, taps.reshape(k * k, channels), out],
+              -(-out.size // 256), 256)
+    np.testing.assert_allclose(got[3], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_layer_scale(dev, accumulate):
+    rng = np.random.default_rng(accumulate)
+    rows, channels = 9, 37
+    x = rng.normal(size=(rows, channels)).astype(np.float32)
+    g = rng.normal(size=channels).astype(np.float32)
+    y = rng.normal(size=(rows, channels)).astype(np.float32)
+    want = g.astype(np.float64) * x + (y if accumulate else 0)
+    got = run(dev, "layer_scale_f32", [params(rows * channels, channels, accumulate), x, g, y.copy()], 2, 256)
+    np.testing.assert_allclose(got[3], want, rtol=1e-6, atol=1e-6)
