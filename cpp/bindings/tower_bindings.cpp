@@ -1,6 +1,7 @@
-// metalkv._core.Siglip and Conformer: Gemma 3's vision tower and projector and
-// Gemma 3n's audio tower and embedder on a device (cpp/towers/); python/metalkv/
-// models/vision.py and models/audio.py load and drive them.
+// metalkv._core.Siglip, Conformer and MobileNet: Gemma 3's vision tower and
+// projector, Gemma 3n's audio tower and its vision tower, with their embedders, on
+// a device (cpp/towers/); python/metalkv/models/vision.py, audio.py and
+// vision3n.py load and drive them.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -8,6 +9,7 @@
 
 #include "bindings.h"
 #include "towers/conformer.h"
+#include "towers/mobilenet.h"
 #include "towers/siglip.h"
 
 namespace nb = nanobind;
@@ -18,6 +20,7 @@ namespace {
 
 using Patches = nb::ndarray<nb::ro, float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Frames = nb::ndarray<nb::ro, float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Pixels = nb::ndarray<nb::ro, float, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 
 // A float vector the returned array owns, shaped (rows, cols).
 nb::ndarray<nb::numpy, float> owned(std::vector<float>&& v, size_t rows, size_t cols) {
@@ -86,6 +89,63 @@ towers::ConformerSpec conformer_spec(const nb::dict& d) {
   }
   return s;
 }
+
+towers::MobileBlock mobile_block(const nb::dict& d) {
+  towers::MobileBlock b;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    auto u32 = [&] { return nb::cast<uint32_t>(value); };
+    if (k == "kind") {
+      const std::string kind = nb::cast<std::string>(value);
+      if (kind == "edge") b.kind = towers::MobileBlock::edge;
+      else if (kind == "inverted") b.kind = towers::MobileBlock::inverted;
+      else if (kind == "attention") b.kind = towers::MobileBlock::attention;
+      else throw nb::value_error(("[mobilenet] unknown block kind '" + kind + "'").c_str());
+    } else if (k == "in") b.in = u32();
+    else if (k == "out") b.out = u32();
+    else if (k == "mid") b.mid = u32();
+    else if (k == "k") b.k = u32();
+    else if (k == "k_start") b.k_start = u32();
+    else if (k == "k_mid") b.k_mid = u32();
+    else if (k == "stride") b.stride = u32();
+    else if (k == "heads") b.heads = u32();
+    else if (k == "key_dim") b.key_dim = u32();
+    else if (k == "kv_stride") b.kv_stride = u32();
+    else if (k == "kv_kernel") b.kv_kernel = u32();
+    else throw nb::value_error(("[mobilenet] unknown block key '" + k + "'").c_str());
+  }
+  return b;
+}
+
+towers::MobileNetSpec mobilenet_spec(const nb::dict& d) {
+  towers::MobileNetSpec s;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    auto u32 = [&] { return nb::cast<uint32_t>(value); };
+    if (k == "image") s.image = u32();
+    else if (k == "stem") s.stem = u32();
+    else if (k == "blocks") {
+      for (nb::handle b : nb::cast<nb::list>(value)) s.blocks.push_back(mobile_block(nb::cast<nb::dict>(b)));
+    } else if (k == "fuse") {
+      const auto f = nb::cast<std::vector<uint32_t>>(value);
+      if (f.size() != 2) throw nb::value_error("[mobilenet] fuse must be two block indices");
+      s.fuse[0] = f[0];
+      s.fuse[1] = f[1];
+    } else if (k == "fusion_mid") s.fusion_mid = u32();
+    else if (k == "hidden") s.hidden = u32();
+    else if (k == "resolution") s.resolution = u32();
+    else if (k == "vocab") s.vocab = u32();
+    else if (k == "text_hidden") s.text_hidden = u32();
+    else if (k == "eps") s.eps = nb::cast<float>(value);
+    else if (k == "mm_eps") s.mm_eps = nb::cast<float>(value);
+    else throw nb::value_error(("[mobilenet] unknown spec key '" + k + "'").c_str());
+  }
+  return s;
+}
+
+struct PyMobileNet {
+  std::unique_ptr<towers::MobileNet> tower;
+};
 
 struct PyConformer {
   std::unique_ptr<towers::Conformer> tower;
@@ -165,6 +225,44 @@ void bind_towers(nb::module_& m, nb::module_& /*ops*/) {
       .def("hard_rows", [](const PyConformer& c) {
         const towers::ConformerSpec& sp = c.tower->spec();
         return owned(std::vector<float>(c.tower->hard_rows()), sp.vocab, sp.text_hidden);
+      }, "(vocab, text_hidden) float32, a copy: the embedder's rows of its hard tokens.");
+
+  nb::class_<PyMobileNet>(m, "MobileNet", "Gemma 3n's vision tower (MobileNet-V5) and its embedder, on a device.")
+      .def(
+          "__init__",
+          [](PyMobileNet* self, PyDevice& dev, const nb::dict& spec, PyWeights& weights) {
+            if (!weights.weights) throw nb::value_error("[mobilenet] the weights were given away already");
+            new (self) PyMobileNet{std::make_unique<towers::MobileNet>(dev.device, mobilenet_spec(spec),
+                                                                       std::move(*weights.weights))};
+            weights.weights.reset();
+          },
+          "device"_a, "spec"_a, "weights"_a,
+          "spec: image, stem, blocks (dicts: kind 'edge' | 'inverted' | 'attention', in, out, mid, k,\n"
+          "k_start, k_mid, stride, heads, key_dim, kv_stride, kv_kernel), fuse ([finer block, last block]),\n"
+          "fusion_mid, hidden, resolution, vocab, text_hidden, eps, mm_eps. Takes the weights.")
+      .def_prop_ro("weights_nbytes", [](const PyMobileNet& t) { return t.tower->weights_nbytes(); })
+      .def_prop_ro("tokens_per_image", [](const PyMobileNet& t) { return t.tower->spec().tokens_per_image(); })
+      .def(
+          "encode",
+          [](PyMobileNet& t, const Pixels& pixels) {
+            const towers::MobileNetSpec& sp = t.tower->spec();
+            if (pixels.shape(1) != sp.image || pixels.shape(2) != sp.image || pixels.shape(3) != 3)
+              throw nb::value_error(("[mobilenet] pixels must be (n, " + std::to_string(sp.image) + ", " +
+                                     std::to_string(sp.image) + ", 3) float32").c_str());
+            const size_t n = pixels.shape(0);
+            std::vector<float> rows;
+            {
+              nb::gil_scoped_release release;
+              rows = t.tower->encode(pixels.data(), uint32_t(n));
+            }
+            return owned(std::move(rows), n * sp.tokens_per_image(), sp.text_hidden);
+          },
+          "pixels"_a,
+          "pixels (n_images, image, image, 3) float32, channels last ->\n"
+          "(n_images tokens_per_image, text_hidden) float32, the images' soft tokens.")
+      .def("hard_rows", [](const PyMobileNet& t) {
+        const towers::MobileNetSpec& sp = t.tower->spec();
+        return owned(std::vector<float>(t.tower->hard_rows()), sp.vocab, sp.text_hidden);
       }, "(vocab, text_hidden) float32, a copy: the embedder's rows of its hard tokens.");
 }
 

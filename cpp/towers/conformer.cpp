@@ -98,17 +98,14 @@ Conformer::Conformer(gpu::DevicePtr device, ConformerSpec spec, model::Weights w
     need(p + "attn.pos", {H, H}, true);
     layers_.push_back(L);
   }
-  embedding_ = &need("mm.embedding", {s.vocab, H}, true);
-  hard_norm_ = &need("mm.hard_norm", {H}, false);
-  soft_norm_ = &need("mm.soft_norm", {H}, false);
-  projection_ = &need("mm.projection", {s.text_hidden, H}, true);
+  embedder_ = std::make_unique<Embedder>("conformer", *device_, weights_, s.vocab, s.hidden, s.text_hidden, s.mm_eps);
   queue_ = device_->new_command_queue();
   make_tables();
+  hard_ = embedder_->hard_rows(*device_, *queue_);
 }
 
 // Per layer: q's scale (head_dim^-0.5 / softplus(0) * softplus(per_dim_scale)) and the
-// relative-position rows (the sinusoid of each offset, left .. -right, through W_pos);
-// the embedder's rows of every hard token.
+// relative-position rows (the sinusoid of each offset, left .. -right, through W_pos).
 void Conformer::make_tables() {
   const ConformerSpec& s = spec_;
   gpu::Device& dev = *device_;
@@ -126,15 +123,6 @@ void Conformer::make_tables() {
   gpu::BufferPtr sinusoid = device_->new_buffer(timing.size() * sizeof(float));
   sinusoid->write(0, timing.data(), timing.size() * sizeof(float));
   const float q_scale = float(std::pow(double(D), -0.5)) * (1.0f / softplus(0.0f));
-  ones_ = device_->new_buffer(size_t(std::max(H, s.text_hidden)) * sizeof(float));
-  ones_->write(0, std::vector<float>(std::max(H, s.text_hidden), 1.0f).data(), size_t(std::max(H, s.text_hidden)) * 4);
-
-  std::vector<int32_t> ids(s.vocab);
-  for (uint32_t i = 0; i < s.vocab; ++i) ids[i] = int32_t(i);
-  gpu::BufferPtr id_buf = device_->new_buffer(ids.size() * sizeof(int32_t));
-  id_buf->write(0, ids.data(), ids.size() * sizeof(int32_t));
-  gpu::BufferPtr emb = device_->new_buffer(size_t(s.vocab) * H * sizeof(float));
-  gpu::BufferPtr hard = device_->new_buffer(size_t(s.vocab) * s.text_hidden * sizeof(float));
 
   kv::EncoderSession session(*queue_);
   gpu::ComputeEncoder& enc = session.compute();
@@ -150,13 +138,7 @@ void Conformer::make_tables() {
     L.pos = device_->new_buffer(size_t(F) * H * sizeof(float));
     linear(dev, enc, sinusoid, *weights_.find(p + "pos"), nullptr, L.pos, F);
   }
-  ops::embedding(dev, enc, embedding_->view, embedding_->type, at(id_buf), at(emb), s.vocab, H, s.vocab);
-  ops::rms_norm(dev, enc, at(emb), hard_norm_->view, hard_norm_->type, at(emb), s.vocab, H, s.mm_eps);
-  linear(dev, enc, emb, *projection_, nullptr, hard, s.vocab);
-  ops::rms_norm(dev, enc, at(hard), at(ones_), ops::WeightType::f32, at(hard), s.vocab, s.text_hidden, s.mm_eps);
   session.finish();
-  hard_.resize(size_t(s.vocab) * s.text_hidden);
-  hard->read(0, hard_.data(), hard_.size() * sizeof(float));
 }
 
 void Conformer::reserve(uint32_t n_frames) {
@@ -253,9 +235,7 @@ std::vector<float> Conformer::encode(const float* features, uint32_t n_frames, u
   }
   gpu::ComputeEncoder& enc = session.compute();
   ops::take_rows(dev, enc, at(x_), at(taken_), n_out, H, s.reduction);
-  ops::rms_norm(dev, enc, at(taken_), soft_norm_->view, soft_norm_->type, at(normed_), n_out, H, s.mm_eps);
-  linear(dev, enc, normed_, *projection_, nullptr, out_, n_out);
-  ops::rms_norm(dev, enc, at(out_), at(ones_), ops::WeightType::f32, at(out_), n_out, s.text_hidden, s.mm_eps);
+  embedder_->soft(dev, enc, taken_, normed_, out_, n_out);
   session.finish();
 
   const size_t TH = s.text_hidden;

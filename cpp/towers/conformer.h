@@ -24,6 +24,7 @@
 
 #include "gpu/device.h"
 #include "model/weights.h"
+#include "towers/tower_ops.h"
 
 namespace mkv::towers {
 
@@ -108,10 +109,9 @@ class Conformer {
   model::Weights weights_;
   std::vector<Layer> layers_;
   const model::Weight *conv_w_[2], *conv_norm_[2], *input_proj_;
-  const model::Weight *embedding_, *hard_norm_, *soft_norm_, *projection_;
+  std::unique_ptr<Embedder> embedder_;
   gpu::CommandQueuePtr queue_;
   std::vector<float> hard_;
-  gpu::BufferPtr ones_;
   uint32_t capacity_ = 0;  // frames the buffers hold
   gpu::BufferPtr in_, cols_, conv_, stats_, x_, h_, q_, k_, v_, attn_, wide_, taken_, normed_, out_;
 };

@@ -1,11 +1,13 @@
-// What every tower (siglip.h, conformer.h) does the same way: check a tensor of
-// its weights, and run a linear layer in the prefill gemm over its rows.
+// What every tower (siglip.h, conformer.h, mobilenet.h) does the same way: check a
+// tensor of its weights, run a linear layer in the prefill gemm over its rows;
+// and Gemma 3n's multimodal embedder, which its audio and vision towers share.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "gpu/device.h"
 #include "model/weights.h"
 #include "ops/linear.h"
 
@@ -26,5 +28,29 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
 void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
                 const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
                 uint32_t n);
+
+// Gemma 3n's multimodal embedder (transformers' Gemma3nMultimodalEmbedder), from a
+// tower's rows or its hard tokens to the text model's: RMSNorm (soft or hard
+// weights) -> · W_projᵀ -> RMSNorm without a scale. Its tensors: mm.embedding
+// (vocab, hidden), mm.hard_norm and mm.soft_norm (hidden) f32, mm.projection
+// (text_hidden, hidden).
+class Embedder {
+ public:
+  Embedder(const char* tower, gpu::Device& dev, const model::Weights& weights, uint32_t vocab, uint32_t hidden,
+           uint32_t text_hidden, float eps);
+
+  // out (n, text_hidden) = the embedder of x (n, hidden); normed (n, hidden) is scratch.
+  void soft(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const gpu::BufferPtr& normed,
+            const gpu::BufferPtr& out, uint32_t n) const;
+
+  // The rows of hard tokens 0 .. vocab - 1 ((vocab, text_hidden) float32), run on `queue`.
+  std::vector<float> hard_rows(gpu::Device& dev, gpu::CommandQueue& queue) const;
+
+ private:
+  const model::Weight *embedding_, *hard_norm_, *soft_norm_, *projection_;
+  uint32_t vocab_, hidden_, text_hidden_;
+  float eps_;
+  gpu::BufferPtr ones_;  // the last norm's weight
+};
 
 }  // namespace mkv::towers
