@@ -14,6 +14,7 @@
 #                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
 #                                                  test-vision bench-vision (VISION_ARGS) bench-vision-parts
 #                                                  test-audio bench-audio (AUDIO_ARGS)
+#                                                  test-vision3n bench-vision3n (VISION3N_ARGS)
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -242,6 +243,25 @@ stage_bench_audio() {
     > "$OUT/bench_audio.txt" 2>&1
   note "bench/gpu/audio.py: rc=$?"
   tail -22 "$OUT/bench_audio.txt"
+}
+
+# Issue 38: Gemma 3n's vision tower (MobileNet-V5) on the cuda device: its kernels and the tower's
+# parity with transformers + timm on tiny random checkpoints, then the released 300M tower at
+# 768 x 768 beside transformers (bench/gpu/vision3n.py). timm comes carried in .whl/.
+stage_test_vision3n() {
+  step "Gemma 3n vision: the tower kernels and tower parity on the cuda device"
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    tests/ops/test_vision.py tests/models/test_vision3n_tower.py > "$OUT/test_vision3n.txt" 2>&1
+  note "test-vision3n: rc=$?"
+  tail -3 "$OUT/test_vision3n.txt"
+}
+
+stage_bench_vision3n() {
+  step "Gemma 3n vision: a 768 x 768 image's encode time beside transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/vision3n.py ${VISION3N_ARGS:-} --json "$OUT/bench_vision3n.json" \
+    > "$OUT/bench_vision3n.txt" 2>&1
+  note "bench/gpu/vision3n.py: rc=$?"
+  tail -22 "$OUT/bench_vision3n.txt"
 }
 
 stage_bench_vision_parts() {

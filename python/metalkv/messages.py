@@ -31,7 +31,7 @@ MEDIA_KINDS = ("image", "audio")
 # A part's type -> what it holds, and the keys its source may be under (transformers' parts: the first present)
 PART_KINDS = {"text": "text", "image_url": "image", "input_audio": "audio", "image": "image", "audio": "audio"}
 SOURCE_KEYS = {"image": ("image", "url", "path"), "audio": ("audio", "url", "path")}
-NEEDS = {"image": "images need a model whose vision tower metalkv runs (Gemma 3 4B and up; not yet Gemma 3n's)",
+NEEDS = {"image": "images need a model whose vision tower metalkv runs (Gemma 3 4B and up, Gemma 3n)",
          "audio": "audio needs a model with an audio tower (Gemma 3n)"}
 
 

@@ -37,6 +37,7 @@ from .models.audio import Gemma3nAudio
 from .models.errors import ModelLoadError
 from .models.mmproj import load_mmproj
 from .models.vision import Gemma3Vision
+from .models.vision3n import Gemma3nVision
 
 KEY_LIMIT = 2 ** 31 - 1  # keys are -1 .. -KEY_LIMIT
 _GOLDEN = 0x9E3779B1     # spreads the tokens of one item over the key space
@@ -95,10 +96,10 @@ class _SoftTokenCache:
 
 
 class Media:
-    """A model's towers (Gemma 3's SigLIP; Gemma 3n's audio conformer), its processor
-    settings, and the soft tokens they made, by media hash."""
+    """A model's towers (Gemma 3's SigLIP; Gemma 3n's MobileNet-V5 and audio conformer), its
+    processor settings, and the soft tokens they made, by media hash."""
 
-    def __init__(self, tokens: MediaTokens | None, *, vision: Gemma3Vision | None = None,
+    def __init__(self, tokens: MediaTokens | None, *, vision: Gemma3Vision | Gemma3nVision | None = None,
                  image_config: ImageConfig | None = None, audio: Gemma3nAudio | None = None,
                  audio_config: AudioFeatureConfig | None = None, cache_bytes: int = 256 << 20):
         self.vision, self.image_config = vision, image_config
@@ -121,14 +122,14 @@ class Media:
         config, path = loaded.metadata, loaded.path
         if not path.is_dir():
             return None
-        vision = Gemma3Vision.load(device, path, config)
+        vision = Gemma3Vision.load(device, path, config) or Gemma3nVision.load(device, path, config)
         audio = Gemma3nAudio.load(device, path, config)
         if vision is None and audio is None:
             return None
         pre = path / "preprocessor_config.json"
         preprocessor = json.loads(pre.read_text()) if pre.is_file() else None
         image_config = None if vision is None else ImageConfig.from_preprocessor_config(
-            preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, "gemma3")
+            preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, config["model_type"])
         audio_config = None if audio is None else AudioFeatureConfig.from_preprocessor_config(preprocessor or {})
         tokens = MediaTokens.from_hf_config(config, loaded.tokenizer.id_to_token) if loaded.tokenizer else None
         return cls(tokens, vision=vision, image_config=image_config, audio=audio, audio_config=audio_config)
@@ -218,8 +219,9 @@ class Media:
     def keyed(self, ids, images=(), clips=(), *, limits: MediaLimits | None = None) -> "KeyedPrompt":
         """`ids` (the tokenized expand(): a run of soft tokens per image view and clip,
         media.prompt's media_spans) with each run's keys from `images` and `clips`, each in
-        order; for Gemma 3n, a row of its embedder for each of its hard tokens (<end_of_audio>)
-        the ids hold. The towers run when a tail is taken, for the runs it feeds."""
+        order; for Gemma 3n, a row of an embedder for each of its hard tokens (<end_of_image>,
+        <end_of_audio>) the ids hold. The towers run when a tail is taken, for the runs it
+        feeds. Image runs are bidirectional blocks where the model's are (Gemma 3's)."""
         ids = np.array(ids, np.int64)
         runs = media_spans(ids.tolist(), self.tokens)
         items = {"image": [v for source in images for v in self.image_items(source, limits)],
@@ -233,23 +235,26 @@ class Media:
         for run in runs:
             digest, encode = items[run.kind][run.index]
             ids[run.start:run.start + run.length] = media_keys(digest, run.length)
-            spans.append((run.start, run.length, run.kind == "image", partial(self.rows, digest, encode)))
+            bidirectional = run.kind == "image" and self.vision.bidirectional
+            spans.append((run.start, run.length, bidirectional, partial(self.rows, digest, encode)))
         spans += [(i, 1, False, partial(_given, row)) for i, row in self._hard_rows(ids, runs)]
         return KeyedPrompt(ids, sorted(spans, key=lambda s: s[0]), len(runs))
 
     def _hard_rows(self, ids: np.ndarray, runs) -> list[tuple[int, np.ndarray]]:
-        """(index, row) of the ids of the audio embedder's vocabulary outside the runs: its rows
-        replace the text table's there, as Gemma3nModel embeds them."""
-        if self.audio is None:
+        """(index, row) of the ids of a Gemma 3n embedder's vocabulary outside the runs: its
+        rows replace the text table's there, as Gemma3nModel embeds them."""
+        embedders = [t for t in (self.vision, self.audio) if hasattr(t, "hard_row")]
+        if not embedders:
             return []
         inside = np.zeros(len(ids), bool)
         for run in runs:
             inside[run.start:run.start + run.length] = True
+        first = min(t.vocab_offset for t in embedders)
         out = []
-        for i in np.flatnonzero(~inside & (ids >= self.audio.vocab_offset)):
-            row = self.audio.hard_row(int(ids[i]))
-            if row is not None:
-                out.append((int(i), row[None]))
+        for i in np.flatnonzero(~inside & (ids >= first)):
+            rows = [r for r in (t.hard_row(int(ids[i])) for t in embedders) if r is not None]
+            if rows:
+                out.append((int(i), rows[0][None]))
         return out
 
 

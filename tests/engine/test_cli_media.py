@@ -13,7 +13,7 @@ import pytest
 import metalkv
 from metalkv import cli
 
-TEXT_ONLY = "this model reads text only; images need a model whose vision tower metalkv runs (Gemma 3 4B and up; not yet Gemma 3n's)"
+TEXT_ONLY = "this model reads text only; images need a model whose vision tower metalkv runs (Gemma 3 4B and up, Gemma 3n)"
 
 
 @pytest.fixture(scope="module")

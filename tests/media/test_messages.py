@@ -67,7 +67,7 @@ def test_the_template_gets_the_parts():
 @pytest.mark.parametrize("part, says", [
     ({"type": "image_url", "image_url": {"url": "a.png"}},
      "messages[0].content[1]: this model reads text only; images need a model whose vision tower metalkv runs "
-     "(Gemma 3 4B and up; not yet Gemma 3n's)"),
+     "(Gemma 3 4B and up, Gemma 3n)"),
     ({"type": "image", "path": "a.png"}, "this model reads text only; images need a model whose vision tower"),
     ({"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}},
      "this model reads text only; audio needs a model with an audio tower (Gemma 3n)"),

@@ -2,10 +2,9 @@
 offline by transformers: the conformer, its embedder and a small Gemma 3n text model,
 saved as safetensors with the config.json the loaders read.
 
-transformers builds Gemma 3n's vision tower with timm, which needs torchvision, whose
-PyPI build does not load beside the CPU torch the tests use; the vision tower is built
-as an empty module instead (metalkv reads no vision weights of Gemma 3n yet), and every
-reference call here passes no pixels, so transformers' own code runs everything else.
+The vision tower is an empty module unless `vision` gives its config (tiny_vision3n builds
+the real MobileNet-V5 that way, with timm imported through timm_import); the calls here
+pass no pixels, so transformers' own code runs everything else.
 
 Weights are drawn with a seed at scales that keep every layer's output O(1) and rounded
 to values exact in float16. Ids: text below 224 (the per-layer table holds 200), the
@@ -37,6 +36,7 @@ EOA, AUDIO_TOKEN, BOA = 240, 241, 198
 LAYOUT = dict(vocab=VOCAB, vision_offset=VISION_OFFSET, audio_offset=AUDIO_OFFSET, boi=197, eoi=VISION_OFFSET,
               image=VISION_OFFSET + 1, boa=BOA, eoa=EOA, audio=AUDIO_TOKEN)
 TOKENS_PER_CLIP = 12
+LAYER_SCALE = (0.5, 0.15)  # (mean, std) of a vision block's layer-scale gammas
 _S, _F = "sliding_attention", "full_attention"
 TEXT = dict(vocab_size=VOCAB, vocab_size_per_layer_input=200, hidden_size=64, intermediate_size=128,
             num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
@@ -47,20 +47,23 @@ TEXT = dict(vocab_size=VOCAB, vocab_size_per_layer_input=200, hidden_size=64, in
                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
 
 
-def config(audio: str = "tiny", layout: dict = LAYOUT):
+def config(audio: str = "tiny", layout: dict = LAYOUT, vision: dict | None = None, vision_tokens: int = 16):
+    """`vision`: Gemma3nVisionConfig fields of a real tower, `vision_tokens` its soft tokens an image."""
     from transformers import Gemma3nConfig
     ids = layout
     return Gemma3nConfig(
         text_config=dict(TEXT, vocab_size=ids["vocab"], vocab_size_per_layer_input=min(200, ids["vision_offset"])),
         audio_config=dict(AUDIO[audio], vocab_size=MM_VOCAB, vocab_offset=ids["audio_offset"]),
-        vision_config=dict(hidden_size=16, vocab_size=MM_VOCAB, vocab_offset=ids["vision_offset"]),
-        audio_soft_tokens_per_image=TOKENS_PER_CLIP, vision_soft_tokens_per_image=16, boi_token_id=ids["boi"],
-        eoi_token_id=ids["eoi"], image_token_id=ids["image"], boa_token_id=ids["boa"], eoa_token_id=ids["eoa"],
-        audio_token_id=ids["audio"])
+        vision_config=dict(vision or dict(hidden_size=16), vocab_size=MM_VOCAB, vocab_offset=ids["vision_offset"]),
+        audio_soft_tokens_per_image=TOKENS_PER_CLIP, vision_soft_tokens_per_image=vision_tokens,
+        boi_token_id=ids["boi"], eoi_token_id=ids["eoi"], image_token_id=ids["image"], boa_token_id=ids["boa"],
+        eoa_token_id=ids["eoa"], audio_token_id=ids["audio"])
 
 
-def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
-    """The model in float32, eager attention, weights at test scales, f16-exact."""
+def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT, vision: dict | None = None,
+          vision_tokens: int = 16):
+    """The model in float32, eager attention, weights at test scales, f16-exact. With `vision`
+    (see config) transformers builds the vision tower itself: timm must be importable by then."""
     import torch
     from transformers import AutoModel, Gemma3nForConditionalGeneration
     from engine.tiny_hf import _gemma3n_std  # tests/ is on sys.path
@@ -69,11 +72,12 @@ def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
 
     def no_vision(*args, **kwargs):  # (transformers 5.17 passes config=, 5.24 the config first)
         cfg = args[0] if args else kwargs["config"]
-        return torch.nn.Identity() if cfg.model_type in ("gemma3n_vision", "timm_wrapper") else real(*args, **kwargs)
+        stub = vision is None and cfg.model_type in ("gemma3n_vision", "timm_wrapper")
+        return torch.nn.Identity() if stub else real(*args, **kwargs)
 
     torch.manual_seed(seed)
     with mock.patch.object(AutoModel, "from_config", side_effect=no_vision):
-        model = Gemma3nForConditionalGeneration(config(audio, layout)).eval().float()
+        model = Gemma3nForConditionalGeneration(config(audio, layout, vision, vision_tokens)).eval().float()
     model.config._attn_implementation = "eager"
     text_cfg = model.config.text_config
     with torch.no_grad():
@@ -82,6 +86,10 @@ def build(audio: str = "tiny", seed: int = 0, layout: dict = LAYOUT):
             if special is not None:
                 p.copy_(special[0] + special[1] * torch.randn_like(p))
             elif name.endswith("per_dim_scale"):
+                p.copy_(0.1 * torch.randn_like(p))
+            elif name.endswith("layer_scale.gamma"):  # MobileNet-V5's (tiny_vision3n says why not timm's 1e-5)
+                p.copy_(LAYER_SCALE[0] + LAYER_SCALE[1] * torch.randn_like(p))
+            elif name.endswith(".bias"):  # (MobileNet-V5's stem; the audio and text models have none)
                 p.copy_(0.1 * torch.randn_like(p))
             elif p.ndim == 1:  # Gemma 3n's norms take x * w
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
@@ -126,12 +134,13 @@ def logits(model, ids: list[int], feats: np.ndarray | None = None, n_valid: int 
         return model(input_ids=torch.tensor([ids]), **kw).logits[0].float().numpy()
 
 
-def save_chat(d: pathlib.Path, audio: str = "tiny", seed: int = 0):
+def save_chat(d: pathlib.Path, audio: str = "tiny", seed: int = 0, vision: dict | None = None,
+              vision_tokens: int = 16):
     """A checkpoint Engine.chat takes: the model with a tiny Gemma-style tokenizer (tests/media/
     test_prompt.py's) whose ids end, as Gemma 3n's do, with the vision embedder's 16 tokens
     (<end_of_image>, <image_soft_token>, unused) then the audio embedder's (<end_of_audio>,
     <audio_soft_token>, unused), its chat template, and a preprocessor config of the tower's
-    mel bins. Returns (model, d, layout)."""
+    mel bins (`vision`, `vision_tokens`: build's). Returns (model, d, layout)."""
     import json
     from tokenizers import AddedToken
     from media.test_prompt import SPECIALS, gemma_template  # tests/ is on sys.path
@@ -153,7 +162,7 @@ def save_chat(d: pathlib.Path, audio: str = "tiny", seed: int = 0):
     layout = dict(vocab=n + 2 * MM_VOCAB, vision_offset=n, audio_offset=n + MM_VOCAB, boi=v["<start_of_image>"],
                   eoi=v["<end_of_image>"], image=v["<image_soft_token>"], boa=v["<start_of_audio>"],
                   eoa=v["<end_of_audio>"], audio=v["<audio_soft_token>"])
-    model = build(audio, seed, layout)
+    model = build(audio, seed, layout, vision, vision_tokens)
     save(model, d)
     (d / "preprocessor_config.json").write_text(json.dumps({
         "feature_extractor_type": "Gemma3nAudioFeatureExtractor", "feature_size": AUDIO[audio]["input_feat_size"],

@@ -34,10 +34,10 @@ def post_chat(server, messages) -> httpx.Response:
 
 @pytest.mark.parametrize("part, says", [
     (IMAGE, "messages[0].content[1]: this model reads text only; images need a model whose vision tower metalkv "
-            "runs (Gemma 3 4B and up; not yet Gemma 3n's)"),
+            "runs (Gemma 3 4B and up, Gemma 3n)"),
     (AUDIO, "messages[0].content[1]: this model reads text only; audio needs a model with an audio tower (Gemma 3n)"),
     ({"type": "image_url", "image_url": "https://example.com/cat.png"}, "messages[0].content[1]: this model reads "
-     "text only; images need a model whose vision tower metalkv runs (Gemma 3 4B and up; not yet Gemma 3n's)"),
+     "text only; images need a model whose vision tower metalkv runs (Gemma 3 4B and up, Gemma 3n)"),
 ])
 def test_a_text_model_answers_400_naming_the_part(tiny, part, says):
     r = post_chat(tiny, user(part))

@@ -150,6 +150,8 @@ def patches_of(pixel_values: np.ndarray, patch: int) -> np.ndarray:
 class Gemma3Vision:
     """Gemma 3's SigLIP tower and projector on a device."""
 
+    bidirectional = True  # an image's tokens attend to each other both ways (Gemma 3's mask)
+
     def __init__(self, core: "_core.Siglip", patch: int, image_size: int):
         self._core = core
         self.patch = patch
