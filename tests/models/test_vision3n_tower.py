@@ -109,3 +109,21 @@ def test_a_checkpoint_without_vision_weights_has_no_tower(device, tmp_path):
     from . import tiny_audio
     d = tiny_audio.save(tiny_audio.build(), tmp_path)
     assert Gemma3nVision.load(device, d, json.loads((d / "config.json").read_text())) is None
+
+
+def test_every_block_of_the_fixture_matters(checkpoints):
+    """The test above can only catch a block metalkv runs wrong if the block moves the stream:
+    every residual block changes its input by 5 % or more, on a stream of std O(1) (at timm's
+    layer scale of 1e-5 the stream would shrink to where RmsNorm2d's eps outweighs it;
+    tiny_vision3n's docstring)."""
+    import torch
+    model, _, _ = checkpoints(96)
+    tower = tiny_vision3n.timm_model(model)
+    with torch.no_grad():
+        h = tower.conv_stem(torch.from_numpy(tiny_vision3n.pixels(2, 96)))
+        for name, block in tower.blocks.named_modules():
+            if name.count(".") == 1:  # "stage.block"
+                h, before = block(h), h
+                assert 0.2 < h.std() < 5, name
+                if h.shape == before.shape:
+                    assert (h - before).norm() > 0.05 * before.norm(), name
