@@ -21,7 +21,6 @@ least 0.5x transformers).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, log, median_seconds, report, table  # noqa: E402
+from common import device_name, log, median_seconds, report, table, tower_args  # noqa: E402
 
 SHAPES = {  # Gemma3nAudioConfig's defaults are the released tower's
     "e4b": dict(audio={}, text_hidden=2048, seconds=30.0),
@@ -42,13 +41,7 @@ SHAPES = {  # Gemma3nAudioConfig's defaults are the released tower's
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="e4b")
-    ap.add_argument("--device", default="cuda", help="metalkv device: cuda (default) or host")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--no-check", action="store_true", help="skip the float32 comparison")
-    ap.add_argument("--json", type=Path)
-    return ap.parse_args(argv)
+    return tower_args(__doc__.split("\n\n")[0], SHAPES, argv)
 
 
 def no_vision_tower():

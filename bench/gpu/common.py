@@ -11,6 +11,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 ROTATE_BYTES = 256 << 20  # input sets span this: 4x a 60 MB L2 (H200), as metalkv-bench does
 MAX_ROTATE_TOTAL = 8 << 30
@@ -215,3 +216,16 @@ def report(result: dict, path) -> None:
     print(text)
     if path:
         path.write_text(text)
+
+
+def tower_args(description: str, shapes, argv=None):
+    """The tower benches' flags (audio.py, vision3n.py): --shape (one of `shapes`; the
+    released size first), --device, --repeat, --no-check, --json."""
+    import argparse
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--shape", choices=sorted(shapes), default=next(iter(shapes)))
+    ap.add_argument("--device", default="cuda", help="metalkv device: cuda (default) or host")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-check", action="store_true", help="skip the float32 comparison")
+    ap.add_argument("--json", type=Path)
+    return ap.parse_args(argv)

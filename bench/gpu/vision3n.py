@@ -20,7 +20,6 @@ transformers).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 sys.path.insert(0, str(ROOT / "tests"))
-from common import device_name, log, median_seconds, report, table  # noqa: E402
+from common import device_name, log, median_seconds, report, table, tower_args  # noqa: E402
 
 SHAPES = {
     "e4b": dict(image=768, model_args={}, text_hidden=2048),
@@ -41,13 +40,7 @@ SHAPES = {
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="e4b")
-    ap.add_argument("--device", default="cuda", help="metalkv device: cuda (default) or host")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--no-check", action="store_true", help="skip the float32 comparison")
-    ap.add_argument("--json", type=Path)
-    return ap.parse_args(argv)
+    return tower_args(__doc__.split("\n\n")[0], SHAPES, argv)
 
 
 def build(shape: dict):

@@ -22,6 +22,7 @@ import numpy as np
 from .. import _core
 from .errors import ModelLoadError
 from .safetensors_loader import read_safetensors
+from .towers import HardRows, core_weights
 from .vision import _f32
 
 _PREFIX = re.compile(r"^(?:model\.)?")
@@ -116,7 +117,7 @@ def conformer_tensors(files, spec: dict) -> dict[str, tuple[str, np.ndarray]]:
     return out
 
 
-class Gemma3nAudio:
+class Gemma3nAudio(HardRows):
     """Gemma 3n's audio tower and embedder on a device."""
 
     def __init__(self, core: "_core.Conformer", n_mels: int, vocab_offset: int, tokens_per_clip: int):
@@ -134,11 +135,6 @@ class Gemma3nAudio:
         """Soft tokens the tower makes of n_frames frames (the rest of a run is padding)."""
         return self._core.tokens_for(n_frames)
 
-    def hard_row(self, token_id: int) -> np.ndarray | None:
-        """The embedder's row (text_hidden) of a token id of its vocabulary, None for another id."""
-        j = token_id - self.vocab_offset
-        return self._hard[j] if 0 <= j < len(self._hard) else None
-
     @classmethod
     def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any]) -> "Gemma3nAudio | None":
         """The audio tower of the checkpoint at `path` (a directory of safetensors) whose
@@ -146,12 +142,9 @@ class Gemma3nAudio:
         if config.get("model_type") != "gemma3n" or not config.get("audio_config"):
             return None
         spec = conformer_spec(config)
-        weights = _core.Weights(device)
-        for name, (dtype, a) in conformer_tensors(sorted(pathlib.Path(path).glob("*.safetensors")), spec).items():
-            a = np.ascontiguousarray(a)
-            weights.add(name, dtype, list(a.shape), a.reshape(-1).view(np.uint8))
+        tensors = conformer_tensors(sorted(pathlib.Path(path).glob("*.safetensors")), spec)
         try:
-            core = _core.Conformer(device, spec, weights)
+            core = _core.Conformer(device, spec, core_weights(device, tensors))
         except _core.GpuError as e:
             raise ModelLoadError(f"{path}: {e}") from None
         return cls(core, spec["n_mels"], int(config["audio_config"].get("vocab_offset", 262_272)),

@@ -22,6 +22,7 @@ from .. import _core
 from ..media import ImageConfig
 from .errors import ModelLoadError
 from .gguf_file import read_gguf
+from .towers import core_weights
 from .vision import Gemma3Vision, _f32, _kernel_head_dim, _pad_heads, _padded_patch
 
 _FLOATS = ("f32", "f16", "bf16")
@@ -103,12 +104,8 @@ def load_mmproj(device, path: str | os.PathLike) -> tuple[Gemma3Vision, ImageCon
     out["mm.soft_emb_norm.weight"] = f32("mm.soft_emb_norm.weight")
     dt, proj = take("mm.input_projection.weight")
     out["mm.input_projection.weight"] = (dt, np.ascontiguousarray(proj.T))
-    weights = _core.Weights(device)
-    for name, (dtype, a) in out.items():
-        a = np.ascontiguousarray(a)
-        weights.add(name, dtype, list(a.shape), a.reshape(-1).view(np.uint8))
     try:
-        core = _core.Siglip(device, spec, weights)
+        core = _core.Siglip(device, spec, core_weights(device, out))
     except _core.GpuError as e:
         raise _refuse(path, str(e)) from None
     mean = f.metadata.get("clip.vision.image_mean", [0.5] * 3)

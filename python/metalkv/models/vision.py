@@ -22,6 +22,7 @@ import numpy as np
 from .. import _core
 from .errors import ModelLoadError
 from .safetensors_loader import read_safetensors
+from .towers import core_weights
 
 # Released checkpoints name the tower vision_tower.vision_model.*, transformers 5 saves
 # vision_tower.*, and either may sit under model.: all read as vision_tower.*.
@@ -175,12 +176,8 @@ class Gemma3Vision:
         v = config["vision_config"]
         true_head_dim = int(v["hidden_size"]) // int(v["num_attention_heads"])
         files = sorted(pathlib.Path(path).glob("*.safetensors"))
-        weights = _core.Weights(device)
-        for name, (dtype, a) in siglip_tensors(files, spec, true_head_dim).items():
-            a = np.ascontiguousarray(a)
-            weights.add(name, dtype, list(a.shape), a.reshape(-1).view(np.uint8))
         try:
-            core = _core.Siglip(device, spec, weights)
+            core = _core.Siglip(device, spec, core_weights(device, siglip_tensors(files, spec, true_head_dim)))
         except _core.GpuError as e:
             raise ModelLoadError(f"{path}: {e}") from None
         return cls(core, int(v["patch_size"]), int(v["image_size"]))

@@ -29,6 +29,7 @@ import numpy as np
 from .. import _core
 from .errors import ModelLoadError
 from .safetensors_loader import read_safetensors
+from .towers import HardRows, core_weights
 from .vision import _f32, _padded_patch
 
 ARCHITECTURE = "mobilenetv5_300m_enc"
@@ -214,7 +215,7 @@ def image_size_of(path: pathlib.Path) -> int:
     return h
 
 
-class Gemma3nVision:
+class Gemma3nVision(HardRows):
     """Gemma 3n's MobileNet-V5 tower and its embedder on a device."""
 
     bidirectional = False  # Gemma 3n's image tokens attend causally (no PaliGemma-style block)
@@ -233,11 +234,6 @@ class Gemma3nVision:
     def weights_nbytes(self) -> int:
         return self._core.weights_nbytes
 
-    def hard_row(self, token_id: int) -> np.ndarray | None:
-        """The embedder's row (text_hidden) of a token id of its vocabulary, None for another id."""
-        j = token_id - self.vocab_offset
-        return self._hard[j] if 0 <= j < len(self._hard) else None
-
     @classmethod
     def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any]) -> "Gemma3nVision | None":
         """The vision tower of the checkpoint at `path` (a directory of safetensors) whose
@@ -250,12 +246,8 @@ class Gemma3nVision:
             return None
         image_size = image_size_of(path)
         spec, tensors = mobilenet_model(raw, config, image_size)
-        weights = _core.Weights(device)
-        for name, (dtype, a) in tensors.items():
-            a = np.ascontiguousarray(a)
-            weights.add(name, dtype, list(a.shape), a.reshape(-1).view(np.uint8))
         try:
-            core = _core.MobileNet(device, spec, weights)
+            core = _core.MobileNet(device, spec, core_weights(device, tensors))
         except _core.GpuError as e:
             raise ModelLoadError(f"{path}: {e}") from None
         return cls(core, image_size, int(config["vision_config"].get("vocab_offset", 262_144)))
