@@ -245,13 +245,14 @@ stage_bench_audio() {
   tail -22 "$OUT/bench_audio.txt"
 }
 
-# Issue 38: Gemma 3n's vision tower (MobileNet-V5) on the cuda device: its kernels and the tower's
-# parity with transformers + timm on tiny random checkpoints, then the released 300M tower at
+# Issue 38: Gemma 3n's vision tower (MobileNet-V5) on the cuda device: its kernels, the tower's and
+# the whole model's parity with transformers + timm on tiny random checkpoints, then the released 300M tower at
 # 768 x 768 beside transformers (bench/gpu/vision3n.py). timm comes carried in .whl/.
 stage_test_vision3n() {
   step "Gemma 3n vision: the tower kernels and tower parity on the cuda device"
   METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/ops/test_vision.py tests/models/test_vision3n_tower.py > "$OUT/test_vision3n.txt" 2>&1
+    tests/ops/test_vision.py tests/models/test_vision3n_tower.py tests/engine/test_gemma3n_vision.py \
+    > "$OUT/test_vision3n.txt" 2>&1
   note "test-vision3n: rc=$?"
   tail -3 "$OUT/test_vision3n.txt"
 }
