@@ -22,8 +22,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="a smaller model with the same tokenizer for speculative decoding (--speculate draft, "
                         "the default with it): greedy replies come the same, sooner when it guesses right")
     p.add_argument("--mmproj", default=None, metavar="FILE",
-                   help="llama.cpp's mmproj file (GGUF) of Gemma 3's vision tower, for --image with a model "
-                        "that has none of its own (a GGUF Gemma 3)")
+                   help="llama.cpp's mmproj file (GGUF) of Gemma 3's or Gemma 3n's vision tower, for --image "
+                        "with a model that has none of its own (a GGUF Gemma 3 or Gemma 3n)")
     p.add_argument("--quantize", default=None, choices=["q8_0", "q4_0"],
                    help="quantize f32/f16/bf16 matrices (rows a multiple of 32) to this GGUF type at load, as "
                         "llama.cpp's reference quantizer does; norms and matrices already quantized stay "

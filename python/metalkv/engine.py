@@ -112,7 +112,8 @@ class Engine(Turns):
         same as without it (greedy) or drawn from the same distribution (sampled)
         (docs/SPECULATIVE.md); its tokenizer must map every id to the same token.
         kv_share: {reader: source} layers, added to the model's own (Gemma 3n's): a reader stores no K
-        and V, attends over its source's; kv_k/kv_v lists count the storing layers (docs/KV_CACHE.md).mmproj: llama.cpp's mmproj file (GGUF) of Gemma 3's vision tower, for a model
+        and V, attends over its source's; kv_k/kv_v lists count the storing layers (docs/KV_CACHE.md).
+        mmproj: llama.cpp's mmproj file (GGUF) of Gemma 3's or Gemma 3n's vision tower, for a model
         that comes without one (a GGUF text model); it takes the place of a checkpoint's own
         (docs/MULTIMODAL.md "llama.cpp's mmproj files").
         """

@@ -126,8 +126,7 @@ class Media:
         audio = Gemma3nAudio.load(device, path, config)
         if vision is None and audio is None:
             return None
-        pre = path / "preprocessor_config.json"
-        preprocessor = json.loads(pre.read_text()) if pre.is_file() else None
+        preprocessor = _preprocessor(path)
         image_config = None if vision is None else ImageConfig.from_preprocessor_config(
             preprocessor or {"size": {"height": vision.image_size, "width": vision.image_size}}, config["model_type"])
         audio_config = None if audio is None else AudioFeatureConfig.from_preprocessor_config(preprocessor or {})
@@ -136,25 +135,43 @@ class Media:
 
     @classmethod
     def from_mmproj(cls, device, loaded, mmproj) -> "Media":
-        """Gemma 3's vision tower from an mmproj file beside `loaded` (a Gemma 3 model, GGUF or
-        safetensors); the image tokens are the tokenizer's, found by their text."""
+        """The vision tower of llama.cpp's mmproj file beside `loaded`: Gemma 3's (a Gemma 3
+        model) or Gemma 3n's (a Gemma 3n model; its audio tower still from a safetensors
+        checkpoint's own weights, where it has them). GGUF or safetensors; the media tokens are
+        the tokenizer's, found by their text."""
         arch = loaded.config.arch
-        if arch != "gemma3":
-            raise ModelLoadError(f"[mmproj] {mmproj}: an mmproj file of Gemma 3's vision tower needs a Gemma 3 "
+        if arch not in ("gemma3", "gemma3n"):
+            raise ModelLoadError(f"[mmproj] {mmproj}: an mmproj file's vision tower needs a Gemma 3 or Gemma 3n "
                                  f"model, not {arch}")
-        vision, image_config, per_image = load_mmproj(device, mmproj)
-        tokens = None
-        if loaded.tokenizer is not None:
-            find = loaded.tokenizer.token_to_id
-            names = {"boi_token_index": "<start_of_image>", "eoi_token_index": "<end_of_image>",
-                     "image_token_index": "<image_soft_token>"}
-            ids = {key: find(text) for key, text in names.items()}
-            missing = [names[k] for k, v in ids.items() if v is None]
-            if missing:
-                raise ModelLoadError(f"[mmproj] {mmproj}: the model's tokenizer has no {', '.join(missing)}")
-            tokens = MediaTokens.from_hf_config(dict(ids, model_type="gemma3", mm_tokens_per_image=per_image),
-                                                loaded.tokenizer.id_to_token)
-        return cls(tokens, vision=vision, image_config=image_config)
+        find = loaded.tokenizer.token_to_id if loaded.tokenizer is not None else (lambda text: None)
+        texts = {"boi": "<start_of_image>", "eoi": "<end_of_image>", "image": "<image_soft_token>"}
+        if arch == "gemma3n":
+            texts.update(boa="<start_of_audio>", eoa="<end_of_audio>", audio="<audio_soft_token>")
+        ids = {key: find(text) for key, text in texts.items()}
+        missing = [texts[k] for k, v in ids.items() if v is None]
+        if missing and (arch == "gemma3n" or loaded.tokenizer is not None):
+            raise ModelLoadError(f"[mmproj] {mmproj}: the model's tokenizer has no {', '.join(missing)}")
+        if arch == "gemma3":
+            vision, image_config, per_image = load_mmproj(device, mmproj)
+            tokens = None if loaded.tokenizer is None else MediaTokens.from_hf_config(dict(
+                model_type="gemma3", boi_token_index=ids["boi"], eoi_token_index=ids["eoi"],
+                image_token_index=ids["image"], mm_tokens_per_image=per_image), loaded.tokenizer.id_to_token)
+            return cls(tokens, vision=vision, image_config=image_config)
+        vision = Gemma3nVision.from_mmproj(device, mmproj, ids["eoi"])  # <end_of_image> opens its vocabulary
+        config = loaded.metadata if loaded.path.is_dir() else {}
+        audio = Gemma3nAudio.load(device, loaded.path, config) if config else None
+        image_config = ImageConfig.from_preprocessor_config(  # the released processor's, at the file's size
+            {"size": {"height": vision.image_size, "width": vision.image_size}, "resample": 2,
+             "do_normalize": False}, "gemma3n")
+        tokens = MediaTokens.from_hf_config(dict(
+            model_type="gemma3n", boi_token_id=ids["boi"], eoi_token_id=ids["eoi"], image_token_id=ids["image"],
+            boa_token_id=ids["boa"], eoa_token_id=ids["eoa"], audio_token_id=ids["audio"],
+            vision_soft_tokens_per_image=vision.tokens_per_image,
+            audio_soft_tokens_per_image=int(config.get("audio_soft_tokens_per_image", 188))),
+            loaded.tokenizer.id_to_token)
+        audio_config = None if audio is None else AudioFeatureConfig.from_preprocessor_config(
+            _preprocessor(loaded.path) or {})
+        return cls(tokens, vision=vision, image_config=image_config, audio=audio, audio_config=audio_config)
 
     def chat_prompt(self, engine, messages: list, sources: list) -> "KeyedPrompt":
         """Checked messages (their media as template parts) and the media's sources
@@ -256,6 +273,12 @@ class Media:
             if rows:
                 out.append((int(i), rows[0][None]))
         return out
+
+
+def _preprocessor(path) -> dict | None:
+    """A checkpoint directory's preprocessor_config.json, None without one."""
+    pre = path / "preprocessor_config.json"
+    return json.loads(pre.read_text()) if pre.is_file() else None
 
 
 def _first(encode: Callable[[np.ndarray], np.ndarray], batch: np.ndarray) -> np.ndarray:

@@ -103,5 +103,5 @@ def test_an_mmproj_needs_a_gemma3_model(tmp_path):
         pytest.skip("the default model is not installed")
     model = tiny_vlm.build("tiny")
     mmproj = tiny_vlm.write_mmproj(model, tmp_path / "mmproj.gguf")
-    with pytest.raises(ModelLoadError, match="needs a Gemma 3 model, not llama"):
+    with pytest.raises(ModelLoadError, match="needs a Gemma 3 or Gemma 3n model, not llama"):
         metalkv.Engine.load(smollm, device=TEST_DEVICE, context=64, mmproj=mmproj)

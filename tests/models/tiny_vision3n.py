@@ -122,3 +122,38 @@ def save_chat(d: pathlib.Path, res: int = RES, side: int = SIDE, seed: int = 0, 
     path = d / "preprocessor_config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **image_processor_config(side)}))
     return model, d, layout
+
+
+def write_mmproj(model, path: pathlib.Path, side: int = SIDE, res: int = RES) -> pathlib.Path:
+    """The model's vision tower and embedder as llama.cpp's convert_hf_to_gguf.py writes a Gemma 3n
+    mmproj file (Gemma3nVisionAudioModel, its vision half): the blocks as v.blk.S.I.<timm's
+    suffix> (the converter's own map), everything else by gguf-py's tensor map; the stem's bias
+    and the layer scales reshaped to (1, C, 1, 1); the stem in F32, 1-D tensors in F32, every other
+    tensor F16 (the converter's default); patch_size = side // tokens, as the converter writes it."""
+    import gguf
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, 128)
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_clip_has_vision_encoder(True)
+    w.add_clip_vision_projector_type(gguf.VisionProjectorType.GEMMA3NV)
+    w.add_vision_image_size(side)
+    w.add_vision_patch_size(side // (res * res))
+    w.add_vision_attention_layernorm_eps(1e-6)
+    w.add_vision_image_mean([0.0, 0.0, 0.0])
+    w.add_vision_image_std([1.0, 1.0, 1.0])
+    for name, p in model.state_dict().items():
+        if not name.startswith(("model.vision_tower.", "model.embed_vision.")):
+            continue
+        if name.startswith("model.vision_tower.timm_model.blocks."):
+            new = "v.blk." + ".".join(name.split(".")[4:])
+        else:
+            new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert new is not None, name
+        a = p.detach().float().numpy()
+        if new.endswith(("conv_stem.conv.bias", "layer_scale.gamma")):
+            a = a[None, :, None, None]
+        w.add_tensor(new, a.astype(np.float32 if "stem" in new or a.ndim == 1 else np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -2,7 +2,8 @@
 model: read from a Gemma3nForConditionalGeneration checkpoint's safetensors, put on the
 device as metalkv._core.MobileNet (cpp/towers/mobilenet.h), and run on prepared images.
 
-    tower = Gemma3nVision.load(device, model_dir, config, image_size)   # None: no vision weights
+    tower = Gemma3nVision.load(device, model_dir, config)    # None: no vision weights
+    tower = Gemma3nVision.from_mmproj(device, "mmproj.gguf", vocab_offset)  # llama.cpp's file
     tower.encode(pixel_values)     # (n, 3, S, S) float32 -> (n, tokens_per_image, text_hidden)
     tower.hard_row(token_id)       # the embedder's row of a hard token (<end_of_image>)
 
@@ -16,6 +17,12 @@ canonical names (mobilenet.h) and fits three things to the kernels: k x k convs 
 rows (their (in, k, k) patch padded with zeros to the 4 a matmul row reads at a time),
 depthwise taps are stored (k², channels), and the fusion's first 1x1 conv is split into its
 two column blocks, one per input.
+
+llama.cpp's mmproj files of Gemma 3n (convert_hf_to_gguf.py's Gemma3nVisionAudioModel, projector
+type "gemma3nv") hold the same tensors under other names: the blocks as v.blk.S.I.<timm's
+suffix>, the stem and the fusion under v.*, the embedder under mm.*; the stem's bias and the
+layer scales as (1, C, 1, 1). The output grid's side is not in the file: the converter writes
+patch_size = image_size // image_seq_length, so image_seq_length = image_size // patch_size.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import numpy as np
 
 from .. import _core
 from .errors import ModelLoadError
+from .gguf_file import read_gguf
 from .safetensors_loader import read_safetensors
 from .towers import HardRows, core_weights
 from .vision import _f32, _padded_patch
@@ -204,6 +212,58 @@ def mobilenet_model(raw, config: Mapping[str, Any], image_size: int) -> tuple[di
     return spec, out
 
 
+# llama.cpp's names of the tensors outside the blocks -> the checkpoint's (the _raw keys);
+# tests/models/test_vision3n_mmproj.py writes its files through gguf-py's own name map
+_MMPROJ_NAMES = {
+    **{f"v.{n}": n for n in ("conv_stem.conv.weight", "conv_stem.conv.bias", "conv_stem.bn.weight",
+                             "msfa.ffn.pw_exp.conv.weight", "msfa.ffn.pw_exp.bn.weight", "msfa.ffn.pw_proj.conv.weight",
+                             "msfa.ffn.pw_proj.bn.weight", "msfa.norm.weight")},
+    "mm.embedding.weight": _EMBED + "embedding.weight", "mm.hard_emb_norm.weight": _EMBED + "hard_embedding_norm.weight",
+    "mm.soft_emb_norm.weight": _EMBED + "soft_embedding_norm.weight",
+    "mm.input_projection.weight": _EMBED + "embedding_projection.weight",
+}
+_MMPROJ_BLOCK = re.compile(r"^v\.blk\.(\d+)\.(\d+)\.(.+)$")
+_FLOATS = ("f32", "f16", "bf16")
+
+
+def mmproj_model(path: str, vocab_offset: int) -> tuple[dict, dict, int]:
+    """(_core.MobileNet's spec, its tensors, the image side) of a Gemma 3n mmproj file;
+    vocab_offset: the id of the model's <end_of_image> (the vision embedder's first token)."""
+    def refuse(why: str) -> ModelLoadError:
+        return ModelLoadError(f"[mmproj] {path}: {why}")
+
+    f = read_gguf(path)
+    meta = f.metadata
+    kind = meta.get("clip.vision.projector_type", meta.get("clip.projector_type"))
+    if kind != "gemma3nv":
+        raise refuse(f"projector type {kind!r}: a Gemma 3n model takes Gemma 3n's mmproj ('gemma3nv')")
+    raw: dict[str, tuple[str, np.ndarray]] = {}
+    for t in f.tensors:
+        m = _MMPROJ_BLOCK.match(t.name)
+        name = f"blocks.{m[1]}.{m[2]}.{m[3]}" if m else _MMPROJ_NAMES.get(t.name)
+        if name is None:
+            continue  # the audio tower's (a.*, mm.a.*), read from the checkpoint or not at all
+        if t.ggml_type not in _FLOATS:
+            raise refuse(f"tensor {t.name} is {t.ggml_type}; metalkv reads an mmproj of f32, f16 or bf16 "
+                         "(llama.cpp's convert_hf_to_gguf.py writes f16 by default)")
+        raw[name] = (t.ggml_type, f.tensor_array(t))
+    try:
+        image, patch = int(meta["clip.vision.image_size"]), int(meta["clip.vision.patch_size"])
+        tokens = image // patch
+        side = int(round(tokens ** 0.5))
+        if side * side != tokens:
+            raise ValueError(f"image_size // patch_size = {tokens} soft tokens is not a square grid")
+        embedding, projection = raw[_EMBED + "embedding.weight"][1], raw[_EMBED + "embedding_projection.weight"][1]
+        config = {"vision_config": {"architecture": ARCHITECTURE, "model_args": {"msfa_output_resolution": side},
+                                    "vocab_size": embedding.shape[0], "vocab_offset": vocab_offset,
+                                    "rms_norm_eps": float(meta.get("clip.vision.attention.layer_norm_epsilon", 1e-6))},
+                  "text_config": {"hidden_size": projection.shape[0]}, "vision_soft_tokens_per_image": tokens}
+    except (KeyError, TypeError, ValueError) as e:
+        raise refuse(f"the vision metadata or embedder cannot be read: {e}") from None
+    spec, tensors = mobilenet_model(raw, config, image)
+    return spec, tensors, image
+
+
 def image_size_of(path: pathlib.Path) -> int:
     """The square side Gemma 3n's processor resizes to (preprocessor_config.json's size; 768
     without one, the released checkpoints')."""
@@ -251,6 +311,16 @@ class Gemma3nVision(HardRows):
         except _core.GpuError as e:
             raise ModelLoadError(f"{path}: {e}") from None
         return cls(core, image_size, int(config["vision_config"].get("vocab_offset", 262_144)))
+
+    @classmethod
+    def from_mmproj(cls, device, path, vocab_offset: int) -> "Gemma3nVision":
+        """The vision tower of llama.cpp's Gemma 3n mmproj file (mmproj_model)."""
+        spec, tensors, image = mmproj_model(str(path), vocab_offset)
+        try:
+            core = _core.MobileNet(device, spec, core_weights(device, tensors))
+        except _core.GpuError as e:
+            raise ModelLoadError(f"[mmproj] {path}: {e}") from None
+        return cls(core, image, vocab_offset)
 
     def encode(self, pixel_values: np.ndarray) -> np.ndarray:
         """pixel_values (n, 3, S, S) float32, as preprocess_image makes them -> the images' soft
