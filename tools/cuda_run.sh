@@ -205,72 +205,67 @@ stage_bench_gemma3n() {
   tail -12 "$OUT/bench_gemma3n.txt"
 }
 
-# Issue 38: Gemma 3's vision tower on the cuda device: the kernels, the tower's and the whole
-# model's parity with transformers on tiny random checkpoints, then SigLIP-so400m at 896 px beside
-# transformers (bench/gpu/vision.py).
+# The media towers' stages (issue 38) share two shapes:
+#   media_tests NAME FILES...   pytest on the cuda device -> $OUT/test_NAME.txt, noted as test-NAME
+#   media_bench NAME ARGS...    bench/gpu/NAME.py ARGS --json $OUT/bench_NAME.json -> $OUT/bench_NAME.txt
+media_tests() {
+  local name=$1
+  shift
+  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    "$@" > "$OUT/test_$name.txt" 2>&1
+  note "test-$name: rc=$?"
+  tail -3 "$OUT/test_$name.txt"
+}
+
+media_bench() {
+  local name=$1
+  shift
+  timeout ${ENGINE_S:-420} python3 "bench/gpu/$name.py" "$@" --json "$OUT/bench_$name.json" > "$OUT/bench_$name.txt" 2>&1
+  note "bench/gpu/$name.py: rc=$?"
+  tail -22 "$OUT/bench_$name.txt"
+}
+
+# Gemma 3's vision tower: the kernels, the tower's and the whole model's parity with transformers on
+# tiny random checkpoints, then SigLIP-so400m at 896 px beside transformers.
 stage_test_vision() {
   step "Gemma 3 vision: bidirectional attention blocks, the tower kernels, tower and model parity on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/kv/test_attention_blocks.py tests/ops/test_vision.py tests/models/test_vision_tower.py \
-    tests/engine/test_gemma3_vision.py > "$OUT/test_vision.txt" 2>&1
-  note "test-vision: rc=$?"
-  tail -3 "$OUT/test_vision.txt"
+  media_tests vision tests/kv/test_attention_blocks.py tests/ops/test_vision.py tests/models/test_vision_tower.py \
+    tests/engine/test_gemma3_vision.py
 }
 
 stage_bench_vision() {
   step "Gemma 3 vision: SigLIP-so400m (896 px) encode time beside transformers"
-  timeout ${ENGINE_S:-420} python3 bench/gpu/vision.py ${VISION_ARGS:-} --json "$OUT/bench_vision.json" \
-    > "$OUT/bench_vision.txt" 2>&1
-  note "bench/gpu/vision.py: rc=$?"
-  tail -22 "$OUT/bench_vision.txt"
-}
-
-# Issue 38: Gemma 3n's audio tower on the cuda device: its kernels, the tower's and the whole
-# model's parity with transformers on tiny random checkpoints, then the released conformer on a 30 s
-# clip beside transformers (bench/gpu/audio.py).
-stage_test_audio() {
-  step "Gemma 3n audio: the tower kernels, tower and model parity on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/ops/test_audio.py tests/models/test_audio_tower.py tests/engine/test_gemma3n_audio.py \
-    > "$OUT/test_audio.txt" 2>&1
-  note "test-audio: rc=$?"
-  tail -3 "$OUT/test_audio.txt"
-}
-
-stage_bench_audio() {
-  step "Gemma 3n audio: a 30 s clip's encode time beside transformers"
-  timeout ${ENGINE_S:-420} python3 bench/gpu/audio.py ${AUDIO_ARGS:-} --json "$OUT/bench_audio.json" \
-    > "$OUT/bench_audio.txt" 2>&1
-  note "bench/gpu/audio.py: rc=$?"
-  tail -22 "$OUT/bench_audio.txt"
-}
-
-# Issue 38: Gemma 3n's vision tower (MobileNet-V5) on the cuda device: its kernels, the tower's and
-# the whole model's parity with transformers + timm on tiny random checkpoints, then the released 300M tower at
-# 768 x 768 beside transformers (bench/gpu/vision3n.py). timm comes carried in .whl/.
-stage_test_vision3n() {
-  step "Gemma 3n vision: the tower kernels and tower parity on the cuda device"
-  METALKV_TEST_DEVICE=cuda timeout ${TEST_S:-420} python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
-    tests/ops/test_vision.py tests/models/test_vision3n_tower.py tests/engine/test_gemma3n_vision.py \
-    > "$OUT/test_vision3n.txt" 2>&1
-  note "test-vision3n: rc=$?"
-  tail -3 "$OUT/test_vision3n.txt"
-}
-
-stage_bench_vision3n() {
-  step "Gemma 3n vision: a 768 x 768 image's encode time beside transformers"
-  timeout ${ENGINE_S:-420} python3 bench/gpu/vision3n.py ${VISION3N_ARGS:-} --json "$OUT/bench_vision3n.json" \
-    > "$OUT/bench_vision3n.txt" 2>&1
-  note "bench/gpu/vision3n.py: rc=$?"
-  tail -22 "$OUT/bench_vision3n.txt"
+  media_bench vision ${VISION_ARGS:-}
 }
 
 stage_bench_vision_parts() {
   step "Gemma 3 vision: one layer's attention at SigLIP-so400m's shape beside SDPA"
-  timeout ${ENGINE_S:-420} python3 bench/gpu/vision_parts.py --json "$OUT/bench_vision_parts.json" \
-    > "$OUT/bench_vision_parts.txt" 2>&1
-  note "bench/gpu/vision_parts.py: rc=$?"
-  tail -16 "$OUT/bench_vision_parts.txt"
+  media_bench vision_parts
+}
+
+# Gemma 3n's audio tower: its kernels, the tower's and the whole model's parity with transformers
+# on tiny random checkpoints, then the released conformer on a 30 s clip beside transformers.
+stage_test_audio() {
+  step "Gemma 3n audio: the tower kernels, tower and model parity on the cuda device"
+  media_tests audio tests/ops/test_audio.py tests/models/test_audio_tower.py tests/engine/test_gemma3n_audio.py
+}
+
+stage_bench_audio() {
+  step "Gemma 3n audio: a 30 s clip's encode time beside transformers"
+  media_bench audio ${AUDIO_ARGS:-}
+}
+
+# Gemma 3n's vision tower (MobileNet-V5): its kernels, the tower's and the whole model's parity with
+# transformers + timm on tiny random checkpoints, then the released 300M tower at 768 x 768 beside
+# transformers. timm comes carried in .whl/.
+stage_test_vision3n() {
+  step "Gemma 3n vision: the tower kernels, tower and model parity on the cuda device"
+  media_tests vision3n tests/ops/test_vision.py tests/models/test_vision3n_tower.py tests/engine/test_gemma3n_vision.py
+}
+
+stage_bench_vision3n() {
+  step "Gemma 3n vision: a 768 x 768 image's encode time beside transformers"
+  media_bench vision3n ${VISION3N_ARGS:-}
 }
 
 stage_bench_preemption() {

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _core
 from .errors import ModelLoadError
 from .safetensors_loader import read_safetensors
-from .towers import HardRows, core_weights
+from .towers import CoreTower, HardRows, core_weights
 from .vision import _f32
 
 _PREFIX = re.compile(r"^(?:model\.)?")
@@ -117,7 +117,7 @@ def conformer_tensors(files, spec: dict) -> dict[str, tuple[str, np.ndarray]]:
     return out
 
 
-class Gemma3nAudio(HardRows):
+class Gemma3nAudio(CoreTower, HardRows):
     """Gemma 3n's audio tower and embedder on a device."""
 
     def __init__(self, core: "_core.Conformer", n_mels: int, vocab_offset: int, tokens_per_clip: int):
@@ -126,10 +126,6 @@ class Gemma3nAudio(HardRows):
         self.vocab_offset = vocab_offset          # the first id of the embedder's hard tokens
         self.tokens_per_clip = tokens_per_clip    # the placeholder run of a clip in the prompt
         self._hard = core.hard_rows()
-
-    @property
-    def weights_nbytes(self) -> int:
-        return self._core.weights_nbytes
 
     def tokens_for(self, n_frames: int) -> int:
         """Soft tokens the tower makes of n_frames frames (the rest of a run is padding)."""

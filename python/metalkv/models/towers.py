@@ -1,5 +1,6 @@
 """What the tower loaders (vision.py, mmproj.py, audio.py, vision3n.py) share: their canonical
-tensors into a _core.Weights, and the rows of a Gemma 3n embedder's hard tokens."""
+tensors into a _core.Weights, what every tower object answers from its core, and the rows of a
+Gemma 3n embedder's hard tokens."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -16,6 +17,24 @@ def core_weights(device, tensors: Mapping[str, tuple[str, np.ndarray]]) -> "_cor
         a = np.ascontiguousarray(a)
         weights.add(name, dtype, list(a.shape), a.reshape(-1).view(np.uint8))
     return weights
+
+
+class CoreTower:
+    """A tower on a device: _core is its _core.Siglip, MobileNet or Conformer."""
+
+    _core: object
+
+    @property
+    def weights_nbytes(self) -> int:
+        return self._core.weights_nbytes
+
+
+class ImageTower(CoreTower):
+    """A vision tower: its core makes tokens_per_image soft tokens of each image."""
+
+    @property
+    def tokens_per_image(self) -> int:
+        return self._core.tokens_per_image
 
 
 class HardRows:

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _core
 from .errors import ModelLoadError
 from .safetensors_loader import read_safetensors
-from .towers import core_weights
+from .towers import ImageTower, core_weights
 
 # Released checkpoints name the tower vision_tower.vision_model.*, transformers 5 saves
 # vision_tower.*, and either may sit under model.: all read as vision_tower.*.
@@ -148,7 +148,7 @@ def patches_of(pixel_values: np.ndarray, patch: int) -> np.ndarray:
     return np.ascontiguousarray(np.pad(p, ((0, 0), (0, 0), (0, _padded_patch(width) - width))), dtype=np.float32)
 
 
-class Gemma3Vision:
+class Gemma3Vision(ImageTower):
     """Gemma 3's SigLIP tower and projector on a device."""
 
     bidirectional = True  # an image's tokens attend to each other both ways (Gemma 3's mask)
@@ -157,14 +157,6 @@ class Gemma3Vision:
         self._core = core
         self.patch = patch
         self.image_size = image_size
-
-    @property
-    def tokens_per_image(self) -> int:
-        return self._core.tokens_per_image
-
-    @property
-    def weights_nbytes(self) -> int:
-        return self._core.weights_nbytes
 
     @classmethod
     def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any]) -> "Gemma3Vision | None":

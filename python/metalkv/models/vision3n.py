@@ -37,7 +37,7 @@ from .. import _core
 from .errors import ModelLoadError
 from .gguf_file import read_gguf
 from .safetensors_loader import read_safetensors
-from .towers import HardRows, core_weights
+from .towers import HardRows, ImageTower, core_weights
 from .vision import _f32, _padded_patch
 
 ARCHITECTURE = "mobilenetv5_300m_enc"
@@ -275,7 +275,7 @@ def image_size_of(path: pathlib.Path) -> int:
     return h
 
 
-class Gemma3nVision(HardRows):
+class Gemma3nVision(ImageTower, HardRows):
     """Gemma 3n's MobileNet-V5 tower and its embedder on a device."""
 
     bidirectional = False  # Gemma 3n's image tokens attend causally (no PaliGemma-style block)
@@ -285,14 +285,6 @@ class Gemma3nVision(HardRows):
         self.image_size = image_size
         self.vocab_offset = vocab_offset  # the first id of the embedder's hard tokens
         self._hard = core.hard_rows()
-
-    @property
-    def tokens_per_image(self) -> int:
-        return self._core.tokens_per_image
-
-    @property
-    def weights_nbytes(self) -> int:
-        return self._core.weights_nbytes
 
     @classmethod
     def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any]) -> "Gemma3nVision | None":
