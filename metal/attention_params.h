@@ -46,11 +46,13 @@ constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <=
 
 // Prefill on matrix units (attention_prefill_mma.h): 4 SIMD-groups, each with
 // up to attn_prefill_mma_blocks(D) blocks of 8 rows (8 query positions of one
-// head), whose Q and output fragments it holds (2 x head_dim / 8 8x8 matrices
-// a block): 2 blocks up to D = 128, 1 past it. A tile has queries_per_tile (a
-// multiple of 8) positions x heads_per_block heads, at most 4 x blocks blocks.
+// head), whose Q and output fragments it holds in registers (2 x head_dim / 8
+// 8x8 matrices a block, plus the tile's scores and probabilities): 2 blocks up
+// to D = 64, 1 past it (2 blocks at D = 80 take 255 registers and spill on the
+// CUDA device; 1 takes 158: tools/sass_count.py). A tile has queries_per_tile
+// (a multiple of 8) positions x heads_per_block heads, at most 4 x blocks blocks.
 MKV_CONSTANT uint32_t kAttnMmaSimdgroups = 4;
-constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim) { return head_dim <= 128 ? 2 : 1; }
+constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim) { return head_dim <= 64 ? 2 : 1; }
 
 // Decode lane layout (metal/attention_decode.h). A K/V row of D halfs is read
 // as pieces of attn_decode_lane_elems(D) halfs (E = 4 up to D = 64: 8-byte

@@ -48,30 +48,31 @@ inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device
   const device half* k_base = (const device half*)kv + kv_head * D;
   const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
   const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+  // Four halves at a time, moved as their bits (uint2: one 8-byte load and store).
   for (uint idx = tid; idx < BK * D / 4; idx += NT) {
     const uint t = idx / (D / 4);
     const uint c = idx % (D / 4) * 4;
-    half4 kh = half4(0.0h);
-    half4 vh = half4(0.0h);
+    uint2 kh = uint2(0u);
+    uint2 vh = uint2(0u);
     if (k0 + int(t) >= t_lo && k0 + int(t) <= t_hi) {
       if (from_ring) {
         const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
-        kh = *(const device half4*)(ring_k + at);
-        vh = *(const device half4*)(ring_v + at);
+        kh = *(const device uint2*)(ring_k + at);
+        vh = *(const device uint2*)(ring_v + at);
       } else {
         const uint slot = kv_slot(table, uint(k0) + t);
         if (Quant) {
           constexpr uint B = mkv_params::kKvBlockTokens;
-          kh = mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c);
-          vh = mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c);
+          kh = as_type<uint2>(mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c));
+          vh = as_type<uint2>(mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c));
         } else {
-          kh = *(const device half4*)(k_base + slot * slot_stride + c);
-          vh = *(const device half4*)(v_base + slot * slot_stride + c);
+          kh = *(const device uint2*)(k_base + slot * slot_stride + c);
+          vh = *(const device uint2*)(v_base + slot * slot_stride + c);
         }
       }
     }
-    *(threadgroup half4*)(k_tile + t * D + c) = kh;
-    *(threadgroup half4*)(v_tile + t * D + c) = vh;
+    *(threadgroup uint2*)(k_tile + t * D + c) = kh;
+    *(threadgroup uint2*)(v_tile + t * D + c) = vh;
   }
 }
 

@@ -14,14 +14,19 @@
 // columns of one row, the 4 lanes of a row differ in two lane bits, so a row's
 // max and sum are two xor shuffles).
 //
-// Per staged tile and 8-key block (absolute positions 8i .. 8i + 7, so a query's
-// result does not depend on its chunk or tile): S = Q Kᵀ (float accumulator,
-// half K), scaled and soft-capped, masked by each row's visible range; the
-// online softmax over the block's 8 keys; O = O x factor + P V (half V). A
-// block no row of the SIMD-group's block sees is skipped.
+// Per staged tile of BK keys (tiles start at multiples of BK, absolute
+// positions, so a query's result does not depend on its chunk or tile): S =
+// Q Kᵀ for the tile's BK / 8 blocks of 8 keys (float accumulator, half K; each
+// K fragment serves every block of the SIMD-group), scaled and soft-capped,
+// masked by each row's visible range; one online-softmax step over the tile's
+// keys; O = O x factor + P V (half V). A tile no row of the SIMD-group sees is
+// skipped; otherwise all its blocks compute, with no branch between the
+// products (for a block that sees none of the tile the step is an exact no-op:
+// factor 1, P 0). Every loop over fragments has a compile-time count and is
+// unrolled, so Q, O and S stay in registers.
 //
 // Results are not the SIMD kernel's bits: products of 8 and the softmax's
-// 8-key steps sum in another order (tests hold both against numpy).
+// per-tile steps sum in another order (tests hold both against numpy).
 #pragma once
 
 #include "attention.h"
@@ -42,7 +47,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   threadgroup half* v_tile,   // (BK, D)
                                   threadgroup float* square,  // (kAttnMmaSimdgroups, 64): Q staging
                                   uint2 tg, uint tid, uint simd, uint lane) {
-  constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8;
+  constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8, NB = BK / 8;
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, g = hb.count;
   const uint qi0 = tg.x * p.queries_per_tile;
@@ -58,7 +63,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
   simdgroup_float8x8 qf[RB][D8], of[RB][D8];
   float m[RB], l[RB];
   const uint sq = simd * 64;  // this SIMD-group's square in `square`
-  for (uint j = 0; j < RB; ++j) {
+  MKV_UNROLL for (uint j = 0; j < RB; ++j) {
     const uint b = simd + NS * j;
     used[j] = b < g * qblocks;
     head[j] = hb.head0 + (used[j] ? b / qblocks : 0u);
@@ -70,7 +75,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     lo[j] = live ? (window > 0 ? max(0, qpos - window + 1) : 0) : 0;
     m[j] = -INFINITY;
     l[j] = 0.0f;
-    for (uint d = 0; d < D8; ++d) {
+    MKV_UNROLL for (uint d = 0; d < D8; ++d) {
       of[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
       if (!used[j]) {
         qf[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -93,7 +98,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
   const device half* ring_k = (const device half*)ring + kv_head * D;
   const device half* ring_v = ring_k + p.ring_slots * slot_stride;
   int ring_from[RB];  // each row's first key from the ring
-  for (uint j = 0; j < RB; ++j) ring_from[j] = attn_prefill_ring_from(p, keys, hi[j]);
+  MKV_UNROLL for (uint j = 0; j < RB; ++j) ring_from[j] = attn_prefill_ring_from(p, keys, hi[j]);
   const uint n_tokens = p.q_pos0 + p.n_queries;
 
   for (uint pass = 0; pass < (keys.res ? 2u : 1u); ++pass) {
@@ -101,57 +106,82 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     const int2 tk = attn_prefill_pass_keys(keys, from_ring);
     const int t_lo = tk.x, t_hi = tk.y;
     int plo[RB], phi[RB];
-    for (uint j = 0; j < RB; ++j) {
+    MKV_UNROLL for (uint j = 0; j < RB; ++j) {
       const int2 rk = attn_prefill_row_keys(lo[j], hi[j], ring_from[j], from_ring);
       plo[j] = rk.x;
       phi[j] = rk.y;
     }
-    for (int k0 = t_lo & ~7; k0 <= t_hi; k0 += int(BK)) {
+    // Tiles start at multiples of BK: a key's softmax step is fixed by its position.
+    for (int k0 = t_lo & ~int(BK - 1); k0 <= t_hi; k0 += int(BK)) {
       attn_prefill_stage<Quant, D, BK, NS * 32>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
                                                 k_tile, v_tile, tid);
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      for (uint kb = 0; kb < BK; kb += 8) {
-        const int kp = k0 + int(kb);
-        for (uint j = 0; j < RB; ++j) {
-          if (!used[j]) continue;  // uniform in the SIMD-group
-          if (!simd_any(plo[j] <= kp + 7 && phi[j] >= kp)) continue;
-          simdgroup_float8x8 sf = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-          for (uint d = 0; d < D8; ++d) {
+      // Skip the tile where no row of the SIMD-group sees a key of it (uniform).
+      // Otherwise every block computes: for a block whose rows see none of the
+      // tile's keys the step is exact no-op (factor 1, P 0), and the products
+      // run without a branch between them.
+      bool any = false;
+      MKV_UNROLL for (uint j = 0; j < RB; ++j) any = any || (plo[j] <= k0 + int(BK) - 1 && phi[j] >= k0);
+      if (simd_any(any)) {
+        // S = Q Kᵀ for the tile's NB blocks of 8 keys; each K fragment serves every block j.
+        simdgroup_float8x8 sf[RB][NB];
+        MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+          MKV_UNROLL for (uint d = 0; d < D8; ++d) {
             simdgroup_half8x8 kf;
-            simdgroup_load(kf, k_tile + kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
-            simdgroup_multiply_accumulate(sf, qf[j][d], kf, sf);
+            simdgroup_load(kf, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
+            MKV_UNROLL for (uint j = 0; j < RB; ++j) {
+              if (d == 0) {
+                simdgroup_multiply(sf[j][kb], qf[j][d], kf);
+              } else {
+                simdgroup_multiply_accumulate(sf[j][kb], qf[j][d], kf, sf[j][kb]);
+              }
+            }
           }
-          float s[2], pr[2];
+        }
+        // The online softmax over the tile's keys: one step per row and tile.
+        simdgroup_float8x8 pf[RB][NB];
+        MKV_UNROLL for (uint j = 0; j < RB; ++j) {
+          float s[NB][2];
           float mx = -INFINITY;
-          for (uint i = 0; i < 2; ++i) {
-            const int key = kp + int(c + i);
-            s[i] = sf.thread_elements()[i] * p.scale;
-            if (p.softcap > 0.0f) s[i] = p.softcap * tanh(s[i] / p.softcap);
-            const bool sees = key >= plo[j] && key <= phi[j];
-            if (p.logits != 0 && sees) logits[((qb0[j] + r) * p.n_q_heads + head[j]) * n_tokens + uint(key)] = s[i];
-            s[i] = sees ? s[i] : -INFINITY;
-            mx = max(mx, s[i]);
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+            MKV_UNROLL for (uint i = 0; i < 2; ++i) {
+              const int key = k0 + int(8 * kb + c + i);
+              float x = sf[j][kb].thread_elements()[i] * p.scale;
+              if (p.softcap > 0.0f) x = p.softcap * tanh(x / p.softcap);
+              const bool sees = key >= plo[j] && key <= phi[j];
+              if (p.logits != 0 && sees) logits[((qb0[j] + r) * p.n_q_heads + head[j]) * n_tokens + uint(key)] = x;
+              s[kb][i] = sees ? x : -INFINITY;
+              mx = max(mx, s[kb][i]);
+            }
           }
           mx = max(mx, simd_shuffle_xor(mx, ushort(1)));
           mx = max(mx, simd_shuffle_xor(mx, kFragmentRowXor));
           const float m_new = max(m[j], mx);
           const bool none = m_new == -INFINITY;  // nothing visible yet: keep the empty state
           const float factor = none ? 1.0f : exp(m[j] - m_new);
-          for (uint i = 0; i < 2; ++i) pr[i] = none ? 0.0f : exp(s[i] - m_new);
-          float sum = pr[0] + pr[1];
+          float sum = 0.0f;
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+            MKV_UNROLL for (uint i = 0; i < 2; ++i) {
+              const float pr = none ? 0.0f : exp(s[kb][i] - m_new);
+              pf[j][kb].thread_elements()[i] = pr;
+              sum += pr;
+            }
+          }
           sum += simd_shuffle_xor(sum, ushort(1));
           sum += simd_shuffle_xor(sum, kFragmentRowXor);
           l[j] = l[j] * factor + sum;
           m[j] = none ? m[j] : m_new;
-          simdgroup_float8x8 pf;
-          pf.thread_elements()[0] = pr[0];
-          pf.thread_elements()[1] = pr[1];
-          for (uint d = 0; d < D8; ++d) {
+          MKV_UNROLL for (uint d = 0; d < D8; ++d) {
             of[j][d].thread_elements()[0] *= factor;
             of[j][d].thread_elements()[1] *= factor;
+          }
+        }
+        // O += P V; each V fragment serves every block j.
+        MKV_UNROLL for (uint d = 0; d < D8; ++d) {
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
             simdgroup_half8x8 vf;
-            simdgroup_load(vf, v_tile + kb * D + 8 * d, D);  // (key, dim)
-            simdgroup_multiply_accumulate(of[j][d], pf, vf, of[j][d]);
+            simdgroup_load(vf, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
+            MKV_UNROLL for (uint j = 0; j < RB; ++j) simdgroup_multiply_accumulate(of[j][d], pf[j][kb], vf, of[j][d]);
           }
         }
       }
@@ -159,13 +189,13 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     }
   }
 
-  for (uint j = 0; j < RB; ++j) {
+  MKV_UNROLL for (uint j = 0; j < RB; ++j) {
     const uint qi = qb0[j] + r;
     if (!used[j] || qi >= p.n_queries) continue;
     const float sink = p.has_sinks ? sinks[head[j]] : 0.0f;
     device float* o = out + (qi * p.n_q_heads + head[j]) * D + c;
-    for (uint d = 0; d < D8; ++d)
-      for (uint i = 0; i < 2; ++i)
+    MKV_UNROLL for (uint d = 0; d < D8; ++d)
+      MKV_UNROLL for (uint i = 0; i < 2; ++i)
         o[8 * d + i] = attn_finish(m[j], l[j], of[j][d].thread_elements()[i], p.has_sinks != 0, sink);
   }
 }

@@ -42,6 +42,30 @@ inline void gemm_tile_store(threadgroup bfloat* t, float4 v) {
   for (uint e = 0; e < 4; ++e) t[e] = bfloat(v[e]);
 }
 
+// One step's share of a thread, from device memory into registers: its weight
+// chunks (inputs past n_in, the float formats' tails, are 0) and activation
+// float4s (tokens past n_tokens and inputs past n_in are 0).
+template <typename F, uint K, uint NT, uint WI, uint XI>
+inline void gemm_mma_fetch(constant mkv_params::Matmul& p, const device uchar* const thread* wrow,
+                           const device float* const thread* xrow, const thread bool* xlive, uint k0, uint tid,
+                           thread float4* wv, thread float4* xv) {
+  constexpr uint C = F::kChunk, WN = mkv_params::kGemmRows * (K / C);
+  MKV_UNROLL for (uint n = 0; n < WI; ++n) {
+    const uint i = tid + n * NT;
+    if (WN % NT != 0 && i >= WN) break;
+    const uint cc = i % (K / C);
+    if (k0 + cc * C < p.n_in) {
+      F::load(wrow[n], p.n_in, k0 / C + cc, wv + n * (C / 4));
+    } else {
+      MKV_UNROLL for (uint j = 0; j < C / 4; ++j) wv[n * (C / 4) + j] = float4(0.0f);
+    }
+  }
+  MKV_UNROLL for (uint n = 0; n < XI; ++n) {
+    const uint kk = ((tid + n * NT) % (K / 4)) * 4;
+    xv[n] = xlive[n] && k0 + kk < p.n_in ? *(const device float4*)(xrow[n] + k0 + kk) : float4(0.0f);
+  }
+}
+
 template <typename F, typename W>
 inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           const device uchar* w,     // (n_out, n_in) in format F
@@ -77,35 +101,31 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
   for (uint i = 0; i < 2; ++i)
     for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 
+  // Software pipelining: the next step's weights and activations are fetched
+  // into registers while this step's products run, then written to the tiles.
+  float4 wv[WI * (C / 4)];
+  float4 xv[XI];
+  gemm_mma_fetch<F, K, NT, WI, XI>(p, wrow, xrow, xlive, 0, tid, wv, xv);
   for (uint k0 = 0; k0 < p.n_in; k0 += K) {
-    // Weight tile: inputs past n_in (float formats' tails) are 0.
-    for (uint n = 0; n < WI; ++n) {
+    MKV_UNROLL for (uint n = 0; n < WI; ++n) {
       const uint i = tid + n * NT;
       if (WN % NT != 0 && i >= WN) break;
       const uint r = i / (K / C), cc = i % (K / C);
-      float4 v[C / 4];
-      if (k0 + cc * C < p.n_in) {
-        F::load(wrow[n], p.n_in, k0 / C + cc, v);
-      } else {
-        for (uint j = 0; j < C / 4; ++j) v[j] = float4(0.0f);
-      }
-      for (uint j = 0; j < C / 4; ++j) gemm_tile_store(ws + r * K + cc * C + 4 * j, v[j]);
+      MKV_UNROLL for (uint j = 0; j < C / 4; ++j) gemm_tile_store(ws + r * K + cc * C + 4 * j, wv[n * (C / 4) + j]);
     }
-    // Activation tile: inputs past n_in are 0.
-    for (uint n = 0; n < XI; ++n) {
+    MKV_UNROLL for (uint n = 0; n < XI; ++n) {
       const uint i = tid + n * NT, t = i / (K / 4), kk = (i % (K / 4)) * 4;
-      float4 v = float4(0.0f);
-      if (xlive[n] && k0 + kk < p.n_in) v = *(const device float4*)(xrow[n] + k0 + kk);
-      *(threadgroup float4*)(xs + t * K + kk) = v;
+      *(threadgroup float4*)(xs + t * K + kk) = xv[n];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint kk = 0; kk < K; kk += 8) {
+    if (k0 + K < p.n_in) gemm_mma_fetch<F, K, NT, WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
+    MKV_UNROLL for (uint kk = 0; kk < K; kk += 8) {
       simdgroup_float8x8 a[2];
       simdgroup_matrix<W, 8, 8> b[4];
-      for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, st + 8 * i));
-      for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
-      for (uint i = 0; i < 2; ++i)
-        for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+      MKV_UNROLL for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, st + 8 * i));
+      MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
+      MKV_UNROLL for (uint i = 0; i < 2; ++i)
+        MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }

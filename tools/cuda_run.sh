@@ -15,6 +15,7 @@
 #                                                  test-vision bench-vision (VISION_ARGS) bench-vision-parts
 #                                                  test-audio bench-audio (AUDIO_ARGS)
 #                                                  test-vision3n bench-vision3n (VISION3N_ARGS)
+#                                                  test-mma
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -231,6 +232,13 @@ stage_test_vision() {
   step "Gemma 3 vision: bidirectional attention blocks, the tower kernels, tower and model parity on the cuda device"
   media_tests vision tests/kv/test_attention_blocks.py tests/ops/test_vision.py tests/models/test_vision_tower.py \
     tests/engine/test_gemma3_vision.py
+}
+
+# The matrix-unit paths (simdgroup_matrix on mma.sync): the prelude's own tests, prefill
+# attention in every shape and head_dim, the mma gemm.
+stage_test_mma() {
+  step "simdgroup_matrix, prefill attention and the mma gemm on the cuda device"
+  media_tests mma tests/gpu/test_simdgroup_matrix.py tests/kv/test_attention.py tests/ops/test_gemm_mma.py
 }
 
 stage_bench_vision() {
