@@ -3,11 +3,13 @@
 // same grid), computed with simdgroup_matrix 8x8 products. Per step of
 // kGemmMmaK inputs the threads dequantize the weight tile (rows x k, row-major:
 // whole float4 chunks as F::load gives them) and copy the activation tile
-// (tokens x k) into threadgroup memory; each of the 4 SIMD-groups then takes
-// 16 tokens x 32 rows: 2 x 4 accumulators, fed by 8x8 blocks of X (A) and of
-// W read transposed (B = Wᵀ). The sums go through threadgroup memory to the
-// epilogue (bias, the fused residual add), which is the SIMD gemm's. Half and
-// bfloat weights stay in their own type in the tile (GemmMmaTile).
+// (tokens x k) into threadgroup memory; each of the 2 SIMD-groups then takes
+// all 32 tokens x 32 rows: 4 x 4 accumulators, fed by 8x8 blocks of X (A) and
+// of W read transposed (B = Wᵀ). The next step's weights and activations are
+// fetched into registers while this step's products run. The sums go through
+// threadgroup memory to the epilogue (bias, the fused residual add), which is
+// the SIMD gemm's. Half and bfloat weights stay in their own type in the tile
+// (GemmMmaTile).
 //
 // Where products follow the host executor's documented order (k in order, one
 // rounding per operation: the host, the CUDA device's shuffle form), every
@@ -16,11 +18,13 @@
 // own order. A token's outputs never depend on the tile's other tokens, so
 // prefill stays chunk-invariant on every device.
 //
-// Tile sizes: 32 x 64 with 4 SIMD-groups and a 32-input step, the middle of
-// what the peers use on Apple GPUs (MLX's steel gemm 32-64 square tiles of 4
-// SIMD-groups with 16-32 inputs a step; llama.cpp's kernel_mul_mm 64 x 32,
-// 4 SIMD-groups, 32 inputs): up to 20 KiB of threadgroup memory (weights and
-// activations, and the output staging). To confirm on a Mac.
+// Tile sizes: 32 x 64 with a 32-input step, as the peers use on Apple GPUs
+// (MLX's steel gemm 32-64 square tiles with 16-32 inputs a step; llama.cpp's
+// kernel_mul_mm 64 x 32, 32 inputs): up to 20 KiB of threadgroup memory
+// (weights and activations, and the output staging). 2 SIMD-groups of 32 x 32
+// rather than 4 of 16 x 32: 16 independent accumulators a SIMD-group, and 8
+// fragment loads for 16 products instead of 6 for 8 (the CUDA device: each
+// product is an mma.sync whose latency the others hide). To confirm on a Mac.
 #pragma once
 
 #include "mkv_kernel.h"
@@ -95,11 +99,12 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
     xlive[n] = t0 + t < p.n_tokens;
     xrow[n] = x + ulong(xlive[n] ? t0 + t : 0u) * p.n_in;
   }
-  // SIMD-group s: tokens 16 (s / 2) .. + 16, rows 32 (s % 2) .. + 32.
-  const uint st = (simd / 2) * 16, sr = (simd % 2) * 32;
-  simdgroup_float8x8 acc[2][4];
-  for (uint i = 0; i < 2; ++i)
-    for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  // SIMD-group s: every token of the tile (MT blocks of 8), rows 32 s .. + 32.
+  constexpr uint MT = T / 8;
+  const uint sr = simd * 32;
+  simdgroup_float8x8 acc[MT][4];
+  MKV_UNROLL for (uint i = 0; i < MT; ++i)
+    MKV_UNROLL for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 
   // Software pipelining: the next step's weights and activations are fetched
   // into registers while this step's products run, then written to the tiles.
@@ -120,18 +125,18 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (k0 + K < p.n_in) gemm_mma_fetch<F, K, NT, WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
     MKV_UNROLL for (uint kk = 0; kk < K; kk += 8) {
-      simdgroup_float8x8 a[2];
+      simdgroup_float8x8 a[MT];
       simdgroup_matrix<W, 8, 8> b[4];
-      MKV_UNROLL for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, st + 8 * i));
+      MKV_UNROLL for (uint i = 0; i < MT; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, 8 * i));
       MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
-      MKV_UNROLL for (uint i = 0; i < 2; ++i)
+      MKV_UNROLL for (uint i = 0; i < MT; ++i)
         MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }
 
-  for (uint i = 0; i < 2; ++i)
-    for (uint j = 0; j < 4; ++j) simdgroup_store(acc[i][j], ys, R, ulong2(sr + 8 * j, st + 8 * i));
+  MKV_UNROLL for (uint i = 0; i < MT; ++i)
+    MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_store(acc[i][j], ys, R, ulong2(sr + 8 * j, 8 * i));
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (gemm_glu(p)) {
     constexpr uint H = R / 2;

@@ -81,8 +81,20 @@ TARGETS = (
     ("gemm f16 14336x4096 t512", "matmul", {"wtype": "f16", "n_out": 14336, "n_in": 4096, "n_tokens": 512}),
     ("gemm q4_k 14336x4096 t512", "matmul", {"wtype": "q4_k", "n_out": 14336, "n_in": 4096, "n_tokens": 512}),
 )
+# --targets compute: the matrix-unit paths at the shapes that bound prefill and the vision
+# towers: prefill attention at SigLIP-so400m's shape (4,096 patches, 16 heads, d 80, one
+# bidirectional block) and at Llama-3-8B's (d 128, 32/8 heads, 512 queries after 3,584 cached
+# positions), the gemm at SigLIP's MLP shape (4304 x 1152, 4,096 tokens).
+COMPUTE_TARGETS = (
+    ("attn_prefill d80 16/16 n4096 bidirectional", "prefill",
+     {"n_q_heads": 16, "n_kv_heads": 16, "head_dim": 80, "n_tokens": 4096, "n_queries": 4096, "bidirectional": True}),
+    ("attn_prefill d128 32/8 ctx4096 q512", "prefill",
+     {"n_q_heads": 32, "n_kv_heads": 8, "head_dim": 128, "n_tokens": 4096, "n_queries": 512}),
+    ("gemm f16 4304x1152 t4096", "matmul", {"wtype": "f16", "n_out": 4304, "n_in": 1152, "n_tokens": 4096}),
+)
+TARGET_SETS = {"bandwidth": TARGETS, "compute": COMPUTE_TARGETS, "all": TARGETS + COMPUTE_TARGETS}
 KERNEL_REGEX = (r"regex:^(attn_decode_split_f16_d128|attn_decode_reduce_d128|gemv_(f16|q4_0|q8_0)_r[124]"
-                r"|gemm(_mma)?_(f16|q4_k))$")
+                r"|gemm(_mma)?_(f16|q4_k)|attn_prefill(_mma)?_f16_d(80|128))$")
 BLOCK_BYTES = {"f16": (1, 2), "q4_0": (32, 18), "q8_0": (32, 34), "q4_k": (256, 144)}  # (weights, bytes) per block
 
 
@@ -95,8 +107,8 @@ def kernels_per_call(op: str) -> int:
 
 
 # ---- the driver: runs under ncu ---------------------------------------------------------
-def drive(calls: int) -> None:
-    """One warm-up call of every target, then `calls` calls of each, in TARGETS order."""
+def drive(calls: int, targets=TARGETS) -> None:
+    """One warm-up call of every target, then `calls` calls of each, in the targets' order."""
     import numpy as np
 
     import metalkv
@@ -104,8 +116,19 @@ def drive(calls: int) -> None:
 
     dev = metalkv.device("cuda")
     runs = []
-    for label, op, a in TARGETS:
-        if op == "attn":
+    for label, op, a in targets:
+        if op == "prefill":
+            n, nq, d = a["n_tokens"], a["n_queries"], a["head_dim"]
+            shape = dict(n_q_heads=a["n_q_heads"], n_kv_heads=a["n_kv_heads"], head_dim=d, n_queries=nq,
+                         q_pos0=n - nq, slots=n, scale=d ** -0.5)
+            if a.get("bidirectional"):
+                shape["blocks"] = [(0, n)]
+            q, out = dev.buffer(nq * a["n_q_heads"] * d * 4), dev.buffer(nq * a["n_q_heads"] * d * 4)
+            kv = dev.buffer(2 * n * a["n_kv_heads"] * d * 2)
+            table = dev.buffer_from(np.arange(n // 32, dtype=np.uint32))
+            runs.append(lambda q=q, kv=kv, t=table, out=out, shape=shape: ops.attention_prefill(
+                dev, q, kv, t, out, **shape))
+        elif op == "attn":
             n = a["n_tokens"]
             shape = dict(n_q_heads=32, n_kv_heads=8, head_dim=128, n_tokens=n, slots=n)
             plan = ops.attention_decode_plan(**shape, split="always", device=dev)
@@ -122,7 +145,7 @@ def drive(calls: int) -> None:
             runs.append(lambda w=w, x=x, y=y, a=a: ops.matmul(dev, x, w, y, **a))
     for r in runs:
         r()
-    for (label, _, _), r in zip(TARGETS, runs):
+    for (label, _, _), r in zip(targets, runs):
         for _ in range(calls):
             r()
         log(f"[drive] {label}: {calls} calls")
@@ -145,20 +168,22 @@ def stall_metrics_listed(ncu: str) -> list[str]:
     return names
 
 
-def ncu_command(ncu: str, out_csv: str, calls: int, metrics: list[str]) -> list[str]:
+def ncu_command(ncu: str, out_csv: str, calls: int, metrics: list[str], target_set: str = "bandwidth") -> list[str]:
+    targets = TARGET_SETS[target_set]
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--replay-mode", "kernel",
-           "--kernel-name", KERNEL_REGEX, "--launch-skip", str(sum(kernels_per_call(op) for _, op, _ in TARGETS)),
-           "--launch-count", str(expected_launches(calls)), "--csv", "--page", "raw", "--print-units", "base",
+           "--kernel-name", KERNEL_REGEX, "--launch-skip", str(sum(kernels_per_call(op) for _, op, _ in targets)),
+           "--launch-count", str(expected_launches(calls, targets)), "--csv", "--page", "raw", "--print-units", "base",
            "--log-file", out_csv]
     for s in SECTIONS:
         cmd += ["--section", s]
     if metrics:
         cmd += ["--metrics", ",".join(metrics)]
-    return cmd + [sys.executable, str(Path(__file__).resolve()), "--drive", "--calls", str(calls)]
+    return cmd + [sys.executable, str(Path(__file__).resolve()), "--drive", "--calls", str(calls),
+                  "--targets", target_set]
 
 
-def expected_launches(calls: int) -> int:
-    return calls * sum(kernels_per_call(op) for _, op, _ in TARGETS)
+def expected_launches(calls: int, targets=TARGETS) -> int:
+    return calls * sum(kernels_per_call(op) for _, op, _ in targets)
 
 
 def run_group(cmd: list[str], timeout: float) -> tuple[int | str, str]:
@@ -173,7 +198,7 @@ def run_group(cmd: list[str], timeout: float) -> tuple[int | str, str]:
         return f"timeout after {timeout:.0f} s", out or ""
 
 
-def run_ncu(calls: int, timeout: float, keep_csv: str | None) -> dict:
+def run_ncu(calls: int, timeout: float, keep_csv: str | None, target_set: str = "bandwidth") -> dict:
     """Profile the driver; {'csv': text, 'commands': [...]} or {'error': ..., 'commands': [...]}."""
     ncu = shutil.which("ncu")
     if not ncu:
@@ -187,7 +212,7 @@ def run_ncu(calls: int, timeout: float, keep_csv: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for metrics in attempts:
             out_csv = os.path.join(tmp, "ncu.csv")
-            cmd = ncu_command(ncu, out_csv, calls, metrics)
+            cmd = ncu_command(ncu, out_csv, calls, metrics, target_set)
             commands.append(cmd)
             log("$ " + " ".join(cmd))
             left = deadline - time.monotonic()
@@ -345,10 +370,14 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=3, help="profiled calls per target (default 3)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds for ncu in all (default 120)")
     ap.add_argument("--from-csv", help="parse this saved `ncu --csv --page raw` output instead of running ncu")
+    ap.add_argument("--targets", choices=sorted(TARGET_SETS), default="bandwidth",
+                    help="bandwidth (default: decode attention, gemv, the 512-token gemm), compute (prefill "
+                         "attention and the gemm at the vision tower's shapes) or all")
     ap.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)  # the program ncu profiles
     args = ap.parse_args()
+    targets = TARGET_SETS[args.targets]
     if args.drive:
-        drive(args.calls)
+        drive(args.calls, targets)
         return 0
 
     keep_csv = str(Path(args.json).with_suffix(".csv")) if args.json and not args.from_csv else None
@@ -356,14 +385,14 @@ def main() -> int:
         run = {"csv": Path(args.from_csv).read_text(errors="replace"), "commands": [], "source": args.from_csv}
     else:
         try:
-            run = run_ncu(args.calls, args.timeout, keep_csv)
+            run = run_ncu(args.calls, args.timeout, keep_csv, args.targets)
         except Exception as e:  # never fail the stage: say why
             run = {"error": f"{type(e).__name__}: {e}", "commands": []}
     result = {k: v for k, v in run.items() if k != "csv"}
     result["commands"] = [" ".join(c) for c in run.get("commands", [])]
     if "csv" in run:
         rows = parse_csv(run["csv"])
-        result["kernels"] = aggregate(rows, args.calls)
+        result["kernels"] = aggregate(rows, args.calls, targets)
         if not rows:
             result["error"] = "no profiled launches in the CSV"
     for c in result["commands"]:
