@@ -133,6 +133,22 @@ def test_reply_and_a_repeated_image(engine, tmp_path):
     assert stats["prompt_tokens_cached"] >= TOKENS
 
 
+def test_an_image_under_an_eviction_policy(checkpoint, image):
+    """Gemma 3n's image runs are causal, so an eviction policy takes them as it takes text
+    (Gemma 3's bidirectional runs are refused: test_gemma3_vision.py). A prompt within the
+    budget gives the plain cache's logits; generation goes on past the budget, evicting."""
+    plain = metalkv.Engine.load(checkpoint[1], device=TEST_DEVICE, context=256, prefill_chunk=4)
+    evicting = metalkv.Engine.load(checkpoint[1], device=TEST_DEVICE, context=256, prefill_chunk=4,
+                                   kv_policy="streaming", kv_budget=40)
+    prompt = evicting.chat_ids(ask(image[1]))
+    assert len(prompt.ids) <= 40 and prompt.spans[0][1] == TOKENS
+    np.testing.assert_array_equal(evicting.logits(prompt), plain.logits(plain.chat_ids(ask(image[1]))))
+    cache = evicting.new_cache()
+    out = evicting.generate_ids(prompt, max_tokens=60, stop_ids=(), cache=cache)
+    assert len(out) == 60 and evicting.last_stats["finish_reason"] == "length" and cache.evicted > 0
+    assert out[0] == plain.generate_ids(prompt, max_tokens=1, stop_ids=())[0]
+
+
 def test_generate_with_image_flag(checkpoint, image):
     rc = cli.main(["generate", "--model", str(checkpoint[1]), "--device", TEST_DEVICE, "--context", "256",
                    "--max-tokens", "3", "--image", str(image[0]), "What is this?"])
