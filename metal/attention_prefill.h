@@ -33,46 +33,83 @@
 #include "kv_codec.h"
 #include "kv_table.h"
 
-// Stages keys k0 .. k0+BK-1 of one KV head into the K and V tiles (BK x D
-// halfs each) with the NT threads of the threadgroup: slots from the block
-// table (dequantized where Quant) or, from_ring, the residual window's f16
-// rows; zero outside [t_lo, t_hi] (a sliding table may have let those blocks
-// go). D % 4 == 0, so every row and column c is 8-byte aligned. Shared by the
-// SIMD and the matrix prefill kernels (attention_prefill_mma.h).
+// Keys k0 .. k0+BK-1 of one KV head for the K and V tiles (BK x D halfs each),
+// shared by the NT threads of the threadgroup: slots from the block table
+// (dequantized where Quant) or, from_ring, the residual window's f16 rows; zero
+// outside [t_lo, t_hi] (a sliding table may have let those blocks go). D % 4 ==
+// 0, so every row and column c is 8-byte aligned. Four halves move as their
+// bits (uint2: one 8-byte load and store). attn_prefill_fetch reads a thread's
+// share (at most attn_prefill_share(D, BK, NT) pieces) into registers,
+// attn_prefill_put writes it to the tiles, attn_prefill_stage does both. Shared
+// by the SIMD and the matrix prefill kernels (attention_prefill_mma.h).
+constexpr uint attn_prefill_share(uint D, uint BK, uint NT) { return (BK * D / 4 + NT - 1) / NT; }
+
+// Piece idx (< BK * D / 4) of the tiles: key k0 + idx / (D / 4), columns 4 (idx % (D / 4)) .. + 4.
+template <bool Quant, uint D>
+inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
+                               const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
+                               int k0, int t_lo, int t_hi, uint idx, thread uint2& kh, thread uint2& vh) {
+  const uint slot_stride = p.n_kv_heads * D;
+  const uint t = idx / (D / 4);
+  const uint c = idx % (D / 4) * 4;
+  kh = uint2(0u);
+  vh = uint2(0u);
+  if (k0 + int(t) < t_lo || k0 + int(t) > t_hi) return;
+  if (from_ring) {
+    const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
+    kh = *(const device uint2*)(ring_k + at);
+    vh = *(const device uint2*)(ring_v + at);
+    return;
+  }
+  const uint slot = kv_slot(table, uint(k0) + t);
+  if (Quant) {
+    constexpr uint B = mkv_params::kKvBlockTokens;
+    const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
+    kh = as_type<uint2>(mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c));
+    vh = as_type<uint2>(mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c));
+  } else {
+    const device half* k_base = (const device half*)kv + kv_head * D;
+    const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
+    kh = *(const device uint2*)(k_base + slot * slot_stride + c);
+    vh = *(const device uint2*)(v_base + slot * slot_stride + c);
+  }
+}
+
+inline uint attn_prefill_piece_at(uint D, uint idx) { return idx / (D / 4) * D + idx % (D / 4) * 4; }
+
+template <bool Quant, uint D, uint BK, uint NT>
+inline void attn_prefill_fetch(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
+                               const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
+                               int k0, int t_lo, int t_hi, uint tid, thread uint2* kh, thread uint2* vh) {
+  MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
+    const uint idx = tid + n * NT;
+    if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;
+    attn_prefill_piece<Quant, D>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, kh[n], vh[n]);
+  }
+}
+
+template <uint D, uint BK, uint NT>
+inline void attn_prefill_put(threadgroup half* k_tile, threadgroup half* v_tile, uint tid, thread const uint2* kh,
+                             thread const uint2* vh) {
+  MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
+    const uint idx = tid + n * NT;
+    if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;
+    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, idx)) = kh[n];
+    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, idx)) = vh[n];
+  }
+}
+
+// Fetch and put piece by piece (few registers).
 template <bool Quant, uint D, uint BK, uint NT>
 inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
                                int k0, int t_lo, int t_hi, threadgroup half* k_tile, threadgroup half* v_tile,
                                uint tid) {
-  const uint slot_stride = p.n_kv_heads * D;
-  const device half* k_base = (const device half*)kv + kv_head * D;
-  const device half* v_base = (const device half*)kv + p.slots * slot_stride + kv_head * D;
-  const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
-  // Four halves at a time, moved as their bits (uint2: one 8-byte load and store).
   for (uint idx = tid; idx < BK * D / 4; idx += NT) {
-    const uint t = idx / (D / 4);
-    const uint c = idx % (D / 4) * 4;
-    uint2 kh = uint2(0u);
-    uint2 vh = uint2(0u);
-    if (k0 + int(t) >= t_lo && k0 + int(t) <= t_hi) {
-      if (from_ring) {
-        const uint at = (uint(k0) + t) % p.ring_slots * slot_stride + c;
-        kh = *(const device uint2*)(ring_k + at);
-        vh = *(const device uint2*)(ring_v + at);
-      } else {
-        const uint slot = kv_slot(table, uint(k0) + t);
-        if (Quant) {
-          constexpr uint B = mkv_params::kKvBlockTokens;
-          kh = as_type<uint2>(mkv_kv::kv_load4(kv, p.k_format, B, p.n_kv_heads, D, slot, kv_head, c));
-          vh = as_type<uint2>(mkv_kv::kv_load4(v_section, p.v_format, B, p.n_kv_heads, D, slot, kv_head, c));
-        } else {
-          kh = *(const device uint2*)(k_base + slot * slot_stride + c);
-          vh = *(const device uint2*)(v_base + slot * slot_stride + c);
-        }
-      }
-    }
-    *(threadgroup uint2*)(k_tile + t * D + c) = kh;
-    *(threadgroup uint2*)(v_tile + t * D + c) = vh;
+    uint2 kh, vh;
+    attn_prefill_piece<Quant, D>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, kh, vh);
+    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, idx)) = kh;
+    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, idx)) = vh;
   }
 }
 

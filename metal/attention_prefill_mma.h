@@ -48,6 +48,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   threadgroup float* square,  // (kAttnMmaSimdgroups, 64): Q staging
                                   uint2 tg, uint tid, uint simd, uint lane) {
   constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8, NB = BK / 8;
+  constexpr bool prefetch = D <= 128;  // the next tile's K/V in registers (past D = 128 they would spill)
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, g = hb.count;
   const uint qi0 = tg.x * p.queries_per_tile;
@@ -112,10 +113,25 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
       phi[j] = rk.y;
     }
     // Tiles start at multiples of BK: a key's softmax step is fixed by its position.
-    for (int k0 = t_lo & ~int(BK - 1); k0 <= t_hi; k0 += int(BK)) {
-      attn_prefill_stage<Quant, D, BK, NS * 32>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
-                                                k_tile, v_tile, tid);
+    // With prefetch the next tile's K/V are fetched into registers while this
+    // one's products run.
+    constexpr uint NT = NS * 32, SH = prefetch ? attn_prefill_share(D, BK, NT) : 1;
+    uint2 kh[SH], vh[SH];
+    const int first = t_lo & ~int(BK - 1);
+    if (prefetch)
+      attn_prefill_fetch<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, first, t_lo, t_hi, tid,
+                                           kh, vh);
+    for (int k0 = first; k0 <= t_hi; k0 += int(BK)) {
+      if (prefetch) {
+        attn_prefill_put<D, BK, NT>(k_tile, v_tile, tid, kh, vh);
+      } else {
+        attn_prefill_stage<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, k_tile,
+                                             v_tile, tid);
+      }
       threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (prefetch && k0 + int(BK) <= t_hi)
+        attn_prefill_fetch<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0 + int(BK), t_lo,
+                                             t_hi, tid, kh, vh);
       // Skip the tile where no row of the SIMD-group sees a key of it (uniform).
       // Otherwise every block computes: for a block whose rows see none of the
       // tile's keys the step is exact no-op (factor 1, P 0), and the products
