@@ -49,7 +49,7 @@ constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <=
 // head), whose Q and output fragments it holds in registers (2 x head_dim / 8
 // 8x8 matrices a block, plus the tile's scores and probabilities): 2 blocks up
 // to D = 64, 1 past it (2 blocks at D = 80 take 255 registers and spill on the
-// CUDA device; 1 takes 158: tools/sass_count.py). A tile has queries_per_tile
+// CUDA device; 1 takes about 160: tools/sass_count.py). A tile has queries_per_tile
 // (a multiple of 8) positions x heads_per_block heads, at most 4 x blocks blocks.
 MKV_CONSTANT uint32_t kAttnMmaSimdgroups = 4;
 constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim) { return head_dim <= 64 ? 2 : 1; }

@@ -357,7 +357,7 @@ stage_engine_kernels() {
 }
 
 stage_ncu() {
-  step "ncu counters of the bandwidth-bound kernels (bench/gpu/ncu.py)"
+  step "ncu counters (bench/gpu/ncu.py ${NCU_ARGS:-}: the bandwidth-bound kernels unless --targets says)"
   # ncu gets NCU_S less 20 s, so the script still writes its JSON (or the error) within the timeout.
   timeout ${NCU_S:-150} python3 bench/gpu/ncu.py --timeout $(( ${NCU_S:-150} - 20 )) --json "$OUT/ncu.json" ${NCU_ARGS:-} \
     > "$OUT/ncu.txt" 2>&1

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Hardware counters of metalkv's bandwidth-bound kernels, from Nsight Compute (ncu).
+"""Hardware counters of metalkv's bandwidth-bound kernels (and, with --targets compute, of
+the matrix-unit prefill attention and gemm), from Nsight Compute (ncu).
 
-    python bench/gpu/ncu.py [--json FILE] [--calls 3] [--timeout 120]
+    python bench/gpu/ncu.py [--json FILE] [--calls 3] [--timeout 120] [--targets bandwidth|compute|all]
     python bench/gpu/ncu.py --from-csv FILE [--json FILE]   # parse a saved `ncu --csv --page raw`
 
 1. Runs ncu once over this script's own driver (`--drive`), which launches each target
@@ -9,7 +10,7 @@
    --launch-skip): decode attention D=128, 32/8 heads, split-K at 4k and 32k context (the
    first pass and the reduce), gemv f16 4096x4096 and 14336x4096, gemv q4_0 and q8_0
    14336x4096 (the op's default width each), the gemm (the device's shape) f16 and q4_k
-   14336x4096 with 512 tokens. Buffers are
+   14336x4096 with 512 tokens (--targets compute: COMPUTE_TARGETS below). Buffers are
    zero-filled (metalkv's buffers are); no bench rotation is needed, ncu flushes the caches
    before each replay pass (--cache-control all). metalkv-bench is not the program profiled:
    its chunk sweep launches the split-K kernel with the same grid at 4k and at 32k, so its
