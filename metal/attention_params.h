@@ -49,10 +49,15 @@ constexpr uint32_t attn_prefill_key_tile(uint32_t head_dim) { return head_dim <=
 // head), whose Q and output fragments it holds in registers (2 x head_dim / 8
 // 8x8 matrices a block, plus the tile's scores and probabilities): 2 blocks up
 // to D = 64, 1 past it (2 blocks at D = 80 take 255 registers and spill on the
-// CUDA device; 1 takes about 160: tools/sass_count.py). A tile has queries_per_tile
-// (a multiple of 8) positions x heads_per_block heads, at most 4 x blocks blocks.
+// CUDA device; 1 takes about 160: tools/sass_count.py). The half-operand kernels
+// (_half: Q and P in half, half the registers) hold 2 blocks up to D = 128, which
+// lets a device run the two blocks' products as one (simdgroup_tile.h). A tile
+// has queries_per_tile (a multiple of 8) positions x heads_per_block heads, at
+// most 4 x blocks blocks.
 MKV_CONSTANT uint32_t kAttnMmaSimdgroups = 4;
-constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim) { return head_dim <= 64 ? 2 : 1; }
+constexpr uint32_t attn_prefill_mma_blocks(uint32_t head_dim, bool half_operands = false) {
+  return head_dim <= (half_operands ? 128u : 64u) ? 2 : 1;
+}
 
 // Decode lane layout (metal/attention_decode.h). A K/V row of D halfs is read
 // as pieces of attn_decode_lane_elems(D) halfs (E = 4 up to D = 64: 8-byte

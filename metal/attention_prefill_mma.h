@@ -7,7 +7,7 @@
 // x heads_per_block query heads of one KV head, as blocks of 8 rows: block b
 // is head b / (queries_per_tile / 8), positions 8 (b % ...) .. + 8 of the tile.
 // SIMD-group s takes blocks s, s + 4 (up to attn_prefill_mma_blocks(D)); per
-// block it holds Q (float, D / 8 fragments, loaded once through an 8x8 staging
+// block it holds Q (QT, below; D / 8 fragments, loaded once through an 8x8 staging
 // square) and the output O (D / 8 float fragments), and per lane the running
 // max m and sum l of the row the lane's fragment elements belong to
 // (simdgroup_matrix's layout, metal/fragment.h: a lane holds two adjacent
@@ -25,6 +25,14 @@
 // factor 1, P 0). Every loop over fragments has a compile-time count and is
 // unrolled, so Q, O and S stay in registers.
 //
+// Operands. QT = float: Q and P enter the products as float (on the CUDA
+// device TF32 split into hi + lo, about 21 bits). QT = half (the _half
+// kernels, AttentionDesc::half_operands): Q is rounded to half once as it is
+// loaded and P as it is formed, so every product is half x half with float
+// sums, the matrix units' full rate (flash attention and llama.cpp's kernels
+// take Q and P as 16-bit too). A row's sum l adds the rounded P, so the
+// weights of V still sum to 1 exactly as the products see them.
+//
 // Results are not the SIMD kernel's bits: products of 8 and the softmax's
 // per-tile steps sum in another order (tests hold both against numpy).
 #pragma once
@@ -32,9 +40,9 @@
 #include "attention.h"
 #include "attention_prefill.h"
 #include "fragment.h"
-#include <metal_simdgroup_matrix>
+#include "simdgroup_tile.h"
 
-template <bool Quant, uint D, uint BK, uint RB>
+template <bool Quant, uint D, uint BK, uint RB, typename QT>
 inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   const device float* q,      // (n_queries, n_q_heads, D)
                                   const device uchar* kv,     // the layer's pool: K section, V section
@@ -45,10 +53,14 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   device float* logits,       // (n_queries, n_q_heads, n_tokens) if p.logits
                                   threadgroup half* k_tile,   // (BK, D)
                                   threadgroup half* v_tile,   // (BK, D)
-                                  threadgroup float* square,  // (kAttnMmaSimdgroups, 64): Q staging
+                                  threadgroup QT* square,     // (kAttnMmaSimdgroups, 64): Q staging
                                   uint2 tg, uint tid, uint simd, uint lane) {
   constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8, NB = BK / 8;
   constexpr bool prefetch = D <= 128;  // the next tile's K/V in registers (past D = 128 they would spill)
+  // Half operands with an even number of blocks: products in 2 x 2 groups
+  // (simdgroup_tile.h), one instruction each where the device has it; each
+  // accumulator still sums its dims (keys) in order, as the loops below do.
+  constexpr bool paired = sizeof(QT) == 2 && RB % 2 == 0 && D8 % 2 == 0 && NB % 2 == 0;
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, g = hb.count;
   const uint qi0 = tg.x * p.queries_per_tile;
@@ -61,7 +73,8 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
   uint head[RB];   // its query head
   uint qb0[RB];    // its first query index (of the whole call)
   int lo[RB], hi[RB];  // the keys this lane's row sees (empty past n_queries)
-  simdgroup_float8x8 qf[RB][D8], of[RB][D8];
+  simdgroup_matrix<QT, 8, 8> qf[RB][D8];
+  simdgroup_float8x8 of[RB][D8];
   float m[RB], l[RB];
   const uint sq = simd * 64;  // this SIMD-group's square in `square`
   MKV_UNROLL for (uint j = 0; j < RB; ++j) {
@@ -79,13 +92,13 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     MKV_UNROLL for (uint d = 0; d < D8; ++d) {
       of[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
       if (!used[j]) {
-        qf[j][d] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        qf[j][d] = make_filled_simdgroup_matrix<QT, 8, 8>(QT(0.0f));
         continue;
       }
       // Q's 8x8 square (rows: the block's positions, zero past n_queries), through threadgroup memory.
       for (uint i = lane; i < 64; i += 32) {
         const uint qr = qb0[j] + i / 8;
-        square[sq + i] = qr < p.n_queries ? q[(qr * p.n_q_heads + head[j]) * D + 8 * d + i % 8] : 0.0f;
+        square[sq + i] = QT(qr < p.n_queries ? q[(qr * p.n_q_heads + head[j]) * D + 8 * d + i % 8] : 0.0f);
       }
       simdgroup_barrier(mem_flags::mem_threadgroup);
       simdgroup_load(qf[j][d], square + sq, 8);
@@ -141,21 +154,35 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
       if (simd_any(any)) {
         // S = Q Kᵀ for the tile's NB blocks of 8 keys; each K fragment serves every block j.
         simdgroup_float8x8 sf[RB][NB];
-        MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
-          MKV_UNROLL for (uint d = 0; d < D8; ++d) {
-            simdgroup_half8x8 kf;
-            simdgroup_load(kf, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
-            MKV_UNROLL for (uint j = 0; j < RB; ++j) {
-              if (d == 0) {
-                simdgroup_multiply(sf[j][kb], qf[j][d], kf);
-              } else {
-                simdgroup_multiply_accumulate(sf[j][kb], qf[j][d], kf, sf[j][kb]);
+        if (paired) {  // two blocks x two dim steps a product group
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+            MKV_UNROLL for (uint j = 0; j < RB; ++j) sf[j][kb] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            MKV_UNROLL for (uint d = 0; d < D8; d += 2) {
+              simdgroup_half8x8 k0, k1;
+              simdgroup_load(k0, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
+              simdgroup_load(k1, k_tile + 8 * kb * D + 8 * (d + 1), D, ulong2(0, 0), true);
+              MKV_UNROLL for (uint j = 0; j < RB; j += 2)
+                simdgroup_mma_2x2(sf[j][kb], sf[j + 1][kb], qf[j][d], qf[j][d + 1], qf[j + 1][d], qf[j + 1][d + 1],
+                                  k0, k1);
+            }
+          }
+        } else {
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+            MKV_UNROLL for (uint d = 0; d < D8; ++d) {
+              simdgroup_half8x8 kf;
+              simdgroup_load(kf, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
+              MKV_UNROLL for (uint j = 0; j < RB; ++j) {
+                if (d == 0) {
+                  simdgroup_multiply(sf[j][kb], qf[j][d], kf);
+                } else {
+                  simdgroup_multiply_accumulate(sf[j][kb], qf[j][d], kf, sf[j][kb]);
+                }
               }
             }
           }
         }
         // The online softmax over the tile's keys: one step per row and tile.
-        simdgroup_float8x8 pf[RB][NB];
+        simdgroup_matrix<QT, 8, 8> pf[RB][NB];
         MKV_UNROLL for (uint j = 0; j < RB; ++j) {
           float s[NB][2];
           float mx = -INFINITY;
@@ -178,9 +205,9 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
           float sum = 0.0f;
           MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
             MKV_UNROLL for (uint i = 0; i < 2; ++i) {
-              const float pr = none ? 0.0f : exp(s[kb][i] - m_new);
+              const QT pr = QT(none ? 0.0f : exp(s[kb][i] - m_new));
               pf[j][kb].thread_elements()[i] = pr;
-              sum += pr;
+              sum += float(pr);
             }
           }
           sum += simd_shuffle_xor(sum, ushort(1));
@@ -194,10 +221,21 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
         }
         // O += P V; each V fragment serves every block j.
         MKV_UNROLL for (uint d = 0; d < D8; ++d) {
-          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
-            simdgroup_half8x8 vf;
-            simdgroup_load(vf, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
-            MKV_UNROLL for (uint j = 0; j < RB; ++j) simdgroup_multiply_accumulate(of[j][d], pf[j][kb], vf, of[j][d]);
+          if (paired) {  // two blocks x two key steps a product group
+            MKV_UNROLL for (uint kb = 0; kb < NB; kb += 2) {
+              simdgroup_half8x8 v0, v1;
+              simdgroup_load(v0, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
+              simdgroup_load(v1, v_tile + 8 * (kb + 1) * D + 8 * d, D);
+              MKV_UNROLL for (uint j = 0; j < RB; j += 2)
+                simdgroup_mma_2x2(of[j][d], of[j + 1][d], pf[j][kb], pf[j][kb + 1], pf[j + 1][kb], pf[j + 1][kb + 1],
+                                  v0, v1);
+            }
+          } else {
+            MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+              simdgroup_half8x8 vf;
+              simdgroup_load(vf, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
+              MKV_UNROLL for (uint j = 0; j < RB; ++j) simdgroup_multiply_accumulate(of[j][d], pf[j][kb], vf, of[j][d]);
+            }
           }
         }
       }

@@ -235,10 +235,11 @@ stage_test_vision() {
 }
 
 # The matrix-unit paths (simdgroup_matrix on mma.sync): the prelude's own tests, prefill
-# attention in every shape and head_dim, the mma gemm.
+# attention in every shape and head_dim (and with half operands), the mma gemm.
 stage_test_mma() {
   step "simdgroup_matrix, prefill attention and the mma gemm on the cuda device"
-  media_tests mma tests/gpu/test_simdgroup_matrix.py tests/kv/test_attention.py tests/ops/test_gemm_mma.py
+  media_tests mma tests/gpu/test_simdgroup_matrix.py tests/kv/test_attention.py tests/kv/test_attention_half.py \
+    tests/ops/test_gemm_mma.py
 }
 
 stage_bench_vision() {

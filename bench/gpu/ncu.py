@@ -92,10 +92,16 @@ COMPUTE_TARGETS = (
     ("attn_prefill d128 32/8 ctx4096 q512", "prefill",
      {"n_q_heads": 32, "n_kv_heads": 8, "head_dim": 128, "n_tokens": 4096, "n_queries": 512}),
     ("gemm f16 4304x1152 t4096", "matmul", {"wtype": "f16", "n_out": 4304, "n_in": 1152, "n_tokens": 4096}),
+    # The towers' 16-bit operands (SiglipSpec::operands_16bit) at the same shapes.
+    ("attn_prefill d80 16/16 n4096 bidirectional half", "prefill",
+     {"n_q_heads": 16, "n_kv_heads": 16, "head_dim": 80, "n_tokens": 4096, "n_queries": 4096, "bidirectional": True,
+      "half_operands": True}),
+    ("gemm f16 4304x1152 t4096 x16", "matmul",
+     {"wtype": "f16", "n_out": 4304, "n_in": 1152, "n_tokens": 4096, "activations_16bit": True}),
 )
 TARGET_SETS = {"bandwidth": TARGETS, "compute": COMPUTE_TARGETS, "all": TARGETS + COMPUTE_TARGETS}
 KERNEL_REGEX = (r"regex:^(attn_decode_split_f16_d128|attn_decode_reduce_d128|gemv_(f16|q4_0|q8_0)_r[124]"
-                r"|gemm(_mma)?_(f16|q4_k)|attn_prefill(_mma)?_f16_d(80|128))$")
+                r"|gemm(_mma)?_(f16|q4_k)(_x16)?|attn_prefill(_mma)?_f16_d(80|128)(_half)?)$")
 BLOCK_BYTES = {"f16": (1, 2), "q4_0": (32, 18), "q8_0": (32, 34), "q4_k": (256, 144)}  # (weights, bytes) per block
 
 
@@ -124,6 +130,8 @@ def drive(calls: int, targets=TARGETS) -> None:
                          q_pos0=n - nq, slots=n, scale=d ** -0.5)
             if a.get("bidirectional"):
                 shape["blocks"] = [(0, n)]
+            if a.get("half_operands"):
+                shape["half_operands"] = True
             q, out = dev.buffer(nq * a["n_q_heads"] * d * 4), dev.buffer(nq * a["n_q_heads"] * d * 4)
             kv = dev.buffer(2 * n * a["n_kv_heads"] * d * 2)
             table = dev.buffer_from(np.arange(n // 32, dtype=np.uint32))

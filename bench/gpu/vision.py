@@ -10,8 +10,11 @@ tokens) and how close the two outputs are (issue 38's target: at least 0.5x tran
    checkpoints' (27 layers, hidden 1152, 16 heads of 72, MLP 4304, patch 14, 896 px, 256
    tokens, text hidden 2560 for the 4B's projector; a one-layer text model beside it), with
    random bf16 weights, and saves it as safetensors.
-2. metalkv: Gemma3Vision (cpp/towers/siglip.h) over bf16 weights, the activations float32;
-   transformers: the same checkpoint in bfloat16 with SDPA attention on the same device.
+2. metalkv: Gemma3Vision (cpp/towers/siglip.h) over bf16 weights, the activations float32,
+   twice: the products' operands in float (TF32 hi + lo on the cuda device) and in 16 bits
+   (SiglipSpec::operands_16bit: bf16 activations for the bf16 weights, half Q and P);
+   transformers: the same checkpoint in bfloat16 with SDPA
+   attention on the same device.
    Each: a warm-up, then the median of --repeat encodes of --images images.
 3. Agreement: the relative error of metalkv's soft tokens against transformers computing in
    float32 (--check), the bf16 run's own error against the same float32 reference beside it.
@@ -85,10 +88,14 @@ def main(argv=None) -> int:
         path = build(shape, torch.bfloat16 if big else torch.float32, Path(tmp))
         config = json.loads((path / "config.json").read_text())
         dev = metalkv.Device(args.device)
-        log(f"loading metalkv's tower on {args.device}")
-        tower = Gemma3Vision.load(dev, path, config)
-        ours = tower.encode(pv)
-        t_ours = median_seconds(lambda: tower.encode(pv), args.repeat, lambda: None)
+        ours, t_ours = {}, {}
+        for half in (False, True):
+            log(f"loading metalkv's tower on {args.device}, operands_16bit={half}")
+            tower = Gemma3Vision.load(dev, path, config, operands_16bit=half)
+            ours[half] = tower.encode(pv)
+            t_ours[half] = median_seconds(lambda: tower.encode(pv), args.repeat, lambda: None)
+            weights = tower.weights_nbytes
+            del tower
 
         dtype = torch.bfloat16 if big else torch.float32
         model = Gemma3ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
@@ -103,18 +110,20 @@ def main(argv=None) -> int:
         t_hf = median_seconds(hf, args.repeat, sync)
         theirs = hf().float().cpu().numpy()
         result = {"device": device_name(args.device), "shape": args.shape, "images": args.images,
-                  "metalkv_s": t_ours, "transformers_s": t_hf, "speed_vs_transformers": t_hf / t_ours,
-                  "tokens_per_image": tower.tokens_per_image, "weights_bytes": tower.weights_nbytes,
-                  "date": time.strftime("%Y-%m-%d")}
+                  "metalkv_s": t_ours[False], "transformers_s": t_hf, "speed_vs_transformers": t_hf / t_ours[False],
+                  "metalkv_half_s": t_ours[True], "half_speed_vs_transformers": t_hf / t_ours[True],
+                  "tokens_per_image": shape["tokens"], "weights_bytes": weights, "date": time.strftime("%Y-%m-%d")}
         if not args.no_check:
             ref = model.float()
             with torch.no_grad():
                 want = ref.model.get_image_features(x.float()).pooler_output.cpu().numpy()
             scale = float(np.abs(want).max())
-            result["metalkv_max_err_vs_f32"] = float(np.abs(ours - want).max() / scale)
+            result["metalkv_max_err_vs_f32"] = float(np.abs(ours[False] - want).max() / scale)
+            result["metalkv_half_max_err_vs_f32"] = float(np.abs(ours[True] - want).max() / scale)
             result["transformers_bf16_max_err_vs_f32"] = float(np.abs(theirs - want).max() / scale)
     print(table(["", "encode s", "images/s"],
-                [["metalkv", f"{t_ours:.4f}", f"{args.images / t_ours:.1f}"],
+                [["metalkv", f"{t_ours[False]:.4f}", f"{args.images / t_ours[False]:.1f}"],
+                 ["metalkv, 16-bit operands", f"{t_ours[True]:.4f}", f"{args.images / t_ours[True]:.1f}"],
                  [f"transformers ({str(dtype).removeprefix('torch.')}, sdpa)", f"{t_hf:.4f}",
                   f"{args.images / t_hf:.1f}"]]))
     report(result, args.json)

@@ -2,8 +2,11 @@
 """Where Gemma 3's vision tower spends its time: one layer's attention at SigLIP-so400m's
 896 px shape (4,096 patches, 16 heads, head_dim 72 padded to 80, one bidirectional block over
 the image, K and V f16 as the tower stores them), on metalkv's prefill attention beside
-torch's SDPA in bf16 at head_dim 72, in one run. Multiplied by the 27 layers it is the part
-of bench/gpu/vision.py's encode time that attention takes.
+torch's SDPA in bf16 at head_dim 72, and the MLP's first gemm (4,096 x 1152 -> 4304, bf16
+weights as in bench/gpu/vision.py) beside torch's bf16 matmul, in one run. metalkv runs each
+with float operands and with 16-bit ones (the towers' operands_16bit: half Q and P, bf16
+activations). Multiplied by the 27 layers it is the part of
+bench/gpu/vision.py's encode time that each takes.
 
     python bench/gpu/vision_parts.py --json FILE      # tools/cuda_run.sh bench-vision-parts
 """
@@ -19,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import device_name, median_seconds, report, table  # noqa: E402
 
-HEADS, HEAD_DIM, STORED_DIM, LAYERS = 16, 72, 80, 27
+HEADS, HEAD_DIM, STORED_DIM, LAYERS, HIDDEN, FFN = 16, 72, 80, 27, 1152, 4304
 
 
 def main(argv=None) -> int:
@@ -43,24 +46,52 @@ def main(argv=None) -> int:
     bufs = [dev.buffer_from(a) for a in (q, pool, table_ids)]
     out = dev.buffer(q.nbytes)
 
-    def ours():
+    def attention(half):
         _core.ops.attention_prefill(dev, *bufs, out, n_q_heads=HEADS, n_kv_heads=HEADS, head_dim=STORED_DIM,
-                                    n_queries=n, q_pos0=0, slots=n, scale=HEAD_DIM ** -0.5, blocks=[(0, n)])
+                                    n_queries=n, q_pos0=0, slots=n, scale=HEAD_DIM ** -0.5, blocks=[(0, n)],
+                                    half_operands=half)
 
-    t_ours = median_seconds(ours, args.repeat, lambda: None)  # each call waits for its work
+    x_mlp = dev.buffer_from(rng.normal(size=(n, HIDDEN)).astype(np.float32))
+    w32 = (rng.normal(size=(FFN, HIDDEN)) / HIDDEN ** 0.5).astype(np.float32)
+    w_mlp = dev.buffer_from((w32.view(np.uint32) >> 16).astype(np.uint16))  # bf16 bits
+    y_mlp = dev.buffer(n * FFN * 4)
+
+    def gemm(half):
+        _core.ops.matmul(dev, x_mlp, w_mlp, y_mlp, n_tokens=n, n_in=HIDDEN, n_out=FFN, wtype="bf16", kernel="gemm",
+                         activations_16bit=half)
+
+    # Each call waits for its work.
+    t = {(part, half): median_seconds(lambda f=f, h=half: f(h), args.repeat, lambda: None)
+         for part, f in (("attention", attention), ("gemm", gemm)) for half in (False, True)}
     torch_dev = "cuda" if args.device == "cuda" else "cpu"
     x = [torch.randn(1, HEADS, n, HEAD_DIM, device=torch_dev, dtype=torch.bfloat16) for _ in range(3)]
     sync = torch.cuda.synchronize if torch_dev == "cuda" else (lambda: None)
     t_sdpa = median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(*x), args.repeat, sync)
-    flops = 4 * n * n * HEAD_DIM * HEADS  # q·k and p·v, the true head_dim
-    result = {"device": device_name(args.device), "date": time.strftime("%Y-%m-%d"), "patches": n,
-              "metalkv_attention_s": t_ours, "sdpa_bf16_s": t_sdpa, "layers": LAYERS,
-              "metalkv_attention_tower_s": LAYERS * t_ours, "sdpa_tower_s": LAYERS * t_sdpa,
-              "metalkv_tflops": flops / t_ours / 1e12, "sdpa_tflops": flops / t_sdpa / 1e12}
-    print(table(["one layer's attention", "s", "x 27 layers", "TFLOP/s"],
-                [["metalkv (f32 q, f16 K/V, d 80)", f"{t_ours:.5f}", f"{LAYERS * t_ours:.4f}",
-                  f"{result['metalkv_tflops']:.1f}"],
-                 ["torch SDPA (bf16, d 72)", f"{t_sdpa:.5f}", f"{LAYERS * t_sdpa:.4f}", f"{result['sdpa_tflops']:.1f}"]]))
+    a = torch.randn(n, HIDDEN, device=torch_dev, dtype=torch.bfloat16)
+    b = torch.randn(HIDDEN, FFN, device=torch_dev, dtype=torch.bfloat16)
+    t_mm = median_seconds(lambda: a @ b, args.repeat, sync)
+    attn_flops = 4 * n * n * HEAD_DIM * HEADS  # q·k and p·v, the true head_dim
+    gemm_flops = 2 * n * HIDDEN * FFN
+    result = {"device": device_name(args.device), "date": time.strftime("%Y-%m-%d"), "patches": n, "layers": LAYERS,
+              "metalkv_attention_s": t["attention", False], "metalkv_attention_half_s": t["attention", True],
+              "sdpa_bf16_s": t_sdpa, "metalkv_attention_tower_s": LAYERS * t["attention", False],
+              "sdpa_tower_s": LAYERS * t_sdpa, "metalkv_tflops": attn_flops / t["attention", False] / 1e12,
+              "metalkv_half_tflops": attn_flops / t["attention", True] / 1e12, "sdpa_tflops": attn_flops / t_sdpa / 1e12,
+              "metalkv_gemm_s": t["gemm", False], "metalkv_gemm_half_s": t["gemm", True], "torch_matmul_bf16_s": t_mm,
+              "metalkv_gemm_tflops": gemm_flops / t["gemm", False] / 1e12,
+              "metalkv_gemm_half_tflops": gemm_flops / t["gemm", True] / 1e12,
+              "torch_matmul_tflops": gemm_flops / t_mm / 1e12}
+
+    def row(name, s, flops):
+        return [name, f"{s:.5f}", f"{LAYERS * s:.4f}", f"{flops / s / 1e12:.1f}"]
+
+    print(table(["one layer's part", "s", "x 27 layers", "TFLOP/s"],
+                [row("attention: metalkv (f32 q, f16 K/V, d 80)", t["attention", False], attn_flops),
+                 row("attention: metalkv, half q and p", t["attention", True], attn_flops),
+                 row("attention: torch SDPA (bf16, d 72)", t_sdpa, attn_flops),
+                 row("MLP up gemm: metalkv (f32 x, bf16 w)", t["gemm", False], gemm_flops),
+                 row("MLP up gemm: metalkv, bf16 activations", t["gemm", True], gemm_flops),
+                 row("MLP up gemm: torch (bf16)", t_mm, gemm_flops)]))
     report(result, args.json)
     return 0
 

@@ -212,11 +212,12 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
          const std::string& kv_v, const std::optional<BufferPtr>& ring, uint32_t residual, uint32_t ring_slots,
          uint32_t ring_lo, const std::optional<BufferPtr>& logits, const std::optional<BufferPtr>& scores,
          uint32_t score_rows_from, uint32_t score_stride, const std::string& variant,
-         const std::vector<std::pair<uint32_t, uint32_t>>& blocks) {
+         const std::vector<std::pair<uint32_t, uint32_t>>& blocks, bool half_operands) {
         ops::AttentionDesc d = make_desc(n_q_heads, n_kv_heads, head_dim, q_pos0 + n_queries,
                                          slots, window, scale, softcap, sinks.has_value(), kv_k, kv_v);
         d.n_queries = n_queries;
         d.prefill_variant = variant;
+        d.half_operands = half_operands;
         for (const auto& [lo, hi] : blocks) d.blocks.push_back({lo, hi});
         set_window(d, ring, residual, ring_slots, ring_lo);
         d.logits = view(logits ? *logits : nullptr);
@@ -234,7 +235,7 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "softcap"_a = 0.0f, "sinks"_a = nb::none(), "kv_offset"_a = 0, "kv_k"_a = "f16", "kv_v"_a = "f16",
       "ring"_a = nb::none(), "residual"_a = 0, "ring_slots"_a = 0, "ring_lo"_a = 0, "logits"_a = nb::none(),
       "scores"_a = nb::none(), "score_rows_from"_a = 0, "score_stride"_a = 0, "variant"_a = "",
-      "blocks"_a = std::vector<std::pair<uint32_t, uint32_t>>{},
+      "blocks"_a = std::vector<std::pair<uint32_t, uint32_t>>{}, "half_operands"_a = false,
       "Prefill attention of q (n_queries, n_q_heads, head_dim) f32 at positions q_pos0 ..\n"
       "q_pos0+n_queries-1 over the pool kv through table (as\n"
       "for decode), which already\n"
@@ -244,7 +245,8 @@ void bind_attention(nb::module_&, nb::module_& ops_m) {
       "ring_slots, ring_lo: as for decode, each query with its own window start. logits ((n_queries, n_q_heads,\n"
       "n_tokens) f32), scores, score_rows_from (the first query row that adds), score_stride: as for decode.\n"
       "variant: the kernels' shape, '' (the device's), 'gpu' (the GPU's SIMD shape, also on the host), 'host'\n"
-      "(the host executor's) or 'mma' (simdgroup_matrix, any device).");
+      "(the host executor's) or 'mma' (simdgroup_matrix, any device). half_operands (f16 K/V, no ring or\n"
+      "logits): where the mma shape runs, q and the softmax's weights are rounded to half for the products.");
 }
 
 }  // namespace

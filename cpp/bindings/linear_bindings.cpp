@@ -90,7 +90,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       [](PyDevice& d, const BufferPtr& x, const BufferPtr& w, const BufferPtr& y, uint32_t n_tokens,
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
          const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens,
-         std::optional<std::tuple<uint32_t, uint32_t>> split, const BufferPtr& y2, const BufferPtr& y3) {
+         std::optional<std::tuple<uint32_t, uint32_t>> split, const BufferPtr& y2, const BufferPtr& y3,
+         bool activations_16bit) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -104,6 +105,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.accumulate = accumulate;
         a.gemv_rows = gemv_rows;
         a.gemv_tokens = gemv_tokens;
+        a.activations_16bit = activations_16bit;
         if (split) {
           std::tie(a.split_a, a.split_b) = *split;
           if (a.split_a == 0) ops::fail("matmul", "split=(split_a, split_b) needs split_a > 0");
@@ -115,6 +117,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
       "gemv_tokens"_a = 0, "split"_a = nb::none(), "y2"_a.none() = nb::none(), "y3"_a.none() = nb::none(),
+      "activations_16bit"_a = false,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
@@ -130,7 +133,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "the host executor with rows 8 or 32, 4 on GPUs with rows 1 or 2); every token's outputs are\n"
       "bit-identical whatever it is. split=(split_a, split_b) with y2, y3 (gemm kernels): w stacks three\n"
       "matrices (q, k, v) and y takes columns [0, split_a), y2 [split_a, split_b), y3 the rest, each\n"
-      "(n_tokens, its columns).");
+      "(n_tokens, its columns). activations_16bit (f16, bf16 weights): where the gemm runs on matrix units\n"
+      "('gemm' on a device that has them, or 'gemm_mma'), x is rounded to the weights' type in the tile.");
 
   m.def(
       "matmul_glu",

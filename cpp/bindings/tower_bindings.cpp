@@ -48,6 +48,7 @@ towers::SiglipSpec siglip_spec(const nb::dict& d) {
     else if (k == "mm_eps") s.mm_eps = nb::cast<float>(value);
     else if (k == "mm_norm_offset") s.mm_norm_offset = nb::cast<float>(value);
     else if (k == "scale") s.scale = nb::cast<float>(value);
+    else if (k == "operands_16bit") s.operands_16bit = nb::cast<bool>(value);
     else throw nb::value_error(("[siglip] unknown spec key '" + k + "'").c_str());
   }
   return s;

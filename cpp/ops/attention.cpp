@@ -223,6 +223,7 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
     fail(kDecodeOp, "n_queries is " + num(d.n_queries) + "; decode takes one query per head "
                     "(use attention_prefill for more)");
   const uint32_t n_keys = validate_desc(kDecodeOp, d);
+  if (d.half_operands) fail(kDecodeOp, "half_operands applies to attention_prefill only");
   head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows(d.head_dim), per_block, blocks);
   if (d.split_chunks != 0 && d.split != AttentionSplit::always)
     fail(kDecodeOp, "split_chunks " + num(d.split_chunks) + " applies only with split 'always'");
@@ -433,6 +434,9 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   validate_desc(op, d);
   if (d.split != AttentionSplit::automatic || d.split_chunks != 0 || !d.decode_variant.empty())
     fail(op, "split, split_chunks and decode_variant apply to attention_decode only");
+  if (d.half_operands && (d.k_format != mkv_params::kKvF16 || d.v_format != mkv_params::kKvF16 || d.residual != 0 ||
+                          d.logits.buffer))
+    fail(op, "half_operands is built for f16 K and V without a residual window or logits");
   const PrefillShape shape = prefill_shape(op, d, dev);
   const bool host = shape == PrefillShape::host, mma = shape == PrefillShape::mma;
   const uint64_t bytes = uint64_t(d.n_queries) * d.n_q_heads * d.head_dim * 4;
@@ -445,7 +449,8 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
   // Host shape: a lane is one query with up to attn_prefill_host_rows heads.
   // Matrix units: blocks of 8 positions of one head, as many heads as there
   // are blocks, the rest of the blocks for more positions.
-  const uint32_t mma_blocks = mkv_params::kAttnMmaSimdgroups * mkv_params::attn_prefill_mma_blocks(d.head_dim);
+  const uint32_t mma_blocks =
+      mkv_params::kAttnMmaSimdgroups * mkv_params::attn_prefill_mma_blocks(d.head_dim, d.half_operands);
   const uint32_t rows = host  ? mkv_params::attn_prefill_host_rows(d.head_dim)
                         : mma ? mma_blocks
                               : mkv_params::kAttnSimdgroups * mkv_params::attn_rows_per_simdgroup(d.head_dim);

@@ -88,7 +88,8 @@ std::string decode_suffix(const AttnNameKey& k, uint32_t per_block, bool host) {
 }  // namespace
 
 AttnNameKey attention_name_key(const AttentionDesc& d) {
-  return {d.head_dim, d.k_format, d.v_format, d.residual != 0, d.logits.buffer != nullptr, d.decode_variant};
+  return {d.head_dim,       d.k_format, d.v_format, d.residual != 0, d.logits.buffer != nullptr, d.decode_variant,
+          d.half_operands};
 }
 
 // The first kernel of a decode call: its family (the fixed-format pairs in the
@@ -113,7 +114,7 @@ std::string attention_prefill_kernel(const AttnNameKey& k, bool host) {
 }
 
 std::string attention_prefill_mma_kernel(const AttnNameKey& k) {
-  return attention_kernel_name(family("attn_prefill_mma", k).c_str(), k.head_dim);
+  return attention_kernel_name(family("attn_prefill_mma", k).c_str(), k.head_dim) + (k.half_operands ? "_half" : "");
 }
 
 std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
@@ -140,6 +141,8 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
           const AttnNameKey prefill{d, kf, vf, residual, logits, ""};
           names.insert(attention_prefill_kernel(prefill, false));
           names.insert(attention_prefill_mma_kernel(prefill));
+          if (kf == kKvF16 && vf == kKvF16 && !residual && !logits)
+            names.insert(attention_prefill_mma_kernel({d, kf, vf, false, false, "", true}));
           if (host_shapes) names.insert(attention_prefill_kernel(prefill, true));
           for (const char* variant : {"", "nopf"})
             for (uint32_t per_block : {1u, attn_decode_rows(d)})

@@ -17,6 +17,7 @@ struct AttnNameKey {
   uint32_t head_dim = 0, k_format = 0, v_format = 0;
   bool residual = false, logits = false;
   std::string decode_variant;
+  bool half_operands = false;  // prefill on matrix units: Q and P in half
 };
 AttnNameKey attention_name_key(const AttentionDesc& d);
 
@@ -33,7 +34,7 @@ std::string attention_decode_rows_merge_kernel(uint32_t head_dim);
 std::string attention_reduce_kernel(uint32_t head_dim);
 // Prefill's kernel, in the host executor's shape (host: "_h") or the GPU's.
 std::string attention_prefill_kernel(const AttnNameKey& k, bool host);
-// attn_prefill_mma_<family>_dD: prefill on matrix units (metal/attention_prefill_mma.h).
+// attn_prefill_mma_<family>_dD[_half]: prefill on matrix units (metal/attention_prefill_mma.h).
 std::string attention_prefill_mma_kernel(const AttnNameKey& k);
 // attention_scores' two kernels and attention_scores_apply's (metal/attention_scores.metal).
 inline constexpr const char* kAttnScoresStatsKernel = "attn_scores_stats";

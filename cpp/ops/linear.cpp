@@ -123,10 +123,15 @@ namespace {
 // The prefill gemm's shapes (metal/gemm.h, gemm_host.h, gemm_mma.h).
 enum class GemmShape { gpu, host, mma };
 
-std::string gemm_name(WeightType wtype, GemmShape shape) {
+// x16: the activations in the weights' 16-bit type (gemm_mma_<wtype>_x16), matrix units only.
+std::string gemm_name(WeightType wtype, GemmShape shape, bool x16 = false) {
   const char* prefix = shape == GemmShape::mma ? "gemm_mma_" : "gemm_";
-  return prefix + std::string(weight_type_name(wtype)) + (shape == GemmShape::host ? "_h" : "");
+  return prefix + std::string(weight_type_name(wtype)) + (shape == GemmShape::host ? "_h" : "") +
+         (x16 && shape == GemmShape::mma ? "_x16" : "");
 }
+
+// The weight types with a gemm_mma_<wtype>_x16 kernel (metal/gemm_mma.metal).
+bool has_x16_gemm(WeightType wtype) { return wtype == WeightType::f16 || wtype == WeightType::bf16; }
 
 // The shape asked for, or the device's own: matrix units where it has them;
 // the host executor's where lanes are fibers (the SIMD shape's two barriers
@@ -256,12 +261,14 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   const bool gemv = a.kernel == MatmulKernel::gemv ||
                     (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
   if (split && gemv) fail(kOp, "split outputs (split_a) need a gemm kernel: kernel='gemm' and more than one token");
+  if (a.activations_16bit && !has_x16_gemm(a.wtype))
+    fail(kOp, std::string("activations_16bit is built for f16 and bf16 weights, not ") + weight_type_name(a.wtype));
   const uint32_t tokens = gemv ? pick_gemv_tokens(kOp, device, a.gemv_tokens, a.gemv_rows, a.n_tokens) : 0;
   const uint32_t rows = gemv ? pick_gemv_rows(kOp, device, a.wtype, a.gemv_rows, a.n_out, a.n_tokens, tokens) : 0;
   const GemmShape shape = gemv ? GemmShape::gpu : gemm_shape(device, a.kernel);
   auto pipeline = device.pipeline(
       gemv ? gemv_name("gemv_", a.wtype, rows, needs_c4_fallback(a.wtype, rows, a.n_in, a.w), tokens)
-           : gemm_name(a.wtype, shape));
+           : gemm_name(a.wtype, shape, a.activations_16bit));
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
@@ -340,6 +347,7 @@ std::vector<std::string> linear_kernel_names(gpu::Device& device) {
     const WeightType wtype = parse_weight_type(type, kOp);
     names.insert(gemm_name(wtype, GemmShape::gpu));
     names.insert(gemm_name(wtype, GemmShape::mma));
+    if (has_x16_gemm(wtype)) names.insert(gemm_name(wtype, GemmShape::mma, true));
     if (device.properties().has_host_shapes) names.insert(gemm_name(wtype, GemmShape::host));
     std::vector<uint32_t> widths(std::begin(kGpuRows), std::end(kGpuRows));
     widths.insert(widths.end(), {mkv_params::kGemvRows, mkv_params::kGemvRowsWide});

@@ -42,6 +42,13 @@ struct MatmulArgs {
   WeightType wtype = WeightType::f16;
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
+  // f16 and bf16 weights: where the gemm runs on matrix units (gemm_mma: kernel
+  // gemm on a device that reports them, or gemm_mma), X is rounded to the
+  // weights' type as it is staged (gemm_mma_<wtype>_x16), so every product
+  // runs at the matrix units' 16-bit rate; sums stay float. Other shapes
+  // compute in float as always. The towers' choice (their specs'
+  // operands_16bit); off, the gemm's products are float's on every device.
+  bool activations_16bit = false;
   uint32_t gemv_rows = 0;   // gemv rows per SIMD-group: 0 = the device's (gemv_rows()), or 1, 2, 4, 8, 32
   uint32_t gemv_tokens = 0; // gemv tokens per threadgroup: 0 = the device's (gemv_tokens()), 1, or
                             // kGemvTokensHost (rows 8 or 32) / kGemvTokensGpu (rows 1 or 2)

@@ -106,6 +106,9 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
   d.slots = (P + B - 1) / B * B;
   d.scale = s.scale;
   d.blocks = {{0, P}};
+  d.half_operands = s.operands_16bit;
+  // 16-bit activations where the weights are 16-bit (f32 weights keep float ones).
+  auto x16 = [&](const model::Weight& w) { return s.operands_16bit && w.type != ops::WeightType::f32; };
   ops::KvStoreDesc st;
   st.n_new = P;
   st.n_kv_heads = s.n_heads;
@@ -115,18 +118,18 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
     const Layer& L = layers_[l];
     gpu::ComputeEncoder& enc = session.compute();
     ops::layer_norm(dev, enc, at(x_), L.ln1_w->view, L.ln1_b->view, at(h_), rows, H, s.eps);
-    linear_qkv(dev, enc, h_, *L.qkv, L.qkv_b, q_, k_, v_, rows);
+    linear_qkv(dev, enc, h_, *L.qkv, L.qkv_b, q_, k_, v_, rows, x16(*L.qkv));
     for (uint32_t i = 0; i < n_images; ++i) {  // each image attends over its own patches
       const size_t off = size_t(i) * P * A * sizeof(float);
       ops::kv_store(dev, session.compute(), at(k_, off), at(v_, off), at(kv_), st);
       ops::attention_prefill(dev, session.compute(), d, at(q_, off), at(kv_), at(table_), at(attn_, off), {});
     }
     gpu::ComputeEncoder& e2 = session.compute();
-    linear(dev, e2, attn_, *L.out, L.out_b, x_, rows, true);
+    linear(dev, e2, attn_, *L.out, L.out_b, x_, rows, true, x16(*L.out));
     ops::layer_norm(dev, e2, at(x_), L.ln2_w->view, L.ln2_b->view, at(h_), rows, H, s.eps);
-    linear(dev, e2, h_, *L.up, L.up_b, ffn_, rows, false);
+    linear(dev, e2, h_, *L.up, L.up_b, ffn_, rows, false, x16(*L.up));
     ops::gelu(dev, e2, at(ffn_), uint64_t(rows) * s.ffn);
-    linear(dev, e2, ffn_, *L.down, L.down_b, x_, rows, true);
+    linear(dev, e2, ffn_, *L.down, L.down_b, x_, rows, true, x16(*L.down));
     if ((l + 1) % kLayersPerCommandBuffer == 0) session.flush();
   }
   const uint32_t T = s.tokens_per_image(), tokens = n_images * T;

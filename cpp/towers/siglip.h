@@ -36,6 +36,11 @@ struct SiglipSpec {
   float mm_eps = 1e-6f;      // the soft-embedding RMSNorm's
   float mm_norm_offset = 1.0f;  // its weight is (offset + w): Gemma's 1 + w; 0 where a file stores 1 + w (GGUF)
   float scale = 0.0f;        // q·k scale (the checkpoint's head_dim^-0.5)
+  // On matrix units: the layers' gemms take their activations in the weights'
+  // 16-bit type (f16 or bf16 weights; MatmulArgs::activations_16bit) and
+  // attention its Q and P in half (AttentionDesc::half_operands), sums in
+  // float. Elsewhere, or with f32 weights, no change.
+  bool operands_16bit = false;
   uint32_t n_patches() const { return grid * grid; }
   uint32_t tokens_per_image() const { return (grid / pool) * (grid / pool); }
 };

@@ -23,7 +23,7 @@ const model::Weight& need_weight(const char* tower, const model::Weights& weight
 }
 
 void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate) {
+            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate, bool x16) {
   ops::MatmulArgs a;
   a.x = {x, 0};
   a.w = w.view;
@@ -35,12 +35,13 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
   a.wtype = w.type;
   a.kernel = ops::MatmulKernel::gemm;
   a.accumulate = accumulate;
+  a.activations_16bit = x16;
   ops::matmul(dev, enc, a);
 }
 
 void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
                 const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
-                uint32_t n) {
+                uint32_t n, bool x16) {
   const uint32_t width = uint32_t(w.rows() / 3);
   ops::MatmulArgs a;
   a.x = {x, 0};
@@ -56,6 +57,7 @@ void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr
   a.split_b = 2 * width;
   a.wtype = w.type;
   a.kernel = ops::MatmulKernel::gemm;
+  a.activations_16bit = x16;
   ops::matmul(dev, enc, a);
 }
 

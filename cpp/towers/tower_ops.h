@@ -19,15 +19,17 @@ const model::Weight& need_weight(const char* tower, const model::Weights& weight
                                  const std::vector<uint64_t>& shape, bool matrix);
 
 // y = x · Wᵀ (+ bias) over n rows, y += that when accumulate: float32 x and y
-// at offset 0, the gemm shape of the device (ops::MatmulKernel::gemm).
+// at offset 0, the gemm shape of the device (ops::MatmulKernel::gemm); x16:
+// MatmulArgs::activations_16bit.
 void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate = false);
+            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate = false,
+            bool x16 = false);
 
 // q, k, v (n rows of width each) = x · [W_q; W_k; W_v]ᵀ (+ bias) in one gemm, split
 // by its epilogue: w (3 width, n_in).
 void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
                 const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
-                uint32_t n);
+                uint32_t n, bool x16 = false);
 
 // Gemma 3n's multimodal embedder (transformers' Gemma3nMultimodalEmbedder), from a
 // tower's rows or its hard tokens to the text model's: RMSNorm (soft or hard

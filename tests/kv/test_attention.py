@@ -80,7 +80,8 @@ def decode(dev, q, cache: Paged, *, n_tokens, window=0, softcap=0.0, sinks=None,
     return out.numpy().view(np.float32).reshape(n_q_heads, d).copy()
 
 
-def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, variant="", blocks=()):
+def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, variant="", blocks=(),
+            half_operands=False):
     n_q, n_q_heads, d = q.shape
     out = dev.buffer(q.nbytes)
     ops.attention_prefill(
@@ -89,7 +90,7 @@ def prefill(dev, q, cache: Paged, *, q_pos0, window=0, softcap=0.0, sinks=None, 
         slots=cache.slots,
         window=window, softcap=softcap,
         sinks=None if sinks is None else dev.buffer_from(sinks.astype(np.float32)), variant=variant,
-        blocks=list(blocks))
+        blocks=list(blocks), half_operands=half_operands)
     return out.numpy().view(np.float32).reshape(q.shape).copy()
 
 

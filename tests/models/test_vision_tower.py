@@ -94,3 +94,27 @@ def test_pixels_of_another_size_are_refused(host, checkpoint):
     size = cfg["vision_config"]["image_size"]
     with pytest.raises(ValueError, match=f"pixel_values must be \\(n, 3, {size}, {size}\\)"):
         tower.encode(pixels(1, size + 4))
+
+
+def test_16bit_operands_stay_within_transformers_bf16_error(host, checkpoint):
+    """operands_16bit (the gemms' activations in the weights' 16-bit type, attention's
+    Q and P in half) on matrix units: no further from float32 transformers than
+    transformers itself running the same checkpoint in bfloat16. Devices without
+    matrix units compute in float, to the bit."""
+    import copy
+
+    import torch
+    model, d, cfg = checkpoint
+    pv = pixels(2, cfg["vision_config"]["image_size"], seed=7)
+    want = tiny_vlm.image_features(model, pv)
+    fast = Gemma3Vision.load(host, d, cfg, operands_16bit=True).encode(pv)
+    plain = Gemma3Vision.load(host, d, cfg).encode(pv)
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    with torch.no_grad():
+        out = bf16.model.get_image_features(torch.from_numpy(pv).to(torch.bfloat16))
+    theirs = (out.pooler_output if hasattr(out, "pooler_output") else out).float().numpy()
+    assert np.abs(fast - want).max() <= np.abs(theirs - want).max()
+    if host.properties["matrix_units"]:
+        assert not np.array_equal(fast, plain)  # the rounding is real
+    else:
+        np.testing.assert_array_equal(fast, plain)

@@ -15,12 +15,13 @@ from metalkv._core import ops
 from .reference import WTYPES, f32, fit, kernel_bytes, make_weights
 
 
-def gemm(dev, kernel, x, stored, wtype, n_out, bias=None, y0=None):
+def gemm(dev, kernel, x, stored, wtype, n_out, bias=None, y0=None, activations_16bit=False):
     n_tokens, n_in = x.shape
     y = dev.buffer_from(y0) if y0 is not None else dev.buffer(n_tokens * n_out * 4)
     ops.matmul(dev, dev.buffer_from(np.ascontiguousarray(x)), dev.buffer_from(kernel_bytes(wtype, stored)), y,
                n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype,
-               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, accumulate=y0 is not None)
+               bias=None if bias is None else dev.buffer_from(bias), kernel=kernel, accumulate=y0 is not None,
+               activations_16bit=activations_16bit)
     return f32(y, (n_tokens, n_out))
 
 

@@ -7,8 +7,11 @@ the sums run in the hardware's order, within the float32 tolerance. Ragged tiles
 and the fused residual add."""
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
+from gguf import quants
+from metalkv._core import GpuError
 
 from .reference import WTYPES, fit, make_weights, matmul, matmul_tolerance
 from .test_gemm_host import gemm
@@ -67,3 +70,51 @@ def test_the_device_default(dev, wtype):
         props = dev.properties
         own = "gemm_host" if props["lanes_are_fibers"] and props["has_host_shapes"] else "gemm_gpu"
         np.testing.assert_array_equal(default.view(np.uint32), gemm(dev, own, x, stored, wtype, 70).view(np.uint32))
+
+
+
+def rounded(wtype: str, x: np.ndarray) -> np.ndarray:
+    """x rounded to the 16-bit type of wtype's weights: numpy's float16, gguf's bf16."""
+    if wtype == "f16":
+        return x.astype(np.float16).astype(np.float32)
+    qtype = gguf.GGMLQuantizationType.BF16
+    return quants.dequantize(quants.quantize(x, qtype), qtype).astype(np.float32)
+
+
+def x16_case(dev, wtype, n_tokens, n_out, n_in, seed, kernel="gemm_mma"):
+    rng = np.random.default_rng(seed)
+    stored, w = make_weights(wtype, n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    return x, stored, w, bias, gemm(dev, kernel, x, stored, wtype, n_out, bias, activations_16bit=True)
+
+
+@pytest.mark.parametrize("wtype", ["f16", "bf16"])
+@pytest.mark.parametrize("n_tokens,n_out,n_in", [(5, 3, 20), (33, 70, 64), (64, 130, 100)])
+def test_16bit_activations_are_the_gemm_of_x_rounded(dev, wtype, n_tokens, n_out, n_in):
+    """gemm_mma_<fmt>_x16 (MatmulArgs::activations_16bit, the towers' gemm on matrix
+    units): x rounded once to the weights' type, then float sums. Against numpy of
+    that x; on the host, the SIMD gemm of the rounded x to the bit."""
+    x, stored, w, bias, got = x16_case(dev, wtype, n_tokens, n_out, n_in, seed=n_tokens + n_in)
+    xr = rounded(wtype, x)
+    ref = matmul(xr, w, bias)
+    assert np.all(np.abs(got - ref) <= matmul_tolerance(xr, w)), np.abs(got - ref).max()
+    assert np.abs(got - matmul(x, w, bias)).max() > 10 * np.abs(got - ref).max()  # the rounding is real
+    if emulated(dev):
+        simd = gemm(dev, "gemm_gpu", xr, stored, wtype, n_out, bias)
+        np.testing.assert_array_equal(got.view(np.uint32), simd.view(np.uint32))
+
+
+@pytest.mark.parametrize("kernel", ["gemm_gpu", "gemm"])
+def test_16bit_activations_leave_other_shapes_in_float(dev, kernel):
+    """Only the matrix units' gemm rounds: the SIMD shape (and the host's own) give their float bits."""
+    if kernel == "gemm" and dev.properties["matrix_units"]:
+        pytest.skip("the device's gemm is gemm_mma here")
+    x, stored, _, bias, got = x16_case(dev, "f16", 40, 70, 64, seed=3, kernel=kernel)
+    np.testing.assert_array_equal(got.view(np.uint32), gemm(dev, kernel, x, stored, "f16", 70, bias).view(np.uint32))
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q4_k"])
+def test_16bit_activations_refuse_other_weights(dev, wtype):
+    with pytest.raises(GpuError, match=f"activations_16bit is built for f16 and bf16 weights, not {wtype}"):
+        x16_case(dev, wtype, 8, 16, 256, seed=1)

@@ -159,12 +159,16 @@ class Gemma3Vision(ImageTower):
         self.image_size = image_size
 
     @classmethod
-    def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any]) -> "Gemma3Vision | None":
+    def load(cls, device, path: str | pathlib.Path, config: Mapping[str, Any], *,
+             operands_16bit: bool = False) -> "Gemma3Vision | None":
         """The tower of the checkpoint at `path` (a directory of safetensors) whose config.json
-        is `config`; None when the config has no vision_config (a text-only Gemma 3)."""
+        is `config`; None when the config has no vision_config (a text-only Gemma 3).
+        operands_16bit: on matrix units, the layers' gemms take their activations in the
+        weights' 16-bit type and attention its Q and P in half (SiglipSpec::operands_16bit);
+        elsewhere no change."""
         if config.get("model_type") != "gemma3" or not config.get("vision_config"):
             return None
-        spec = siglip_spec(config)
+        spec = siglip_spec(config) | {"operands_16bit": bool(operands_16bit)}
         v = config["vision_config"]
         true_head_dim = int(v["hidden_size"]) // int(v["num_attention_heads"])
         files = sorted(pathlib.Path(path).glob("*.safetensors"))
