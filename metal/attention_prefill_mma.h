@@ -31,7 +31,8 @@
 // loaded and P as it is formed, so every product is half x half with float
 // sums, the matrix units' full rate (flash attention and llama.cpp's kernels
 // take Q and P as 16-bit too). A row's sum l adds the rounded P, so the
-// weights of V still sum to 1 exactly as the products see them.
+// weights of V still sum to 1 exactly as the products see them; their softmax
+// runs in the log2 domain (exp2).
 //
 // Results are not the SIMD kernel's bits: products of 8 and the softmax's
 // per-tile steps sum in another order (tests hold both against numpy).
@@ -61,6 +62,11 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
   // (simdgroup_tile.h), one instruction each where the device has it; each
   // accumulator still sums its dims (keys) in order, as the loops below do.
   constexpr bool paired = sizeof(QT) == 2 && RB % 2 == 0 && D8 % 2 == 0 && NB % 2 == 0;
+  // Half operands: the softmax in the log2 domain (exp2, as the decode kernels
+  // run it), its scale folded into the scores'. Float: natural units, exp.
+  constexpr bool L2 = sizeof(QT) == 2;
+  constexpr float LOG2E = 1.4426950408889634f;
+  const float score_scale = L2 ? p.scale * LOG2E : p.scale, cap = L2 ? p.softcap * LOG2E : p.softcap;
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, g = hb.count;
   const uint qi0 = tg.x * p.queries_per_tile;
@@ -184,28 +190,45 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
         // The online softmax over the tile's keys: one step per row and tile.
         simdgroup_matrix<QT, 8, 8> pf[RB][NB];
         MKV_UNROLL for (uint j = 0; j < RB; ++j) {
+          // Scores in the softmax's units (natural, or log2 for L2), soft-capped
+          // (c tanh(x / c) commutes with the unit), masked where the tile is not
+          // all visible to the block's rows (each check once a tile).
           float s[NB][2];
-          float mx = -INFINITY;
-          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
-            MKV_UNROLL for (uint i = 0; i < 2; ++i) {
-              const int key = k0 + int(8 * kb + c + i);
-              float x = sf[j][kb].thread_elements()[i] * p.scale;
-              if (p.softcap > 0.0f) x = p.softcap * tanh(x / p.softcap);
-              const bool sees = key >= plo[j] && key <= phi[j];
-              if (p.logits != 0 && sees) logits[((qb0[j] + r) * p.n_q_heads + head[j]) * n_tokens + uint(key)] = x;
-              s[kb][i] = sees ? x : -INFINITY;
-              mx = max(mx, s[kb][i]);
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb)
+            MKV_UNROLL for (uint i = 0; i < 2; ++i) s[kb][i] = sf[j][kb].thread_elements()[i] * score_scale;
+          if (p.softcap > 0.0f) {
+            MKV_UNROLL for (uint kb = 0; kb < NB; ++kb)
+              MKV_UNROLL for (uint i = 0; i < 2; ++i) s[kb][i] = cap * tanh(s[kb][i] / cap);
+          }
+          if (!simd_all(plo[j] <= k0 && phi[j] >= k0 + int(BK) - 1)) {
+            MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+              MKV_UNROLL for (uint i = 0; i < 2; ++i) {
+                const int key = k0 + int(8 * kb + c + i);
+                s[kb][i] = key >= plo[j] && key <= phi[j] ? s[kb][i] : -INFINITY;
+              }
             }
           }
+          if (!L2 && p.logits != 0) {  // a policy's logits: every visible key's (natural units)
+            MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
+              MKV_UNROLL for (uint i = 0; i < 2; ++i) {
+                const int key = k0 + int(8 * kb + c + i);
+                if (s[kb][i] != -INFINITY)
+                  logits[((qb0[j] + r) * p.n_q_heads + head[j]) * n_tokens + uint(key)] = s[kb][i];
+              }
+            }
+          }
+          float mx = -INFINITY;
+          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb)
+            MKV_UNROLL for (uint i = 0; i < 2; ++i) mx = max(mx, s[kb][i]);
           mx = max(mx, simd_shuffle_xor(mx, ushort(1)));
           mx = max(mx, simd_shuffle_xor(mx, kFragmentRowXor));
           const float m_new = max(m[j], mx);
           const bool none = m_new == -INFINITY;  // nothing visible yet: keep the empty state
-          const float factor = none ? 1.0f : exp(m[j] - m_new);
+          const float factor = none ? 1.0f : (L2 ? exp2(m[j] - m_new) : exp(m[j] - m_new));
           float sum = 0.0f;
           MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
             MKV_UNROLL for (uint i = 0; i < 2; ++i) {
-              const QT pr = QT(none ? 0.0f : exp(s[kb][i] - m_new));
+              const QT pr = QT(none ? 0.0f : (L2 ? exp2(s[kb][i] - m_new) : exp(s[kb][i] - m_new)));
               pf[j][kb].thread_elements()[i] = pr;
               sum += float(pr);
             }
@@ -250,6 +273,7 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     device float* o = out + (qi * p.n_q_heads + head[j]) * D + c;
     MKV_UNROLL for (uint d = 0; d < D8; ++d)
       MKV_UNROLL for (uint i = 0; i < 2; ++i)
-        o[8 * d + i] = attn_finish(m[j], l[j], of[j][d].thread_elements()[i], p.has_sinks != 0, sink);
+        o[8 * d + i] = attn_finish_sink<L2>(m[j], l[j], of[j][d].thread_elements()[i], p.has_sinks != 0,
+                                            L2 ? sink * LOG2E : sink);
   }
 }

@@ -9,12 +9,7 @@
 // fetched into registers while this step's products run. The sums go through
 // threadgroup memory to the epilogue (bias, the fused residual add), which is
 // the SIMD gemm's. Half and bfloat weights stay in their own type in the tile
-// (GemmMmaTile). The activation tile is float (X = float), or the weights'
-// own 16-bit type in the _x16 kernels of f16 and bf16 weights
-// (MatmulArgs::activations_16bit): each input rounded once as it is staged,
-// so every product is 16-bit x 16-bit at the matrix units' full rate (as
-// llama.cpp's matrix paths take f16 activations and a bf16 checkpoint runs in
-// transformers); the sums stay float.
+// (GemmMmaTile).
 //
 // Where products follow the host executor's documented order (k in order, one
 // rounding per operation: the host, the CUDA device's shuffle form), every
@@ -36,7 +31,7 @@
 #include "linear_params.h"
 #include "quant.h"
 #include "gemm_common.h"
-#include "simdgroup_tile.h"
+#include <metal_simdgroup_matrix>
 
 // The weight tile's element type: the weights' own for half and bfloat rows
 // (exact, half the threadgroup memory, and operands a device's matrix units
@@ -44,11 +39,6 @@
 template <typename F> struct GemmMmaTile { typedef float type; };
 template <> struct GemmMmaTile<FmtF16> { typedef half type; };
 template <> struct GemmMmaTile<FmtBF16> { typedef bfloat type; };
-
-// The activation tiles of 16-bit type (the _x16 kernels).
-template <typename X> constexpr bool gemm_x16() { return false; }
-template <> constexpr bool gemm_x16<half>() { return true; }
-template <> constexpr bool gemm_x16<bfloat>() { return true; }
 
 inline void gemm_tile_store(threadgroup float* t, float4 v) { *(threadgroup float4*)t = v; }
 inline void gemm_tile_store(threadgroup half* t, float4 v) { *(threadgroup half4*)t = half4(v); }
@@ -80,7 +70,7 @@ inline void gemm_mma_fetch(constant mkv_params::Matmul& p, const device uchar* c
   }
 }
 
-template <typename F, typename W, typename X>
+template <typename F, typename W>
 inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           const device uchar* w,     // (n_out, n_in) in format F
                           const device float* x,     // (n_tokens, n_in)
@@ -88,7 +78,7 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
                           const device float* bias,  // (n_out) if p.flags has kMatmulBias
                           device float* y2,          // kMatmulSplit's second and third outputs
                           device float* y3,
-                          threadgroup X* xs,         // (kGemmTokens, kGemmMmaK)
+                          threadgroup float* xs,     // (kGemmTokens, kGemmMmaK)
                           threadgroup W* ws,         // (kGemmRows, kGemmMmaK)
                           threadgroup float* ys,     // (kGemmTokens, kGemmRows)
                           uint2 tg, uint tid, uint simd) {
@@ -130,33 +120,17 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
     }
     MKV_UNROLL for (uint n = 0; n < XI; ++n) {
       const uint i = tid + n * NT, t = i / (K / 4), kk = (i % (K / 4)) * 4;
-      gemm_tile_store(xs + t * K + kk, xv[n]);
+      *(threadgroup float4*)(xs + t * K + kk) = xv[n];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (k0 + K < p.n_in) gemm_mma_fetch<F, K, NT, WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
-    if (gemm_x16<X>()) {
-      // 16-bit activations: products in 2 x 2 groups (two token blocks, two k
-      // steps; simdgroup_tile.h), one instruction each where the device has it.
-      MKV_UNROLL for (uint kk = 0; kk < K; kk += 16) {
-        simdgroup_matrix<X, 8, 8> a[MT][2];
-        simdgroup_matrix<W, 8, 8> b[4][2];
-        MKV_UNROLL for (uint i = 0; i < MT; ++i)
-          MKV_UNROLL for (uint h = 0; h < 2; ++h) simdgroup_load(a[i][h], xs, K, ulong2(kk + 8 * h, 8 * i));
-        MKV_UNROLL for (uint j = 0; j < 4; ++j)
-          MKV_UNROLL for (uint h = 0; h < 2; ++h) simdgroup_load(b[j][h], ws, K, ulong2(kk + 8 * h, sr + 8 * j), true);
-        MKV_UNROLL for (uint i = 0; i < MT; i += 2)
-          MKV_UNROLL for (uint j = 0; j < 4; ++j)
-            simdgroup_mma_2x2(acc[i][j], acc[i + 1][j], a[i][0], a[i][1], a[i + 1][0], a[i + 1][1], b[j][0], b[j][1]);
-      }
-    } else {
-      MKV_UNROLL for (uint kk = 0; kk < K; kk += 8) {
-        simdgroup_matrix<X, 8, 8> a[MT];
-        simdgroup_matrix<W, 8, 8> b[4];
-        MKV_UNROLL for (uint i = 0; i < MT; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, 8 * i));
-        MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
-        MKV_UNROLL for (uint i = 0; i < MT; ++i)
-          MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
-      }
+    MKV_UNROLL for (uint kk = 0; kk < K; kk += 8) {
+      simdgroup_float8x8 a[MT];
+      simdgroup_matrix<W, 8, 8> b[4];
+      MKV_UNROLL for (uint i = 0; i < MT; ++i) simdgroup_load(a[i], xs, K, ulong2(kk, 8 * i));
+      MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_load(b[j], ws, K, ulong2(kk, sr + 8 * j), true);
+      MKV_UNROLL for (uint i = 0; i < MT; ++i)
+        MKV_UNROLL for (uint j = 0; j < 4; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }

@@ -110,14 +110,6 @@ void check_view(const char* op, const char* what, const BufferView& view, size_t
                  " must be a multiple of " + std::to_string(align) + " bytes");
 }
 
-uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a) {
-  const bool gemv = a.kernel == MatmulKernel::gemv ||
-                    (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
-  const uint32_t per_pass = gemv ? (a.gemv_tokens ? a.gemv_tokens : gemv_tokens(device, a.n_tokens))
-                                 : mkv_params::kGemmTokens;
-  return ceil_div(a.n_tokens, per_pass) * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
-}
-
 namespace {
 
 // The prefill gemm's shapes (metal/gemm.h, gemm_host.h, gemm_mma.h).
@@ -130,7 +122,7 @@ std::string gemm_name(WeightType wtype, GemmShape shape, bool x16 = false) {
          (x16 && shape == GemmShape::mma ? "_x16" : "");
 }
 
-// The weight types with a gemm_mma_<wtype>_x16 kernel (metal/gemm_mma.metal).
+// The weight types with a gemm_mma_<wtype>_x16 kernel (metal/gemm_mma16.metal).
 bool has_x16_gemm(WeightType wtype) { return wtype == WeightType::f16 || wtype == WeightType::bf16; }
 
 // The shape asked for, or the device's own: matrix units where it has them;
@@ -239,6 +231,16 @@ void check_split_outputs(const MatmulArgs& a, size_t x_bytes) {
 
 }  // namespace
 
+uint64_t matmul_weight_bytes_read(gpu::Device& device, const MatmulArgs& a) {
+  const bool gemv = a.kernel == MatmulKernel::gemv ||
+                    (a.kernel == MatmulKernel::automatic && a.n_tokens == 1);
+  const bool x16 = !gemv && a.activations_16bit && gemm_shape(device, a.kernel) == GemmShape::mma;
+  const uint32_t per_pass = gemv ? (a.gemv_tokens ? a.gemv_tokens : gemv_tokens(device, a.n_tokens))
+                            : x16 ? mkv_params::kGemm16Tokens
+                                  : mkv_params::kGemmTokens;
+  return ceil_div(a.n_tokens, per_pass) * weight_bytes(a.wtype, a.n_out, a.n_in, kOp);
+}
+
 void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) {
   // 1. Check shapes and buffers.
   check_common(kOp, a.n_tokens, a.n_out);
@@ -286,6 +288,10 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   }
   if (gemv) {
     dispatch_gemv(enc, rows, tokens, a.n_out, a.n_tokens);
+  } else if (shape == GemmShape::mma && a.activations_16bit) {  // metal/gemm_mma16.h's tile
+    enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemm16Rows),
+                               ceil_div(a.n_tokens, mkv_params::kGemm16Tokens), 1},
+                              {mkv_params::kGemm16Threads, 1, 1});
   } else {
     enc.dispatch_threadgroups({ceil_div(a.n_out, mkv_params::kGemmRows),
                                ceil_div(a.n_tokens, mkv_params::kGemmTokens), 1},

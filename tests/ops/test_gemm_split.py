@@ -1,7 +1,8 @@
 """A gemm over stacked matrices whose epilogue writes three token-major outputs
-(q, k and v from [W_q; W_k; W_v]: matmul's split): in each gemm shape, the same
-floats, bit for bit, as three gemms of that shape (test_matmul.py holds those to
-numpy), with and without bias; and the arguments refused by name."""
+(q, k and v from [W_q; W_k; W_v]: matmul's split): in each gemm shape (and the
+16-bit activations' tile), the same floats, bit for bit, as three gemms of that
+shape (test_matmul.py holds those to numpy), with and without bias; and the
+arguments refused by name."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,18 +15,25 @@ from .reference import WTYPES, f32, fit, kernel_bytes, make_weights
 from .test_gemm_glu import shapes
 
 
-def gemm(dev, x, stored, wtype, n_out, kernel, bias=None):
+def gemm(dev, x, stored, wtype, n_out, kernel, bias=None, x16=False):
     n_tokens, n_in = x.shape
     y = dev.buffer(n_tokens * n_out * 4)
     ops.matmul(dev, dev.buffer_from(x), dev.buffer_from(kernel_bytes(wtype, stored)), y, n_tokens=n_tokens,
-               n_in=n_in, n_out=n_out, wtype=wtype, kernel=kernel, bias=None if bias is None else dev.buffer_from(bias))
+               n_in=n_in, n_out=n_out, wtype=wtype, kernel=kernel, bias=None if bias is None else dev.buffer_from(bias),
+               activations_16bit=x16)
     return f32(y, (n_tokens, n_out))
 
 
-@pytest.mark.parametrize("wtype", WTYPES)
+def kernels(dev, x16):
+    """The shapes to compare: every gemm shape, or with 16-bit activations the matrix units' (gemm_mma16.h)."""
+    return ["gemm_mma"] if x16 else shapes(dev)
+
+
+@pytest.mark.parametrize("wtype,x16", [(w, False) for w in WTYPES] + [("f16", True), ("bf16", True)])
 @pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("n_tokens,widths", [(3, (24, 8, 8)), (40, (72, 24, 24)), (33, (64, 64, 64))])
-def test_equals_three_gemms(dev, wtype, with_bias, n_tokens, widths):
+@pytest.mark.parametrize("n_tokens,widths", [(3, (24, 8, 8)), (40, (72, 24, 24)), (33, (64, 64, 64)),
+                                             (70, (136, 8, 120))])
+def test_equals_three_gemms(dev, wtype, x16, with_bias, n_tokens, widths):
     n_in = fit(wtype, 64)
     rng = np.random.default_rng(n_tokens + sum(widths))
     n_out = sum(widths)
@@ -33,13 +41,14 @@ def test_equals_three_gemms(dev, wtype, with_bias, n_tokens, widths):
     x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
     bias = rng.standard_normal(n_out).astype(np.float32) if with_bias else None
     a, b = widths[0], widths[0] + widths[1]
-    for kernel in shapes(dev):
+    for kernel in kernels(dev, x16):
         outs = [dev.buffer(n_tokens * w * 4) for w in widths]
         ops.matmul(dev, dev.buffer_from(x), dev.buffer_from(kernel_bytes(wtype, stored)), outs[0],
                    n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype, kernel=kernel,
-                   bias=None if bias is None else dev.buffer_from(bias), split=(a, b), y2=outs[1], y3=outs[2])
+                   bias=None if bias is None else dev.buffer_from(bias), split=(a, b), y2=outs[1], y3=outs[2],
+                   activations_16bit=x16)
         for out, lo, hi in zip(outs, (0, a, b), (a, b, n_out)):
-            want = gemm(dev, x, stored[lo:hi], wtype, hi - lo, kernel, None if bias is None else bias[lo:hi])
+            want = gemm(dev, x, stored[lo:hi], wtype, hi - lo, kernel, None if bias is None else bias[lo:hi], x16)
             np.testing.assert_array_equal(f32(out, (n_tokens, hi - lo)).view(np.uint32), want.view(np.uint32),
                                           err_msg=f"{kernel} columns {lo}:{hi}")
 
