@@ -42,7 +42,7 @@ def pixels(n: int, size: int, seed: int = 0) -> np.ndarray:
 
 def test_the_mmproj_tower_is_transformers(device, checkpoint):
     model, d, mmproj = checkpoint
-    vision, image_config, per_image = load_mmproj(device, mmproj)
+    vision, image_config, per_image = load_mmproj(device, mmproj, operands_16bit=False)  # float: tight bounds
     assert per_image == tiny_vlm.TOKENS_PER_IMAGE
     size = model.config.vision_config.image_size
     assert (image_config.height, image_config.width) == (size, size)
@@ -52,7 +52,7 @@ def test_the_mmproj_tower_is_transformers(device, checkpoint):
     np.testing.assert_allclose(got, want, atol=3e-3 * np.abs(want).max(), rtol=0)
     # the same weights from safetensors: the same tower (f16-exact weights, f16 matrices in the file)
     config = json.loads((d / "config.json").read_text())
-    np.testing.assert_allclose(got, Gemma3Vision.load(device, d, config).encode(pv), atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(got, Gemma3Vision.load(device, d, config, operands_16bit=False).encode(pv), atol=1e-5 * np.abs(want).max())
 
 
 def test_what_an_mmproj_cannot_be(device, checkpoint, tmp_path):

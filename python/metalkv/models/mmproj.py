@@ -23,7 +23,7 @@ from ..media import ImageConfig
 from .errors import ModelLoadError
 from .gguf_file import read_gguf
 from .towers import core_weights
-from .vision import Gemma3Vision, _f32, _kernel_head_dim, _pad_heads, _padded_patch
+from .vision import OPERANDS_16BIT, Gemma3Vision, _f32, _kernel_head_dim, _pad_heads, _padded_patch
 
 _FLOATS = ("f32", "f16", "bf16")
 _LAYER = {"ln1.weight": "ln1.weight", "ln1.bias": "ln1.bias", "ln2.weight": "ln2.weight", "ln2.bias": "ln2.bias",
@@ -58,12 +58,15 @@ def mmproj_spec(meta: dict[str, Any], path: str) -> tuple[dict, int, int]:
     return spec, image, patch
 
 
-def load_mmproj(device, path: str | os.PathLike) -> tuple[Gemma3Vision, ImageConfig, int]:
+def load_mmproj(device, path: str | os.PathLike, *,
+                operands_16bit: bool = OPERANDS_16BIT) -> tuple[Gemma3Vision, ImageConfig, int]:
     """Gemma 3's tower from an mmproj file, its preprocessing (image size, mean and std from
-    the file, Gemma3ImageProcessor's defaults for the rest), and its tokens per image."""
+    the file, Gemma3ImageProcessor's defaults for the rest), and its tokens per image.
+    operands_16bit: as Gemma3Vision.load's."""
     path = os.fspath(path)
     f = read_gguf(path)
     spec, image, patch = mmproj_spec(f.metadata, path)
+    spec["operands_16bit"] = bool(operands_16bit)
     tensors = {t.name: t for t in f.tensors}
     heads, D, P = spec["n_heads"], spec["hidden"] // spec["n_heads"], spec["head_dim"]
 
