@@ -93,7 +93,7 @@ def main(argv=None) -> int:
             log(f"loading metalkv's tower on {args.device}, operands_16bit={half}")
             tower = Gemma3Vision.load(dev, path, config, operands_16bit=half)
             ours[half] = tower.encode(pv)
-            t_ours[half] = median_seconds(lambda: tower.encode(pv), args.repeat, lambda: None)
+            t_ours[half] = median_seconds(lambda t=tower: t.encode(pv), args.repeat, lambda: None)
             weights = tower.weights_nbytes
             del tower
 

@@ -5,7 +5,8 @@ the image, K and V f16 as the tower stores them), on metalkv's prefill attention
 torch's SDPA in bf16 at head_dim 72, and the MLP's first gemm (4,096 x 1152 -> 4304, bf16
 weights as in bench/gpu/vision.py) beside torch's bf16 matmul, in one run. metalkv runs each
 with float operands and with 16-bit ones (the towers' operands_16bit: half Q and P, bf16
-activations). Multiplied by the 27 layers it is the part of
+activations). Then the layer's four gemms (q/k/v, output, MLP up and down) with 16-bit
+activations beside torch's bf16 matmul of the same shapes. Multiplied by the 27 layers it is the part of
 bench/gpu/vision.py's encode time that each takes.
 
     python bench/gpu/vision_parts.py --json FILE      # tools/cuda_run.sh bench-vision-parts
@@ -70,6 +71,21 @@ def main(argv=None) -> int:
     a = torch.randn(n, HIDDEN, device=torch_dev, dtype=torch.bfloat16)
     b = torch.randn(HIDDEN, FFN, device=torch_dev, dtype=torch.bfloat16)
     t_mm = median_seconds(lambda: a @ b, args.repeat, sync)
+    # The layer's four gemms with 16-bit activations (the tower's default) beside torch's bf16:
+    # q/k/v (heads padded to 80), the output projection, the MLP's up and down.
+    A = HEADS * STORED_DIM
+    layer_gemms = {"qkv": (HIDDEN, 3 * A), "out": (A, HIDDEN), "up": (HIDDEN, FFN), "down": (FFN, HIDDEN)}
+    t_layer, t_layer_torch = {}, {}
+    for name, (n_in, n_out) in layer_gemms.items():
+        xb = dev.buffer_from(rng.normal(size=(n, n_in)).astype(np.float32))
+        wb = dev.buffer_from(np.zeros((n_out, n_in), np.uint16))  # bf16 zeros: the timing does not depend on values
+        yb = dev.buffer(n * n_out * 4)
+        t_layer[name] = median_seconds(lambda xb=xb, wb=wb, yb=yb, n_in=n_in, n_out=n_out: _core.ops.matmul(
+            dev, xb, wb, yb, n_tokens=n, n_in=n_in, n_out=n_out, wtype="bf16", kernel="gemm",
+            activations_16bit=True), args.repeat, lambda: None)
+        at = torch.randn(n, n_in, device=torch_dev, dtype=torch.bfloat16)
+        bt = torch.randn(n_in, n_out, device=torch_dev, dtype=torch.bfloat16)
+        t_layer_torch[name] = median_seconds(lambda at=at, bt=bt: at @ bt, args.repeat, sync)
     attn_flops = 4 * n * n * HEAD_DIM * HEADS  # q·k and p·v, the true head_dim
     gemm_flops = 2 * n * HIDDEN * FFN
     result = {"device": device_name(args.device), "date": time.strftime("%Y-%m-%d"), "patches": n, "layers": LAYERS,
@@ -80,7 +96,10 @@ def main(argv=None) -> int:
               "metalkv_gemm_s": t["gemm", False], "metalkv_gemm_half_s": t["gemm", True], "torch_matmul_bf16_s": t_mm,
               "metalkv_gemm_tflops": gemm_flops / t["gemm", False] / 1e12,
               "metalkv_gemm_half_tflops": gemm_flops / t["gemm", True] / 1e12,
-              "torch_matmul_tflops": gemm_flops / t_mm / 1e12}
+              "torch_matmul_tflops": gemm_flops / t_mm / 1e12,
+              "layer_gemms_16bit_s": t_layer, "layer_gemms_torch_bf16_s": t_layer_torch,
+              "layer_gemms_16bit_tower_s": LAYERS * sum(t_layer.values()),
+              "layer_gemms_torch_tower_s": LAYERS * sum(t_layer_torch.values())}
 
     def row(name, s, flops):
         return [name, f"{s:.5f}", f"{LAYERS * s:.4f}", f"{flops / s / 1e12:.1f}"]
@@ -92,6 +111,13 @@ def main(argv=None) -> int:
                  row("MLP up gemm: metalkv (f32 x, bf16 w)", t["gemm", False], gemm_flops),
                  row("MLP up gemm: metalkv, bf16 activations", t["gemm", True], gemm_flops),
                  row("MLP up gemm: torch (bf16)", t_mm, gemm_flops)]))
+    flops = {k: 2 * n * a * b for k, (a, b) in layer_gemms.items()}
+    print(table(["a layer's gemm (in -> out)", "metalkv 16-bit s", "TFLOP/s", "torch bf16 s", "TFLOP/s"],
+                [[f"{k} ({a} -> {b})", f"{t_layer[k]:.5f}", f"{flops[k] / t_layer[k] / 1e12:.1f}",
+                  f"{t_layer_torch[k]:.5f}", f"{flops[k] / t_layer_torch[k] / 1e12:.1f}"]
+                 for k, (a, b) in layer_gemms.items()]
+                + [["x 27 layers", f"{LAYERS * sum(t_layer.values()):.4f}", "",
+                    f"{LAYERS * sum(t_layer_torch.values()):.4f}", ""]]))
     report(result, args.json)
     return 0
 
