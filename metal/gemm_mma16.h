@@ -30,12 +30,11 @@
 #include "fragment.h"
 #include "simdgroup_tile.h"
 
-// 4 activations rounded to X (half or bfloat), as the 8 bytes the tile holds.
-inline uint2 gemm16_bits(float4 v, half) { return as_type<uint2>(half4(v)); }
-inline uint2 gemm16_bits(float4 v, bfloat) {
-  const bfloat b0 = bfloat(v.x), b1 = bfloat(v.y), b2 = bfloat(v.z), b3 = bfloat(v.w);
-  return uint2(uint(as_type<ushort>(b0)) | (uint(as_type<ushort>(b1)) << 16),
-               uint(as_type<ushort>(b2)) | (uint(as_type<ushort>(b3)) << 16));
+// 4 activations rounded to X (half or bfloat) into the tile: half as one 8-byte
+// store; bfloat element by element (MSL's as_type does not take bfloat).
+inline void gemm16_store(threadgroup half* t, float4 v) { *(threadgroup uint2*)t = as_type<uint2>(half4(v)); }
+inline void gemm16_store(threadgroup bfloat* t, float4 v) {
+  MKV_UNROLL for (uint e = 0; e < 4; ++e) t[e] = bfloat(v[e]);
 }
 
 // One step's share of a thread, from device memory into registers: WI weight
@@ -100,7 +99,7 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
     }
     MKV_UNROLL for (uint n = 0; n < XI; ++n) {
       const uint i = tid + n * NT;
-      *(threadgroup uint2*)(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4) = gemm16_bits(xv[n], X(0.0f));
+      gemm16_store(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4, xv[n]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (k0 + K < p.n_in) gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
