@@ -72,8 +72,8 @@ struct AttentionDesc {
   // and the softmax's P as it is formed, so Q·Kᵀ and P·V run as half x half
   // products with float sums (attn_prefill_mma_f16_dD_half; flash attention's
   // and llama.cpp's practice). f16 K/V only, no residual window, no logits;
-  // other shapes compute in float as always. The towers' choice (their specs'
-  // half_operands).
+  // other shapes compute in float as always. The towers' choice (SiglipSpec::
+  // operands_16bit).
   bool half_operands = false;
   // The formats of the pool's K and V sections (metal/kv_format.h:
   // mkv_params::kKvF16, kKvQ8, kKvQ4, kKvQ2K for K, kKvQ2V for V). Any
