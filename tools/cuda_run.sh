@@ -15,6 +15,7 @@
 #                                                  test-vision bench-vision (VISION_ARGS) bench-vision-parts
 #                                                  test-audio bench-audio (AUDIO_ARGS)
 #                                                  test-vision3n bench-vision3n (VISION3N_ARGS)
+#                                                  tower-kernels (NCU_S)
 #                                                  test-mma
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
@@ -364,6 +365,19 @@ stage_ncu() {
     > "$OUT/ncu.txt" 2>&1
   note "bench/gpu/ncu.py: rc=$?; $(grep -m1 '^ncu: ' "$OUT/ncu.txt")"
   tail -20 "$OUT/ncu.txt"
+}
+
+# Gemma 3's tower kernel by kernel: ncu's duration of every kernel of a SigLIP-so400m encode
+# (bench/gpu/vision.py --encode-only), the second encode's summed by name (bench/gpu/tower_kernels.py).
+stage_tower_kernels() {
+  step "Gemma 3 vision: every kernel of one SigLIP-so400m encode under ncu"
+  local ncu; ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout ${NCU_S:-300} "$ncu" --csv --page raw --print-units base --metrics gpu__time_duration.sum \
+    --log-file "$OUT/tower_ncu.csv" python3 bench/gpu/vision.py --encode-only > "$OUT/tower_ncu.log" 2>&1
+  note "tower-kernels (ncu): rc=$?"
+  python3 bench/gpu/tower_kernels.py "$OUT/tower_ncu.csv" --json "$OUT/tower_kernels.json" > "$OUT/tower_kernels.txt" 2>&1
+  note "bench/gpu/tower_kernels.py: rc=$?"
+  head -30 "$OUT/tower_kernels.txt"
 }
 
 # The batching suites on the cuda device: several-token gemv bit-identity,

@@ -5,6 +5,7 @@ tokens) and how close the two outputs are (issue 38's target: at least 0.5x tran
 
     python bench/gpu/vision.py --json FILE          # the GPU run (tools/cuda_run.sh bench-vision)
     python bench/gpu/vision.py --shape tiny --device host
+    python bench/gpu/vision.py --encode-only          # under ncu: tools/cuda_run.sh tower-kernels
 
 1. Builds a transformers Gemma3ForConditionalGeneration whose vision_config is the released
    checkpoints' (27 layers, hidden 1152, 16 heads of 72, MLP 4304, patch 14, 896 px, 256
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     ap.add_argument("--images", type=int, default=1, help="images per encode")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-check", action="store_true", help="skip the float32 comparison")
+    ap.add_argument("--encode-only", action="store_true",
+                    help="only metalkv's default tower, one warm-up and one encode, no timing or peer: the "
+                         "run to profile (ncu: each kernel of an encode, as tools/cuda_run.sh tower-kernels)")
     ap.add_argument("--json", type=Path)
     return ap.parse_args(argv)
 
@@ -88,6 +92,11 @@ def main(argv=None) -> int:
         path = build(shape, torch.bfloat16 if big else torch.float32, Path(tmp))
         config = json.loads((path / "config.json").read_text())
         dev = metalkv.Device(args.device)
+        if args.encode_only:
+            tower = Gemma3Vision.load(dev, path, config)
+            for _ in range(2):
+                tower.encode(pv)
+            return 0
         ours, t_ours = {}, {}
         for half in (False, True):
             log(f"loading metalkv's tower on {args.device}, operands_16bit={half}")
