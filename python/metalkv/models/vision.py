@@ -66,7 +66,7 @@ def _padded_patch(n: int) -> int:
     return -(-n // 4) * 4
 
 
-# The towers' products on matrix units: 16-bit operands (the gemms' activations in the
+# Gemma 3's tower's products on matrix units: 16-bit operands (the gemms' activations in the
 # weights' 16-bit type, attention's Q and P in half; SiglipSpec::operands_16bit). On an H200
 # this runs SigLIP-so400m's tower 2.35x faster than float operands, and its output is 5x
 # closer to float32 transformers than transformers' own bf16 run (docs/MULTIMODAL.md).
