@@ -40,8 +40,11 @@ template <typename F> struct GemmMmaTile { typedef float type; };
 template <> struct GemmMmaTile<FmtF16> { typedef half type; };
 template <> struct GemmMmaTile<FmtBF16> { typedef bfloat type; };
 
+// 4 values rounded to the tile's type (also gemm_mma16.h's activations): half
+// as one 8-byte store of their bits; bfloat element by element (MSL's as_type
+// does not take bfloat).
 inline void gemm_tile_store(threadgroup float* t, float4 v) { *(threadgroup float4*)t = v; }
-inline void gemm_tile_store(threadgroup half* t, float4 v) { *(threadgroup half4*)t = half4(v); }
+inline void gemm_tile_store(threadgroup half* t, float4 v) { *(threadgroup uint2*)t = as_type<uint2>(half4(v)); }
 inline void gemm_tile_store(threadgroup bfloat* t, float4 v) {
   for (uint e = 0; e < 4; ++e) t[e] = bfloat(v[e]);
 }

@@ -27,15 +27,9 @@
 #include "mkv_kernel.h"
 #include "linear_params.h"
 #include "gemm_common.h"
+#include "gemm_mma.h"  // gemm_tile_store
 #include "fragment.h"
 #include "simdgroup_tile.h"
-
-// 4 activations rounded to X (half or bfloat) into the tile: half as one 8-byte
-// store; bfloat element by element (MSL's as_type does not take bfloat).
-inline void gemm16_store(threadgroup half* t, float4 v) { *(threadgroup uint2*)t = as_type<uint2>(half4(v)); }
-inline void gemm16_store(threadgroup bfloat* t, float4 v) {
-  MKV_UNROLL for (uint e = 0; e < 4; ++e) t[e] = bfloat(v[e]);
-}
 
 // One step's share of a thread, from device memory into registers: WI weight
 // pieces (4 inputs of one row, as bits; inputs past n_in are 0) and XI
@@ -99,7 +93,7 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
     }
     MKV_UNROLL for (uint n = 0; n < XI; ++n) {
       const uint i = tid + n * NT;
-      gemm16_store(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4, xv[n]);
+      gemm_tile_store(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4, xv[n]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (k0 + K < p.n_in) gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
