@@ -1,5 +1,6 @@
 // Products of 8x8 simdgroup_matrix fragments in groups a device's matrix units
-// may run as one instruction (docs/KERNELS.md "16-bit operands"):
+// may run as one instruction, and loads of the fragments they take
+// (docs/KERNELS.md "16-bit operands"):
 //
 //   simdgroup_mma_2x2(d0, d1, a00, a01, a10, a11, b0, b1):
 //     d0 += a00 b0 + a01 b1;  d1 += a10 b0 + a11 b1
@@ -11,6 +12,18 @@
 // both half or both bfloat (rows 0-7 d0, rows 8-15 d1: none of the tensor
 // core's rows left idle; the hardware's order within the 16 k), and as the four
 // products otherwise.
+//
+//   simdgroup_load4<B>(m0, m1, m2, m3, src, step1, step2, elements_per_row, transpose):
+//     m_q = simdgroup_load(src + (q % 2) step1 + (q / 2) step2, elements_per_row, 0, transpose)
+//
+// a 2 x 2 group of fragments of one threadgroup tile that will be a operands of
+// products (B false) or b operands (B true). The values are simdgroup_load's
+// on every device; the role lets a device load only the layout that operand
+// takes, four fragments an instruction (the CUDA device: one ldmatrix.x4 of
+// half or bfloat fragments). What it asks of the tile: every fragment row
+// starts 16 bytes aligned (src, step1, step2 and elements_per_row multiples of
+// 16 bytes); the host executor checks it, so a kernel that breaks it fails on
+// every test run.
 #pragma once
 
 #include <metal_simdgroup_matrix>
@@ -25,5 +38,19 @@ inline void simdgroup_mma_2x2(thread simdgroup_matrix<T, 8, 8>& d0, thread simdg
   simdgroup_multiply_accumulate(d0, a01, b1, d0);
   simdgroup_multiply_accumulate(d1, a10, b0, d1);
   simdgroup_multiply_accumulate(d1, a11, b1, d1);
+}
+
+template <bool B, typename T>
+inline void simdgroup_load4(thread simdgroup_matrix<T, 8, 8>& m0, thread simdgroup_matrix<T, 8, 8>& m1,
+                            thread simdgroup_matrix<T, 8, 8>& m2, thread simdgroup_matrix<T, 8, 8>& m3,
+                            const threadgroup T* src, ulong step1, ulong step2, ulong elements_per_row,
+                            bool transpose = false) {
+#if defined(__METALKV_HOST__)
+  simdgroup_matrix_detail::check_fragment_rows(src, (step1 | step2 | elements_per_row) * sizeof(T));
+#endif
+  simdgroup_load(m0, src, elements_per_row, ulong2(0, 0), transpose);
+  simdgroup_load(m1, src + step1, elements_per_row, ulong2(0, 0), transpose);
+  simdgroup_load(m2, src + step2, elements_per_row, ulong2(0, 0), transpose);
+  simdgroup_load(m3, src + step1 + step2, elements_per_row, ulong2(0, 0), transpose);
 }
 #endif

@@ -5,6 +5,7 @@
 #include "../mkv_kernel.h"
 #include "test_params.h"
 #include <metal_simdgroup_matrix>
+#include "../simdgroup_tile.h"
 
 // prm: what a test asks for (test_params.h's SgMatrix): D = sum over k tiles of
 // A_t B_t (+ C), A_t the 8x8 block of a at (a_x + 8t, a_y), B_t the block of b
@@ -100,6 +101,30 @@ template <typename T>
   simdgroup_store(prod, out + 256, 8);
 }
 
+// simdgroup_load4<B> (metal/simdgroup_tile.h) from a threadgroup tile (the
+// 1024-element src copied in, 16-byte aligned storage): out[q] = fragment q as
+// simdgroup_store writes it (64 elements each), then out[4] = fragment 0 x
+// fragment 1 and out[5] = fragment 2 x fragment 3, so each fragment serves as
+// the a and as the b operand whatever role it was loaded for.
+template <bool B, typename T>
+[[kernel]] void test_sgm_load4(const device T* src [[buffer(0)]],
+                               device T* out [[buffer(1)]],
+                               constant mkv_test::SgLoad4& p [[buffer(2)]],
+                               uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 storage[1024 * sizeof(T) / 16];
+  threadgroup T* tile = (threadgroup T*)storage;
+  for (uint i = lane; i < 1024; i += 32) tile[i] = src[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_matrix<T, 8, 8> m[4];
+  simdgroup_load4<B>(m[0], m[1], m[2], m[3], tile + p.start, p.step1, p.step2, p.elements_per_row, p.transpose != 0);
+  for (uint q = 0; q < 4; ++q) simdgroup_store(m[q], out + 64 * q, 8);
+  simdgroup_matrix<T, 8, 8> prod;
+  simdgroup_multiply(prod, m[0], m[1]);
+  simdgroup_store(prod, out + 256, 8);
+  simdgroup_multiply(prod, m[2], m[3]);
+  simdgroup_store(prod, out + 320, 8);
+}
+
 MKV_KERNEL("test_sgm_mma_f32", test_sgm_mma<float>)
 MKV_KERNEL("test_sgm_mma_threadgroup_f32", test_sgm_mma_threadgroup<float>)
 MKV_KERNEL("test_sgm_layout_f32", test_sgm_layout<float>)
@@ -111,3 +136,9 @@ MKV_KERNEL("test_sgm_mma_threadgroup_bf16", test_sgm_mma_threadgroup<bfloat>)
 MKV_KERNEL("test_sgm_layout_bf16", test_sgm_layout<bfloat>)
 MKV_KERNEL("test_sgm_mixed_f16", test_sgm_mixed<half>)
 MKV_KERNEL("test_sgm_mixed_bf16", test_sgm_mixed<bfloat>)
+MKV_KERNEL("test_sgm_load4_a_f32", test_sgm_load4<false, float>)
+MKV_KERNEL("test_sgm_load4_b_f32", test_sgm_load4<true, float>)
+MKV_KERNEL("test_sgm_load4_a_f16", test_sgm_load4<false, half>)
+MKV_KERNEL("test_sgm_load4_b_f16", test_sgm_load4<true, half>)
+MKV_KERNEL("test_sgm_load4_a_bf16", test_sgm_load4<false, bfloat>)
+MKV_KERNEL("test_sgm_load4_b_bf16", test_sgm_load4<true, bfloat>)

@@ -22,6 +22,13 @@ struct SgMatrix {
   uint32_t accumulate;
 };
 
+// simdgroup_matrix.metal's simdgroup_load4 (metal/simdgroup_tile.h): the tile's
+// elements a row, the 2 x 2 group's steps, whether fragments are read
+// transposed, and where in the tile the group starts (elements).
+struct SgLoad4 {
+  uint32_t elements_per_row, step1, step2, transpose, start;
+};
+
 // A struct larger than what the broken-binding test binds.
 struct Wide {
   float values[8];

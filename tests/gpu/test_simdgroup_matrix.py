@@ -166,3 +166,45 @@ def test_a_product_needs_the_whole_simdgroup(dev):
         pytest.skip("the host executor's validation")
     with pytest.raises(Exception, match="simdgroup_multiply_accumulate"):
         run(dev, "test_sgm_mma_threadgroup_f32", [np.zeros(64, np.float32)] * 3 + [np.zeros(64, np.float32)], 1, 16)
+
+
+# (elements a row, step1, step2, start): a 40-element tile stepping rows then
+# columns (the gemm's a operands), a 24-element one columns then rows.
+LOAD4_SHAPES = [(40, 320, 8, 88), (24, 8, 192, 16)]
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+@pytest.mark.parametrize("role", ["a", "b"])
+@pytest.mark.parametrize("transpose", [0, 1])
+@pytest.mark.parametrize("shape", LOAD4_SHAPES)
+def test_load4_is_four_loads_in_either_role(dev, t, role, transpose, shape):
+    """simdgroup_load4<B> (metal/simdgroup_tile.h) gives simdgroup_load's fragments
+    whichever operand it loads them for (the CUDA device: one ldmatrix.x4 in that
+    operand's layout only), and each serves as the other operand too."""
+    epr, step1, step2, start = shape
+    rng = np.random.default_rng(epr + 2 * transpose + (role == "b"))
+    storage, to, back = TYPES[t]
+    src = rng.integers(-3, 4, 1024).astype(np.float32)  # small integers: every product exact in every type
+    p = np.array([epr, step1, step2, transpose, start], np.uint32).tobytes()
+    out = back(run(dev, f"test_sgm_load4_{role}_{t}", [to(src), np.zeros(384, storage), p], 1, 32)[1])
+    frags = []
+    for q in range(4):
+        at = start + (q % 2) * step1 + (q // 2) * step2
+        blk = src[at:at + 8 * epr].reshape(8, epr)[:, :8]
+        frags.append(blk.T if transpose else blk)
+        np.testing.assert_array_equal(out[64 * q:64 * (q + 1)].reshape(8, 8), frags[q])
+    np.testing.assert_array_equal(out[256:320].reshape(8, 8), frags[0] @ frags[1])
+    np.testing.assert_array_equal(out[320:384].reshape(8, 8), frags[2] @ frags[3])
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+def test_load4_refuses_unaligned_rows_on_the_host(dev, t):
+    """Rows that do not start 16 bytes apart (ldmatrix's rule on the CUDA device, where
+    nothing checks) are an error on the host executor, so every test run catches them."""
+    if dev.kind != "host":
+        pytest.skip("the host executor's validation")
+    storage, to, _ = TYPES[t]
+    start = 8 // np.dtype(storage).itemsize  # 8 bytes in
+    p = np.array([24, 8, 192, 0, start], np.uint32).tobytes()
+    with pytest.raises(Exception, match="simdgroup_load4: a fragment row is not 16-byte aligned"):
+        run(dev, f"test_sgm_load4_a_{t}", [to(np.zeros(1024, np.float32)), np.zeros(384, storage), p], 1, 32)
