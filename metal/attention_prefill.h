@@ -75,7 +75,8 @@ inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device
   }
 }
 
-inline uint attn_prefill_piece_at(uint D, uint idx) { return idx / (D / 4) * D + idx % (D / 4) * 4; }
+// Where piece idx goes in a tile whose rows are S halves apart (S >= D).
+inline uint attn_prefill_piece_at(uint D, uint S, uint idx) { return idx / (D / 4) * S + idx % (D / 4) * 4; }
 
 template <bool Quant, uint D, uint BK, uint NT>
 inline void attn_prefill_fetch(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
@@ -88,19 +89,19 @@ inline void attn_prefill_fetch(constant mkv_params::AttnPrefill& p, const device
   }
 }
 
-template <uint D, uint BK, uint NT>
+template <uint D, uint BK, uint NT, uint S = D>
 inline void attn_prefill_put(threadgroup half* k_tile, threadgroup half* v_tile, uint tid, thread const uint2* kh,
                              thread const uint2* vh) {
   MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
     const uint idx = tid + n * NT;
     if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;
-    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, idx)) = kh[n];
-    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, idx)) = vh[n];
+    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, S, idx)) = kh[n];
+    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, S, idx)) = vh[n];
   }
 }
 
 // Fetch and put piece by piece (few registers).
-template <bool Quant, uint D, uint BK, uint NT>
+template <bool Quant, uint D, uint BK, uint NT, uint S = D>
 inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
                                int k0, int t_lo, int t_hi, threadgroup half* k_tile, threadgroup half* v_tile,
@@ -108,8 +109,8 @@ inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device
   for (uint idx = tid; idx < BK * D / 4; idx += NT) {
     uint2 kh, vh;
     attn_prefill_piece<Quant, D>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, kh, vh);
-    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, idx)) = kh;
-    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, idx)) = vh;
+    *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, S, idx)) = kh;
+    *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, S, idx)) = vh;
   }
 }
 

@@ -22,7 +22,7 @@
 // keys; O = O x factor + P V (half V). A tile no row of the SIMD-group sees is
 // skipped; otherwise all its blocks compute, with no branch between the
 // products (for a block that sees none of the tile the step is an exact no-op:
-// factor 1, P 0). Every loop over fragments has a compile-time count and is
+// P 0, O and l unchanged). Every loop over fragments has a compile-time count and is
 // unrolled, so Q, O and S stay in registers.
 //
 // Operands. QT = float: Q and P enter the products as float (on the CUDA
@@ -43,6 +43,14 @@
 #include "fragment.h"
 #include "simdgroup_tile.h"
 
+// Whether the kernel fetches the next tile's K/V into registers while this
+// one's products run (past D = 128 they would spill).
+constexpr bool attn_prefill_mma_prefetch(uint D) { return D <= 128; }
+
+// The K and V tiles' rows are D + 8 halves apart: a fragment's 8 rows then
+// start in different groups of 4 banks (D halves apart, rows 4 apart meet).
+constexpr uint attn_prefill_mma_stride(uint D) { return D + 8; }
+
 template <bool Quant, uint D, uint BK, uint RB, typename QT>
 inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   const device float* q,      // (n_queries, n_q_heads, D)
@@ -52,12 +60,12 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                   const device float* sinks,  // (n_q_heads) if has_sinks
                                   device float* out,          // (n_queries, n_q_heads, D)
                                   device float* logits,       // (n_queries, n_q_heads, n_tokens) if p.logits
-                                  threadgroup half* k_tile,   // (BK, D)
-                                  threadgroup half* v_tile,   // (BK, D)
+                                  threadgroup half* k_tile,   // (BK, attn_prefill_mma_stride(D))
+                                  threadgroup half* v_tile,   // (BK, attn_prefill_mma_stride(D))
                                   threadgroup QT* square,     // (kAttnMmaSimdgroups, 64): Q staging
                                   uint2 tg, uint tid, uint simd, uint lane) {
-  constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8, NB = BK / 8;
-  constexpr bool prefetch = D <= 128;  // the next tile's K/V in registers (past D = 128 they would spill)
+  constexpr uint NS = mkv_params::kAttnMmaSimdgroups, D8 = D / 8, NB = BK / 8, DS = attn_prefill_mma_stride(D);
+  constexpr bool prefetch = attn_prefill_mma_prefetch(D);
   // Half operands with an even number of blocks: products in 2 x 2 groups
   // (simdgroup_tile.h), one instruction each where the device has it; each
   // accumulator still sums its dims (keys) in order, as the loops below do.
@@ -142,9 +150,9 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                            kh, vh);
     for (int k0 = first; k0 <= t_hi; k0 += int(BK)) {
       if (prefetch) {
-        attn_prefill_put<D, BK, NT>(k_tile, v_tile, tid, kh, vh);
+        attn_prefill_put<D, BK, NT, DS>(k_tile, v_tile, tid, kh, vh);
       } else {
-        attn_prefill_stage<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, k_tile,
+        attn_prefill_stage<Quant, D, BK, NT, DS>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, k_tile,
                                              v_tile, tid);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -153,30 +161,36 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                              t_hi, tid, kh, vh);
       // Skip the tile where no row of the SIMD-group sees a key of it (uniform).
       // Otherwise every block computes: for a block whose rows see none of the
-      // tile's keys the step is exact no-op (factor 1, P 0), and the products
+      // tile's keys the step is exact no-op (P 0, O and l unchanged), and the products
       // run without a branch between them.
       bool any = false;
       MKV_UNROLL for (uint j = 0; j < RB; ++j) any = any || (plo[j] <= k0 + int(BK) - 1 && phi[j] >= k0);
       if (simd_any(any)) {
         // S = Q Kᵀ for the tile's NB blocks of 8 keys; each K fragment serves every block j.
         simdgroup_float8x8 sf[RB][NB];
-        if (paired) {  // two blocks x two dim steps a product group
-          MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
-            MKV_UNROLL for (uint j = 0; j < RB; ++j) sf[j][kb] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        if (paired) {  // two blocks x two dim steps a product group, K fragments four a load
+          MKV_UNROLL for (uint kb = 0; kb < NB; kb += 2) {
+            MKV_UNROLL for (uint j = 0; j < RB; ++j) {
+              sf[j][kb] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+              sf[j][kb + 1] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            }
             MKV_UNROLL for (uint d = 0; d < D8; d += 2) {
-              simdgroup_half8x8 k0, k1;
-              simdgroup_load(k0, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
-              simdgroup_load(k1, k_tile + 8 * kb * D + 8 * (d + 1), D, ulong2(0, 0), true);
-              MKV_UNROLL for (uint j = 0; j < RB; j += 2)
+              // Kᵀ (dim, key): keys 8 kb .. + 16, dims 8 d .. + 16.
+              simdgroup_half8x8 k00, k01, k10, k11;
+              simdgroup_load4<true>(k00, k01, k10, k11, k_tile + 8 * kb * DS + 8 * d, 8, 8 * DS, DS, true);
+              MKV_UNROLL for (uint j = 0; j < RB; j += 2) {
                 simdgroup_mma_2x2(sf[j][kb], sf[j + 1][kb], qf[j][d], qf[j][d + 1], qf[j + 1][d], qf[j + 1][d + 1],
-                                  k0, k1);
+                                  k00, k01);
+                simdgroup_mma_2x2(sf[j][kb + 1], sf[j + 1][kb + 1], qf[j][d], qf[j][d + 1], qf[j + 1][d],
+                                  qf[j + 1][d + 1], k10, k11);
+              }
             }
           }
         } else {
           MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
             MKV_UNROLL for (uint d = 0; d < D8; ++d) {
               simdgroup_half8x8 kf;
-              simdgroup_load(kf, k_tile + 8 * kb * D + 8 * d, D, ulong2(0, 0), true);  // Kᵀ: (dim, key)
+              simdgroup_load(kf, k_tile + 8 * kb * DS + 8 * d, DS, ulong2(0, 0), true);  // Kᵀ: (dim, key)
               MKV_UNROLL for (uint j = 0; j < RB; ++j) {
                 if (d == 0) {
                   simdgroup_multiply(sf[j][kb], qf[j][d], kf);
@@ -223,12 +237,16 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
           mx = max(mx, simd_shuffle_xor(mx, ushort(1)));
           mx = max(mx, simd_shuffle_xor(mx, kFragmentRowXor));
           const float m_new = max(m[j], mx);
-          const bool none = m_new == -INFINITY;  // nothing visible yet: keep the empty state
-          const float factor = none ? 1.0f : (L2 ? exp2(m[j] - m_new) : exp(m[j] - m_new));
+          // A row that has seen no key yet (m_new -inf) subtracts 0: its P and
+          // factor come out 0 with no select per element, and O and l, 0 until
+          // then, stay 0. Half operands take the device's fast exp2: P is
+          // rounded to half next, far coarser than its error.
+          const float m_sub = m_new == -INFINITY ? 0.0f : m_new;
+          const float factor = L2 ? fast::exp2(m[j] - m_sub) : exp(m[j] - m_sub);
           float sum = 0.0f;
           MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
             MKV_UNROLL for (uint i = 0; i < 2; ++i) {
-              const QT pr = QT(none ? 0.0f : (L2 ? exp2(s[kb][i] - m_new) : exp(s[kb][i] - m_new)));
+              const QT pr = QT(L2 ? fast::exp2(s[kb][i] - m_sub) : exp(s[kb][i] - m_sub));
               pf[j][kb].thread_elements()[i] = pr;
               sum += float(pr);
             }
@@ -236,27 +254,35 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
           sum += simd_shuffle_xor(sum, ushort(1));
           sum += simd_shuffle_xor(sum, kFragmentRowXor);
           l[j] = l[j] * factor + sum;
-          m[j] = none ? m[j] : m_new;
-          MKV_UNROLL for (uint d = 0; d < D8; ++d) {
-            of[j][d].thread_elements()[0] *= factor;
-            of[j][d].thread_elements()[1] *= factor;
+          m[j] = m_new;
+          // O's rescale, skipped where no row's max moved (most tiles past the first few).
+          if (!simd_all(factor == 1.0f)) {
+            MKV_UNROLL for (uint d = 0; d < D8; ++d) {
+              of[j][d].thread_elements()[0] *= factor;
+              of[j][d].thread_elements()[1] *= factor;
+            }
           }
         }
         // O += P V; each V fragment serves every block j.
-        MKV_UNROLL for (uint d = 0; d < D8; ++d) {
-          if (paired) {  // two blocks x two key steps a product group
+        if (paired) {  // two blocks x two key steps a product group, V fragments four a load
+          MKV_UNROLL for (uint d = 0; d < D8; d += 2) {
             MKV_UNROLL for (uint kb = 0; kb < NB; kb += 2) {
-              simdgroup_half8x8 v0, v1;
-              simdgroup_load(v0, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
-              simdgroup_load(v1, v_tile + 8 * (kb + 1) * D + 8 * d, D);
-              MKV_UNROLL for (uint j = 0; j < RB; j += 2)
+              // V (key, dim): keys 8 kb .. + 16, dims 8 d .. + 16.
+              simdgroup_half8x8 v00, v10, v01, v11;
+              simdgroup_load4<true>(v00, v10, v01, v11, v_tile + 8 * kb * DS + 8 * d, 8 * DS, 8, DS);
+              MKV_UNROLL for (uint j = 0; j < RB; j += 2) {
                 simdgroup_mma_2x2(of[j][d], of[j + 1][d], pf[j][kb], pf[j][kb + 1], pf[j + 1][kb], pf[j + 1][kb + 1],
-                                  v0, v1);
+                                  v00, v10);
+                simdgroup_mma_2x2(of[j][d + 1], of[j + 1][d + 1], pf[j][kb], pf[j][kb + 1], pf[j + 1][kb],
+                                  pf[j + 1][kb + 1], v01, v11);
+              }
             }
-          } else {
+          }
+        } else {
+          MKV_UNROLL for (uint d = 0; d < D8; ++d) {
             MKV_UNROLL for (uint kb = 0; kb < NB; ++kb) {
               simdgroup_half8x8 vf;
-              simdgroup_load(vf, v_tile + 8 * kb * D + 8 * d, D);  // (key, dim)
+              simdgroup_load(vf, v_tile + 8 * kb * DS + 8 * d, DS);  // (key, dim)
               MKV_UNROLL for (uint j = 0; j < RB; ++j) simdgroup_multiply_accumulate(of[j][d], pf[j][kb], vf, of[j][d]);
             }
           }

@@ -21,8 +21,9 @@ MKV_MAX_THREADS(mkv_params::kAttnMmaSimdgroups * 32) kernel void attn_prefill_mm
     uint tid [[thread_index_in_threadgroup]],
     uint simd [[simdgroup_index_in_threadgroup]],
     uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup half4 k_tile[BK * D / 4];
-  threadgroup half4 v_tile[BK * D / 4];
+  // uint4: 16-byte aligned rows (simdgroup_load4)
+  threadgroup uint4 k_tile[BK * attn_prefill_mma_stride(D) / 8];
+  threadgroup uint4 v_tile[BK * attn_prefill_mma_stride(D) / 8];
   threadgroup float square[mkv_params::kAttnMmaSimdgroups * 64];
   attn_prefill_mma_body<Quant, D, BK, RB, QT>(p, q, kv, table, ring, sinks, out, logits, (threadgroup half*)k_tile,
                                               (threadgroup half*)v_tile, (threadgroup QT*)square, tg, tid, simd,

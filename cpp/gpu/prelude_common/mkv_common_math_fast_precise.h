@@ -1,6 +1,8 @@
 // Shared by both preludes, part 2 (end): metal::fast and metal::precise name
 // the same functions as metal:: (libm's and CUDA's precise functions are
-// within about an ulp, tighter than Metal's fast variants). Included at the end
+// within about an ulp, tighter than Metal's fast variants), but for a prelude
+// that defines MKV_PRELUDE_OWN_FAST_EXP2 and its own fast::exp2 (the CUDA
+// device: the hardware's exp2, as Metal's fast variant is). Included at the end
 // of cpp/gpu/host/prelude/mkv_prelude_math.h and cpp/gpu/cuda/prelude/
 // mkv_cuda_math.h: the using-declarations must come after every overload.
 #pragma once
@@ -8,7 +10,7 @@
 #define MKV_FAST_PRECISE_NAMES                                                        \
   using metal::abs; using metal::fabs; using metal::floor; using metal::ceil;          \
   using metal::round; using metal::rint; using metal::trunc; using metal::fract;       \
-  using metal::sqrt; using metal::rsqrt; using metal::exp; using metal::exp2;          \
+  using metal::sqrt; using metal::rsqrt; using metal::exp;                             \
   using metal::exp10; using metal::log; using metal::log2; using metal::log10;         \
   using metal::sin; using metal::cos; using metal::tan; using metal::asin;             \
   using metal::acos; using metal::atan; using metal::sinh; using metal::cosh;          \
@@ -21,7 +23,12 @@
   using metal::length_squared; using metal::distance; using metal::normalize;          \
   using metal::cross; using metal::fmin3; using metal::fmax3; using metal::fmedian3;
 namespace metal {
-namespace fast { MKV_FAST_PRECISE_NAMES }
-namespace precise { MKV_FAST_PRECISE_NAMES }
+namespace fast {
+MKV_FAST_PRECISE_NAMES
+#if !defined(MKV_PRELUDE_OWN_FAST_EXP2)
+using metal::exp2;
+#endif
+}  // namespace fast
+namespace precise { MKV_FAST_PRECISE_NAMES using metal::exp2; }
 }  // namespace metal
 #undef MKV_FAST_PRECISE_NAMES

@@ -11,7 +11,7 @@
 //
 // Precision is CUDA's precise library unless the build says -use_fast_math
 // (it should not: docs/METAL_BACKEND.md). fast:: and precise:: name the same
-// functions, as on the host.
+// functions, as on the host, but fast::exp2 on a float (the hardware's: end of file).
 //
 // The functions that are the same logic as the host prelude's (vector
 // abs/min/max/clamp, min3 ..., length ... cross, all/any, the integer functions
@@ -212,4 +212,21 @@ MKV_HD auto select(const A& a0, const B& b0, const C& c0) {
 
 }  // namespace metal
 
+#define MKV_PRELUDE_OWN_FAST_EXP2 1
 #include "../../prelude_common/mkv_common_math_fast_precise.h"
+
+// metal::fast::exp2 on a float: the hardware's exp2 (ex2.approx.ftz, one
+// MUFU.EX2: within 2 ulp, results below 2^-126 flushed to 0), as Metal's fast
+// variant trades accuracy for speed; precise exp2 spends four more
+// instructions on the subnormal range. Kernels ask for it where a result is
+// rounded to half next (attention's probabilities). Other types: precise.
+namespace metal {
+namespace fast {
+MKV_D float exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+template <class T> MKV_D auto exp2(const T& x) -> decltype(metal::exp2(x)) { return metal::exp2(x); }
+}  // namespace fast
+}  // namespace metal
