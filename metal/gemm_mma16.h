@@ -4,14 +4,16 @@
 //
 // With both operands 16-bit the products are cheap, so what a tile reads has
 // to be worth more of them than gemm_mma.h's 32 x 64 tile: a threadgroup here
-// covers kGemm16Tokens x kGemm16Rows (64 x 128) outputs with 8 SIMD-groups,
+// covers kGemm16Tokens x kGemm16Rows (128 x 128) outputs with 16 SIMD-groups,
 // each 32 tokens x 32 rows (4 x 4 accumulators), and reads 32 inputs a step
 // (weights as their bits, 8 bytes a copy; activations as float4, rounded). Per
-// input step the tile reads 128 x 2 + 64 x 4 bytes for 64 x 128 products: half
-// gemm_mma.h's bytes per product, which on the H100 bounded it at the L2
-// (docs/KERNELS.md "16-bit operands"). The next step is fetched into registers
-// while this one's products run. Products go in 2 x 2 groups
-// (simdgroup_tile.h: one m16n8k16 on the CUDA device).
+// input step the tile reads 128 x 2 + 128 x 4 bytes for 128 x 128 products: a
+// quarter fewer bytes per product than a 64 x 128 tile (the first form, 1.5
+// bytes a product against 2); on the H100 that first form waited on these
+// reads (docs/KERNELS.md "16-bit operands"). Each thread stages 2 weight pieces
+// and 2 activation float4s a step, few enough registers to hold two steps in
+// flight: a fetch is issued two steps before its data is staged. Products go
+// in 2 x 2 groups (simdgroup_tile.h: one m16n8k16 on the CUDA device).
 //
 // The tiles' rows are kGemm16Stride halves apart (32 inputs and 8 of padding):
 // a fragment's 8 rows then start in 8 different groups of 4 banks, so its loads
@@ -49,6 +51,29 @@ inline void gemm16_fetch(constant mkv_params::Matmul& p, const device uchar* con
   }
 }
 
+// One step's products: SIMD-group (st, sr)'s 32 x 32 block of the tile, 2 x 2 groups.
+template <typename X>
+inline void gemm16_products(threadgroup const X* xs, threadgroup const X* ws, uint st, uint sr,
+                            thread simdgroup_float8x8 (&acc)[4][4]) {
+  constexpr uint K = mkv_params::kGemmMmaK, S = mkv_params::kGemm16Stride;
+  MKV_UNROLL for (uint kk = 0; kk < K; kk += 16) {
+    // a[i][h]: tokens st + 8i .., inputs kk + 8h ..; b[j][h]: Wᵀ, rows sr + 8j .., the same inputs
+    // (each group of four in the order a 2 x 2 product takes them).
+    simdgroup_matrix<X, 8, 8> a[4][2], b[4][2];
+    MKV_UNROLL for (uint i = 0; i < 4; i += 2) {
+      const threadgroup X* t = xs + (st + 8 * i) * S + kk;
+      simdgroup_load4<false>(a[i][0], a[i + 1][0], a[i][1], a[i + 1][1], t, 8 * S, 8, S);
+    }
+    MKV_UNROLL for (uint j = 0; j < 4; j += 2) {
+      const threadgroup X* t = ws + (sr + 8 * j) * S + kk;
+      simdgroup_load4<true>(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], t, 8, 8 * S, S, true);
+    }
+    MKV_UNROLL for (uint i = 0; i < 4; i += 2)
+      MKV_UNROLL for (uint j = 0; j < 4; ++j)
+        simdgroup_mma_2x2(acc[i][j], acc[i + 1][j], a[i][0], a[i][1], a[i + 1][0], a[i + 1][1], b[j][0], b[j][1]);
+  }
+}
+
 template <typename X>
 inline void gemm_mma16_body(constant mkv_params::Matmul& p,
                             const device uchar* w,     // (n_out, n_in) in X's type (f16 or bf16 rows)
@@ -77,37 +102,41 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
     xlive[n] = t0 + t < p.n_tokens;
     xrow[n] = x + ulong(xlive[n] ? t0 + t : 0u) * p.n_in;
   }
-  // SIMD-group s: tokens 32 (s % 2) .. + 32, rows 32 (s / 2) .. + 32.
-  const uint st = (simd % 2) * 32, sr = (simd / 2) * 32;
+  // SIMD-group s: tokens 32 (s % WT) .. + 32, rows 32 (s / WT) .. + 32.
+  constexpr uint WT = T / 32;
+  static_assert(NT / 32 == WT * (R / 32), "one SIMD-group a 32 x 32 block of the tile");
+  const uint st = (simd % WT) * 32, sr = (simd / WT) * 32;
   simdgroup_float8x8 acc[4][4];
   MKV_UNROLL for (uint i = 0; i < 4; ++i)
     MKV_UNROLL for (uint j = 0; j < 4; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 
-  uint2 wv[WI];
-  float4 xv[XI];
-  gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, 0, tid, wv, xv);
-  for (uint k0 = 0; k0 < p.n_in; k0 += K) {
-    MKV_UNROLL for (uint n = 0; n < WI; ++n) {
-      const uint i = tid + n * NT;
-      *(threadgroup uint2*)(ws + (i / (K / 4)) * S + (i % (K / 4)) * 4) = wv[n];
+  // kGemm16Depth steps in flight: register set h holds step k0 + h K while
+  // the steps before it run, and takes the step kGemm16Depth ahead as soon as
+  // its own is in the tiles (so a fetch has about kGemm16Depth steps' products
+  // to arrive). The loop takes kGemm16Depth steps an iteration so each set
+  // keeps its registers.
+  constexpr uint DEPTH = mkv_params::kGemm16Depth;
+  uint2 wv[DEPTH][WI];
+  float4 xv[DEPTH][XI];
+  MKV_UNROLL for (uint h = 0; h < DEPTH; ++h)
+    if (h * K < p.n_in) gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, h * K, tid, wv[h], xv[h]);
+  for (uint k0 = 0; k0 < p.n_in; k0 += DEPTH * K) {
+    MKV_UNROLL for (uint h = 0; h < DEPTH; ++h) {
+      const uint k = k0 + h * K;
+      if (h > 0 && k >= p.n_in) break;
+      MKV_UNROLL for (uint n = 0; n < WI; ++n) {
+        const uint i = tid + n * NT;
+        *(threadgroup uint2*)(ws + (i / (K / 4)) * S + (i % (K / 4)) * 4) = wv[h][n];
+      }
+      MKV_UNROLL for (uint n = 0; n < XI; ++n) {
+        const uint i = tid + n * NT;
+        gemm_tile_store(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4, xv[h][n]);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (k + DEPTH * K < p.n_in) gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, k + DEPTH * K, tid, wv[h], xv[h]);
+      gemm16_products<X>(xs, ws, st, sr, acc);
+      threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
     }
-    MKV_UNROLL for (uint n = 0; n < XI; ++n) {
-      const uint i = tid + n * NT;
-      gemm_tile_store(xs + (i / (K / 4)) * S + (i % (K / 4)) * 4, xv[n]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (k0 + K < p.n_in) gemm16_fetch<WI, XI>(p, wrow, xrow, xlive, k0 + K, tid, wv, xv);
-    MKV_UNROLL for (uint kk = 0; kk < K; kk += 16) {
-      simdgroup_matrix<X, 8, 8> a[4][2], b[4][2];
-      MKV_UNROLL for (uint i = 0; i < 4; ++i)
-        MKV_UNROLL for (uint h = 0; h < 2; ++h) simdgroup_load(a[i][h], xs, S, ulong2(kk + 8 * h, st + 8 * i));
-      MKV_UNROLL for (uint j = 0; j < 4; ++j)
-        MKV_UNROLL for (uint h = 0; h < 2; ++h) simdgroup_load(b[j][h], ws, S, ulong2(kk + 8 * h, sr + 8 * j), true);
-      MKV_UNROLL for (uint i = 0; i < 4; i += 2)
-        MKV_UNROLL for (uint j = 0; j < 4; ++j)
-          simdgroup_mma_2x2(acc[i][j], acc[i + 1][j], a[i][0], a[i][1], a[i + 1][0], a[i + 1][1], b[j][0], b[j][1]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next step overwrites the tiles
   }
 
   // Each lane writes its two elements of every fragment (fragment.h's layout).

@@ -18,9 +18,10 @@ MKV_MAX_THREADS(mkv_params::kGemm16Threads) kernel void gemm_mma16(constant mkv_
                                                              uint tid [[thread_index_in_threadgroup]],
                                                              uint simd [[simdgroup_index_in_threadgroup]],
                                                              uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup X xs[mkv_params::kGemm16Tokens * mkv_params::kGemm16Stride];
-  threadgroup X ws[mkv_params::kGemm16Rows * mkv_params::kGemm16Stride];
-  gemm_mma16_body<X>(p, w, x, y, bias, y2, y3, xs, ws, tg, tid, simd, lane);
+  // uint4 storage: 16-byte aligned rows, as simdgroup_load4 asks.
+  threadgroup uint4 xs[mkv_params::kGemm16Tokens * mkv_params::kGemm16Stride * sizeof(X) / 16];
+  threadgroup uint4 ws[mkv_params::kGemm16Rows * mkv_params::kGemm16Stride * sizeof(X) / 16];
+  gemm_mma16_body<X>(p, w, x, y, bias, y2, y3, (threadgroup X*)xs, (threadgroup X*)ws, tg, tid, simd, lane);
 }
 
 MKV_KERNEL("gemm_mma_f16_x16", gemm_mma16<half>)

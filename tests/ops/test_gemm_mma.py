@@ -90,10 +90,12 @@ def x16_case(dev, wtype, n_tokens, n_out, n_in, seed, kernel="gemm_mma"):
 
 
 @pytest.mark.parametrize("wtype", ["f16", "bf16"])
-@pytest.mark.parametrize("n_tokens,n_out,n_in", [(5, 3, 20), (33, 70, 64), (64, 130, 100), (100, 260, 36)])
+@pytest.mark.parametrize("n_tokens,n_out,n_in", [(5, 3, 20), (33, 70, 64), (64, 130, 100), (100, 260, 36),
+                                                  (200, 130, 160), (129, 40, 96)])
 def test_16bit_activations_are_the_gemm_of_x_rounded(dev, wtype, n_tokens, n_out, n_in):
     """gemm_mma_<fmt>_x16 (MatmulArgs::activations_16bit, the towers' gemm on matrix
-    units; 64 x 128 tiles, so the shapes cover ragged tiles of both): x rounded once
+    units; 128 x 128 tiles taking 32 inputs a step, two steps in flight, so the shapes
+    cover ragged tiles of both, one step, and odd and even step counts): x rounded once
     to the weights' type, then float sums. Against numpy of that x; on the host, the
     SIMD gemm of the rounded x to the bit."""
     x, stored, w, bias, got = x16_case(dev, wtype, n_tokens, n_out, n_in, seed=n_tokens + n_in)
