@@ -23,7 +23,8 @@
 // half or bfloat fragments). What it asks of the tile: every fragment row
 // starts 16 bytes aligned (src, step1, step2 and elements_per_row multiples of
 // 16 bytes); the host executor checks it, so a kernel that breaks it fails on
-// every test run.
+// every test run. And a fragment loaded as a b operand is not an accumulator
+// before a product writes it (the CUDA device would read a layout it skipped).
 #pragma once
 
 #include <metal_simdgroup_matrix>
