@@ -22,8 +22,8 @@
 // keys; O = O x factor + P V (half V). A tile no row of the SIMD-group sees is
 // skipped; otherwise all its blocks compute, with no branch between the
 // products (for a block that sees none of the tile the step is an exact no-op:
-// P 0, O and l unchanged). Every loop over fragments has a compile-time count and is
-// unrolled, so Q, O and S stay in registers.
+// P 0, O and l unchanged). Every loop over fragments has a compile-time count
+// and is unrolled, so Q, O and S stay in registers.
 //
 // Operands. QT = float: Q and P enter the products as float (on the CUDA
 // device TF32 split into hi + lo, about 21 bits). QT = half (the _half
@@ -32,7 +32,9 @@
 // sums, the matrix units' full rate (flash attention and llama.cpp's kernels
 // take Q and P as 16-bit too). A row's sum l adds the rounded P, so the
 // weights of V still sum to 1 exactly as the products see them; their softmax
-// runs in the log2 domain (exp2).
+// runs in the log2 domain, on the device's fast exp2. The half kernels load K
+// and V fragments four at a time for the b operand (simdgroup_load4), from
+// tiles whose rows are attn_prefill_mma_stride(D) halves apart.
 //
 // Results are not the SIMD kernel's bits: products of 8 and the softmax's
 // per-tile steps sum in another order (tests hold both against numpy).
@@ -152,8 +154,8 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
       if (prefetch) {
         attn_prefill_put<D, BK, NT, DS>(k_tile, v_tile, tid, kh, vh);
       } else {
-        attn_prefill_stage<Quant, D, BK, NT, DS>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, k_tile,
-                                             v_tile, tid);
+        attn_prefill_stage<Quant, D, BK, NT, DS>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
+                                                 k_tile, v_tile, tid);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (prefetch && k0 + int(BK) <= t_hi)
@@ -161,8 +163,8 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
                                              t_hi, tid, kh, vh);
       // Skip the tile where no row of the SIMD-group sees a key of it (uniform).
       // Otherwise every block computes: for a block whose rows see none of the
-      // tile's keys the step is exact no-op (P 0, O and l unchanged), and the products
-      // run without a branch between them.
+      // tile's keys the step is exact no-op (P 0, O and l unchanged), and the
+      // products run without a branch between them.
       bool any = false;
       MKV_UNROLL for (uint j = 0; j < RB; ++j) any = any || (plo[j] <= k0 + int(BK) - 1 && phi[j] >= k0);
       if (simd_any(any)) {
