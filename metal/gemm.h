@@ -95,9 +95,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
     for (uint j = 0; j < 4; ++j) {
       const uint n = n0 + tx * 4 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      device float& out = gemm_out(p, y, y2, y3, t, n);
-      const float v = acc[i][j] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
-      out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
+      matmul_put(p, bias, n, acc[i][j], gemm_out(p, y, y2, y3, t, n));
     }
   }
 }

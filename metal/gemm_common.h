@@ -14,6 +14,7 @@
 #include "mkv_kernel.h"
 #include "activation.h"
 #include "linear_params.h"
+#include "matmul_out.h"
 
 inline bool gemm_glu(constant mkv_params::Matmul& p) {
   return (p.flags & (mkv_params::kMatmulSwiglu | mkv_params::kMatmulGeglu)) != 0;

@@ -102,9 +102,7 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
     for (uint j = 0; j < HR; ++j) {
       const uint n = n0 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      device float& out = gemm_out(p, y, y2, y3, t, n);
-      const float v = acc[i][j / 4][j % 4] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
-      out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
+      matmul_put(p, bias, n, acc[i][j / 4][j % 4], gemm_out(p, y, y2, y3, t, n));
     }
   }
 }

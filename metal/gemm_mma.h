@@ -153,8 +153,6 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
   for (uint i = tid; i < T * R; i += NT) {
     const uint t = t0 + i / R, n = n0 + i % R;
     if (t >= p.n_tokens || n >= p.n_out) continue;
-    device float& out = gemm_out(p, y, y2, y3, t, n);
-    const float v = ys[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
-    out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
+    matmul_put(p, bias, n, ys[i], gemm_out(p, y, y2, y3, t, n));
   }
 }

@@ -17,8 +17,9 @@
 //
 // The tiles' rows are kGemm16Stride halves apart (32 inputs and 8 of padding):
 // a fragment's 8 rows then start in 8 different groups of 4 banks, so its loads
-// do not conflict. The epilogue (bias, the fused residual add, the q/k/v split)
-// writes each lane's fragment elements where fragment.h says they sit; no GLU.
+// do not conflict. The epilogue (matmul_out.h: bias, gelu, the fused residual
+// add; the q/k/v split) writes each lane's fragment elements where fragment.h
+// says they sit; no GLU.
 //
 // Every output is the sum of its products in increasing k, one rounding per
 // operation where products follow the host's documented order (the host):
@@ -148,9 +149,7 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
       MKV_UNROLL for (uint e = 0; e < 2; ++e) {
         const uint n = n0 + sr + 8 * j + fc + e;
         if (n >= p.n_out) continue;
-        device float& out = gemm_out(p, y, y2, y3, t, n);
-        const float v = acc[i][j].thread_elements()[e] + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
-        out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;  // the residual add, fused
+        matmul_put(p, bias, n, acc[i][j].thread_elements()[e], gemm_out(p, y, y2, y3, t, n));
       }
     }
   }

@@ -18,6 +18,7 @@
 #include "linear_params.h"
 #include "quant.h"
 #include "activation.h"
+#include "matmul_out.h"
 
 // Fetch kUnroll chunks c, c + 32, ... of every row, and the matching
 // activations of the first n_tok tokens (token t's row of X starts at x +
@@ -153,8 +154,7 @@ MKV_MAX_THREADS(mkv_params::kGemvSimds * 32) kernel void gemv(constant mkv_param
       for (uint i = 0; i < row_group<kRows>(); ++i) {
         const uint row = row0 + r + i;
         if (lane != 0 || row >= p.n_out) continue;
-        const float out = total[i] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
-        yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;  // the residual add, fused
+        matmul_put(p, bias, row, total[i], yt[row]);
       }
     }
   }
@@ -227,8 +227,7 @@ MKV_MAX_THREADS(mkv_params::kGemvRowsWide) kernel void gemv_lanes(constant mkv_p
   gemv_lane_dots<F, 1, kTokens, false, 1>(w, F::row_bytes(p.n_in), rows, x, xoff, n_tok, p.n_in, 0, acc);
   for (uint t = 0; t < n_tok; ++t) {
     device float* yt = y + ulong(t0 + t) * p.n_out;
-    const float out = acc[t] + ((p.flags & mkv_params::kMatmulBias) ? bias[row] : 0.0f);
-    yt[row] = (p.flags & mkv_params::kMatmulAccumulate) ? yt[row] + out : out;
+    matmul_put(p, bias, row, acc[t], yt[row]);
   }
 }
 

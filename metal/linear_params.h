@@ -97,11 +97,14 @@ MKV_CONSTANT uint32_t kMatmulGeglu = 8;
 // (q, k and v from one [W_q; W_k; W_v]): columns [0, split_a) to y (buffer 3),
 // [split_a, split_b) to y2 (buffer 5), [split_b, n_out) to y3 (buffer 6).
 MKV_CONSTANT uint32_t kMatmulSplit = 16;
+// y = gelu_tanh(X · Wᵀ + bias) (activation.h), then the accumulate if set: the
+// towers' MLP up projection and its activation in one pass (every gemv and gemm).
+MKV_CONSTANT uint32_t kMatmulGelu = 32;
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
-  uint32_t flags;  // kMatmulBias | kMatmulAccumulate | kMatmulSplit, or kMatmulSwiglu / kMatmulGeglu (gemm only)
+  uint32_t flags;  // kMatmulBias | kMatmulAccumulate | kMatmulSplit | kMatmulGelu, or kMatmulSwiglu / kMatmulGeglu (gemm only)
   uint32_t split_a;  // kMatmulSplit: where y2's and y3's columns start
   uint32_t split_b;
 };

@@ -16,8 +16,9 @@
 //               A token's outputs do not depend on the other tokens of the tile
 //               (each sums its k in one order), so prefill is chunk-invariant.
 //
-// gemv and gemm add to what y holds when p.flags has kMatmulAccumulate (a
-// fused residual add).
+// Every gemv and gemm ends in matmul_out.h's epilogue: the bias, gelu_tanh
+// with kMatmulGelu, and an add to what y holds with kMatmulAccumulate (a fused
+// residual add).
 //
 // The host functions that build these names and geometries: cpp/ops/linear.cpp.
 #include "mkv_kernel.h"

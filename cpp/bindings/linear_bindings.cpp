@@ -39,6 +39,12 @@ ops::MatmulKernel parse_kernel(const std::string& name) {
                           "'; expected 'auto', 'gemv', 'gemm', 'gemm_gpu', 'gemm_host' or 'gemm_mma'");
 }
 
+ops::MatmulActivation parse_activation(const std::string& name) {
+  if (name == "none") return ops::MatmulActivation::none;
+  if (name == "gelu_tanh") return ops::MatmulActivation::gelu_tanh;
+  ops::fail("matmul", "unknown activation '" + name + "'; expected 'none' or 'gelu_tanh'");
+}
+
 // The ids come from Python here, so unlike the kernel (which writes zeros) we
 // can say which one is out of range.
 void check_ids(const BufferPtr& ids, uint32_t n_tokens, uint32_t vocab) {
@@ -91,7 +97,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
          const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens,
          std::optional<std::tuple<uint32_t, uint32_t>> split, const BufferPtr& y2, const BufferPtr& y3,
-         bool activations_16bit) {
+         bool activations_16bit, const std::string& activation) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -106,6 +112,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.gemv_rows = gemv_rows;
         a.gemv_tokens = gemv_tokens;
         a.activations_16bit = activations_16bit;
+        a.activation = parse_activation(activation);
         if (split) {
           std::tie(a.split_a, a.split_b) = *split;
           if (a.split_a == 0) ops::fail("matmul", "split=(split_a, split_b) needs split_a > 0");
@@ -117,8 +124,9 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
       "gemv_tokens"_a = 0, "split"_a = nb::none(), "y2"_a.none() = nb::none(), "y3"_a.none() = nb::none(),
-      "activations_16bit"_a = false,
+      "activations_16bit"_a = false, "activation"_a = "none",
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
+      "activation 'gelu_tanh' puts that through gelu_tanh (gelu's function) in the same pass;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
       "w is (n_out, n_in) row-major in wtype, as pack_weights returns it: 'f32', 'f16', 'bf16' (n_in a\n"
       "multiple of 4), the GGUF\n"

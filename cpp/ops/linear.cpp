@@ -274,7 +274,8 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
-                         (a.accumulate ? mkv_params::kMatmulAccumulate : 0u) | (split ? mkv_params::kMatmulSplit : 0u);
+                         (a.accumulate ? mkv_params::kMatmulAccumulate : 0u) | (split ? mkv_params::kMatmulSplit : 0u) |
+                         (a.activation == MatmulActivation::gelu_tanh ? mkv_params::kMatmulGelu : 0u);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags, a.split_a, a.split_b};
   enc.set_pipeline(pipeline);
   bind_params(enc, p, 0);

@@ -31,6 +31,8 @@ enum class MatmulKernel {
               // bit-identical to gemm_gpu where products follow the host's order
 };
 
+enum class MatmulActivation { none, gelu_tanh };
+
 struct MatmulArgs {
   BufferView x;     // (n_tokens, n_in) float32, offset 16-byte aligned
   BufferView w;     // (n_out, n_in) in wtype, offset aligned to weight_align(wtype)
@@ -42,6 +44,9 @@ struct MatmulArgs {
   WeightType wtype = WeightType::f16;
   MatmulKernel kernel = MatmulKernel::automatic;
   bool accumulate = false;  // y += X · Wᵀ (+ bias): a residual add in the epilogue
+  // gelu_tanh: y = gelu_tanh(X · Wᵀ + bias) in the epilogue (before accumulate), the
+  // float function ops::gelu runs: an MLP's up projection and its activation in one pass.
+  MatmulActivation activation = MatmulActivation::none;
   // f16 and bf16 weights: where the gemm runs on matrix units (gemm_mma: kernel
   // gemm on a device that reports them, or gemm_mma), X is rounded to the
   // weights' type as it is staged (gemm_mma_<wtype>_x16), so every product

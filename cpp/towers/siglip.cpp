@@ -127,8 +127,7 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
     gpu::ComputeEncoder& e2 = session.compute();
     linear(dev, e2, attn_, *L.out, L.out_b, x_, rows, true, x16(*L.out));
     ops::layer_norm(dev, e2, at(x_), L.ln2_w->view, L.ln2_b->view, at(h_), rows, H, s.eps);
-    linear(dev, e2, h_, *L.up, L.up_b, ffn_, rows, false, x16(*L.up));
-    ops::gelu(dev, e2, at(ffn_), uint64_t(rows) * s.ffn);
+    linear(dev, e2, h_, *L.up, L.up_b, ffn_, rows, false, x16(*L.up), ops::MatmulActivation::gelu_tanh);
     linear(dev, e2, ffn_, *L.down, L.down_b, x_, rows, true, x16(*L.down));
     if ((l + 1) % kLayersPerCommandBuffer == 0) session.flush();
   }

@@ -23,7 +23,8 @@ const model::Weight& need_weight(const char* tower, const model::Weights& weight
 }
 
 void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate, bool x16) {
+            const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate, bool x16,
+            ops::MatmulActivation act) {
   ops::MatmulArgs a;
   a.x = {x, 0};
   a.w = w.view;
@@ -36,6 +37,7 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
   a.kernel = ops::MatmulKernel::gemm;
   a.accumulate = accumulate;
   a.activations_16bit = x16;
+  a.activation = act;
   ops::matmul(dev, enc, a);
 }
 

@@ -18,12 +18,12 @@ namespace mkv::towers {
 const model::Weight& need_weight(const char* tower, const model::Weights& weights, const std::string& name,
                                  const std::vector<uint64_t>& shape, bool matrix);
 
-// y = x · Wᵀ (+ bias) over n rows, y += that when accumulate: float32 x and y
-// at offset 0, the gemm shape of the device (ops::MatmulKernel::gemm); x16:
-// MatmulArgs::activations_16bit.
+// y = act(x · Wᵀ (+ bias)) over n rows, y += that when accumulate: float32 x
+// and y at offset 0, the gemm shape of the device (ops::MatmulKernel::gemm);
+// x16: MatmulArgs::activations_16bit; act: MatmulArgs::activation.
 void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
             const model::Weight* bias, const gpu::BufferPtr& y, uint32_t n, bool accumulate = false,
-            bool x16 = false);
+            bool x16 = false, ops::MatmulActivation act = ops::MatmulActivation::none);
 
 // q, k, v (n rows of width each) = x · [W_q; W_k; W_v]ᵀ (+ bias) in one gemm, split
 // by its epilogue: w (3 width, n_in).

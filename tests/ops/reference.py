@@ -118,6 +118,14 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float, w_offset: float) -> np.nd
     return x * inv * (w_offset + w.astype(np.float64))
 
 
+def rounded(wtype: str, x: np.ndarray) -> np.ndarray:
+    """x rounded to the 16-bit type of wtype's weights: numpy's float16, gguf's bf16."""
+    if wtype == "f16":
+        return x.astype(np.float16).astype(np.float32)
+    qtype = gguf.GGMLQuantizationType.BF16
+    return quants.dequantize(quants.quantize(x, qtype), qtype).astype(np.float32)
+
+
 def silu(g: np.ndarray) -> np.ndarray:
     g = g.astype(np.float64)
     return g / (1.0 + np.exp(-g))

@@ -7,13 +7,11 @@ the sums run in the hardware's order, within the float32 tolerance. Ragged tiles
 and the fused residual add."""
 from __future__ import annotations
 
-import gguf
 import numpy as np
 import pytest
-from gguf import quants
 from metalkv._core import GpuError
 
-from .reference import WTYPES, fit, make_weights, matmul, matmul_tolerance
+from .reference import WTYPES, fit, make_weights, matmul, matmul_tolerance, rounded
 from .test_gemm_host import gemm
 
 
@@ -71,14 +69,6 @@ def test_the_device_default(dev, wtype):
         own = "gemm_host" if props["lanes_are_fibers"] and props["has_host_shapes"] else "gemm_gpu"
         np.testing.assert_array_equal(default.view(np.uint32), gemm(dev, own, x, stored, wtype, 70).view(np.uint32))
 
-
-
-def rounded(wtype: str, x: np.ndarray) -> np.ndarray:
-    """x rounded to the 16-bit type of wtype's weights: numpy's float16, gguf's bf16."""
-    if wtype == "f16":
-        return x.astype(np.float16).astype(np.float32)
-    qtype = gguf.GGMLQuantizationType.BF16
-    return quants.dequantize(quants.quantize(x, qtype), qtype).astype(np.float32)
 
 
 def x16_case(dev, wtype, n_tokens, n_out, n_in, seed, kernel="gemm_mma"):

@@ -11,8 +11,9 @@ import metalkv
 from metalkv._core import ops
 
 from devices import test_device  # tests/ is on sys.path
-from .reference import (K_QUANTS, PACKED, QUANTIZED, WTYPES, device_row_bytes, f32, file_row_bytes, fit,
-                        gelu_pytorch_tanh, kernel_bytes, make_weights, matmul, matmul_tolerance, silu)
+from .reference import (K_QUANTS, QUANTIZED, WTYPES, device_row_bytes, f32, file_row_bytes, fit,
+                        gelu_pytorch_tanh, kernel_bytes, make_weights, matmul, matmul_tolerance, rounded, silu)
+from gpu.kernels import run
 
 
 # gemv widths: rows per SIMD-group 1, 2, 4 (the GPU shapes), 8 (the host's f16),
@@ -207,6 +208,54 @@ def test_accumulate_adds_to_y(dev, wtype, n_tokens, kernel, gemv_rows):
     # the matmul's tolerance plus one float32 rounding of the sum
     tol = matmul_tolerance(x, w) + 2 ** -23 * np.abs(ref)
     assert np.all(np.abs(f32(y, (n_tokens, n_out)) - ref) <= tol)
+
+
+# Every kernel shape; x16: the 16-bit activations gemm (f16, bf16 weights).
+@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16", "q8_0", "q4_k"])
+@pytest.mark.parametrize("n_tokens,kernel,x16", [(1, "gemv", False), (17, "gemm_gpu", False), (17, "gemm_host", False),
+                                                 (17, "gemm_mma", False), (130, "gemm_mma", True)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gelu_epilogue(dev, wtype, n_tokens, kernel, x16, accumulate):
+    """activation='gelu_tanh': y = gelu_tanh(x·Wᵀ + bias), then + y with accumulate, in the
+    matmul's own pass (the SigLIP MLP's up projection). Against numpy's gelu of the
+    reference matmul; and, alone, the same floats as the matmul then gelu_f32 (the
+    elementwise kernel the fused pass replaces)."""
+    if x16 and wtype not in ("f16", "bf16"):
+        pytest.skip("activations_16bit is built for f16 and bf16 weights")
+    rng = np.random.default_rng(n_tokens + len(wtype))
+    n_out, n_in = 70, fit(wtype, 256)
+    stored, w = make_weights(wtype, n_out, n_in, rng)
+    x = rng.standard_normal((n_tokens, n_in)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    y0 = rng.standard_normal((n_tokens, n_out)).astype(np.float32)
+    xb, wb, bb = dev.buffer_from(x), dev.buffer_from(kernel_bytes(wtype, stored)), dev.buffer_from(bias)
+
+    def call(y, **kw):
+        ops.matmul(dev, xb, wb, y, n_tokens=n_tokens, n_in=n_in, n_out=n_out, wtype=wtype, bias=bb, kernel=kernel,
+                   activations_16bit=x16, **kw)
+        return f32(y, (n_tokens, n_out))
+
+    got = call(dev.buffer_from(y0), activation="gelu_tanh", accumulate=accumulate)
+    xr = rounded(wtype, x) if x16 else x
+    g = matmul(xr, w, bias)
+    ref = gelu_pytorch_tanh(g) + (y0 if accumulate else 0.0)
+    # gelu_tanh's slope is at most ~1.13: the matmul's error moves it by <= 1.13x; plus
+    # float32 rounding of the activation (a few ulps) and of the residual sum.
+    tol = 1.2 * matmul_tolerance(xr, w) + 1e-6 * np.abs(gelu_pytorch_tanh(g)) + 2 ** -23 * np.abs(ref) + 1e-30
+    assert np.all(np.abs(got - ref) <= tol), np.abs(got - ref).max()
+    assert np.abs(got - (g + (y0 if accumulate else 0.0))).max() > 0.1  # the activation is applied
+    if not accumulate:  # the unfused pair: matmul, then gelu_f32 over y in place
+        y = dev.buffer(n_tokens * n_out * 4)
+        call(y)
+        plain = run(dev, "gelu_f32", [np.array([n_tokens * n_out, 0], np.uint32).tobytes(), f32(y, (n_tokens, n_out))],
+                    -(-n_tokens * n_out // 2048), 256)[1]
+        np.testing.assert_array_equal(got.view(np.uint32), plain.reshape(got.shape).view(np.uint32))
+
+
+def test_activation_is_refused_by_name(dev):
+    with pytest.raises(metalkv.GpuError, match=r"\[matmul\] unknown activation 'relu'; expected 'none' or 'gelu_tanh'"):
+        ops.matmul(dev, dev.buffer(64), dev.buffer(64), dev.buffer(64), n_tokens=1, n_in=4, n_out=4, wtype="f32",
+                   activation="relu")
 
 
 def run_glu(dev, x, stored, n_out, wtype, act, gemv_rows=0):

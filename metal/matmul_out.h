@@ -1,0 +1,17 @@
+// One output of a matmul (every gemv and gemm kernel's epilogue) from its sum,
+// as linear_params.h's flags say: plus the bias (kMatmulBias), through
+// gelu_tanh (kMatmulGelu: activation.h's, the float function gelu_f32 runs),
+// then added to what the output holds (kMatmulAccumulate: a fused residual
+// add) or written.
+#pragma once
+
+#include "mkv_kernel.h"
+#include "activation.h"
+#include "linear_params.h"
+
+inline void matmul_put(constant mkv_params::Matmul& p, const device float* bias, uint n, float sum,
+                       device float& out) {
+  float v = sum + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
+  if (p.flags & mkv_params::kMatmulGelu) v = ActGeluTanh::apply(v);
+  out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;
+}
