@@ -95,7 +95,7 @@ MKV_MAX_THREADS(mkv_params::kGemmThreads) kernel void gemm(constant mkv_params::
     for (uint j = 0; j < 4; ++j) {
       const uint n = n0 + tx * 4 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      matmul_put(p, bias, n, acc[i][j], gemm_out(p, y, y2, y3, t, n));
+      gemm_put(p, bias, y, y2, y3, t, n, acc[i][j]);
     }
   }
 }

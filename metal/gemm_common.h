@@ -47,3 +47,16 @@ inline device float& gemm_out(constant mkv_params::Matmul& p, device float* y, d
   if (n < p.split_b) return y2[ulong(t) * (p.split_b - p.split_a) + (n - p.split_a)];
   return y3[ulong(t) * (p.n_out - p.split_b) + (n - p.split_b)];
 }
+
+// Output (t, n) of a gemm from its sum: matmul_out.h's epilogue into gemm_out's
+// place, or with kMatmulSplitF16 rounded to half into y2's or y3's f16 row.
+inline void gemm_put(constant mkv_params::Matmul& p, const device float* bias, device float* y, device float* y2,
+                     device float* y3, uint t, uint n, float sum) {
+  if ((p.flags & mkv_params::kMatmulSplitF16) != 0 && n >= p.split_a) {
+    const bool third = n >= p.split_b;
+    const uint first = third ? p.split_b : p.split_a, width = (third ? p.n_out : p.split_b) - first;
+    ((device half*)(third ? y3 : y2))[ulong(t) * width + (n - first)] = half(matmul_value(p, bias, n, sum));
+    return;
+  }
+  matmul_put(p, bias, n, sum, gemm_out(p, y, y2, y3, t, n));
+}

@@ -102,7 +102,7 @@ inline void gemm_host_body(constant mkv_params::Matmul& p,
     for (uint j = 0; j < HR; ++j) {
       const uint n = n0 + j;
       if (t >= p.n_tokens || n >= p.n_out) continue;
-      matmul_put(p, bias, n, acc[i][j / 4][j % 4], gemm_out(p, y, y2, y3, t, n));
+      gemm_put(p, bias, y, y2, y3, t, n, acc[i][j / 4][j % 4]);
     }
   }
 }

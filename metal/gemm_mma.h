@@ -153,6 +153,6 @@ inline void gemm_mma_body(constant mkv_params::Matmul& p,
   for (uint i = tid; i < T * R; i += NT) {
     const uint t = t0 + i / R, n = n0 + i % R;
     if (t >= p.n_tokens || n >= p.n_out) continue;
-    matmul_put(p, bias, n, ys[i], gemm_out(p, y, y2, y3, t, n));
+    gemm_put(p, bias, y, y2, y3, t, n, ys[i]);
   }
 }

@@ -149,7 +149,7 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
       MKV_UNROLL for (uint e = 0; e < 2; ++e) {
         const uint n = n0 + sr + 8 * j + fc + e;
         if (n >= p.n_out) continue;
-        matmul_put(p, bias, n, acc[i][j].thread_elements()[e], gemm_out(p, y, y2, y3, t, n));
+        gemm_put(p, bias, y, y2, y3, t, n, acc[i][j].thread_elements()[e]);
       }
     }
   }

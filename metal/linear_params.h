@@ -100,11 +100,15 @@ MKV_CONSTANT uint32_t kMatmulSplit = 16;
 // y = gelu_tanh(X · Wᵀ + bias) (activation.h), then the accumulate if set: the
 // towers' MLP up projection and its activation in one pass (every gemv and gemm).
 MKV_CONSTANT uint32_t kMatmulGelu = 32;
+// With kMatmulSplit: y2 and y3 are f16 (each value rounded once), the rows of a
+// K/V pool's two sections (a tower's q/k/v gemm writes its K and V there).
+MKV_CONSTANT uint32_t kMatmulSplitF16 = 64;
 struct Matmul {
   uint32_t n_tokens;
   uint32_t n_in;   // f32/f16/bf16: multiple of 4; quantized: multiple of the block (32, K-quants 256)
   uint32_t n_out;
-  uint32_t flags;  // kMatmulBias | kMatmulAccumulate | kMatmulSplit | kMatmulGelu, or kMatmulSwiglu / kMatmulGeglu (gemm only)
+  uint32_t flags;  // kMatmulBias | kMatmulAccumulate | kMatmulSplit [| kMatmulSplitF16] | kMatmulGelu, or
+                   // kMatmulSwiglu / kMatmulGeglu (gemm only)
   uint32_t split_a;  // kMatmulSplit: where y2's and y3's columns start
   uint32_t split_b;
 };

@@ -9,9 +9,13 @@
 #include "activation.h"
 #include "linear_params.h"
 
+inline float matmul_value(constant mkv_params::Matmul& p, const device float* bias, uint n, float sum) {
+  const float v = sum + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
+  return (p.flags & mkv_params::kMatmulGelu) ? ActGeluTanh::apply(v) : v;
+}
+
 inline void matmul_put(constant mkv_params::Matmul& p, const device float* bias, uint n, float sum,
                        device float& out) {
-  float v = sum + ((p.flags & mkv_params::kMatmulBias) ? bias[n] : 0.0f);
-  if (p.flags & mkv_params::kMatmulGelu) v = ActGeluTanh::apply(v);
+  const float v = matmul_value(p, bias, n, sum);
   out = (p.flags & mkv_params::kMatmulAccumulate) ? out + v : v;
 }

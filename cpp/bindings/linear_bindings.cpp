@@ -97,7 +97,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
          uint32_t n_in, uint32_t n_out, const std::string& wtype, const BufferPtr& bias,
          const std::string& kernel, bool accumulate, uint32_t gemv_rows, uint32_t gemv_tokens,
          std::optional<std::tuple<uint32_t, uint32_t>> split, const BufferPtr& y2, const BufferPtr& y3,
-         bool activations_16bit, const std::string& activation) {
+         bool activations_16bit, const std::string& activation, bool split_f16) {
         ops::MatmulArgs a;
         a.x = {x};
         a.w = {w};
@@ -113,6 +113,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
         a.gemv_tokens = gemv_tokens;
         a.activations_16bit = activations_16bit;
         a.activation = parse_activation(activation);
+        a.split_f16 = split_f16;
         if (split) {
           std::tie(a.split_a, a.split_b) = *split;
           if (a.split_a == 0) ops::fail("matmul", "split=(split_a, split_b) needs split_a > 0");
@@ -124,7 +125,7 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "device"_a, "x"_a, "w"_a, "y"_a, nb::kw_only(), "n_tokens"_a, "n_in"_a, "n_out"_a, "wtype"_a,
       "bias"_a.none() = nb::none(), "kernel"_a = "auto", "accumulate"_a = false, "gemv_rows"_a = 0,
       "gemv_tokens"_a = 0, "split"_a = nb::none(), "y2"_a.none() = nb::none(), "y3"_a.none() = nb::none(),
-      "activations_16bit"_a = false, "activation"_a = "none",
+      "activations_16bit"_a = false, "activation"_a = "none", "split_f16"_a = false,
       "y (n_tokens, n_out) = x (n_tokens, n_in) · wᵀ (+ bias), float32 activations;\n"
       "activation 'gelu_tanh' puts that through gelu_tanh (gelu's function) in the same pass;\n"
       "with accumulate, y += that (a residual add in the same pass).\n"
@@ -141,7 +142,8 @@ void bind_linear(nb::module_&, nb::module_& m) {
       "the host executor with rows 8 or 32, 4 on GPUs with rows 1 or 2); every token's outputs are\n"
       "bit-identical whatever it is. split=(split_a, split_b) with y2, y3 (gemm kernels): w stacks three\n"
       "matrices (q, k, v) and y takes columns [0, split_a), y2 [split_a, split_b), y3 the rest, each\n"
-      "(n_tokens, its columns). activations_16bit (f16, bf16 weights): where the gemm runs on matrix units\n"
+      "(n_tokens, its columns); split_f16: y2 and y3 take f16 rows, each value rounded once (not with\n"
+      "accumulate). activations_16bit (f16, bf16 weights): where the gemm runs on matrix units\n"
       "('gemm' on a device that has them, or 'gemm_mma'), x is rounded to the weights' type in the tile.");
 
   m.def(

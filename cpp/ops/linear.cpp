@@ -218,13 +218,17 @@ void check_split_outputs(const MatmulArgs& a, size_t x_bytes) {
   if (!(a.split_a < a.split_b && a.split_b < a.n_out))
     fail(kOp, "split_a and split_b must cut n_out in three: 0 < split_a < split_b < n_out, got " +
                   std::to_string(a.split_a) + ", " + std::to_string(a.split_b) + " of " + std::to_string(a.n_out));
-  const size_t row = size_t(a.n_tokens) * 4;
-  const struct { const char* what; const BufferView& v; size_t bytes; } outs[] = {
-      {"y (n_tokens, split_a) float32", a.y, row * a.split_a},
-      {"y2 (n_tokens, split_b - split_a) float32", a.y2, row * (a.split_b - a.split_a)},
-      {"y3 (n_tokens, n_out - split_b) float32", a.y3, row * (a.n_out - a.split_b)}};
+  if (a.split_f16 && a.accumulate) fail(kOp, "accumulate adds to float outputs; split_f16 writes f16 ones");
+  const size_t row = size_t(a.n_tokens) * 4, row2 = size_t(a.n_tokens) * (a.split_f16 ? 2 : 4);
+  const char* kv = a.split_f16 ? "f16" : "float32";
+  const std::string y2 = std::string("y2 (n_tokens, split_b - split_a) ") + kv,
+                    y3 = std::string("y3 (n_tokens, n_out - split_b) ") + kv;
+  const struct { const char* what; const BufferView& v; size_t bytes, align; } outs[] = {
+      {"y (n_tokens, split_a) float32", a.y, row * a.split_a, 4},
+      {y2.c_str(), a.y2, row2 * (a.split_b - a.split_a), a.split_f16 ? 2u : 4u},
+      {y3.c_str(), a.y3, row2 * (a.n_out - a.split_b), a.split_f16 ? 2u : 4u}};
   for (const auto& o : outs) {
-    check_view(kOp, o.what, o.v, o.bytes, 4);
+    check_view(kOp, o.what, o.v, o.bytes, o.align);
     check_no_overlap(kOp, a.x, x_bytes, o.v, o.bytes);
   }
 }
@@ -250,6 +254,7 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   check_view(kOp, ("w (n_out, n_in) " + std::string(weight_type_name(a.wtype))).c_str(), a.w,
              w_bytes, weight_align(a.wtype));
   const bool split = a.split_a != 0;
+  if (a.split_f16 && !split) fail(kOp, "split_f16 is for split outputs (split_a > 0)");
   if (split) {
     check_split_outputs(a, x_bytes);
   } else {
@@ -275,7 +280,8 @@ void matmul(gpu::Device& device, gpu::ComputeEncoder& enc, const MatmulArgs& a) 
   // 3. Bind and dispatch. Without a bias, x stands in at index 4 (never read).
   const uint32_t flags = (has_bias ? mkv_params::kMatmulBias : 0u) |
                          (a.accumulate ? mkv_params::kMatmulAccumulate : 0u) | (split ? mkv_params::kMatmulSplit : 0u) |
-                         (a.activation == MatmulActivation::gelu_tanh ? mkv_params::kMatmulGelu : 0u);
+                         (a.activation == MatmulActivation::gelu_tanh ? mkv_params::kMatmulGelu : 0u) |
+                         (a.split_f16 ? mkv_params::kMatmulSplitF16 : 0u);
   const mkv_params::Matmul p{a.n_tokens, a.n_in, a.n_out, flags, a.split_a, a.split_b};
   enc.set_pipeline(pipeline);
   bind_params(enc, p, 0);

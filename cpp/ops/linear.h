@@ -64,6 +64,9 @@ struct MatmulArgs {
   uint32_t split_b = 0;
   BufferView y2;
   BufferView y3;
+  // With a split: y2 and y3 take f16 rows, each value rounded once (a K/V pool's
+  // sections: a tower's q/k/v gemm stores its K and V there). Not with accumulate.
+  bool split_f16 = false;
 };
 
 // Rows per SIMD-group of the gemv a device runs best, the one place that

@@ -217,7 +217,7 @@ std::vector<float> Conformer::encode(const float* features, uint32_t n_frames, u
     gpu::ComputeEncoder& enc = session.compute();
     ffn(enc, L.ffn[0]);
     norm(enc, x_, *L.attn_norm, h_);
-    linear_qkv(dev, enc, h_, *L.qkv, nullptr, q_, k_, v_, T);
+    linear_qkv(dev, enc, at(h_), *L.qkv, nullptr, at(q_), at(k_), at(v_), T);
     ops::audio_attention(dev, enc, at(q_), at(k_), at(v_), at(L.pos), at(L.qscale), at(attn_), attention);
     linear(dev, enc, attn_, *L.out, nullptr, h_, T);
     norm(enc, h_, *L.attn_post_norm, h_);

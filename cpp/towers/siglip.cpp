@@ -4,7 +4,6 @@
 #include "metal/kv_params.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/kv_store.h"
 #include "ops/vision.h"
 #include "towers/tower_ops.h"
 
@@ -64,14 +63,12 @@ void Siglip::reserve(uint32_t n_images) {
   x_ = floats(rows * s.hidden);
   h_ = floats(rows * s.hidden);
   q_ = floats(rows * A);
-  k_ = floats(rows * A);
-  v_ = floats(rows * A);
   attn_ = floats(rows * A);
   ffn_ = floats(rows * s.ffn);
   pooled_ = floats(tokens * s.hidden);
   normed_ = floats(tokens * s.hidden);
   out_ = floats(tokens * s.text_hidden);
-  if (!kv_) {  // one image's K and V at a time: f16 (slots, n_heads, head_dim), K then V
+  if (!kv_) {  // one image's K and V at a time, as the q/k/v gemm writes them: f16 (slots, n_heads, head_dim), K then V
     constexpr uint32_t B = mkv_params::kKvBlockTokens;
     const uint32_t blocks = (s.n_patches() + B - 1) / B;
     kv_ = device_->new_buffer(size_t(blocks) * B * A * 2 * sizeof(uint16_t));
@@ -109,19 +106,16 @@ std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
   d.half_operands = s.operands_16bit;
   // 16-bit activations where the weights are 16-bit (f32 weights keep float ones).
   auto x16 = [&](const model::Weight& w) { return s.operands_16bit && w.type != ops::WeightType::f32; };
-  ops::KvStoreDesc st;
-  st.n_new = P;
-  st.n_kv_heads = s.n_heads;
-  st.head_dim = s.head_dim;
-  st.dst_rows = d.slots;
+  const size_t v_section = size_t(d.slots) * A * sizeof(uint16_t);  // the pool's V after its K
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     const Layer& L = layers_[l];
     gpu::ComputeEncoder& enc = session.compute();
     ops::layer_norm(dev, enc, at(x_), L.ln1_w->view, L.ln1_b->view, at(h_), rows, H, s.eps);
-    linear_qkv(dev, enc, h_, *L.qkv, L.qkv_b, q_, k_, v_, rows, x16(*L.qkv));
     for (uint32_t i = 0; i < n_images; ++i) {  // each image attends over its own patches
+      // q/k/v of the image's patches: q float, K and V f16 straight into the pool.
       const size_t off = size_t(i) * P * A * sizeof(float);
-      ops::kv_store(dev, session.compute(), at(k_, off), at(v_, off), at(kv_), st);
+      linear_qkv(dev, session.compute(), at(h_, size_t(i) * P * H * sizeof(float)), *L.qkv, L.qkv_b, at(q_, off),
+                 at(kv_), at(kv_, v_section), P, x16(*L.qkv), true);
       ops::attention_prefill(dev, session.compute(), d, at(q_, off), at(kv_), at(table_), at(attn_, off), {});
     }
     gpu::ComputeEncoder& e2 = session.compute();

@@ -7,7 +7,8 @@
 //     →  · W_projᵀ  (tokens_per_image rows of text_hidden)   (RMSNorm's weight: mm_norm_offset + w)
 //
 // Attention is bidirectional over an image's patches (one block, ops/attention.h),
-// each image alone, its K and V stored as f16 in a scratch pool. A head_dim the
+// each image alone, its K and V written as f16 into a scratch pool by the q/k/v
+// gemm's epilogue (MatmulArgs::split_f16). A head_dim the
 // kernels lack (SigLIP's 72) is padded by the loader with zero rows of q/k/v and
 // zero columns of the output projection (zeros add nothing to q·k or to the output);
 // `scale` stays the checkpoint's head_dim^-0.5.
@@ -81,7 +82,7 @@ class Siglip {
   const model::Weight *patch_w_, *patch_b_, *pos_, *post_w_, *post_b_, *mm_norm_, *mm_proj_;
   gpu::CommandQueuePtr queue_;
   uint32_t capacity_ = 0;  // images the buffers hold
-  gpu::BufferPtr x_, h_, q_, k_, v_, attn_, ffn_, pooled_, normed_, out_, kv_, table_;
+  gpu::BufferPtr x_, h_, q_, attn_, ffn_, pooled_, normed_, out_, kv_, table_;
 };
 
 }  // namespace mkv::towers

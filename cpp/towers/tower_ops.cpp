@@ -41,16 +41,17 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
   ops::matmul(dev, enc, a);
 }
 
-void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-                const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
-                uint32_t n, bool x16) {
+void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const ops::BufferView& x, const model::Weight& w,
+                const model::Weight* bias, const ops::BufferView& q, const ops::BufferView& k,
+                const ops::BufferView& v, uint32_t n, bool x16, bool kv_f16) {
   const uint32_t width = uint32_t(w.rows() / 3);
   ops::MatmulArgs a;
-  a.x = {x, 0};
+  a.x = x;
   a.w = w.view;
-  a.y = {q, 0};
-  a.y2 = {k, 0};
-  a.y3 = {v, 0};
+  a.y = q;
+  a.y2 = k;
+  a.y3 = v;
+  a.split_f16 = kv_f16;
   if (bias) a.bias = bias->view;
   a.n_tokens = n;
   a.n_in = uint32_t(w.cols());

@@ -26,10 +26,11 @@ void linear(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x,
             bool x16 = false, ops::MatmulActivation act = ops::MatmulActivation::none);
 
 // q, k, v (n rows of width each) = x · [W_q; W_k; W_v]ᵀ (+ bias) in one gemm, split
-// by its epilogue: w (3 width, n_in).
-void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const gpu::BufferPtr& x, const model::Weight& w,
-                const model::Weight* bias, const gpu::BufferPtr& q, const gpu::BufferPtr& k, const gpu::BufferPtr& v,
-                uint32_t n, bool x16 = false);
+// by its epilogue: w (3 width, n_in). q float32; k and v float32, or f16 rows with
+// kv_f16 (MatmulArgs::split_f16: a K/V pool's two sections).
+void linear_qkv(gpu::Device& dev, gpu::ComputeEncoder& enc, const ops::BufferView& x, const model::Weight& w,
+                const model::Weight* bias, const ops::BufferView& q, const ops::BufferView& k,
+                const ops::BufferView& v, uint32_t n, bool x16 = false, bool kv_f16 = false);
 
 // Gemma 3n's multimodal embedder (transformers' Gemma3nMultimodalEmbedder), from a
 // tower's rows or its hard tokens to the text model's: RMSNorm (soft or hard
