@@ -44,11 +44,26 @@
 // by the SIMD and the matrix prefill kernels (attention_prefill_mma.h).
 constexpr uint attn_prefill_share(uint D, uint BK, uint NT) { return (BK * D / 4 + NT - 1) / NT; }
 
+// Whether a tile's keys share one entry of the block table: tiles of BK keys
+// that start at multiples of BK (Aligned: the matrix kernels') with BK dividing
+// kKvBlockTokens lie in one block. Their pieces then take the entry looked up
+// once a tile (attn_prefill_tile_entry); other tiles look up each key's.
+template <uint BK, bool Aligned>
+constexpr bool attn_prefill_one_block() { return Aligned && mkv_params::kKvBlockTokens % BK == 0; }
+
+// The table entry of a one-block tile's keys, read through a key the caller
+// may see (the tile overlaps [t_lo, t_hi]); 0 where unused (the ring's pass,
+// tiles that look up each key).
+template <uint BK, bool Aligned>
+inline uint attn_prefill_tile_entry(const device uint* table, bool from_ring, int k0, int t_lo) {
+  return attn_prefill_one_block<BK, Aligned>() && !from_ring ? table[kv_block(uint(max(k0, t_lo)))] : 0u;
+}
+
 // Piece idx (< BK * D / 4) of the tiles: key k0 + idx / (D / 4), columns 4 (idx % (D / 4)) .. + 4.
-template <bool Quant, uint D>
+template <bool Quant, uint D, bool OneBlock = false>
 inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
-                               int k0, int t_lo, int t_hi, uint idx, thread uint2& kh, thread uint2& vh) {
+                               int k0, int t_lo, int t_hi, uint idx, uint entry, thread uint2& kh, thread uint2& vh) {
   const uint slot_stride = p.n_kv_heads * D;
   const uint t = idx / (D / 4);
   const uint c = idx % (D / 4) * 4;
@@ -61,7 +76,7 @@ inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device
     vh = *(const device uint2*)(ring_v + at);
     return;
   }
-  const uint slot = kv_slot(table, uint(k0) + t);
+  const uint slot = OneBlock ? kv_slot_in(entry, uint(k0) + t) : kv_slot(table, uint(k0) + t);
   if (Quant) {
     constexpr uint B = mkv_params::kKvBlockTokens;
     const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
@@ -78,14 +93,17 @@ inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device
 // Where piece idx goes in a tile whose rows are S halves apart (S >= D).
 inline uint attn_prefill_piece_at(uint D, uint S, uint idx) { return idx / (D / 4) * S + idx % (D / 4) * 4; }
 
-template <bool Quant, uint D, uint BK, uint NT>
+template <bool Quant, uint D, uint BK, uint NT, bool Aligned = false>
 inline void attn_prefill_fetch(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
                                int k0, int t_lo, int t_hi, uint tid, thread uint2* kh, thread uint2* vh) {
+  constexpr bool one = attn_prefill_one_block<BK, Aligned>();
+  const uint entry = attn_prefill_tile_entry<BK, Aligned>(table, from_ring, k0, t_lo);
   MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
     const uint idx = tid + n * NT;
     if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;
-    attn_prefill_piece<Quant, D>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, kh[n], vh[n]);
+    attn_prefill_piece<Quant, D, one>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, entry,
+                                      kh[n], vh[n]);
   }
 }
 
@@ -101,14 +119,17 @@ inline void attn_prefill_put(threadgroup half* k_tile, threadgroup half* v_tile,
 }
 
 // Fetch and put piece by piece (few registers).
-template <bool Quant, uint D, uint BK, uint NT, uint S = D>
+template <bool Quant, uint D, uint BK, uint NT, uint S = D, bool Aligned = false>
 inline void attn_prefill_stage(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
                                int k0, int t_lo, int t_hi, threadgroup half* k_tile, threadgroup half* v_tile,
                                uint tid) {
+  constexpr bool one = attn_prefill_one_block<BK, Aligned>();
+  const uint entry = attn_prefill_tile_entry<BK, Aligned>(table, from_ring, k0, t_lo);
   for (uint idx = tid; idx < BK * D / 4; idx += NT) {
     uint2 kh, vh;
-    attn_prefill_piece<Quant, D>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, kh, vh);
+    attn_prefill_piece<Quant, D, one>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi, idx, entry,
+                                      kh, vh);
     *(threadgroup uint2*)(k_tile + attn_prefill_piece_at(D, S, idx)) = kh;
     *(threadgroup uint2*)(v_tile + attn_prefill_piece_at(D, S, idx)) = vh;
   }

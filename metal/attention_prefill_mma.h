@@ -148,19 +148,19 @@ inline void attn_prefill_mma_body(constant mkv_params::AttnPrefill& p,
     uint2 kh[SH], vh[SH];
     const int first = t_lo & ~int(BK - 1);
     if (prefetch)
-      attn_prefill_fetch<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, first, t_lo, t_hi, tid,
-                                           kh, vh);
+      attn_prefill_fetch<Quant, D, BK, NT, true>(p, kv, table, ring_k, ring_v, kv_head, from_ring, first, t_lo,
+                                                 t_hi, tid, kh, vh);
     for (int k0 = first; k0 <= t_hi; k0 += int(BK)) {
       if (prefetch) {
         attn_prefill_put<D, BK, NT, DS>(k_tile, v_tile, tid, kh, vh);
       } else {
-        attn_prefill_stage<Quant, D, BK, NT, DS>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo, t_hi,
-                                                 k_tile, v_tile, tid);
+        attn_prefill_stage<Quant, D, BK, NT, DS, true>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0, t_lo,
+                                                       t_hi, k_tile, v_tile, tid);
       }
       threadgroup_barrier(mem_flags::mem_threadgroup);
       if (prefetch && k0 + int(BK) <= t_hi)
-        attn_prefill_fetch<Quant, D, BK, NT>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0 + int(BK), t_lo,
-                                             t_hi, tid, kh, vh);
+        attn_prefill_fetch<Quant, D, BK, NT, true>(p, kv, table, ring_k, ring_v, kv_head, from_ring, k0 + int(BK),
+                                                   t_lo, t_hi, tid, kh, vh);
       // Skip the tile where no row of the SIMD-group sees a key of it (uniform).
       // Otherwise every block computes: for a block whose rows see none of the
       // tile's keys the step is exact no-op (P 0, O and l unchanged), and the
