@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 38 variants side by side in one device call (README.md beside this file).
-cd "$(dirname "$0")/../../.."  # the repository root
+cd "$(dirname "$0")/../../../.."  # the repository root
 OUT=${OUT:-/tmp/exp}
 bash tools/cuda_run.sh info install > "$OUT/install.txt" 2>&1
 tail -3 "$OUT/install.txt"
