@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# EXPERIMENT driver (untracked), trimmed to a short device budget.
-# Run from the repository root with round2/variants.patch applied and its wheel carried (README.md).
+# Issue 38, round 2 (README.md beside this folder), trimmed to a short device budget.
+# With variants.patch applied and its wheel carried.
+cd "$(dirname "$0")/../../../.."  # the repository root
 OUT=${OUT:-/tmp/exp}
 bash tools/cuda_run.sh install > "$OUT/install.txt" 2>&1; tail -1 "$OUT/install.txt"
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
