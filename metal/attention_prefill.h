@@ -93,12 +93,36 @@ inline void attn_prefill_piece(constant mkv_params::AttnPrefill& p, const device
 // Where piece idx goes in a tile whose rows are S halves apart (S >= D).
 inline uint attn_prefill_piece_at(uint D, uint S, uint idx) { return idx / (D / 4) * S + idx % (D / 4) * 4; }
 
+// A tile whose BK keys all lie in one f16 block and in [t_lo, t_hi]: the keys'
+// rows are consecutive slots, so a thread's pieces sit at offsets fixed for it
+// from one K and one V address, with no per-piece range check or slot lookup.
+// On the H100 this made the D = 80 half kernel 8 % faster (docs/KERNELS.md,
+// issue 38's round two).
+template <uint D, uint BK, uint NT>
+inline void attn_prefill_fetch_whole(constant mkv_params::AttnPrefill& p, const device uchar* kv, uint kv_head,
+                                     uint entry, int k0, uint tid, thread uint2* kh, thread uint2* vh) {
+  const uint slot_stride = p.n_kv_heads * D;
+  const device half* k_base = (const device half*)kv + ulong(kv_slot_in(entry, uint(k0))) * slot_stride + kv_head * D;
+  const device half* v_base = k_base + ulong(p.slots) * slot_stride;
+  MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
+    const uint idx = tid + n * NT;
+    if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;
+    const uint at = idx / (D / 4) * slot_stride + idx % (D / 4) * 4;
+    kh[n] = *(const device uint2*)(k_base + at);
+    vh[n] = *(const device uint2*)(v_base + at);
+  }
+}
+
 template <bool Quant, uint D, uint BK, uint NT, bool Aligned = false>
 inline void attn_prefill_fetch(constant mkv_params::AttnPrefill& p, const device uchar* kv, const device uint* table,
                                const device half* ring_k, const device half* ring_v, uint kv_head, bool from_ring,
                                int k0, int t_lo, int t_hi, uint tid, thread uint2* kh, thread uint2* vh) {
   constexpr bool one = attn_prefill_one_block<BK, Aligned>();
   const uint entry = attn_prefill_tile_entry<BK, Aligned>(table, from_ring, k0, t_lo);
+  if (one && !Quant && !from_ring && k0 >= t_lo && k0 + int(BK) - 1 <= t_hi) {
+    attn_prefill_fetch_whole<D, BK, NT>(p, kv, kv_head, entry, k0, tid, kh, vh);
+    return;
+  }
   MKV_UNROLL for (uint n = 0; n < attn_prefill_share(D, BK, NT); ++n) {
     const uint idx = tid + n * NT;
     if (BK * D / 4 % NT != 0 && idx >= BK * D / 4) break;

@@ -19,9 +19,11 @@ MKV_MAX_THREADS(mkv_params::kGemm16Threads) kernel void gemm_mma16(constant mkv_
                                                              uint simd [[simdgroup_index_in_threadgroup]],
                                                              uint lane [[thread_index_in_simdgroup]]) {
   // uint4 storage: 16-byte aligned rows, as simdgroup_load4 asks.
-  threadgroup uint4 xs[mkv_params::kGemm16Tokens * mkv_params::kGemm16Stride * sizeof(X) / 16];
-  threadgroup uint4 ws[mkv_params::kGemm16Rows * mkv_params::kGemm16Stride * sizeof(X) / 16];
-  gemm_mma16_body<X>(p, w, x, y, bias, y2, y3, (threadgroup X*)xs, (threadgroup X*)ws, tg, tid, simd, lane);
+  threadgroup uint4 xs[mkv_params::kGemm16Tokens * gemm16_stride(mkv_params::kGemmMmaK) * sizeof(X) / 16];
+  threadgroup uint4 ws[mkv_params::kGemm16Rows * gemm16_stride(mkv_params::kGemmMmaK) * sizeof(X) / 16];
+  gemm_mma16_body<X, mkv_params::kGemm16Tokens, mkv_params::kGemm16Rows, mkv_params::kGemmMmaK,
+                  mkv_params::kGemm16Threads, 4, 4, mkv_params::kGemm16Depth>(
+      p, w, x, y, bias, y2, y3, (threadgroup X*)xs, (threadgroup X*)ws, tg, tid, simd, lane);
 }
 
 MKV_KERNEL("gemm_mma_f16_x16", gemm_mma16<half>)
