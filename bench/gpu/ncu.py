@@ -101,7 +101,7 @@ COMPUTE_TARGETS = (
 )
 TARGET_SETS = {"bandwidth": TARGETS, "compute": COMPUTE_TARGETS, "all": TARGETS + COMPUTE_TARGETS}
 KERNEL_REGEX = (r"regex:^(attn_decode_split_f16_d128|attn_decode_reduce_d128|gemv_(f16|q4_0|q8_0)_r[124]"
-                r"|gemm(_mma)?_(f16|q4_k)(_x16)?|attn_prefill(_mma)?_f16_d(80|128)(_half)?)$")
+                r"|gemm(_mma)?_(f16|q4_k)(_x16)?(_e[0-9]+)?|attn_prefill(_mma)?_f16_d(80|128)(_half)?(_e[0-9]+)?)$")
 BLOCK_BYTES = {"f16": (1, 2), "q4_0": (32, 18), "q8_0": (32, 34), "q4_k": (256, 144)}  # (weights, bytes) per block
 
 
