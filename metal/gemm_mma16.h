@@ -14,9 +14,9 @@
 // and 2 activation float4s a step, few enough registers to hold kGemm16Depth
 // (4) steps in flight: a fetch is issued four steps before its data is staged.
 // Products go in 2 x 2 groups (simdgroup_tile.h: one m16n8k16 on the CUDA
-// device). Gemm16Shape names the geometry; other shapes (larger SIMD-group
-// tiles, 64 inputs a step) were slower or no faster on the H100 (docs/KERNELS.md,
-// issue 38's rounds).
+// device). The body takes the geometry as template arguments; other shapes
+// (larger SIMD-group tiles, 64 inputs a step) were slower or no faster on the
+// H100 (docs/KERNELS.md, issue 38's seventh round).
 //
 // The tiles' rows are K + 8 halves apart (32 inputs and 8 of padding):
 // a fragment's 8 rows then start in 8 different groups of 4 banks, so its loads
