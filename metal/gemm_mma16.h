@@ -100,7 +100,7 @@ inline void gemm_mma16_body(constant mkv_params::Matmul& p,
   constexpr uint WI = R * K / 4 / NT, XI = T * K / 4 / NT;  // a thread's weight pieces and activation float4s a step
   constexpr uint WT = T / (8 * MI);                         // SIMD-groups along the tokens
   static_assert(WT * (R / (8 * NJ)) == NT / 32, "the SIMD-groups cover the tile");
-  static_assert(R * K / 4 % NT == 0 && T * K / 4 % NT == 0, "every thread stages whole pieces");
+  static_assert(R * K / 4 % NT == 0 && T * K / 4 % NT == 0, "every lane stages whole pieces");
   static_assert(MI % 2 == 0 && NJ % 2 == 0 && K % 16 == 0, "fragments go in 2 x 2 groups");
   const uint n0 = tg.x * R, t0 = tg.y * T;
   const ulong row_bytes = ulong(p.n_in) * 2;
