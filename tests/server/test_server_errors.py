@@ -182,13 +182,17 @@ def test_a_client_that_gives_up_on_a_whole_reply_cancels_its_call(smol):
 def test_a_full_server_answers_429_and_recovers(smol_engine, no_gc):
     s = LiveServer(smol_engine, model_name="smol", max_calls=1)
     try:
-        # Greedy: 300 tokens without an end of text (sampled, a reply could end before the
-        # second request arrives and free its slot; after tests/stress it did).
-        body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "stream": True}
-        with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=60) as r:
+        # Greedy: 480 tokens without an end of text (sampled, a reply could end before the
+        # second request arrives and free its slot; after tests/stress it did). The second
+        # request's client is made first, so it goes out as soon as the first reply starts
+        # (CI once saw the first reply's slot free before it; the check below says so if again).
+        client = s.client()
+        body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 480, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=120) as r:
             next(r.iter_lines())
+            assert s.server.bridge.calls_in_flight == 1, "the first reply ended before the second request went out"
             with pytest.raises(openai.RateLimitError) as e:
-                s.client().completions.create(model="smol", prompt="x", max_tokens=2)
+                client.completions.create(model="smol", prompt="x", max_tokens=2)
             assert e.value.response.headers["retry-after"] == "1"
         s.settled()
         assert s.client().completions.create(model="smol", prompt="x", max_tokens=2).choices[0].finish_reason
