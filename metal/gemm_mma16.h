@@ -18,9 +18,8 @@
 // (larger SIMD-group tiles, 64 inputs a step) were slower or no faster on the
 // H100 (docs/KERNELS.md, issue 38's seventh round).
 //
-// The tiles' rows are K + 8 halves apart (32 inputs and 8 of padding):
-// a fragment's 8 rows then start in 8 different groups of 4 banks, so its loads
-// do not conflict. The epilogue (matmul_out.h: bias, gelu, the fused residual
+// The tiles' rows are padded (gemm16_stride) so fragment loads do not
+// conflict. The epilogue (matmul_out.h: bias, gelu, the fused residual
 // add; the q/k/v split) writes each lane's fragment elements where fragment.h
 // says they sit; no GLU.
 //
@@ -37,8 +36,8 @@
 #include "fragment.h"
 #include "simdgroup_tile.h"
 
-// Tile rows are K + 8 halves apart: a fragment's 8 rows then start in 8
-// different groups of 4 banks.
+// Tile rows are K + 8 halves apart (32 inputs and 8 of padding): a fragment's
+// 8 rows then start in 8 different groups of 4 banks.
 constexpr uint gemm16_stride(uint K) { return K + 8; }
 
 // One step's share of a thread, from device memory into registers: WI weight
