@@ -1,6 +1,6 @@
 // The bodies of the vision towers' kernels (vision.metal instantiates them):
-// LayerNorm with a bias (SigLIP's), the non-gated tanh GELU, and average
-// pooling of a patch grid. Activations are float.
+// LayerNorm with a bias (SigLIP's), the non-gated tanh GELU, an image's
+// patches as gemm rows, and average pooling of a patch grid. Activations are float.
 // (Templates over T = float only because MKV_KERNEL instantiates templates.)
 #pragma once
 
@@ -43,6 +43,28 @@ MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void gelu(constant mkv_param
                                                               uint tid [[thread_index_in_threadgroup]],
                                                               uint nt [[threads_per_threadgroup]]) {
   MKV_FOR_EACH_ELEMENT(i) y[i] = ActGeluTanh::apply(y[i]);
+}
+
+// A copy: each output element reads its pixel (or is a padding zero).
+template <typename T>
+MKV_MAX_THREADS(mkv_params::kElementThreads) kernel void image_patches(
+    constant mkv_params::ImagePatches& p [[buffer(0)]],
+    const device T* x [[buffer(1)]],  // (n_images, channels, grid patch, grid patch)
+    device T* out [[buffer(2)]],      // (n_images, grid², patch_dim)
+    uint tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+    uint nt [[threads_per_threadgroup]]) {
+  const uint i = tg * nt + tid;
+  const uint cells = p.grid * p.grid;
+  if (i >= p.n_images * cells * p.patch_dim) return;
+  const uint col = i % p.patch_dim, row = i / p.patch_dim;
+  const uint image = row / cells, cell = row % cells, area = p.patch * p.patch;
+  if (col >= p.channels * area) {
+    out[i] = T(0);
+    return;
+  }
+  const uint c = col / area, py = col % area / p.patch, px = col % p.patch, side = p.grid * p.patch;
+  const uint y = cell / p.grid * p.patch + py, xx = cell % p.grid * p.patch + px;
+  out[i] = x[(ulong(image * p.channels + c) * side + y) * side + xx];
 }
 
 // Summed in row-major order over the window, then divided by k², as torch's AvgPool2d.

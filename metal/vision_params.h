@@ -14,6 +14,18 @@ struct LayerNorm {
   float eps;
 };
 
+// image_patches_f32 (SigLIP's stride-patch convolution as a gemm's rows):
+// images (n_images, channels, grid patch, grid patch) to (n_images, grid²,
+// patch_dim): row gy grid + gx holds its patch's (channel, y, x) values, then
+// zeros up to patch_dim. One thread per output element.
+struct ImagePatches {
+  uint32_t n_images;
+  uint32_t channels;
+  uint32_t grid;
+  uint32_t patch;
+  uint32_t patch_dim;
+};
+
 // avg_pool_f32: images of (side, side, channels) floats, channels last, to
 // (side / k, side / k, channels): each output the mean of its k x k inputs.
 // One thread per output element.

@@ -18,7 +18,6 @@ using namespace nb::literals;
 namespace mkv::bindings {
 namespace {
 
-using Patches = nb::ndarray<nb::ro, float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 using Frames = nb::ndarray<nb::ro, float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using Pixels = nb::ndarray<nb::ro, float, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
 
@@ -40,6 +39,8 @@ towers::SiglipSpec siglip_spec(const nb::dict& d) {
     else if (k == "n_heads") s.n_heads = u32();
     else if (k == "head_dim") s.head_dim = u32();
     else if (k == "ffn") s.ffn = u32();
+    else if (k == "channels") s.channels = u32();
+    else if (k == "patch") s.patch = u32();
     else if (k == "patch_dim") s.patch_dim = u32();
     else if (k == "grid") s.grid = u32();
     else if (k == "pool") s.pool = u32();
@@ -163,31 +164,33 @@ void bind_towers(nb::module_& m, nb::module_& /*ops*/) {
             weights.weights.reset();
           },
           "device"_a, "spec"_a, "weights"_a,
-          "spec: n_layers, hidden, n_heads, head_dim (stored), ffn, patch_dim, grid, pool, text_hidden,\n"
+          "spec: n_layers, hidden, n_heads, head_dim (stored), ffn, channels, patch, patch_dim, grid, pool, text_hidden,\n"
           "eps, mm_eps, mm_norm_offset (1: Gemma's 1 + w, 0: w as stored), scale. Takes the weights (the Weights object is empty afterwards).")
       .def_prop_ro("tokens_per_image", [](const PySiglip& s) { return s.tower->spec().tokens_per_image(); })
       .def_prop_ro("n_patches", [](const PySiglip& s) { return s.tower->spec().n_patches(); })
       .def_prop_ro("weights_nbytes", [](const PySiglip& s) { return s.tower->weights_nbytes(); })
       .def(
           "encode",
-          [](PySiglip& s, const Patches& patches) {
+          [](PySiglip& s, const Pixels& pixels) {
             const towers::SiglipSpec& sp = s.tower->spec();
-            if (patches.shape(1) != sp.n_patches() || patches.shape(2) != sp.patch_dim)
-              throw nb::value_error(("[siglip] patches must be (n_images, " + std::to_string(sp.n_patches()) + ", " +
-                                     std::to_string(sp.patch_dim) + ") float32")
+            const std::string side = std::to_string(sp.image_size());
+            if (pixels.shape(1) != sp.channels || pixels.shape(2) != sp.image_size() ||
+                pixels.shape(3) != sp.image_size())
+              throw nb::value_error(("[siglip] pixels must be (n_images, " + std::to_string(sp.channels) + ", " +
+                                     side + ", " + side + ") float32")
                                         .c_str());
-            const uint32_t n = uint32_t(patches.shape(0));
+            const uint32_t n = uint32_t(pixels.shape(0));
             std::vector<float>* out;
             {
               nb::gil_scoped_release release;
-              out = new std::vector<float>(s.tower->encode(patches.data(), n));
+              out = new std::vector<float>(s.tower->encode(pixels.data(), n));
             }
             nb::capsule keep(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
             const size_t shape[3] = {n, sp.tokens_per_image(), sp.text_hidden};
             return nb::ndarray<nb::numpy, float>(out->data(), 3, shape, keep);
           },
-          "patches"_a,
-          "patches (n_images, n_patches, patch_dim) float32, each patch's (channel, y, x) values ->\n"
+          "pixels"_a,
+          "pixels (n_images, channels, image_size, image_size) float32, as the processor prepares them ->\n"
           "(n_images, tokens_per_image, text_hidden) float32, the images' soft tokens.");
 
   nb::class_<PyConformer>(m, "Conformer", "Gemma 3n's audio tower and its embedder, on a device.")

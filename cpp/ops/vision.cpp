@@ -39,6 +39,31 @@ void gelu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, ui
   dispatch_elements(enc, n);
 }
 
+void image_patches(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,
+                   const mkv_params::ImagePatches& p) {
+  const char* op = "image_patches";
+  for (auto [name, v] : {std::pair{"n_images", p.n_images}, {"channels", p.channels}, {"grid", p.grid},
+                         {"patch", p.patch}, {"patch_dim", p.patch_dim}})
+    check_positive(op, name, v);
+  const uint64_t area = uint64_t(p.patch) * p.patch, side = uint64_t(p.grid) * p.patch;
+  if (p.patch_dim < p.channels * area)
+    fail(op, "patch_dim " + std::to_string(p.patch_dim) + " is less than channels x patch² (" +
+                 std::to_string(p.channels * area) + ")");
+  const uint64_t n_in = uint64_t(p.n_images) * p.channels * side * side;
+  const uint64_t n_out = uint64_t(p.n_images) * p.grid * p.grid * p.patch_dim;
+  below_2_32(op, "x", n_in);
+  below_2_32(op, "out", n_out);
+  check_view(op, "x (n_images, channels, grid patch, grid patch) float32", x, n_in * 4, 4);
+  check_view(op, "out (n_images, grid², patch_dim) float32", out, n_out * 4, 4);
+  if (overlaps(x, n_in * 4, out, n_out * 4)) fail(op, "out must not overlap x");
+  enc.set_pipeline(device.pipeline("image_patches_f32"));
+  bind_params(enc, p, 0);
+  bind(enc, x, 1);
+  bind(enc, out, 2);
+  const uint32_t threads = mkv_params::kElementThreads;
+  enc.dispatch_threadgroups({uint32_t((n_out + threads - 1) / threads), 1, 1}, {threads, 1, 1});
+}
+
 void avg_pool(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,
               uint32_t n_images, uint32_t side, uint32_t k, uint32_t channels) {
   const char* op = "avg_pool";
@@ -102,7 +127,7 @@ void layer_scale(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView
 }
 
 std::vector<std::string> vision_kernel_names() {
-  return {"layer_norm_f32", "gelu_f32", "avg_pool_f32", "depthwise_conv2d_f32", "layer_scale_f32"};
+  return {"layer_norm_f32", "gelu_f32", "image_patches_f32", "avg_pool_f32", "depthwise_conv2d_f32", "layer_scale_f32"};
 }
 
 }  // namespace mkv::ops

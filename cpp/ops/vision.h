@@ -1,7 +1,7 @@
 // The vision towers' small kernels (metal/vision.metal): LayerNorm with a bias,
-// the non-gated tanh GELU, average pooling of a patch grid, and MobileNet-V5's
-// depthwise 2-D convolution and layer scale. Activations are
-// float32; every function validates, then encodes one dispatch, and raises
+// the non-gated tanh GELU, an image's patches as gemm rows, average pooling of
+// a patch grid, and MobileNet-V5's depthwise 2-D convolution and layer scale.
+// Activations are float32; every function validates, then encodes one dispatch, and raises
 // GpuError "[op] ..." on bad input.
 #pragma once
 
@@ -22,6 +22,13 @@ void layer_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView&
 
 // y[i] = gelu_pytorch_tanh(y[i]) for i < n, in place (the MLP of SigLIP).
 void gelu(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, uint64_t n);
+
+// out = the patches of n_images images (channels, grid patch, grid patch)
+// as gemm rows (metal/vision_params.h ImagePatches): (n_images, grid²,
+// patch_dim) float32, each row its patch's (channel, y, x) values, then zeros.
+// out must not overlap x.
+void image_patches(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,
+                   const mkv_params::ImagePatches& p);
 
 // out = average pooling of n_images grids (side, side, channels), channels
 // last, over k x k windows with stride k: (n_images, side / k, side / k,

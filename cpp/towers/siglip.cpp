@@ -27,8 +27,12 @@ Siglip::Siglip(gpu::DevicePtr device, SiglipSpec spec, model::Weights weights)
     : device_(std::move(device)), spec_(spec), weights_(std::move(weights)) {
   if (!device_) fail("device is null");
   const SiglipSpec& s = spec_;
-  if (!s.n_layers || !s.hidden || !s.n_heads || !s.ffn || !s.patch_dim || !s.grid || !s.pool || !s.text_hidden)
+  if (!s.n_layers || !s.hidden || !s.n_heads || !s.ffn || !s.channels || !s.patch || !s.patch_dim || !s.grid ||
+      !s.pool || !s.text_hidden)
     fail("every size of the spec must be positive");
+  if (s.patch_dim < s.channels * s.patch * s.patch)
+    fail("patch_dim " + str(s.patch_dim) + " is less than channels x patch² (" + str(s.channels * s.patch * s.patch) +
+         ")");
   if (s.grid % s.pool != 0) fail("the pooling window " + str(s.pool) + " does not divide the grid " + str(s.grid));
   if (!ops::attention_head_dim_supported(s.head_dim))
     fail("head_dim " + str(s.head_dim) + " is not one the attention kernels take (" +
@@ -60,6 +64,8 @@ void Siglip::reserve(uint32_t n_images) {
   const size_t rows = size_t(n_images) * s.n_patches(), A = size_t(s.n_heads) * s.head_dim;
   const size_t tokens = size_t(n_images) * s.tokens_per_image();
   auto floats = [&](size_t n) { return device_->new_buffer(n * sizeof(float)); };
+  pixels_ = floats(size_t(n_images) * s.channels * s.image_size() * s.image_size());
+  patches_ = floats(rows * s.patch_dim);
   x_ = floats(rows * s.hidden);
   h_ = floats(rows * s.hidden);
   q_ = floats(rows * A);
@@ -80,18 +86,18 @@ void Siglip::reserve(uint32_t n_images) {
   capacity_ = n_images;
 }
 
-std::vector<float> Siglip::encode(const float* patches, uint32_t n_images) {
+std::vector<float> Siglip::encode(const float* pixels, uint32_t n_images) {
   if (n_images == 0) fail("encode needs at least one image");
   reserve(n_images);
   const SiglipSpec& s = spec_;
   gpu::Device& dev = *device_;
   const uint32_t P = s.n_patches(), rows = n_images * P, H = s.hidden, A = s.n_heads * s.head_dim;
-  gpu::BufferPtr in = device_->new_buffer(size_t(rows) * s.patch_dim * sizeof(float));
-  in->write(0, patches, size_t(rows) * s.patch_dim * sizeof(float));
+  pixels_->write(0, pixels, size_t(n_images) * s.channels * s.image_size() * s.image_size() * sizeof(float));
   kv::EncoderSession session(*queue_);
   {
     gpu::ComputeEncoder& enc = session.compute();
-    linear(dev, enc, in, *patch_w_, patch_b_, x_, rows, false);
+    ops::image_patches(dev, enc, at(pixels_), at(patches_), {n_images, s.channels, s.grid, s.patch, s.patch_dim});
+    linear(dev, enc, patches_, *patch_w_, patch_b_, x_, rows, false);
     for (uint32_t i = 0; i < n_images; ++i)
       ops::add(dev, enc, at(x_, size_t(i) * P * H * sizeof(float)), pos_->view, P * H);
   }

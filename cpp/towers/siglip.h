@@ -1,5 +1,5 @@
 // Siglip: Gemma 3's vision tower (SigLIP's encoder) and its multimodal
-// projector, from an image's patches to the text model's soft tokens.
+// projector, from an image's pixels to the text model's soft tokens.
 //
 //   x = patches · W_patchᵀ + b + position          (the stride-p convolution as a gemm)
 //   per layer: x += attn(LayerNorm(x));  x += fc2(gelu_tanh(fc1(LayerNorm(x))))
@@ -29,7 +29,9 @@ struct SiglipSpec {
   uint32_t n_heads = 0;
   uint32_t head_dim = 0;     // as stored (padded to one the attention kernels take)
   uint32_t ffn = 0;          // the MLP's width
-  uint32_t patch_dim = 0;    // 3 * patch * patch, the patch's (channel, y, x) values
+  uint32_t channels = 3;     // the image's
+  uint32_t patch = 0;        // pixels along a patch's side
+  uint32_t patch_dim = 0;    // channels * patch² (the patch's (channel, y, x) values) or more: zeros after them
   uint32_t grid = 0;         // patches along a side: n_patches = grid²
   uint32_t pool = 1;         // the projector's pooling window (grid / pool)² tokens
   uint32_t text_hidden = 0;  // the text model's width
@@ -43,6 +45,7 @@ struct SiglipSpec {
   // float. Elsewhere, or with f32 weights, no change.
   bool operands_16bit = false;
   uint32_t n_patches() const { return grid * grid; }
+  uint32_t image_size() const { return grid * patch; }
   uint32_t tokens_per_image() const { return (grid / pool) * (grid / pool); }
 };
 
@@ -63,10 +66,11 @@ class Siglip {
   const SiglipSpec& spec() const { return spec_; }
   size_t weights_nbytes() const { return weights_.nbytes(); }
 
-  // patches (n_images, n_patches, patch_dim) float32 → (n_images,
-  // tokens_per_image, text_hidden) float32, in one command queue's work,
-  // waited for. Buffers grow to the largest call and are kept.
-  std::vector<float> encode(const float* patches, uint32_t n_images);
+  // pixels (n_images, channels, image_size, image_size) float32, as the
+  // processor prepares them → (n_images, tokens_per_image, text_hidden)
+  // float32, in one command queue's work, waited for. The patches are cut on
+  // the device (ops::image_patches). Buffers grow to the largest call and are kept.
+  std::vector<float> encode(const float* pixels, uint32_t n_images);
 
  private:
   struct Layer {
@@ -82,7 +86,7 @@ class Siglip {
   const model::Weight *patch_w_, *patch_b_, *pos_, *post_w_, *post_b_, *mm_norm_, *mm_proj_;
   gpu::CommandQueuePtr queue_;
   uint32_t capacity_ = 0;  // images the buffers hold
-  gpu::BufferPtr x_, h_, q_, attn_, ffn_, pooled_, normed_, out_, kv_, table_;
+  gpu::BufferPtr pixels_, patches_, x_, h_, q_, attn_, ffn_, pooled_, normed_, out_, kv_, table_;
 };
 
 }  // namespace mkv::towers

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from metalkv import _core  # noqa: E402
 from metalkv.models.errors import ModelLoadError  # noqa: E402
-from metalkv.models.vision import Gemma3Vision, patches_of, siglip_spec  # noqa: E402
+from metalkv.models.vision import Gemma3Vision, siglip_spec  # noqa: E402
 
 from . import tiny_vlm  # noqa: E402
 from devices import TEST_DEVICE  # tests/ is on sys.path  # noqa: E402
@@ -61,8 +61,18 @@ def test_padded_head_dim_is_a_kernel_one(checkpoint):
     assert spec["scale"] == pytest.approx(true ** -0.5)
 
 
+def patches_of(pixel_values: np.ndarray, patch: int, width: int) -> np.ndarray:
+    """(n, C, S, S) -> (n, (S / patch)², width): each patch's (channel, y, x) values, then
+    zeros, in the row-major order of the patch grid (the layout image_patches_f32 writes,
+    tests/ops/test_vision.py)."""
+    n, c, s, _ = pixel_values.shape
+    g = s // patch
+    p = pixel_values.reshape(n, c, g, patch, g, patch).transpose(0, 2, 4, 1, 3, 5).reshape(n, g * g, -1)
+    return np.pad(p, ((0, 0), (0, 0), (0, width - p.shape[-1])))
+
+
 def test_patches_follow_the_convolution(checkpoint):
-    """patches_of · W_patchᵀ is transformers' stride-p Conv2d."""
+    """The patch layout · W_patchᵀ is transformers' stride-p Conv2d."""
     import torch
     model, _, cfg = checkpoint
     pv = pixels(2, cfg["vision_config"]["image_size"])
@@ -72,7 +82,7 @@ def test_patches_follow_the_convolution(checkpoint):
         want = conv(torch.from_numpy(pv)).flatten(2).transpose(1, 2).numpy()
     w = conv.weight.detach().numpy().reshape(conv.weight.shape[0], -1)
     w = np.pad(w, ((0, 0), (0, siglip_spec(cfg)["patch_dim"] - w.shape[1])))  # (the loader's zero columns)
-    got = patches_of(pv, cfg["vision_config"]["patch_size"]) @ w.T + conv.bias.detach().numpy()
+    got = patches_of(pv, cfg["vision_config"]["patch_size"], w.shape[1]) @ w.T + conv.bias.detach().numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 

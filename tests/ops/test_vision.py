@@ -1,6 +1,7 @@
 """The vision towers' kernels (metal/vision.metal) against float64 numpy written
 from torch's definitions: LayerNorm with a bias (mean, biased variance), the
-tanh GELU, AvgPool2d over a channels-last patch grid, MobileNet-V5's depthwise
+tanh GELU, an image's patches as gemm rows (SigLIP's stride-patch convolution),
+AvgPool2d over a channels-last patch grid, MobileNet-V5's depthwise
 convolution with TensorFlow's "same" padding and its layer scale. Rows run with one
 SIMD-group (the host's shape) and eight (a GPU's)."""
 from __future__ import annotations
@@ -35,6 +36,24 @@ def test_gelu(dev):
     x = np.linspace(-12, 12, 5003, dtype=np.float32)
     out = run(dev, "gelu_f32", [params(x.size, 0.0), x.copy()], -(-x.size // 2048), 256)
     np.testing.assert_allclose(out[1], gelu_pytorch_tanh(x.astype(np.float64)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_images,channels,grid,patch,patch_dim", [(1, 3, 2, 2, 12), (2, 3, 3, 5, 76), (1, 1, 4, 3, 9)])
+def test_image_patches(dev, n_images, channels, grid, patch, patch_dim):
+    """Row gy grid + gx: the patch at (gy, gx), its (channel, y, x) values, then zeros to patch_dim."""
+    rng = np.random.default_rng(grid * patch)
+    side = grid * patch
+    x = rng.normal(size=(n_images, channels, side, side)).astype(np.float32)
+    want = np.zeros((n_images, grid * grid, patch_dim), np.float32)
+    for n in range(n_images):
+        for gy in range(grid):
+            for gx in range(grid):
+                window = x[n, :, gy * patch:(gy + 1) * patch, gx * patch:(gx + 1) * patch]  # (channel, y, x)
+                want[n, gy * grid + gx, :window.size] = window.reshape(-1)
+    out = np.full(want.shape, np.nan, np.float32)  # the padding zeros are written, not left
+    got = run(dev, "image_patches_f32", [params(n_images, channels, grid, patch, patch_dim), x, out],
+              -(-out.size // 256), 256)
+    np.testing.assert_array_equal(got[2], want)
 
 
 @pytest.mark.parametrize("n_images,side,k,channels", [(1, 8, 2, 3), (2, 12, 4, 5), (1, 64, 4, 16)])

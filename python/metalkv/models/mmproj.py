@@ -50,7 +50,7 @@ def mmproj_spec(meta: dict[str, Any], path: str) -> tuple[dict, int, int]:
         head_dim = hidden // heads
         spec = dict(n_layers=int(get("block_count")), hidden=hidden, n_heads=heads,
                     head_dim=_kernel_head_dim(head_dim), ffn=int(get("feed_forward_length")),
-                    patch_dim=_padded_patch(3 * patch * patch), grid=grid, pool=pool,
+                    channels=3, patch=patch, patch_dim=_padded_patch(3 * patch * patch), grid=grid, pool=pool,
                     text_hidden=int(get("projection_dim")), eps=float(get("attention.layer_norm_epsilon")),
                     mm_eps=1e-6, mm_norm_offset=0.0, scale=head_dim ** -0.5)
     except (KeyError, TypeError, ValueError) as e:

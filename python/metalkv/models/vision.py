@@ -88,6 +88,7 @@ def siglip_spec(config: Mapping[str, Any]) -> dict:
         head_dim = hidden // heads
         return dict(n_layers=int(v["num_hidden_layers"]), hidden=hidden, n_heads=heads,
                     head_dim=_kernel_head_dim(head_dim), ffn=int(v["intermediate_size"]),
+                    channels=int(v.get("num_channels", 3)), patch=patch,
                     patch_dim=_padded_patch(int(v.get("num_channels", 3)) * patch * patch), grid=grid,
                     pool=grid // side,
                     text_hidden=int(text["hidden_size"]), eps=float(v.get("layer_norm_eps", 1e-6)),
@@ -146,16 +147,6 @@ def siglip_tensors(files, spec: dict, true_head_dim: int) -> dict[str, tuple[str
     return out
 
 
-def patches_of(pixel_values: np.ndarray, patch: int) -> np.ndarray:
-    """(n, C, S, S) -> (n, (S / patch)², C patch² rounded up to 4): each patch's (channel, y,
-    x) values, then zeros, in the row-major order of the patch grid (the stride-`patch`
-    convolution's inputs)."""
-    n, c, s, _ = pixel_values.shape
-    g, width = s // patch, c * patch * patch
-    p = pixel_values.reshape(n, c, g, patch, g, patch).transpose(0, 2, 4, 1, 3, 5).reshape(n, g * g, width)
-    return np.ascontiguousarray(np.pad(p, ((0, 0), (0, 0), (0, _padded_patch(width) - width))), dtype=np.float32)
-
-
 class Gemma3Vision(ImageTower):
     """Gemma 3's SigLIP tower and projector on a device."""
 
@@ -193,4 +184,4 @@ class Gemma3Vision(ImageTower):
         if pv.ndim != 4 or pv.shape[2:] != (self.image_size, self.image_size):
             raise ValueError(f"[vision] pixel_values must be (n, 3, {self.image_size}, {self.image_size}), "
                              f"got {pv.shape}")
-        return self._core.encode(patches_of(pv, self.patch))
+        return self._core.encode(np.ascontiguousarray(pv))
