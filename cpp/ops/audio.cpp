@@ -20,16 +20,8 @@ void im2col(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, 
   if (uint64_t(p.c_in) * p.kt * p.kf > p.cols)
     fail(op, "cols " + str(p.cols) + " is narrower than c_in * kt * kf = " + str(uint64_t(p.c_in) * p.kt * p.kf));
   const uint64_t n_in = uint64_t(p.t_in) * p.f_in * p.c_in, n_out = uint64_t(p.t_out) * p.f_out * p.cols;
-  below_2_32(op, "x", n_in);
-  below_2_32(op, "out", n_out);
-  check_view(op, "x (t_in, f_in, c_in) float32", x, n_in * 4, 4);
-  check_view(op, "out (t_out * f_out, cols) float32", out, n_out * 4, 4);
-  if (overlaps(x, n_in * 4, out, n_out * 4)) fail(op, "out must not overlap x");
-  enc.set_pipeline(device.pipeline("im2col_f32"));
-  bind_params(enc, p, 0);
-  bind(enc, x, 1);
-  bind(enc, out, 2);
-  dispatch_threads(enc, n_out);
+  gather_floats(device, enc, op, "im2col_f32", p, x, "x (t_in, f_in, c_in) float32", n_in, out,
+                "out (t_out * f_out, cols) float32", n_out);
 }
 
 void cumulative_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& w,

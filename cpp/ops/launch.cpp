@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "metal/linear_params.h"
+#include "ops/linear.h"  // check_view
 #include "ops/ops.h"
 
 namespace mkv::ops {
@@ -36,6 +37,15 @@ void dispatch_threads(gpu::ComputeEncoder& enc, uint64_t n) {
 
 void below_2_32(const char* op, const char* what, uint64_t n) {
   if (n >= (uint64_t(1) << 32)) fail(op, std::string(what) + " must be below 2^32 floats");
+}
+
+void check_gather(const char* op, const BufferView& x, const char* x_what, uint64_t n_in, const BufferView& out,
+                  const char* out_what, uint64_t n_out) {
+  below_2_32(op, "x", n_in);
+  below_2_32(op, "out", n_out);
+  check_view(op, x_what, x, n_in * 4, 4);
+  check_view(op, out_what, out, n_out * 4, 4);
+  if (overlaps(x, n_in * 4, out, n_out * 4)) fail(op, "out must not overlap x");
 }
 
 }  // namespace mkv::ops

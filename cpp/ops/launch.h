@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gpu/device.h"
+#include "ops/ops.h"
 
 namespace mkv::ops {
 
@@ -40,5 +41,25 @@ void dispatch_threads(gpu::ComputeEncoder& enc, uint64_t n);
 
 // Raises "[op] <what> must be below 2^32 floats" unless n < 2^32 (kernels index with uint).
 void below_2_32(const char* op, const char* what, uint64_t n);
+
+// A float32 gather's checks (each of out's n_out floats read from x's n_in):
+// both below 2^32 floats, the views big enough (`x_what`, `out_what` name
+// them), out apart from x.
+void check_gather(const char* op, const BufferView& x, const char* x_what, uint64_t n_in, const BufferView& out,
+                  const char* out_what, uint64_t n_out);
+
+// A float32 gather (im2col, image_patches) checked and dispatched: `kernel`
+// with params at 0, x at 1, out at 2, one thread an output.
+template <class P>
+void gather_floats(gpu::Device& device, gpu::ComputeEncoder& enc, const char* op, const char* kernel,
+                   const P& params, const BufferView& x, const char* x_what, uint64_t n_in, const BufferView& out,
+                   const char* out_what, uint64_t n_out) {
+  check_gather(op, x, x_what, n_in, out, out_what, n_out);
+  enc.set_pipeline(device.pipeline(kernel));
+  bind_params(enc, params, 0);
+  bind(enc, x, 1);
+  bind(enc, out, 2);
+  dispatch_threads(enc, n_out);
+}
 
 }  // namespace mkv::ops

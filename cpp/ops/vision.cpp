@@ -51,17 +51,9 @@ void image_patches(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferVi
                  std::to_string(p.channels * area) + ")");
   const uint64_t n_in = uint64_t(p.n_images) * p.channels * side * side;
   const uint64_t n_out = uint64_t(p.n_images) * p.grid * p.grid * p.patch_dim;
-  below_2_32(op, "x", n_in);
-  below_2_32(op, "out", n_out);
-  check_view(op, "x (n_images, channels, grid patch, grid patch) float32", x, n_in * 4, 4);
-  check_view(op, "out (n_images, grid², patch_dim) float32", out, n_out * 4, 4);
-  if (overlaps(x, n_in * 4, out, n_out * 4)) fail(op, "out must not overlap x");
-  enc.set_pipeline(device.pipeline("image_patches_f32"));
-  bind_params(enc, p, 0);
-  bind(enc, x, 1);
-  bind(enc, out, 2);
-  const uint32_t threads = mkv_params::kElementThreads;
-  enc.dispatch_threadgroups({uint32_t((n_out + threads - 1) / threads), 1, 1}, {threads, 1, 1});
+  gather_floats(device, enc, op, "image_patches_f32", p, x,
+                "x (n_images, channels, grid patch, grid patch) float32", n_in, out,
+                "out (n_images, grid², patch_dim) float32", n_out);
 }
 
 void avg_pool(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x, const BufferView& out,

@@ -106,6 +106,9 @@ def test_pixels_of_another_size_are_refused(host, checkpoint):
     size = cfg["vision_config"]["image_size"]
     with pytest.raises(ValueError, match=f"pixel_values must be \\(n, 3, {size}, {size}\\)"):
         tower.encode(pixels(1, size + 4))
+    # The core checks the pixels it is handed as well (it cuts the patches itself).
+    with pytest.raises(ValueError, match=f"pixels must be \\(n_images, 3, {size}, {size}\\) float32"):
+        tower._core.encode(pixels(1, size)[:, :2].copy())
 
 
 def test_16bit_operands_stay_within_transformers_bf16_error(host, checkpoint):
