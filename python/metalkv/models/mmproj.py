@@ -35,8 +35,8 @@ def _refuse(path: str, why: str) -> ModelLoadError:
     return ModelLoadError(f"[mmproj] {path}: {why}")
 
 
-def mmproj_spec(meta: dict[str, Any], path: str) -> tuple[dict, int, int]:
-    """(the tower's spec, image size, patch size) of an mmproj file's metadata."""
+def mmproj_spec(meta: dict[str, Any], path: str) -> tuple[dict, int]:
+    """(the tower's spec, image size) of an mmproj file's metadata."""
     kind = meta.get("clip.vision.projector_type", meta.get("clip.projector_type"))
     if kind != "gemma3":
         raise _refuse(path, f"projector type {kind!r}: metalkv reads Gemma 3's mmproj files ('gemma3')")
@@ -55,7 +55,7 @@ def mmproj_spec(meta: dict[str, Any], path: str) -> tuple[dict, int, int]:
                     mm_eps=1e-6, mm_norm_offset=0.0, scale=head_dim ** -0.5)
     except (KeyError, TypeError, ValueError) as e:
         raise _refuse(path, f"the vision metadata cannot be read: {e}") from None
-    return spec, image, patch
+    return spec, image
 
 
 def load_mmproj(device, path: str | os.PathLike, *,
@@ -65,7 +65,7 @@ def load_mmproj(device, path: str | os.PathLike, *,
     operands_16bit: as Gemma3Vision.load's."""
     path = os.fspath(path)
     f = read_gguf(path)
-    spec, image, patch = mmproj_spec(f.metadata, path)
+    spec, image = mmproj_spec(f.metadata, path)
     spec["operands_16bit"] = bool(operands_16bit)
     tensors = {t.name: t for t in f.tensors}
     heads, D, P = spec["n_heads"], spec["hidden"] // spec["n_heads"], spec["head_dim"]
@@ -115,5 +115,5 @@ def load_mmproj(device, path: str | os.PathLike, *,
     std = f.metadata.get("clip.vision.image_std", [0.5] * 3)
     config = ImageConfig.from_preprocessor_config({"size": {"height": image, "width": image},
                                                    "image_mean": list(mean), "image_std": list(std)}, "gemma3")
-    vision = Gemma3Vision(core, patch, image)
+    vision = Gemma3Vision(core, image)
     return vision, config, vision.tokens_per_image

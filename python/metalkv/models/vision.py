@@ -152,9 +152,8 @@ class Gemma3Vision(ImageTower):
 
     bidirectional = True  # an image's tokens attend to each other both ways (Gemma 3's mask)
 
-    def __init__(self, core: "_core.Siglip", patch: int, image_size: int):
-        self._core = core
-        self.patch = patch
+    def __init__(self, core: "_core.Siglip", image_size: int):
+        self._core = core  # it cuts the patches itself (SiglipSpec's patch)
         self.image_size = image_size
 
     @classmethod
@@ -175,7 +174,7 @@ class Gemma3Vision(ImageTower):
             core = _core.Siglip(device, spec, core_weights(device, siglip_tensors(files, spec, true_head_dim)))
         except _core.GpuError as e:
             raise ModelLoadError(f"{path}: {e}") from None
-        return cls(core, int(v["patch_size"]), int(v["image_size"]))
+        return cls(core, int(v["image_size"]))
 
     def encode(self, pixel_values: np.ndarray) -> np.ndarray:
         """pixel_values (n, 3, S, S) float32, as preprocess_image makes them -> the images'
