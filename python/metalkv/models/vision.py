@@ -79,7 +79,7 @@ def siglip_spec(config: Mapping[str, Any]) -> dict:
     v, text = config.get("vision_config") or {}, config.get("text_config") or {}
     try:
         hidden, heads = int(v["hidden_size"]), int(v["num_attention_heads"])
-        patch, image = int(v["patch_size"]), int(v["image_size"])
+        patch, image, channels = int(v["patch_size"]), int(v["image_size"]), int(v.get("num_channels", 3))
         grid = image // patch
         tokens = int(config.get("mm_tokens_per_image", 256))
         side = int(round(tokens ** 0.5))
@@ -88,8 +88,7 @@ def siglip_spec(config: Mapping[str, Any]) -> dict:
         head_dim = hidden // heads
         return dict(n_layers=int(v["num_hidden_layers"]), hidden=hidden, n_heads=heads,
                     head_dim=_kernel_head_dim(head_dim), ffn=int(v["intermediate_size"]),
-                    channels=int(v.get("num_channels", 3)), patch=patch,
-                    patch_dim=_padded_patch(int(v.get("num_channels", 3)) * patch * patch), grid=grid,
+                    channels=channels, patch=patch, patch_dim=_padded_patch(channels * patch * patch), grid=grid,
                     pool=grid // side,
                     text_hidden=int(text["hidden_size"]), eps=float(v.get("layer_norm_eps", 1e-6)),
                     mm_eps=float(v.get("layer_norm_eps", 1e-6)), scale=head_dim ** -0.5)
