@@ -15,17 +15,25 @@ from metalkv.prefix_store import PrefixStore
 
 from .conftest import TEST_DEVICE
 
-TEXT = open(__file__.rsplit("/tests/", 1)[0] + "/README.md").read()[:2500]
+TEXT = open(__file__.rsplit("/tests/", 1)[0] + "/README.md").read()[:1300]  # a 419-token prompt: 13 blocks
 
 
-def load(path, **kw):
-    return metalkv.Engine.load(path, device=TEST_DEVICE, context=1024, progress=False, **kw)
+def load(path, context=1024, **kw):
+    return metalkv.Engine.load(path, device=TEST_DEVICE, context=context, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")
 def prompt(default_gguf):
     e = load(default_gguf)
     return e.chat_ids([{"role": "system", "content": TEXT}, {"role": "user", "content": "What is this about?"}])
+
+
+@pytest.fixture(scope="module")
+def first(default_gguf, prompt):
+    """(an engine whose prefix cache holds the prompt, its greedy 8-token reply): the
+    tests that save the prompt's blocks share its prefill (each is ~4 s on the host)."""
+    e = load(default_gguf)
+    return e, e.generate_ids(prompt, max_tokens=8)
 
 
 @pytest.mark.parametrize("kv", [{}, {"kv_k": "q8", "kv_v": "q8"}, {"kv_k": "q4", "kv_v": "q4"}],
@@ -47,13 +55,13 @@ def test_a_restart_takes_the_prompt_from_disk_and_replies_the_same(default_gguf,
 
 
 def test_the_host_tier_serves_blocks_the_pool_evicted(default_gguf, prompt):
-    small = load(default_gguf, kv_memory=1024 * 23040)  # 32 blocks: one sequence of the context
+    small = load(default_gguf, context=512, kv_memory=512 * 23040)  # 16 blocks: one sequence of the context
     want = small.generate_ids(prompt, max_tokens=8)
     store = PrefixStore(small)  # no directory: host memory only
     assert store.save(prompt) > 0
     rng = np.random.default_rng(0)
     for _ in range(2):  # other prompts take the pool's blocks: the prompt's cached ones are evicted
-        small.generate_ids(rng.integers(100, 40000, 520).tolist(), max_tokens=1)
+        small.generate_ids(rng.integers(100, 40000, 260).tolist(), max_tokens=1)
     assert small._core.cached_prefix(prompt) == 0
     assert store.warm(prompt) > 0 and store.stats["loaded_host"] > 0
     assert small.generate_ids(prompt, max_tokens=8) == want
@@ -61,16 +69,16 @@ def test_the_host_tier_serves_blocks_the_pool_evicted(default_gguf, prompt):
 
 
 @pytest.mark.parametrize("run", [8, 64], ids=["in-runs", "at-once"])
-def test_a_warm_the_pool_cannot_hold_stops_where_it_is_full(default_gguf, prompt, tmp_path, monkeypatch, run):
+def test_a_warm_the_pool_cannot_hold_stops_where_it_is_full(default_gguf, prompt, first, tmp_path, monkeypatch,
+                                                           run):
     """warm() puts blocks into the pool in runs as they are read (IMPORT_BLOCKS): where
     the pool runs out, the chain's first blocks stay, none evicted by its later ones."""
     monkeypatch.setattr(prefix_store, "IMPORT_BLOCKS", run)
-    first = load(default_gguf)
-    want = first.generate_ids(prompt, max_tokens=8)
+    first, want = first
     assert PrefixStore(first, tmp_path).save(prompt) == (len(prompt) - 2) // 32
-    small = load(default_gguf, kv_memory=1024 * 23040)  # 31 blocks
-    hold = small.new_cache()  # a kept conversation holds 17 of them
-    small.generate_ids(np.random.default_rng(1).integers(100, 40000, 520).tolist(), cache=hold, max_tokens=1,
+    small = load(default_gguf, context=512, kv_memory=512 * 23040)  # 16 blocks
+    hold = small.new_cache()  # a kept conversation holds 5 of them
+    small.generate_ids(np.random.default_rng(1).integers(100, 40000, 130).tolist(), cache=hold, max_tokens=1,
                        stop_ids=[])
     free = small.kv_pool["groups"][0]["free_blocks"]
     assert 0 < free < (len(prompt) - 2) // 32
@@ -82,9 +90,8 @@ def test_a_warm_the_pool_cannot_hold_stops_where_it_is_full(default_gguf, prompt
     assert small.last_stats["prompt_tokens_cached"] == free * 32
 
 
-def test_a_damaged_entry_is_refused_and_dropped(default_gguf, prompt, tmp_path):
-    e = load(default_gguf)
-    want = e.generate_ids(prompt, max_tokens=8)
+def test_a_damaged_entry_is_refused_and_dropped(default_gguf, prompt, first, tmp_path):
+    e, want = first
     PrefixStore(e, tmp_path).save(prompt)
     fresh = load(default_gguf)
     store = PrefixStore(fresh, tmp_path, host_bytes=0)
@@ -98,19 +105,17 @@ def test_a_damaged_entry_is_refused_and_dropped(default_gguf, prompt, tmp_path):
     assert fresh.generate_ids(prompt, max_tokens=8) == want
 
 
-def test_other_formats_and_models_keep_apart(default_gguf, tiny_gguf, prompt, tmp_path):
-    f16 = PrefixStore(load(default_gguf), tmp_path)
+def test_other_formats_and_models_keep_apart(default_gguf, tiny_gguf, prompt, first, tmp_path):
+    f16 = PrefixStore(first[0], tmp_path)  # its prefix cache holds the prompt
     q8 = PrefixStore(load(default_gguf, kv_k="q8"), tmp_path)
     tiny = PrefixStore(metalkv.Engine.load(tiny_gguf, device=TEST_DEVICE, context=64, progress=False), tmp_path)
     assert len({f16.dir, q8.dir, tiny.dir}) == 3
-    f16.engine.generate_ids(prompt, max_tokens=1)
-    f16.save(prompt)
+    assert f16.save(prompt) > 0
     assert q8.warm(prompt) == 0 and q8.stats["loaded_disk"] == 0
 
 
-def test_the_directory_stays_under_its_size(default_gguf, prompt, tmp_path):
-    e = load(default_gguf)
-    e.generate_ids(prompt, max_tokens=1)
+def test_the_directory_stays_under_its_size(prompt, first, tmp_path):
+    e = first[0]  # its prefix cache holds the prompt
     block = PrefixStore(e, tmp_path / "probe")
     block.save(prompt)
     one = max(p.stat().st_size for p in block.dir.glob("*.blk"))
