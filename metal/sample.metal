@@ -4,11 +4,13 @@
 // order-preserving integer key of a float (32 rounds, each a counting or
 // summing pass over the row), so the cost is ~64 passes over the vocabulary
 // whatever k is. Tokens tied with the threshold are all kept.
+//
+// Two shapes (ops/sample.cpp picks): sample_f32, 1024 threads, for GPUs; and
+// sample_f32_simd, one SIMD-group, where lanes are fibers (the host executor):
+// each bisection round's two threadgroup barriers there switch through every
+// thread, and 1024 threads made top-k or top-p cost ~17 ms a token.
 #include "mkv_kernel.h"
 #include "sample_params.h"
-
-constant constexpr uint kThreads = 1024;
-constant constexpr uint kSimds = kThreads / 32;
 
 // Monotonic map float -> uint: a < b  <=>  key(a) < key(b).
 inline uint order_key(float x) {
@@ -17,6 +19,7 @@ inline uint order_key(float x) {
 }
 
 // Threadgroup-wide sum / max through one slot per SIMD-group.
+template <uint kSimds>
 inline float group_sum(float v, threadgroup float* slots, uint simd, uint lane) {
   v = simd_sum(v);
   if (lane == 0) slots[simd] = v;
@@ -25,6 +28,7 @@ inline float group_sum(float v, threadgroup float* slots, uint simd, uint lane) 
   threadgroup_barrier(mem_flags::mem_threadgroup);
   return total;
 }
+template <uint kSimds>
 inline float group_max(float v, threadgroup float* slots, uint simd, uint lane) {
   v = simd_max(v);
   if (lane == 0) slots[simd] = v;
@@ -34,6 +38,7 @@ inline float group_max(float v, threadgroup float* slots, uint simd, uint lane) 
   return m;
 }
 
+template <uint kThreads>
 kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        const device float* logits [[buffer(1)]],        // (vocab)
                        const device uint* penalty_ids [[buffer(2)]],    // (n_penalty_ids)
@@ -46,6 +51,8 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        uint tid [[thread_index_in_threadgroup]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
+  constexpr uint kSimds = kThreads / 32;
+  static_assert(kThreads >= mkv_params::kSampleMaxExtra, "a thread clears each extra id's flag");
   threadgroup float slots[kSimds];
   threadgroup float best_value[kSimds];
   threadgroup uint best_index[kSimds];
@@ -149,7 +156,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
     work[i] = x;
     m = max(m, x);
   }
-  m = group_max(m, slots, simd, lane);
+  m = group_max<kSimds>(m, slots, simd, lane);
   threadgroup_barrier(mem_flags::mem_device);
 
   // 4. Thresholds as order keys: keep x with key(x) >= lo. top-p measures
@@ -163,7 +170,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
       const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
       float count = 0.0f;
       for (uint i = tid; i < p.vocab; i += kThreads) count += order_key(work[i]) >= mid ? 1.0f : 0.0f;
-      if (group_sum(count, slots, simd, lane) >= float(p.top_k)) a = mid; else b = mid - 1;
+      if (group_sum<kSimds>(count, slots, simd, lane) >= float(p.top_k)) a = mid; else b = mid - 1;
     }
     lo = a;
   }
@@ -173,14 +180,14 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
     float z = 0.0f;
     for (uint i = tid; i < p.vocab; i += kThreads)
       if (order_key(work[i]) >= lo) z += exp(work[i] - m);
-    z = group_sum(z, slots, simd, lane);
+    z = group_sum<kSimds>(z, slots, simd, lane);
     uint a = lo, b = order_key(m);
     while (a < b) {
       const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
       float mass = 0.0f;
       for (uint i = tid; i < p.vocab; i += kThreads)
         if (order_key(work[i]) >= mid) mass += exp(work[i] - m);
-      if (group_sum(mass, slots, simd, lane) >= p.top_p * z) a = mid; else b = mid - 1;
+      if (group_sum<kSimds>(mass, slots, simd, lane) >= p.top_p * z) a = mid; else b = mid - 1;
     }
     lo = a;
   }
@@ -228,3 +235,6 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
     token[0] = pick;
   }
 }
+
+MKV_KERNEL("sample_f32", sample_f32<mkv_params::kSampleThreads>)
+MKV_KERNEL("sample_f32_simd", sample_f32<32>)

@@ -40,6 +40,8 @@ struct Sample {
   uint32_t n_bias;             // 0 = off
   uint32_t masked;             // 0 = no mask
 };
+// Threads of sample_f32's threadgroup (GPUs; sample_f32_simd, where lanes are fibers: 32).
+MKV_CONSTANT uint32_t kSampleThreads = 1024;
 MKV_CONSTANT uint32_t kNoDraft = 0xffffffffu;
 MKV_CONSTANT uint32_t kSampleMaxExtra = 16;  // the engine's most proposals a step (kMaxDraftTokens)
 MKV_CONSTANT uint32_t kSampleMaxBias = 1024;  // logit_bias entries (OpenAI takes up to 300)

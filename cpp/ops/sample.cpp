@@ -7,7 +7,17 @@
 
 namespace mkv::ops {
 
+// One threadgroup a row: 1024 threads on GPUs; one SIMD-group where lanes are
+// fibers, whose every barrier switches through all the threads (sample.metal).
 static constexpr const char* kSampleKernel = "sample_f32";
+static constexpr const char* kSampleKernelSimd = "sample_f32_simd";
+
+SampleShape sample_shape_from_name(const std::string& name) {
+  if (name.empty()) return SampleShape::device;
+  if (name == "gpu") return SampleShape::gpu;
+  if (name == "simd") return SampleShape::simd;
+  throw gpu::ArgumentError("sample", "shape", "'" + name + "'", "'' (the device's), 'gpu' or 'simd'");
+}
 
 void validate_sampling(const SamplingParams& s) {
   auto bad = [](const char* name, double v, const char* expected) {
@@ -30,7 +40,7 @@ void validate_sampling(const SamplingParams& s) {
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform, DraftDraw draft, const LogitEdits& edits) {
+            float uniform, DraftDraw draft, const LogitEdits& edits, SampleShape shape) {
   validate_sampling(s);
   if (vocab == 0) fail("sample", "vocab must be > 0");
   if (!(uniform >= 0.0f && uniform < 1.0f))
@@ -62,7 +72,9 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   p.n_bias = edits.n_bias;
   p.masked = edits.mask.buffer ? 1u : 0u;
 
-  enc.set_pipeline(dev.pipeline(kSampleKernel));
+  const bool one_simd =
+      shape == SampleShape::simd || (shape == SampleShape::device && dev.properties().lanes_are_fibers);
+  enc.set_pipeline(dev.pipeline(one_simd ? kSampleKernelSimd : kSampleKernel));
   bind_params(enc, p, 0);
   bind(enc, logits, 1);
   bind(enc, penalty_ids.buffer ? penalty_ids : logits, 2);  // unused when n_penalty_ids == 0
@@ -72,9 +84,9 @@ void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits
   bind(enc, p.n_extra ? counted.extra : logits, 6);                // unused when n_extra == 0
   bind(enc, p.masked ? edits.mask : logits, 7);                     // unused without a mask
   bind(enc, p.n_bias ? edits.bias : logits, 8);                     // unused without a bias
-  enc.dispatch_threadgroups({1, 1, 1}, {1024, 1, 1});
+  enc.dispatch_threadgroups({1, 1, 1}, {one_simd ? 32u : mkv_params::kSampleThreads, 1, 1});
 }
 
-std::vector<std::string> sample_kernel_names() { return {kSampleKernel}; }
+std::vector<std::string> sample_kernel_names() { return {kSampleKernel, kSampleKernelSimd}; }
 
 }  // namespace mkv::ops

@@ -65,15 +65,21 @@ struct LogitEdits {
   bool on() const { return mask.buffer || n_bias; }
 };
 
+// The kernel's shape: the device's (its lanes_are_fibers: one SIMD-group,
+// else 1024 threads), or either one by name (tests run both on the host).
+enum class SampleShape { device, gpu, simd };
+SampleShape sample_shape_from_name(const std::string& name);  // "", "gpu", "simd"; else ArgumentError
+
 // With a draft: token[0] = the draft with probability p(draft) under the
 // filtered distribution (accept < p(draft)), else a draw with `uniform` from
 // that distribution without the draft. Greedy ignores it (the caller compares).
 void sample(gpu::Device& dev, gpu::ComputeEncoder& enc, const BufferView& logits,
             const BufferView& penalty_ids, uint32_t n_penalty_ids, const GeneratedCounts& counted,
             const BufferView& work, const BufferView& token, uint32_t vocab, const SamplingParams& s,
-            float uniform, DraftDraw draft = {}, const LogitEdits& edits = {});
+            float uniform, DraftDraw draft = {}, const LogitEdits& edits = {},
+            SampleShape shape = SampleShape::device);
 
-// Every kernel name sample builds (one: sample_f32; tests/gpu/test_kernel_names.py).
+// Every kernel name sample builds (sample_f32, sample_f32_simd; tests/gpu/test_kernel_names.py).
 std::vector<std::string> sample_kernel_names();
 
 }  // namespace mkv::ops

@@ -7,7 +7,7 @@ import pytest
 
 from metalkv import _core
 
-from .test_sampling import counted_args, draw, host, logits_row, reference_probs  # noqa: F401 (fixture)
+from .test_sampling import counted_args, draw, host, logits_row, reference_probs, sample  # noqa: F401 (fixtures)
 
 ops = _core.ops
 
@@ -47,30 +47,30 @@ def allowed_ids(vocab, seed, fraction):
     return np.random.default_rng(seed).uniform(size=vocab) < fraction
 
 
-def test_greedy_is_the_argmax_of_the_allowed_ids(host):
+def test_greedy_is_the_argmax_of_the_allowed_ids(host, sample):
     vocab = 49152
     x = logits_row(vocab, 4)
     buf = host.buffer_from(x)
     allowed = allowed_ids(vocab, 5, 0.01)
     assert not allowed[np.argmax(x)]  # the mask changes the choice
-    assert ops.sample(host, buf, vocab, **edit_args(host, allowed)) == int(np.argmax(np.where(allowed, x, -np.inf)))
+    assert sample(host, buf, vocab, **edit_args(host, allowed)) == int(np.argmax(np.where(allowed, x, -np.inf)))
     one = np.zeros(vocab, bool)
     one[vocab - 1] = True  # the last id only (a partial last word)
-    assert ops.sample(host, buf, vocab, **edit_args(host, one)) == vocab - 1
-    assert ops.sample(host, buf, vocab, temperature=1.0, uniform=0.999, **edit_args(host, one)) == vocab - 1
+    assert sample(host, buf, vocab, **edit_args(host, one)) == vocab - 1
+    assert sample(host, buf, vocab, temperature=1.0, uniform=0.999, **edit_args(host, one)) == vocab - 1
 
 
-def test_logit_bias_moves_the_greedy_choice(host):
+def test_logit_bias_moves_the_greedy_choice(host, sample):
     vocab = 1000
     x = logits_row(vocab, 6)
     buf = host.buffer_from(x)
     order = np.argsort(-x)
     gap = float(x[order[0]] - x[order[7]])
     bias = {int(order[7]): gap + 0.5, int(order[0]): -100.0, 3: 0.0}
-    assert ops.sample(host, buf, vocab, **edit_args(host, bias=bias)) == int(order[7])
+    assert sample(host, buf, vocab, **edit_args(host, bias=bias)) == int(order[7])
     # after the penalties: a presence penalty that would move it back is applied first
-    got = ops.sample(host, buf, vocab, presence_penalty=2.0, **counted_args(host, [int(order[7])]),
-                     **edit_args(host, bias=bias))
+    got = sample(host, buf, vocab, presence_penalty=2.0, **counted_args(host, [int(order[7])]),
+                 **edit_args(host, bias=bias))
     assert got == int(np.argmax(edited(x - 2.0 * (np.arange(vocab) == order[7]), bias=bias)))
 
 
@@ -79,7 +79,7 @@ CASES = [dict(temperature=1.0), dict(temperature=0.7, top_k=20), dict(temperatur
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_draws_match_the_reference_over_the_allowed_ids(host, case):
+def test_draws_match_the_reference_over_the_allowed_ids(host, case, sample):
     vocab = 49152
     x = logits_row(vocab, 7)
     allowed = allowed_ids(vocab, 8, 0.05)
@@ -98,13 +98,13 @@ def test_draws_match_the_reference_over_the_allowed_ids(host, case):
     for u in np.random.default_rng(9).uniform(0, 1, 25):
         if np.min(np.abs(cdf - u)) < 1e-4:
             continue
-        got = ops.sample(host, buf, vocab, uniform=float(u), **case, **extra, **edit_args(host, allowed, bias))
+        got = sample(host, buf, vocab, uniform=float(u), **case, **extra, **edit_args(host, allowed, bias))
         assert got == draw(probs, u), (case, u)
         n += 1
     assert n >= 20
 
 
-def test_a_masked_draft_is_never_kept(host):
+def test_a_masked_draft_is_never_kept(host, sample):
     """Speculative verification under a mask: a proposal the mask leaves out has no
     mass, so the row is an ordinary draw among the allowed ids."""
     vocab = 4096
@@ -114,8 +114,8 @@ def test_a_masked_draft_is_never_kept(host):
     probs = reference_probs(edited(x, allowed))
     buf = host.buffer_from(x)
     for u in (0.1, 0.5, 0.9):
-        got = ops.sample(host, buf, vocab, temperature=1.0, uniform=u, draft=d, accept=0.0,
-                         **edit_args(host, allowed))
+        got = sample(host, buf, vocab, temperature=1.0, uniform=u, draft=d, accept=0.0,
+                     **edit_args(host, allowed))
         assert got == draw(probs, u) and allowed[got]
 
 
@@ -128,7 +128,7 @@ def test_bad_edits_are_refused(host):
         ops.sample(host, buf, 100, mask=host.buffer_from(np.zeros(3, np.uint32)))  # 4 words needed
 
 
-def test_the_masked_argmax_is_the_samplers_greedy_choice(host):
+def test_the_masked_argmax_is_the_samplers_greedy_choice(host, sample):
     """A greedy constrained row without a bias takes the argmax kernel with the mask (cheaper
     than the sampler): the same id as the sampler's greedy path, over random masks."""
     vocab = 49157  # a partial last word
@@ -140,4 +140,4 @@ def test_the_masked_argmax_is_the_samplers_greedy_choice(host):
         ops.argmax(host, buf, out, n_rows=1, n=vocab, mask=host.buffer_from(bitmask(allowed)))
         want = int(np.argmax(np.where(allowed, x, -np.inf)))
         assert int(out.numpy().view(np.int32)[0]) == want
-        assert ops.sample(host, buf, vocab, **edit_args(host, allowed)) == want
+        assert sample(host, buf, vocab, **edit_args(host, allowed)) == want

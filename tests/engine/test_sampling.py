@@ -3,6 +3,8 @@
 with OpenAI's presence and frequency penalties after the repetition penalty;
 then the engine's generation with those penalties against a loop over
 Engine.logits that applies them in numpy."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -69,41 +71,47 @@ def host():
     return test_device()
 
 
+@pytest.fixture(params=["gpu", "simd"])
+def sample(request):
+    """ops.sample in each of its kernel's shapes (the host executor's own is 'simd')."""
+    return functools.partial(ops.sample, shape=request.param)
+
+
 def logits_row(vocab, seed):
     return (np.random.default_rng(seed).normal(0, 3, vocab)).astype(np.float32)
 
 
-def test_greedy_is_argmax_with_lowest_index_on_ties(host):
+def test_greedy_is_argmax_with_lowest_index_on_ties(host, sample):
     x = logits_row(49152, 0)
     x[[100, 4000]] = x.max() + 1  # a tie
-    assert ops.sample(host, host.buffer_from(x), 49152) == 100
+    assert sample(host, host.buffer_from(x), 49152) == 100
 
 
-def test_repetition_penalty_changes_the_greedy_choice(host):
+def test_repetition_penalty_changes_the_greedy_choice(host, sample):
     x = np.zeros(1000, np.float32)
     x[7], x[9], x[11] = 5.0, 4.0, -1.0
     ids = np.array([7, 7, 11], np.uint32)
-    tok = ops.sample(host, host.buffer_from(x), 1000, repetition_penalty=2.0,
-                     penalty_ids=host.buffer_from(ids), n_penalty_ids=3)
+    tok = sample(host, host.buffer_from(x), 1000, repetition_penalty=2.0,
+                 penalty_ids=host.buffer_from(ids), n_penalty_ids=3)
     assert tok == 9  # 5/2 = 2.5 < 4
 
 
-def test_presence_and_frequency_penalties_change_the_greedy_choice(host):
+def test_presence_and_frequency_penalties_change_the_greedy_choice(host, sample):
     x = np.zeros(1000, np.float32)
     x[7], x[9], x[11] = 5.0, 4.8, 5.2
     kw = counted_args(host, [7, 7, 7, 9])  # c[7] = 3, c[9] = 1; 11 was not generated
     buf = host.buffer_from(x)
-    assert ops.sample(host, buf, 1000, **kw) == 11  # penalties off: the counts are not read
-    assert ops.sample(host, buf, 1000, presence_penalty=0.1, **kw) == 11  # 4.9, 4.7, 5.2
-    assert ops.sample(host, buf, 1000, presence_penalty=-0.5, **kw) == 7  # 5.5, 5.3, 5.2
-    assert ops.sample(host, buf, 1000, frequency_penalty=-0.2, **kw) == 7  # 5.6, 5.0, 5.2
-    assert ops.sample(host, buf, 1000, presence_penalty=-1.0, frequency_penalty=0.5, **kw) == 9  # 4.5, 5.3, 5.2
+    assert sample(host, buf, 1000, **kw) == 11  # penalties off: the counts are not read
+    assert sample(host, buf, 1000, presence_penalty=0.1, **kw) == 11  # 4.9, 4.7, 5.2
+    assert sample(host, buf, 1000, presence_penalty=-0.5, **kw) == 7  # 5.5, 5.3, 5.2
+    assert sample(host, buf, 1000, frequency_penalty=-0.2, **kw) == 7  # 5.6, 5.0, 5.2
+    assert sample(host, buf, 1000, presence_penalty=-1.0, frequency_penalty=0.5, **kw) == 9  # 4.5, 5.3, 5.2
 
 
 @pytest.mark.parametrize("penalties", [dict(presence_penalty=0.7), dict(frequency_penalty=1.1),
                                        dict(presence_penalty=-0.8, frequency_penalty=-0.4),
                                        dict(presence_penalty=2.0, frequency_penalty=-2.0, repetition_penalty=1.4)])
-def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties):
+def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties, sample):
     """Over a real-sized row, with repeats in the generated ids and ids both in the
     repetition list and the counted one."""
     vocab = 49152
@@ -118,14 +126,14 @@ def test_greedy_with_penalties_is_argmax_of_the_penalized_logits(host, penalties
         ref = penalized(x, penalty_ids=penalty_ids, generated=generated, **penalties)
         first, second = np.sort(ref)[::-1][:2]
         assert first - second > 1e-4, "a near tie: pick another row"  # f32 on the device vs f64 here
-        got = ops.sample(host, host.buffer_from(x), vocab, penalty_ids=host.buffer_from(penalty_ids),
-                         n_penalty_ids=len(penalty_ids), **counted_args(host, generated), **penalties)
+        got = sample(host, host.buffer_from(x), vocab, penalty_ids=host.buffer_from(penalty_ids),
+                     n_penalty_ids=len(penalty_ids), **counted_args(host, generated), **penalties)
         assert got == int(np.argmax(ref)), (trial, penalties)
         changed += got != int(np.argmax(x))
     assert changed >= 1  # the penalties decided some of these rows
 
 
-def test_extra_counted_ids_are_counted_as_if_merged(host):
+def test_extra_counted_ids_are_counted_as_if_merged(host, sample):
     """A verified row's proposals as extra ids (repeats, ids already counted, new
     ones): the same token, greedy and over 100 draws, as with them merged into the
     pairs (each id's penalty one subtraction of its whole count); and they matter."""
@@ -143,12 +151,12 @@ def test_extra_counted_ids_are_counted_as_if_merged(host):
                       dict(frequency_penalty=2.0)):
         for u in [None] + list(np.linspace(0.0, 0.997, 100)):
             kw = dict(penalties) if u is None else dict(penalties, temperature=1.0, uniform=float(u))
-            want = ops.sample(host, host.buffer_from(x), vocab, **merged, **kw)
-            assert ops.sample(host, host.buffer_from(x), vocab, **base, **kw) == want, (penalties, u)
-            differs += ops.sample(host, host.buffer_from(x), vocab, **without, **kw) != want
+            want = sample(host, host.buffer_from(x), vocab, **merged, **kw)
+            assert sample(host, host.buffer_from(x), vocab, **base, **kw) == want, (penalties, u)
+            differs += sample(host, host.buffer_from(x), vocab, **without, **kw) != want
     assert differs > 100, differs  # 265 of the 303 here
     with pytest.raises(Exception, match="at most 16"):
-        ops.sample(host, host.buffer_from(x), vocab, presence_penalty=1.0, extra=host.buffer_from(
+        sample(host, host.buffer_from(x), vocab, presence_penalty=1.0, extra=host.buffer_from(
             np.zeros(17, np.uint32)), n_extra=17)
 
 
@@ -162,7 +170,7 @@ CASES = [dict(temperature=0.8), dict(temperature=1.0, top_k=40), dict(temperatur
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_draws_match_inverse_cdf_of_reference(host, case):
+def test_draws_match_inverse_cdf_of_reference(host, case, sample):
     vocab = 49152
     x = logits_row(vocab, 1)
     ids = np.argsort(-x)[:20].astype(np.uint32)  # penalise the current favourites
@@ -180,22 +188,22 @@ def test_draws_match_inverse_cdf_of_reference(host, case):
         # f32 sums on the device vs f64 here: skip draws within 1e-4 of a boundary
         if np.min(np.abs(cdf - u)) < 1e-4:
             continue
-        got = ops.sample(host, buf, vocab, uniform=float(u), **case, **extra)
+        got = sample(host, buf, vocab, uniform=float(u), **case, **extra)
         assert got == draw(probs, u), (case, u)
         assert probs[got] > 0
 
 
-def test_top_k_one_is_greedy(host):
+def test_top_k_one_is_greedy(host, sample):
     x = logits_row(5000, 3)
     for u in (0.0, 0.5, 0.99):
-        assert ops.sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, top_k=1) == int(np.argmax(x))
+        assert sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, top_k=1) == int(np.argmax(x))
 
 
-def test_min_p_one_keeps_only_the_most_likely(host):
+def test_min_p_one_keeps_only_the_most_likely(host, sample):
     """min_p = 1 keeps the tokens whose probability reaches the largest one's."""
     x = logits_row(5000, 5)
     for u in (0.0, 0.5, 0.99):
-        assert ops.sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, min_p=1.0) == int(np.argmax(x))
+        assert sample(host, host.buffer_from(x), 5000, uniform=u, temperature=1.0, min_p=1.0) == int(np.argmax(x))
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -218,6 +226,11 @@ def test_bad_sampling_arguments(host, bad, match):
 def test_bad_uniform_draw(host):
     with pytest.raises(metalkv.GpuError, match="uniform draw must be in"):
         ops.sample(host, host.buffer_from(logits_row(100, 4)), 100, uniform=1.0, temperature=1.0)
+
+
+def test_a_shape_it_lacks_is_refused_by_name(host):
+    with pytest.raises(metalkv.ArgumentError, match=r"shape='wide'.*'gpu' or 'simd'"):
+        ops.sample(host, host.buffer_from(logits_row(100, 4)), 100, shape="wide")
 
 
 # ---- the engine: generation with presence and frequency penalties --------------------
@@ -278,7 +291,7 @@ def test_penalty_flags_reach_the_sampling_options():
 # ---- speculative verification (docs/SPECULATIVE.md) ---------------------------------
 @pytest.mark.parametrize("filters", [dict(temperature=1.0), dict(temperature=0.7, top_k=8),
                                      dict(temperature=1.3, top_p=0.8, min_p=0.02)])
-def test_a_draft_is_kept_with_its_probability_and_the_rest_is_drawn_without_it(host, filters):
+def test_a_draft_is_kept_with_its_probability_and_the_rest_is_drawn_without_it(host, filters, sample):
     """A proposed id d is the token exactly when the acceptance draw is below p(d),
     p the filtered distribution; otherwise the draw comes from p without d,
     renormalized (speculative sampling's residual for a certain proposal), so
@@ -290,23 +303,23 @@ def test_a_draft_is_kept_with_its_probability_and_the_rest_is_drawn_without_it(h
     kept = np.flatnonzero(p > 0)
     for d in (int(np.argmax(p)), int(kept[len(kept) // 2])):
         below, above = max(p[d] - 1e-4, 0.0), min(p[d] + 1e-4, 0.9999)
-        assert ops.sample(host, buf, vocab, 0.5, draft=d, accept=below, **filters) == d
-        assert ops.sample(host, buf, vocab, 0.5, draft=d, accept=above, **filters) != d
+        assert sample(host, buf, vocab, 0.5, draft=d, accept=below, **filters) == d
+        assert sample(host, buf, vocab, 0.5, draft=d, accept=above, **filters) != d
         rest = np.where(np.arange(vocab) == d, 0.0, p)
         grid = (np.arange(200) + 0.5) / 200
-        got = np.bincount([ops.sample(host, buf, vocab, float(u), draft=d, accept=0.9999, **filters)
-                           for u in grid], minlength=vocab) / len(grid)
+        got = np.bincount([sample(host, buf, vocab, float(u), draft=d, accept=0.9999, **filters)
+                       for u in grid], minlength=vocab) / len(grid)
         np.testing.assert_allclose(got, rest / rest.sum(), atol=1.5 / len(grid))
         # and the whole: P(t) = p(d) [t = d] + (1 - p(d)) rest(t) / (1 - p(d)) = p(t)
         whole = p[d] * (np.arange(vocab) == d) + (1 - p[d]) * got
         np.testing.assert_allclose(whole, p, atol=1.5 / len(grid))
 
 
-def test_a_draft_the_filters_drop_is_an_ordinary_draw(host):
+def test_a_draft_the_filters_drop_is_an_ordinary_draw(host, sample):
     vocab = 24
     x = logits_row(vocab, 8)
     p = reference_probs(x, temperature=1.0, top_k=4)
     d = int(np.argmin(p))  # outside the top 4
     for u in (0.1, 0.5, 0.93):
-        assert ops.sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4, draft=d, accept=0.0) == \
-            ops.sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4) == draw(p, u)
+        assert sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4, draft=d, accept=0.0) == \
+            sample(host, host.buffer_from(x), vocab, u, temperature=1.0, top_k=4) == draw(p, u)
