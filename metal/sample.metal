@@ -52,7 +52,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        uint simd [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
   constexpr uint kSimds = kThreads / 32;
-  static_assert(kThreads >= mkv_params::kSampleMaxExtra, "a thread clears each extra id's flag");
+  static_assert(kThreads >= mkv_params::kSampleMaxExtra, "one lane clears each extra id's flag");
   threadgroup float slots[kSimds];
   threadgroup float best_value[kSimds];
   threadgroup uint best_index[kSimds];
