@@ -8,8 +8,9 @@
 // G * 4), each score as KL lane partials of EL elements summed by the xor
 // butterfly, the groups merged by the same tree at the end, then the
 // one-SIMD-group merge and the finish. Results are bit-identical to the _h
-// kernels; only the rendezvous are gone. f16 K/V, single pass, no residual
-// window, no logits: the op keeps the _h kernels for the rest.
+// kernels; only the rendezvous are gone, and a policy's logits (p.logits) are
+// the _lg_h kernels' to the bit. f16 K/V, single pass, no residual window: the
+// op keeps the _h kernels for the rest.
 //
 // Why this shape (docs/ATTENTION.md, "Decode on the host"): the cost is
 // converting K/V from half and the per-element products, so
@@ -137,6 +138,7 @@ inline void attn_decode_rows_body(constant mkv_params::AttnDecode& p,
                                   const device uchar* kv,     // the layer's pool: K section, V section (f16)
                                   const device uint* table,   // block table: ceil(n_tokens / B) entries
                                   device float* parts,        // (n_q_heads, parts, D + 2)
+                                  device float* logits,       // (n_q_heads, n_tokens) if p.logits
                                   uint2 tg, uint lane) {
   constexpr uint G = attn_rows_groups(D), U = mkv_params::kAttnDecodeBlockKeys;
   constexpr uint R = mkv_params::attn_decode_rows_heads(D);
@@ -205,6 +207,11 @@ inline void attn_decode_rows_body(constant mkv_params::AttnDecode& p,
       for (uint r = 0; r < rows; ++r) {
         float4 sr = hs[r];
         if (capped) sr = cap_out * tanh(sr * cap_in);
+        if (p.logits != 0) {  // a policy's logits, in the natural domain, as the _lg_h kernels write them
+          device float* lg = logits + (hb.head0 + r) * n;
+          for (uint u = 0; u < U; ++u)
+            if (i + u * G + g < end) lg[i + u * G + g] = sr[u] * 0.6931471805599453f;  // ln 2
+        }
         sr += valid;
         pr[r] = attn_rows_softmax_step(st[r][gp].m, st[r][gp].l, sr, factor[r]);
       }

@@ -17,9 +17,10 @@ MKV_MAX_THREADS(32) kernel void attn_decode_rows(constant mkv_params::AttnDecode
                                                  const device uint* table [[buffer(5)]],   // block table
                                                  const device uchar* ring [[buffer(6)]],   // unused (decode's ABI)
                                                  device float* parts [[buffer(7)]],        // (n_q_heads, parts, D + 2)
+                                                 device float* logits [[buffer(8)]],       // (n_q_heads, n_tokens) if p.logits
                                                  uint2 tg [[threadgroup_position_in_grid]],
                                                  uint lane [[thread_index_in_threadgroup]]) {
-  attn_decode_rows_body<D>(p, q, kv, table, parts, tg, lane);
+  attn_decode_rows_body<D>(p, q, kv, table, parts, logits, tg, lane);
 }
 
 template <uint D>

@@ -5,6 +5,13 @@
 // kernels, so no two threads add to one score: stats finds each (row, head)'s
 // softmax max and sum, add walks the keys. A third, apply, adds the shares of
 // a verified segment's rows that a speculative step keeps.
+//
+// Stats has two shapes (ops/attention_scores.cpp picks): 256 threads a (row,
+// head) for GPUs, and attn_scores_stats_h, one thread, for the host executor,
+// where lanes are fibers and each of the 256-thread form's three barriers
+// switches through every thread (28.8 ms a token of the default model's h2o
+// decode, 2026-12-07). They sum in different orders; the tests hold both to
+// the float64 reference.
 #include "mkv_kernel.h"
 #include "attention_params.h"
 
@@ -44,6 +51,25 @@ MKV_MAX_THREADS(256) kernel void attn_scores_stats(constant mkv_params::AttnScor
     ml[(row * p.n_q_heads + qh) * 2 + 1] = l_all;
   }
 }
+
+#if defined(MKV_HOST_SHAPES)
+// Grid (rows from row_lo, n_q_heads); one thread does a (row, head) alone.
+MKV_MAX_THREADS(32) kernel void attn_scores_stats_h(constant mkv_params::AttnScores& p [[buffer(0)]],
+                                                    const device float* logits [[buffer(1)]],  // (n_queries, n_q_heads, stride)
+                                                    device float* ml [[buffer(2)]],            // (n_queries, n_q_heads, 2)
+                                                    uint2 tg [[threadgroup_position_in_grid]],
+                                                    uint tid [[thread_index_in_threadgroup]]) {
+  if (tid != 0) return;  // one thread a threadgroup (the op's dispatch)
+  const uint row = p.row_lo + tg.x, qh = tg.y, n = attn_scores_keys(p, row);
+  const device float* s = logits + (row * p.n_q_heads + qh) * p.stride;
+  float m = -INFINITY;
+  for (uint j = 0; j < n; ++j) m = max(m, s[j]);
+  float l = 0.0f;
+  for (uint j = 0; j < n; ++j) l += exp(s[j] - m);
+  ml[(row * p.n_q_heads + qh) * 2] = m;
+  ml[(row * p.n_q_heads + qh) * 2 + 1] = l;
+}
+#endif
 
 // Grid (ceil(n_tokens / 64), n_kv_heads); 64 threads, one key each.
 MKV_MAX_THREADS(64) kernel void attn_scores_add(constant mkv_params::AttnScores& p [[buffer(0)]],

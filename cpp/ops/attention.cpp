@@ -273,10 +273,10 @@ size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
 }
 
 // Whether the host's rows form may run d (the device picks the host shape):
-// f16 K/V, no residual window, no logits, no variant asked for, not split.
+// f16 K/V, no residual window, no variant asked for, not split.
 bool rows_form_applies(const AttentionDesc& d) {
   return d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
-         !d.residual && !d.logits.buffer;
+         !d.residual;
 }
 
 AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu::Device* dev) {
@@ -392,6 +392,7 @@ void attention_decode(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
     bind(enc, sinks_or_q, 3);
     bind(enc, out, 4);
     bind(enc, scratch, 7);
+    bind(enc, p.logits ? d.logits : scratch, 8);  // unused without logits
     enc.dispatch_threadgroups({grid.x, mkv_params::kAttnDecodeRowsParts, 1}, {plan.threads, 1, 1});
     enc.set_pipeline(dev.pipeline(attention_decode_rows_merge_kernel(d.head_dim)));
     bind_params(enc, p, 0);

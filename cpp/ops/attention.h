@@ -172,10 +172,11 @@ void attention_prefill(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attenti
 // d, after attention_decode or attention_prefill): adds to scores
 // (n_kv_heads, score_stride) float each key's attention probability summed
 // over the query rows from row_lo and the query heads of its KV head.
-// scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats and
-// attn_scores_add (metal/attention_scores.metal). accumulate false: writes
-// the sums instead of adding them (a verified row's share, for
-// attention_scores_apply once the step's kept rows are known).
+// scratch: n_queries * n_q_heads * 2 floats. Kernels attn_scores_stats (or
+// attn_scores_stats_h, the host's one-thread form) and attn_scores_add
+// (metal/attention_scores.metal). accumulate false: writes the sums instead
+// of adding them (a verified row's share, for attention_scores_apply once the
+// step's kept rows are known).
 void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
                       const BufferView& scores, uint32_t score_stride, const BufferView& scratch,
                       bool accumulate = true);

@@ -127,6 +127,7 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   for (const KvPair& p : kKvPairs) formats.push_back({p.k, p.v});
   const bool host_shapes = dev.properties().has_host_shapes;
   std::set<std::string> names = {kAttnScoresStatsKernel, kAttnScoresAddKernel, kAttnScoresApplyKernel};
+  if (host_shapes) names.insert(kAttnScoresStatsHostKernel);
   for (uint32_t d : kAttnHeadDims) {
     names.insert(attention_reduce_kernel(d));
     if (host_shapes) {

@@ -38,6 +38,7 @@ std::string attention_prefill_kernel(const AttnNameKey& k, bool host);
 std::string attention_prefill_mma_kernel(const AttnNameKey& k);
 // attention_scores' two kernels and attention_scores_apply's (metal/attention_scores.metal).
 inline constexpr const char* kAttnScoresStatsKernel = "attn_scores_stats";
+inline constexpr const char* kAttnScoresStatsHostKernel = "attn_scores_stats_h";  // built with the host shapes
 inline constexpr const char* kAttnScoresAddKernel = "attn_scores_add";
 inline constexpr const char* kAttnScoresApplyKernel = "attn_scores_apply";
 

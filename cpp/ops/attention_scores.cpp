@@ -14,6 +14,15 @@ void check_floats(const char* op, const char* what, const BufferView& v, uint64_
   if (v.offset % 4 != 0) fail(op, std::string(what) + " offset " + std::to_string(v.offset) + " is not 4-byte aligned");
 }
 
+// The stats kernel follows the attention's shape: the host's one-thread form
+// where lanes are fibers, unless the call asked for a GPU shape (a variant
+// other than '' or 'host'), so the host validates both.
+bool host_stats(const gpu::Device& dev, const AttentionDesc& d) {
+  auto host_variant = [](const std::string& v) { return v.empty() || v == "host"; };
+  return dev.properties().lanes_are_fibers && dev.properties().has_host_shapes && host_variant(d.decode_variant) &&
+         host_variant(d.prefill_variant);
+}
+
 }  // namespace
 
 void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const AttentionDesc& d, uint32_t row_lo,
@@ -30,11 +39,12 @@ void attention_scores(gpu::Device& dev, gpu::ComputeEncoder& enc, const Attentio
   check_floats(kOp, "scratch", scratch, uint64_t(d.n_queries) * d.n_q_heads * 8);
   const mkv_params::AttnScores p{d.n_q_heads, d.n_kv_heads, d.n_tokens,   d.n_queries,
                                  row_lo,      d.n_tokens,   score_stride, accumulate ? 1u : 0u};
-  enc.set_pipeline(dev.pipeline(kAttnScoresStatsKernel));
+  const bool host = host_stats(dev, d);
+  enc.set_pipeline(dev.pipeline(host ? kAttnScoresStatsHostKernel : kAttnScoresStatsKernel));
   bind_params(enc, p, 0);
   bind(enc, d.logits, 1);
   bind(enc, scratch, 2);
-  enc.dispatch_threadgroups({d.n_queries - row_lo, d.n_q_heads, 1}, {256, 1, 1});
+  enc.dispatch_threadgroups({d.n_queries - row_lo, d.n_q_heads, 1}, {host ? 1u : 256u, 1, 1});
   enc.set_pipeline(dev.pipeline(kAttnScoresAddKernel));
   bind_params(enc, p, 0);
   bind(enc, d.logits, 1);

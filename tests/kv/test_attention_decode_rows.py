@@ -13,6 +13,7 @@ from metalkv._core import ops
 
 from .attention_ref import B, build_cache
 from .test_attention import HEAD_DIMS, decode, heads, make_inputs
+import metalkv
 from devices import host_only, test_device  # tests/ is on sys.path
 
 pytestmark = host_only
@@ -84,8 +85,38 @@ def test_rows_with_window_softcap_sinks(d, n, window, softcap, sinks):
     np.testing.assert_array_equal(decode(dev, q, cache, **kw), decode(dev, q, cache, variant="host", **kw))
 
 
+@pytest.mark.parametrize("d,n_q_heads,n_kv", [(64, 9, 3), (128, 8, 1), (256, 4, 2), (80, 10, 2)])
+@pytest.mark.parametrize("n,window,softcap", [(1, 0, 0.0), (300, 0, 30.0), (777, 100, 0.0)])
+def test_rows_write_the_policy_logits(d, n_q_heads, n_kv, n, window, softcap):
+    """With a policy's logits (h2o, snapkv) the rows form still runs, and its
+    logits and output are the _lg_h kernel's to the bit; keys the window hides
+    are not written (the buffer keeps its NaN there, as with the _lg_h kernel)."""
+    dev = metalkv.Device("host", profile=True)
+    rng = np.random.default_rng([d, n, window])
+    q, k, v = make_inputs(rng, 1, n_q_heads, n_kv, d, n)
+    cache = build_cache(k, v, first=max(0, n - window) if window else 0, spare=1)
+
+    def run(variant):
+        out, logits = dev.buffer(n_q_heads * d * 4), dev.buffer_from(np.full((n_q_heads, n), np.nan, np.float32))
+        ops.attention_decode(dev, dev.buffer_from(q[0]), dev.buffer_from(cache.pool), dev.buffer_from(cache.table),
+                             out, n_q_heads=n_q_heads, n_kv_heads=n_kv, head_dim=d, n_tokens=n, slots=cache.slots,
+                             window=window, softcap=softcap, split="never", variant=variant, logits=logits)
+        return out.numpy().view(np.float32).copy(), logits.numpy().view(np.float32).reshape(n_q_heads, n).copy()
+
+    rows_out, rows_logits = run("")
+    assert set(dev.kernel_times()) == {f"attn_decode_f16_d{d}_rows_h", f"attn_decode_rows_merge_d{d}_h"}
+    dev.reset_counters()
+    simd_out, simd_logits = run("host")
+    (simd,) = dev.kernel_times()
+    assert simd.startswith(f"attn_decode_f16_d{d}") and simd.endswith("_lg_h")
+    seen = np.arange(n) >= (n - window if window and n > window else 0)
+    assert np.isfinite(rows_logits[:, seen]).all() and np.isnan(rows_logits[:, ~seen]).all()
+    np.testing.assert_array_equal(rows_logits, simd_logits)
+    np.testing.assert_array_equal(rows_out, simd_out)
+
+
 def test_rows_form_only_where_it_applies():
-    """Split, quantized K/V, a residual window or a policy's logits keep the _h kernels."""
+    """Split, quantized K/V or a residual window keep the _h kernels."""
     dev = test_device()
     kw = dict(n_q_heads=9, n_kv_heads=3, head_dim=64, n_tokens=700, slots=704, device=dev)
     assert ops.attention_decode_plan(**kw)["kernel"].endswith("_rows_h")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import metalkv
 from metalkv._core import ops
+from devices import host_only  # tests/ is on sys.path
 
 from . import kv_quant_ref as qr
 from .attention_ref import build_cache
@@ -92,3 +94,18 @@ def test_prefill_writes_the_logits_and_the_scores_of_rows_from_row_lo(dev, prefi
     np.testing.assert_allclose(got[seen], want[seen], rtol=1e-4, atol=1e-4)  # (masked keys are not written)
     np.testing.assert_allclose(scores.numpy().view(np.float32).reshape(n_kv, n), scores_ref(want, n_kv, row_lo),
                                rtol=1e-4, atol=1e-6)
+
+
+@host_only
+@pytest.mark.parametrize("variant,stats", [("", "attn_scores_stats_h"), ("host", "attn_scores_stats_h"),
+                                           ("gpu", "attn_scores_stats")])
+def test_the_stats_kernel_follows_the_attention_shape(variant, stats):
+    """The host runs its one-thread stats form with its own attention shape and
+    the GPU's 256-thread form with the GPU's, so the tests above hold both."""
+    dev = metalkv.Device("host", profile=True)
+    q, k, v = inputs(np.random.default_rng(3), 1, 4, 2, 64, 40)
+    c = build_cache(k, v)
+    ops.attention_decode(dev, dev.buffer_from(q[0]), dev.buffer_from(c.pool), dev.buffer_from(c.table),
+                         dev.buffer(4 * 64 * 4), n_q_heads=4, n_kv_heads=2, head_dim=64, n_tokens=40, slots=c.slots,
+                         variant=variant, logits=dev.buffer(4 * 40 * 4), scores=dev.buffer(2 * 40 * 4))
+    assert {name for name in dev.kernel_times() if name.startswith("attn_scores_stats")} == {stats}
