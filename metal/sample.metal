@@ -1,13 +1,13 @@
 // Token sampling on the device: one threadgroup of kThreads threads per row.
 //
-// No sort: top-k and top-p thresholds are found by bisection over the
-// order-preserving integer key of a float (32 rounds, each a counting or
-// summing pass over the row), so the cost is ~64 passes over the vocabulary
-// whatever k is. Tokens tied with the threshold are all kept.
+// No sort: top-k and top-p thresholds are found by searching the
+// order-preserving integer key of a float, kSamplePivots keys tested a pass
+// over the row (sample_search: at most 11 passes each, where bisection took
+// 32), whatever k is. Tokens tied with the threshold are all kept.
 //
 // Two shapes (ops/sample.cpp picks): sample_f32, 1024 threads, for GPUs; and
 // sample_f32_simd, one SIMD-group, where lanes are fibers (the host executor):
-// each bisection round's two threadgroup barriers there switch through every
+// each search pass's two threadgroup barriers there switch through every
 // thread, and 1024 threads made top-k or top-p cost ~17 ms a token.
 #include "mkv_kernel.h"
 #include "sample_params.h"
@@ -38,6 +38,58 @@ inline float group_max(float v, threadgroup float* slots, uint simd, uint lane) 
   return m;
 }
 
+// The threshold searches: the largest key t in [a, b] with pred(t), given
+// pred(a). pred(t): the count (kMass false) or the mass exp(x - m) (kMass
+// true) of the row's x with key(x) >= t is at least want. A pass tests P keys
+// spread over [a, b] at once and keeps the part between the last that passes
+// and the first that fails, ceil(span / (P + 1)) of it: 32 bits take 11
+// passes at P = 8, 32 at P = 1 (bisection). An x below every pivot adds
+// nothing and costs no exp. The sums are each thread's in index order, then
+// the SIMD-group's and the threadgroup's, so pred is monotone in t as
+// computed (rounding is monotone, and a larger t only drops terms) and every
+// P finds the same t.
+// Pivots a pass (on this host, 2026-12-07: top-k at 262,144 logits 10 ms a
+// call at 8, 10-13 at 4 and 16; bench/sampler.py).
+constant constexpr uint kSamplePivots = 8;
+
+template <uint kSimds, uint P, bool kMass>
+inline uint sample_search(const device float* work, uint vocab, uint first, uint stride, uint a, uint b, float m,
+                          float want, threadgroup float* slots,  // (P * kSimds)
+                          uint simd, uint lane) {
+  while (a < b) {
+    const ulong span = ulong(b - a) + 1;
+    uint piv[P];  // nondecreasing, in (a, b]
+    MKV_UNROLL for (uint j = 0; j < P; ++j) piv[j] = a + uint(min((ulong(j + 1) * span + P) / (P + 1), span - 1));
+    float c[P];
+    MKV_UNROLL for (uint j = 0; j < P; ++j) c[j] = 0.0f;
+    for (uint i = first; i < vocab; i += stride) {
+      const float x = work[i];
+      const uint key = order_key(x);
+      if (key < piv[0]) continue;
+      const float w = kMass ? exp(x - m) : 1.0f;
+      MKV_UNROLL for (uint j = 0; j < P; ++j) c[j] += key >= piv[j] ? w : 0.0f;
+    }
+    MKV_UNROLL for (uint j = 0; j < P; ++j) {
+      c[j] = simd_sum(c[j]);
+      if (lane == 0) slots[j * kSimds + simd] = c[j];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    MKV_UNROLL for (uint j = 0; j < P; ++j) c[j] = simd_sum(lane < kSimds ? slots[j * kSimds + lane] : 0.0f);
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next pass writes slots
+    uint next_a = a, next_b = b;
+    for (uint j = 0; j < P; ++j) {
+      if (!(c[j] >= want)) {  // pred falls as t rises: every later pivot fails too
+        next_b = piv[j] - 1;
+        break;
+      }
+      next_a = piv[j];
+    }
+    a = next_a;
+    b = next_b;
+  }
+  return a;
+}
+
 template <uint kThreads>
 kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        const device float* logits [[buffer(1)]],        // (vocab)
@@ -54,6 +106,7 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   constexpr uint kSimds = kThreads / 32;
   static_assert(kThreads >= mkv_params::kSampleMaxExtra, "one lane clears each extra id's flag");
   threadgroup float slots[kSimds];
+  threadgroup float search_slots[kSamplePivots * kSimds];
   threadgroup float best_value[kSimds];
   threadgroup uint best_index[kSimds];
   threadgroup float chunk_sums[kThreads];
@@ -163,17 +216,9 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   //    mass among the top-k survivors; min-p (relative to the maximum, which
   //    every filter keeps) comes last, as in transformers.
   uint lo = 0;
-  if (p.top_k > 0 && p.top_k < p.vocab) {
-    // Largest key t with count(key >= t) >= k.
-    uint a = 0, b = 0xffffffffu;
-    while (a < b) {
-      const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
-      float count = 0.0f;
-      for (uint i = tid; i < p.vocab; i += kThreads) count += order_key(work[i]) >= mid ? 1.0f : 0.0f;
-      if (group_sum<kSimds>(count, slots, simd, lane) >= float(p.top_k)) a = mid; else b = mid - 1;
-    }
-    lo = a;
-  }
+  if (p.top_k > 0 && p.top_k < p.vocab)  // largest key t with count(key >= t) >= k
+    lo = sample_search<kSimds, kSamplePivots, false>(work, p.vocab, tid, kThreads, 0u, 0xffffffffu, m, float(p.top_k), search_slots,
+                                      simd, lane);
   if (p.top_p < 1.0f) {
     // Mass of the candidates left so far, then the largest key t whose upper
     // set still holds top_p of it: the smallest top set with that mass.
@@ -181,15 +226,8 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
     for (uint i = tid; i < p.vocab; i += kThreads)
       if (order_key(work[i]) >= lo) z += exp(work[i] - m);
     z = group_sum<kSimds>(z, slots, simd, lane);
-    uint a = lo, b = order_key(m);
-    while (a < b) {
-      const uint mid = a + ((b - a) >> 1) + ((b - a) & 1);  // ceil, without overflow
-      float mass = 0.0f;
-      for (uint i = tid; i < p.vocab; i += kThreads)
-        if (order_key(work[i]) >= mid) mass += exp(work[i] - m);
-      if (group_sum<kSimds>(mass, slots, simd, lane) >= p.top_p * z) a = mid; else b = mid - 1;
-    }
-    lo = a;
+    lo = sample_search<kSimds, kSamplePivots, true>(work, p.vocab, tid, kThreads, lo, order_key(m), m, p.top_p * z, search_slots,
+                                     simd, lane);
   }
   if (p.min_p > 0.0f) lo = max(lo, order_key(m + log(p.min_p)));  // p_i >= min_p * p_max
 

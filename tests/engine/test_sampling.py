@@ -193,6 +193,44 @@ def test_draws_match_inverse_cdf_of_reference(host, case, sample):
         assert probs[got] > 0
 
 
+def tied_row(vocab, seed):
+    """Logits with many ties (integers), a few far below the rest and masked
+    ids (-inf)."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.normal(0, 2, vocab)).astype(np.float32)
+    if vocab >= 8:
+        x[rng.choice(vocab, 3, replace=False)] = [-1e30, 1e-30, -np.inf]
+    return x
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 7, 1000])
+@pytest.mark.parametrize("filters", [dict(top_k=1), dict(top_k=2), dict(top_k=5), dict(top_k=-1),
+                                     dict(top_p=0.05), dict(top_p=0.5), dict(top_p=0.999),
+                                     dict(top_k=9, top_p=0.6)])
+def test_the_kept_set_is_the_reference_one_with_ties(host, vocab, filters, sample):
+    """The threshold searches at their edges: ties at the threshold are all
+    kept, top_k = vocab - 1, one- and two-token rows. Tokens the reference
+    keeps are drawn at the middle of their CDF intervals, so a token kept or
+    dropped wrongly moves the intervals and a draw differs."""
+    x = tied_row(vocab, vocab)
+    kw = dict(filters, temperature=1.0)
+    if kw.get("top_k") == -1:
+        kw["top_k"] = max(vocab - 1, 1)
+    kw["top_k"] = min(kw.get("top_k", 0), vocab)  # past the vocabulary: all kept, as the kernel does
+    probs = reference_probs(x, **kw)
+    cdf = np.cumsum(probs)
+    lo = np.concatenate([[0.0], cdf[:-1]])
+    kept = np.flatnonzero(probs > 0)
+    assert len(kept) >= 1
+    if len(kept) > 24:  # the last kept ids (any wrong token before them moves theirs) and the threshold's ties
+        kept = np.union1d(kept[-12:], kept[np.argsort(probs[kept], kind="stable")[:12]])
+    buf = host.buffer_from(x)
+    for i in kept:
+        if cdf[i] - lo[i] < 1e-4:  # too narrow to aim at in float32
+            continue
+        assert sample(host, buf, vocab, uniform=float((lo[i] + cdf[i]) / 2), **kw) == i, (kw, i)
+
+
 def test_top_k_one_is_greedy(host, sample):
     x = logits_row(5000, 3)
     for u in (0.0, 0.5, 0.99):
