@@ -16,7 +16,7 @@
 #                                                  test-audio bench-audio (AUDIO_ARGS)
 #                                                  test-vision3n bench-vision3n (VISION3N_ARGS)
 #                                                  tower-kernels (NCU_S)
-#                                                  test-mma
+#                                                  test-mma bench-sampler
 #                                          (default: info install test sanitize)
 #   env: TEST_S SAN_S BENCH_S ENGINE_S NCU_S (timeouts), KERNELS_ARGS (e.g. --quick), ENGINE_ARGS,
 #        NCU_ARGS (e.g. --calls 1), SPEC_ARGS (bench/gpu/speculative.py's), VARIANT_GRAPHS (METALKV_CUDA_GRAPHS of the q8_0/q4_0 engine variants),
@@ -472,6 +472,15 @@ stage_bench_batching() {
     note "bench/batching.py --random-llama $shape: rc=$?"
     tail -8 "$OUT/batching_$shape.txt"
   done
+}
+
+# ops.sample's two shapes at Gemma 3's vocabulary beside torch's sampling, and the sampler's tests.
+stage_bench_sampler() {
+  step "bench/sampler.py and the sampling suites on the cuda device"
+  timeout ${BENCH_S:-300} python3 bench/sampler.py --device cuda --vocab 262144 --calls 200 > "$OUT/sampler.txt" 2>&1
+  note "bench/sampler.py: rc=$?"
+  cat "$OUT/sampler.txt"
+  pytest_cuda sampling tests/engine/test_sampling.py tests/engine/test_logit_edits.py
 }
 
 stages=("$@")
