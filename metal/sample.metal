@@ -90,6 +90,61 @@ inline uint sample_search(const device float* work, uint vocab, uint first, uint
   return a;
 }
 
+// The draw's walk, by one SIMD-group, over the chunk masses (kThreads
+// chunks of `chunk` tokens, the draft's mass left out): lane l takes chunks
+// l S .. l S + S - 1 (S = kThreads / 32); the prefix sum over the lanes finds
+// the lane, its serial walk the chunk, and the chunk's tokens, cut into 32
+// runs, the token the same way. Every lane returns the pick (or the draft).
+// Where rounding leaves the target past what the sums reach: the last kept
+// token of the run (or of the row) that fell short.
+template <uint kThreads>
+inline uint sample_walk(constant mkv_params::Sample& p, const device float* work, threadgroup const float* chunk_sums,
+                        uint chunk, uint lo, float m, uint d, float dmass, uint lane) {
+  constexpr uint S = kThreads / 32;
+  constexpr uint kNone = 0xffffffffu;
+  float lane_sum = 0.0f;
+  for (uint s = 0; s < S; ++s) lane_sum += chunk_sums[lane * S + s];
+  const float before = simd_prefix_exclusive_sum(lane_sum);
+  const float rest = simd_broadcast(before + lane_sum, ushort(31));
+  if (dmass > 0.0f && p.accept * (rest + dmass) < dmass) return d;
+  const float target = p.uniform * rest;
+  const uint at = simd_min(before + lane_sum > target ? lane : 32u);
+  uint pick = kNone;
+  if (at < 32) {
+    // Lane `at`'s chunks, walked by every lane alike: the chunk and the mass before it.
+    float acc = simd_shuffle(before, ushort(at));
+    uint t = at * S;
+    for (; t + 1 < (at + 1) * S && acc + chunk_sums[t] <= target; ++t) acc += chunk_sums[t];
+    const uint b0 = min(t * chunk, p.vocab), e0 = min(b0 + chunk, p.vocab), run = (chunk + 31) / 32;
+    const uint rb = min(b0 + lane * run, e0), re = min(rb + run, e0);
+    float part = 0.0f;
+    for (uint i = rb; i < re; ++i)
+      if (order_key(work[i]) >= lo && i != d) part += exp(work[i] - m);
+    const float pre = acc + simd_prefix_exclusive_sum(part);
+    const uint holder = simd_min(pre + part > target ? lane : 32u);
+    if (lane == holder) {
+      float a = pre;
+      uint last = kNone;
+      for (uint i = rb; i < re && pick == kNone; ++i) {
+        if (order_key(work[i]) < lo || i == d) continue;
+        last = i;
+        a += exp(work[i] - m);
+        if (a > target) pick = i;
+      }
+      if (pick == kNone) pick = last;  // (rounding: the run's sum passed the target, its steps did not)
+    }
+    pick = simd_min(pick);
+  }
+  if (pick == kNone) {  // rounding left the target at the very end: the row's last kept token
+    uint found = 0;       // a lane's last kept token + 1, over ids lane, lane + 32, ...
+    for (uint i = lane; i < p.vocab; i += 32)
+      if (order_key(work[i]) >= lo && i != d) found = i + 1;
+    found = simd_max(found);
+    pick = found == 0 ? kNone : found - 1;
+  }
+  return pick;
+}
+
 template <uint kThreads>
 kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
                        const device float* logits [[buffer(1)]],        // (vocab)
@@ -231,47 +286,25 @@ kernel void sample_f32(constant mkv_params::Sample& p [[buffer(0)]],
   }
   if (p.min_p > 0.0f) lo = max(lo, order_key(m + log(p.min_p)));  // p_i >= min_p * p_max
 
-  // 5. Draw: each thread owns a contiguous chunk; prefix sums of chunk masses
-  //    in index order find the chunk holding uniform * total. Verifying a
-  //    draft: it is the token with probability p(draft) = its mass / total;
-  //    otherwise the draw skips it (the rest of the distribution, renormalized:
-  //    speculative sampling's residual for a proposal that was certain).
+  // 5. Draw: each thread owns a contiguous chunk of the row; the masses of
+  //    the chunks, in index order, find the chunk holding uniform * total,
+  //    and the masses of its tokens the token. Verifying a draft: it is the
+  //    token with probability p(draft) = its mass / total; otherwise the draw
+  //    skips it (the rest of the distribution, renormalized: speculative
+  //    sampling's residual for a proposal that was certain), so the chunks'
+  //    masses leave it out. The walk is SIMD-group 0's (sample_walk).
   const uint chunk = (p.vocab + kThreads - 1) / kThreads;
+  const uint d = p.draft < p.vocab ? p.draft : mkv_params::kNoDraft;
   const uint begin = min(tid * chunk, p.vocab), end = min(begin + chunk, p.vocab);
   float mine = 0.0f;
   for (uint i = begin; i < end; ++i)
-    if (order_key(work[i]) >= lo) mine += exp(work[i] - m);
+    if (order_key(work[i]) >= lo && i != d) mine += exp(work[i] - m);
   chunk_sums[tid] = mine;
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (tid == 0) {
-    float total = 0.0f;
-    for (uint t = 0; t < kThreads; ++t) total += chunk_sums[t];
-    const uint d = p.draft < p.vocab ? p.draft : mkv_params::kNoDraft;
-    const float dmass = d != mkv_params::kNoDraft && order_key(work[d]) >= lo ? exp(work[d] - m) : 0.0f;
-    if (dmass > 0.0f && p.accept * total < dmass) {
-      token[0] = d;
-      return;
-    }
-    const float target = p.uniform * (total - dmass);
-    float acc = 0.0f;
-    uint pick = 0xffffffffu;
-    for (uint t = 0; t < kThreads && pick == 0xffffffffu; ++t) {
-      const bool has_d = d != mkv_params::kNoDraft && d / chunk == t;
-      const float mass = chunk_sums[t] - (has_d ? dmass : 0.0f);
-      if (acc + mass <= target) { acc += mass; continue; }
-      const uint b0 = min(t * chunk, p.vocab), e0 = min(b0 + chunk, p.vocab);
-      for (uint i = b0; i < e0; ++i) {
-        if (order_key(work[i]) < lo || i == d) continue;
-        acc += exp(work[i] - m);
-        if (acc > target) { pick = i; break; }
-      }
-    }
-    if (pick == 0xffffffffu) {  // rounding left target at the very end: the last kept token
-      for (uint i = p.vocab; i-- > 0;)
-        if (order_key(work[i]) >= lo && i != d) { pick = i; break; }
-    }
-    token[0] = pick;
-  }
+  if (simd != 0) return;  // no barrier follows
+  const float dmass = d != mkv_params::kNoDraft && order_key(work[d]) >= lo ? exp(work[d] - m) : 0.0f;
+  const uint pick = sample_walk<kThreads>(p, work, chunk_sums, chunk, lo, m, d, dmass, lane);
+  if (lane == 0) token[0] = pick;
 }
 
 MKV_KERNEL("sample_f32", sample_f32<mkv_params::kSampleThreads>)
