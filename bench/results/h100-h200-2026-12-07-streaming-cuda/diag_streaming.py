@@ -1,14 +1,18 @@
 """Where the cuda device's streaming-policy logits leave the host's (tests/engine/
 test_kv_policy_engine.py::test_streaming_logits_match_the_reference): the same tiny
-model, prompt and policy on both devices, the largest difference per position."""
+model, prompt and policy on both devices, the largest difference per position,
+for prefill chunks of 1 (decode only), 8, 32 and 64, with and without the policy.
+
+    PYTHONPATH=/tmp/site python3 bench/results/h100-h200-2026-12-07-streaming-cuda/diag_streaming.py host cuda
+"""
 import sys
 import tempfile
 import pathlib
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "engine"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "engine"))
 import metalkv  # noqa: E402
 from conftest import TINY  # noqa: E402
 from models.tiny import write_gguf  # noqa: E402
