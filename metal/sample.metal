@@ -48,6 +48,7 @@ inline float group_max(float v, threadgroup float* slots, uint simd, uint lane) 
 // the SIMD-group's and the threadgroup's, so pred is monotone in t as
 // computed (rounding is monotone, and a larger t only drops terms) and every
 // P finds the same t.
+
 // Pivots a pass (on this host, 2026-12-07: top-k at 262,144 logits 10 ms a
 // call at 8, 10-13 at 4 and 16; bench/sampler.py).
 constant constexpr uint kSamplePivots = 8;
