@@ -162,14 +162,17 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
                quantize: dict | None = None, tokens: list[str] | None = None, seed: int = 0,
                tokenizer: "TinyVocab | None" = None, alignment: int | None = None,
                set_kv: dict | None = None, raw_arrays: dict | None = None,
-               extra_shapes: dict | None = None, **meta) -> dict[str, np.ndarray]:
+               extra_shapes: dict | None = None, gains: dict | None = None, **meta) -> dict[str, np.ndarray]:
     """A tiny llama GGUF (LLAMA sizes). quantize: {name: GGMLQuantizationType};
     tokenizer: a whole gpt2 vocabulary (tokens, types, merges, special ids), see TINY_VOCAB;
     alignment: write general.alignment; set_kv: {key: (value, GGUFValueType[, element
     type])} replaces or adds metadata, {key: None} drops it; raw_arrays: {name: array}
     written as they are (any dtype gguf-py takes); extra_shapes: more tensors
-    {name: shape} (rope_freqs.weight, ...). Returns the float32 arrays
-    (before quantization)."""
+    {name: shape} (rope_freqs.weight, ...); gains: {name suffix: factor} scales
+    the standard normal draws of the tensors whose names end so ({"attn_q.weight":
+    0.125, "attn_k.weight": 0.125} gives scores of about unit size instead of a
+    hundred, a softmax that spreads). Returns the float32 arrays (before
+    quantization)."""
     import gguf
 
     c = {**LLAMA, **meta}
@@ -219,6 +222,9 @@ def write_gguf(path: pathlib.Path, *, arch: str = "llama", omit: tuple = (), res
         if name in omit:
             continue
         a = rng.standard_normal((reshape or {}).get(name, shape)).astype(np.float32)
+        for suffix, factor in (gains or {}).items():
+            if name.endswith(suffix):
+                a *= np.float32(factor)
         arrays[name] = a
         qt = (quantize or {}).get(name)
         if name in (raw_arrays or {}):
