@@ -1,6 +1,13 @@
+"""How far each row of test_streaming_logits_match_the_reference's float64 reference moves
+when every weight matrix is multiplied by (1 + 1e-6 noise), with and without the streaming
+policy, and the top attention probabilities at rows 114 and 137 (no device involved).
+
+    python3 bench/results/h100-h200-2026-12-07-streaming-cuda/sensitivity.py
+"""
 import sys, pathlib, tempfile
 import numpy as np
-sys.path.insert(0, "/work/main/tests"); sys.path.insert(0, "/work/main/tests/engine")
+TESTS = pathlib.Path(__file__).resolve().parents[3] / "tests"
+sys.path.insert(0, str(TESTS)); sys.path.insert(0, str(TESTS / "engine"))
 from conftest import TINY
 from models.tiny import write_gguf
 from metalkv.models import load_model
