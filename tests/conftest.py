@@ -1,8 +1,8 @@
 """Shared pytest fixtures. Kernel tests run in every fiber order of the host
 executor, so a missing barrier or an order-dependent race fails somewhere.
-METALKV_TEST_FIBER_ORDERS (a comma list of them) runs fewer: CI's sanitizer stage
-takes one, since an out-of-bounds read is one in any order and the release stage
-runs all three."""
+METALKV_TEST_FIBER_ORDERS (a comma list of them) runs fewer: CI splits them, the
+release stage forward and reverse, the sanitizer stage random (an out-of-bounds
+read is one in any order), so each runs every kernel test once (.ci/run)."""
 from __future__ import annotations
 
 import os
