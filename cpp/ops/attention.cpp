@@ -273,11 +273,9 @@ size_t scratch_for(const AttentionDesc& d, uint32_t chunks) {
 }
 
 // Whether the host's rows form may run d (the device picks the host shape):
-// f16 K/V, no residual window, no variant asked for, not split.
-bool rows_form_applies(const AttentionDesc& d) {
-  return d.decode_variant.empty() && d.k_format == mkv_params::kKvF16 && d.v_format == mkv_params::kKvF16 &&
-         !d.residual;
-}
+// no variant asked for, not split (the caller's check). It reads every format
+// pair and residual window the host's _h kernels do (f16, or kvq).
+bool rows_form_applies(const AttentionDesc& d) { return d.decode_variant.empty(); }
 
 AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu::Device* dev) {
   AttentionDecodePlan plan;
@@ -312,7 +310,7 @@ AttentionDecodePlan decode_plan(const AttentionDesc& d, uint32_t wave, const gpu
   // SIMD-group kernels.
   if (host && rows_form_applies(d) && !plan.split) {
     plan.rows = true;
-    plan.kernel = attention_decode_rows_kernel(d.head_dim);
+    plan.kernel = attention_decode_rows_kernel(attention_name_key(d));
     head_blocks(d.n_q_heads / d.n_kv_heads, mkv_params::attn_decode_rows_heads(d.head_dim), plan.heads_per_block,
                 plan.head_blocks);
     plan.threadgroups = d.n_kv_heads * plan.head_blocks * mkv_params::kAttnDecodeRowsParts;

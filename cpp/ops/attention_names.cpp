@@ -99,8 +99,8 @@ std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t p
          decode_suffix(k, per_block, host);
 }
 
-std::string attention_decode_rows_kernel(uint32_t head_dim) {
-  return attention_kernel_name("attn_decode_f16", head_dim) + "_rows_h";
+std::string attention_decode_rows_kernel(const AttnNameKey& k) {
+  return attention_kernel_name(family("attn_decode", k).c_str(), k.head_dim) + "_rows_h";
 }
 
 std::string attention_decode_rows_merge_kernel(uint32_t head_dim) {
@@ -131,7 +131,8 @@ std::vector<std::string> attention_kernel_names(gpu::Device& dev) {
   for (uint32_t d : kAttnHeadDims) {
     names.insert(attention_reduce_kernel(d));
     if (host_shapes) {
-      names.insert(attention_decode_rows_kernel(d));
+      names.insert(attention_decode_rows_kernel({d, kKvF16, kKvF16, false, false, ""}));
+      if (listed(kKvqHeadDims, d)) names.insert(attention_decode_rows_kernel({d, kKvQ8, kKvQ8, false, false, ""}));
       names.insert(attention_decode_rows_merge_kernel(d));
     }
     for (auto [kf, vf] : formats) {

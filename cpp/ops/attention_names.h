@@ -26,9 +26,10 @@ AttnNameKey attention_name_key(const AttentionDesc& d);
 // Raises "[attention_decode] ..." for a variant that does not exist.
 std::string attention_decode_kernel(const AttnNameKey& k, bool split, uint32_t per_block, bool host);
 // The host executor's collective-free decode (metal/attention_decode_rows.metal):
-// f16 K/V, single pass, no residual window or logits; bit-identical to the _h kernels.
-// The first kernel's parts, then their merge and the finish.
-std::string attention_decode_rows_kernel(uint32_t head_dim);
+// single pass, f16 K/V or (kvq) any formats with or without a residual window;
+// bit-identical to the _h kernels of the same family. The first kernel's parts,
+// then their merge and the finish.
+std::string attention_decode_rows_kernel(const AttnNameKey& k);
 std::string attention_decode_rows_merge_kernel(uint32_t head_dim);
 // The split-K second pass.
 std::string attention_reduce_kernel(uint32_t head_dim);
