@@ -94,16 +94,8 @@ struct AttnRowsF16 {
     return r;
   }
   uint slot(const device uint* table, uint pos) const { return ring_slots ? pos % ring_slots : kv_slot(table, pos); }
-  static void row_floats(const device half* row, thread float* out) {
-    for (uint e = 0; e < D; e += 4) {
-      const float4 c = float4(*(const device half4*)(row + e));
-      out[e] = c.x;
-      out[e + 1] = c.y;
-      out[e + 2] = c.z;
-      out[e + 3] = c.w;
-    }
-  }
-  void k_row(uint slot, thread float* out) const { row_floats(k_base + slot * stride, out); }
+  // (the whole row as lane 0's slice of D: half4 -> float4 loads)
+  void k_row(uint slot, thread float (&out)[D]) const { load_slice<D, D>(k_base + slot * stride, 0, out); }
   // V is read where it is used, 4 halfs at a time (vr stays unused).
   void v_rows(thread const uint (&)[4], thread float (&)[4][D]) const {}
   float4 v4(thread const uint (&slot)[4], thread const float (&)[4][D], uint u, uint e) const {
@@ -130,19 +122,21 @@ struct AttnRowsQuant {
   }
   uint slot(const device uint* table, uint pos) const { return kv_slot(table, pos); }
   template <typename Section>
-  static void row_floats(const device uchar* section, uint fmt, uint heads, uint head, uint slot, thread float* out) {
+  static void row_floats(const device uchar* section, uint fmt, uint heads, uint head, uint slot,
+                         thread float (&out)[D]) {
     for (uint e0 = 0; e0 < D; e0 += E) {
       float x[E];
       Section::widen(fmt, Section::read(section, fmt, heads, D, slot, head, e0), x);
       for (uint e = 0; e < E; ++e) out[e0 + e] = x[e];
     }
   }
-  void k_row(uint slot, thread float* out) const {
+  void k_row(uint slot, thread float (&out)[D]) const {
     row_floats<typename Reader::KS>(rd.k_section, rd.k_format, rd.heads, rd.head, slot, out);
   }
   // V's 4 rows dequantized first, then read from them.
   void v_rows(thread const uint (&slot)[4], thread float (&vr)[4][D]) const {
-    for (uint u = 0; u < 4; ++u) row_floats<typename Reader::VS>(rd.v_section, rd.v_format, rd.heads, rd.head, slot[u], vr[u]);
+    for (uint u = 0; u < 4; ++u)
+      row_floats<typename Reader::VS>(rd.v_section, rd.v_format, rd.heads, rd.head, slot[u], vr[u]);
   }
   float4 v4(thread const uint (&)[4], thread const float (&vr)[4][D], uint u, uint e) const {
     return float4(vr[u][e], vr[u][e + 1], vr[u][e + 2], vr[u][e + 3]);
