@@ -61,6 +61,41 @@ inline float4 attn_prefill_host_elems(constant mkv_params::AttnPrefill& p, const
   return float4(mkv_kv::kv_load4(section, fmt, mkv_params::kKvBlockTokens, p.n_kv_heads, D, k.slot, kv_head, c));
 }
 
+// A key's whole row, widened to float, as attn_prefill_host_elems gives it 4
+// elements at a time (zeros if not visible). q8 and q4 rows find their codes
+// and scales once a row: code x scale (q4's codes offset by 8) rounded to
+// half, kv_load4's values, without its offsets and format branches every 4
+// elements.
+template <uint D>
+inline void attn_prefill_host_row(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
+                                  thread const AttnHostKey& k, uint kv_head, thread float* out) {
+  if (k.visible && !k.f16 && (fmt == mkv_params::kKvQ8 || fmt == mkv_params::kKvQ4)) {
+    constexpr uint B = mkv_params::kKvBlockTokens;
+    const device uchar* data = section + mkv_params::kv_data_offset(fmt, B, p.n_kv_heads, D, k.slot, kv_head, 0);
+    const device half* scales =
+        (const device half*)(section + mkv_params::kv_param_offset(fmt, B, p.n_kv_heads, D, k.slot, kv_head, 0));
+    const uint group = mkv_params::kv_group(fmt, D);
+    for (uint c = 0; c < D; c += 4) {
+      const float sc = float(scales[c / group]);
+      float4 v;
+      if (fmt == mkv_params::kKvQ8) {
+        v = float4(*(const device char4*)(data + c)) * sc;
+      } else {
+        const uint q = uint(*(const device ushort*)(data + c / 2));
+        v = (float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) - 8.0f) *
+            sc;
+      }
+      v = float4(half4(v));
+      for (uint i = 0; i < 4; ++i) out[c + i] = v[i];
+    }
+    return;
+  }
+  for (uint c = 0; c < D; c += 4) {
+    const float4 v = attn_prefill_host_elems<D>(p, section, fmt, k, kv_head, c);
+    for (uint i = 0; i < 4; ++i) out[c + i] = v[i];
+  }
+}
+
 // V rows of keys kp .. kp+3, key-major: out[j][e] (attention.h's attn_update).
 template <bool Quant, uint D>
 inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const device uchar* section, uint fmt,
@@ -76,10 +111,7 @@ inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const de
       }
       continue;
     }
-    for (uint c = 0; c < D; c += 4) {
-      const float4 v = attn_prefill_host_elems<D>(p, section, fmt, k, kv_head, c);
-      for (uint i = 0; i < 4; ++i) out[j][c + i] = v[i];
-    }
+    attn_prefill_host_row<D>(p, section, fmt, k, kv_head, out[j]);
   }
 }
 
@@ -104,11 +136,9 @@ inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const 
     }
     return;
   }
-  for (uint c = 0; c < D; c += 4) {
-    float4 r[4];
-    for (uint j = 0; j < 4; ++j) r[j] = attn_prefill_host_elems<D>(p, section, fmt, k[j], kv_head, c);
-    for (uint i = 0; i < 4; ++i) out[c + i] = float4(r[0][i], r[1][i], r[2][i], r[3][i]);
-  }
+  float r[4][D];
+  for (uint j = 0; j < 4; ++j) attn_prefill_host_row<D>(p, section, fmt, k[j], kv_head, r[j]);
+  for (uint e = 0; e < D; ++e) out[e] = float4(r[0][e], r[1][e], r[2][e], r[3][e]);
 }
 
 // q.k of 4 keys for each of the block's first G query heads, each summed in
