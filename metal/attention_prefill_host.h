@@ -76,16 +76,8 @@ inline void attn_prefill_host_row(constant mkv_params::AttnPrefill& p, const dev
         (const device half*)(section + mkv_params::kv_param_offset(fmt, B, p.n_kv_heads, D, k.slot, kv_head, 0));
     const uint group = mkv_params::kv_group(fmt, D);
     for (uint c = 0; c < D; c += 4) {
-      const float sc = float(scales[c / group]);
-      float4 v;
-      if (fmt == mkv_params::kKvQ8) {
-        v = float4(*(const device char4*)(data + c)) * sc;
-      } else {
-        const uint q = uint(*(const device ushort*)(data + c / 2));
-        v = (float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) - 8.0f) *
-            sc;
-      }
-      v = float4(half4(v));
+      const float4 v = float4(mkv_kv::kv_codes4(fmt, data + (fmt == mkv_params::kKvQ8 ? c : c / 2),
+                                                float(scales[c / group])));
       for (uint i = 0; i < 4; ++i) out[c + i] = v[i];
     }
     return;

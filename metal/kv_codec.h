@@ -144,6 +144,20 @@ struct KvFixedPiece {
   }
 };
 
+// Four consecutive q8 or q4 codes at `data` (q4: two bytes, the first
+// element in the low nibble), times their group's scale, rounded to half.
+inline half4 kv_codes4(uint fmt, const device uchar* data, float scale) {
+  float4 v;
+  if (fmt == mkv_params::kKvQ8) {
+    v = float4(*(const device char4*)data) * scale;
+  } else {
+    const uint q = uint(*(const device ushort*)data);
+    v = (float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) - 8.0f) *
+        scale;
+  }
+  return half4(v);
+}
+
 // Four consecutive elements c .. c + 3 (c % 4 == 0) of (slot, head),
 // dequantized to half: what prefill stages in threadgroup memory.
 inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uint heads, uint D, uint slot,
@@ -161,15 +175,7 @@ inline half4 kv_load4(const device uchar* section, uint fmt, uint unit_rows, uin
   }
   const float scale = float(*(const device half*)(section + mkv_params::kv_param_offset(fmt, unit_rows, heads, D, slot,
                                                                                        head, c)));
-  float4 v;
-  if (fmt == mkv_params::kKvQ8) {
-    v = float4(*(const device char4*)data) * scale;
-  } else {
-    const uint q = uint(*(const device ushort*)data);
-    v = (float4(float(q & 0xfu), float((q >> 4) & 0xfu), float((q >> 8) & 0xfu), float((q >> 12) & 0xfu)) - 8.0f) *
-        scale;
-  }
-  return half4(v);
+  return kv_codes4(fmt, data, scale);
 }
 
 }  // namespace mkv_kv
