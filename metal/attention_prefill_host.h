@@ -1,11 +1,13 @@
 // The host executor's shape of prefill attention (the _h kernels of
 // attention_prefill_host.metal, built for the host only): a lane is one query
 // position with the heads of its head block (HR rows, whole head_dim each),
-// reading its own keys straight from the pool, so the kernel has no
+// reading its own f16 keys straight from the pool, so the f16 kernels have no
 // collective and no barrier. The GPU shape (attention_prefill.h) spends one
 // simd_sum per 4 keys and row and two barriers per staged tile; on the host
 // every one of those is a rendezvous of 32 fibers, which made it most of a
-// long prompt's prefill.
+// long prompt's prefill. The kvq kernels dequantize the pool's rows once a
+// threadgroup into threadgroup memory (attn_prefill_host_staged: two
+// barriers per 32 keys, against each lane dequantizing every row itself).
 //
 // Same results, bit for bit, as the GPU shape on the host: a score is summed
 // as that shape sums it there (each lane's E-element partial of the GPU
@@ -16,14 +18,20 @@
 //
 // Geometry: grid (ceil(n_queries / 32), n_kv_heads * head_blocks), 32 threads;
 // p.queries_per_tile = 32, p.heads_per_block <= attn_prefill_host_rows(D).
-// Reads: each visible K/V row once per (query, KV head, head block), from the
-// cache (the 32 lanes of a threadgroup read the same rows, close in time).
+// Reads: each visible f16 K/V row once per (query, KV head, head block), from
+// the cache (the 32 lanes of a threadgroup read the same rows, close in time);
+// each quantized one once per (threadgroup, KV head, head block).
 #pragma once
 
 #include "attention.h"
 #include "attention_host_params.h"
+#include "attention_prefill.h"  // attn_prefill_tile_keys
 #include "kv_codec.h"
 #include "kv_table.h"
+
+// Keys a tile of the kvq kernels' staged pool pass holds (attn_prefill_host_staged):
+// its K and V rows as half, 2 x 2 x keys x D bytes, 16 KiB at most.
+constexpr uint attn_prefill_host_stage_keys(uint D) { return D <= 128 ? 32 : 16; }
 
 // Where key `pos`'s row of one KV head lies: an f16 row (the pool's f16
 // section, or the residual window's ring), or a slot of a quantized section;
@@ -163,6 +171,93 @@ inline void attn_prefill_host_dots(thread const float (&q)[HR][D], thread const 
   else attn_prefill_host_dots_g<D, HR, 1>(q, kt, dot);
 }
 
+// One 4-key block of one row's pass: the scores of the block's query heads, a
+// policy's logits, the online-softmax step. kt and vr hold the block's K
+// (element-major) and V (key-major), zeros where the row does not see a key.
+template <uint D, uint HR>
+inline void attn_prefill_host_step(constant mkv_params::AttnPrefill& p, thread AttnRows<D, HR>& st,
+                                   thread const float4* kt, thread const float (&vr)[4][D], uint g, int kp,
+                                   int plo, int phi, device float* logits, uint qi, uint head0, uint n_tokens) {
+  float4 s[HR];
+  attn_prefill_host_dots<D, HR>(st.q, kt, g, s);
+  for (uint j = 0; j < HR; ++j) {
+    if (j >= g) continue;
+    s[j] = attn_transform(s[j], p.scale, p.softcap);
+    if (p.logits != 0) {  // a policy's logits, the row's visible keys
+      device float* lg = logits + (qi * p.n_q_heads + head0 + j) * n_tokens;
+      for (int c = 0; c < 4; ++c)
+        if (kp + c >= plo && kp + c <= phi) lg[kp + c] = s[j][c];
+    }
+    attn_update(st, j, attn_mask(s[j], kp, plo, phi), vr);
+  }
+}
+
+// The kvq kernels' pool pass, with the quantized rows dequantized once a
+// threadgroup: tiles of attn_prefill_host_stage_keys(D) keys of the
+// threadgroup's key range (attn_prefill_tile_keys, as the GPU shape stages
+// them), lane j dequantizing key j's K and V rows into threadgroup memory as
+// half (their values are halves: kv_load4's), then every lane reading its own
+// visible keys of the tile from there, zeros for the rest, as
+// attn_prefill_host_load(_t) give them. So the values, the 4-key blocks and
+// their order are the unstaged loop's, and so are the results, bit for bit;
+// each row is dequantized once a threadgroup instead of once a query (32x
+// fewer), for two barriers a tile.
+template <uint D, uint HR>
+inline void attn_prefill_host_staged(constant mkv_params::AttnPrefill& p, thread AttnRows<D, HR>& st,
+                                     const device uchar* kv, const device uchar* v_section, const device uint* table,
+                                     uint kv_head, int2 tile_keys, bool live, int plo, int phi, uint g,
+                                     device float* logits, uint qi, uint head0, uint n_tokens,
+                                     threadgroup half* k_stage, threadgroup half* v_stage, uint lane) {
+  constexpr uint TK = attn_prefill_host_stage_keys(D);
+  float4 kt[D];
+  float vr[4][D];
+  for (int t0 = tile_keys.x & ~int(TK - 1); t0 <= tile_keys.y; t0 += int(TK)) {
+    if (lane < TK) {
+      const int key = t0 + int(lane);
+      float row[D];
+      const AttnHostKey k = attn_prefill_host_key<true, D>(p, kv, table, nullptr, false, kv_head, key, tile_keys.x,
+                                                            tile_keys.y);
+      attn_prefill_host_row<D>(p, kv, p.k_format, k, kv_head, row);
+      for (uint e = 0; e < D; ++e) k_stage[lane * D + e] = half(row[e]);
+      attn_prefill_host_row<D>(p, v_section, p.v_format, k, kv_head, row);
+      for (uint e = 0; e < D; ++e) v_stage[lane * D + e] = half(row[e]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const int last = min(phi, t0 + int(TK) - 1);
+    for (int kp = max(t0, plo & ~3); live && kp <= last; kp += 4) {
+      const threadgroup half* kr = k_stage + uint(kp - t0) * D;
+      const threadgroup half* vv = v_stage + uint(kp - t0) * D;
+      if (kp >= plo && kp + 3 <= phi) {  // the common block: the row sees all 4 keys
+        for (uint c = 0; c < D; c += 4) {
+          const float4 r0 = float4(*(const threadgroup half4*)(kr + c));
+          const float4 r1 = float4(*(const threadgroup half4*)(kr + D + c));
+          const float4 r2 = float4(*(const threadgroup half4*)(kr + 2 * D + c));
+          const float4 r3 = float4(*(const threadgroup half4*)(kr + 3 * D + c));
+          kt[c] = float4(r0.x, r1.x, r2.x, r3.x);
+          kt[c + 1] = float4(r0.y, r1.y, r2.y, r3.y);
+          kt[c + 2] = float4(r0.z, r1.z, r2.z, r3.z);
+          kt[c + 3] = float4(r0.w, r1.w, r2.w, r3.w);
+        }
+        for (uint j = 0; j < 4; ++j)
+          for (uint c = 0; c < D; c += 4) {
+            const float4 x = float4(*(const threadgroup half4*)(vv + j * D + c));
+            for (uint i = 0; i < 4; ++i) vr[j][c + i] = x[i];
+          }
+      } else {
+        for (uint j = 0; j < 4; ++j) {
+          const bool seen = kp + int(j) >= plo && kp + int(j) <= phi;
+          for (uint e = 0; e < D; ++e) {
+            kt[e][j] = seen ? float(kr[j * D + e]) : 0.0f;
+            vr[j][e] = seen ? float(vv[j * D + e]) : 0.0f;
+          }
+        }
+      }
+      attn_prefill_host_step<D, HR>(p, st, kt, vr, g, kp, plo, phi, logits, qi, head0, n_tokens);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next tile overwrites these
+  }
+}
+
 template <bool Quant, uint D, uint HR>
 inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
                                    const device float* q,      // (n_queries, n_q_heads, D)
@@ -172,25 +267,31 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
                                    const device float* sinks,  // (n_q_heads) if has_sinks
                                    device float* out,          // (n_queries, n_q_heads, D)
                                    device float* logits,       // (n_queries, n_q_heads, n_tokens) if p.logits
+                                   threadgroup half* k_stage,  // Quant: (attn_prefill_host_stage_keys(D), D)
+                                   threadgroup half* v_stage,  // the same for V
                                    uint2 tg, uint lane) {
   const AttnHeadBlock hb = attn_head_block(p, tg.y);
   const uint kv_head = hb.kv_head, head0 = hb.head0, g = hb.count;
-  const uint qi = tg.x * p.queries_per_tile + lane;
-  if (qi >= p.n_queries) return;  // no collective below: a finished lane is fine
+  const uint qi0 = tg.x * p.queries_per_tile, qi = qi0 + lane;
+  // A lane past n_queries has nothing to compute; in the kvq kernels it still
+  // stages and meets the barriers.
+  const bool live = qi < p.n_queries;
+  if (!Quant && !live) return;
   const int qpos = int(p.q_pos0 + qi);
   const int lo = p.window > 0 ? max(0, qpos - int(p.window) + 1) : 0;
-  const int hi = attn_prefill_row_hi(p, qpos);  // (attention.h)
+  const int hi = live ? attn_prefill_row_hi(p, qpos) : -1;  // (attention.h)
 
   AttnRows<D, HR> st;
   attn_rows_init(st);
-  for (uint j = 0; j < g; ++j)
-    for (uint e = 0; e < D; ++e) st.q[j][e] = q[(qi * p.n_q_heads + head0 + j) * D + e];
+  if (live)
+    for (uint j = 0; j < g; ++j)
+      for (uint e = 0; e < D; ++e) st.q[j][e] = q[(qi * p.n_q_heads + head0 + j) * D + e];
 
   const device uchar* v_section = kv + p.slots * mkv_params::kv_slot_bytes(p.k_format, p.n_kv_heads, D);
   const bool res = Quant && p.residual > 0;
   const device half* ring_k = (const device half*)ring;
   const device half* ring_v = ring_k + p.ring_slots * p.n_kv_heads * D;
-  const int ring_from = res ? int(mkv_params::attn_ring_start(uint(hi), p.residual, p.ring_lo)) : hi + 1;
+  const int ring_from = res ? int(mkv_params::attn_ring_start(uint(max(hi, 0)), p.residual, p.ring_lo)) : hi + 1;
   const uint n_tokens = p.q_pos0 + p.n_queries;
 
   float4 kt[D];    // K of the block's 4 keys, element-major
@@ -199,24 +300,19 @@ inline void attn_prefill_host_body(constant mkv_params::AttnPrefill& p,
     const bool from_ring = pass == 1;
     const int plo = from_ring ? max(lo, ring_from) : lo;
     const int phi = from_ring ? hi : min(hi, ring_from - 1);
-    for (int kp = plo & ~3; kp <= phi; kp += 4) {
+    if (Quant && !from_ring) {  // quantized rows: staged once a threadgroup
+      const AttnTileKeys keys = attn_prefill_tile_keys<Quant>(p, qi0, min(p.queries_per_tile, p.n_queries - qi0));
+      attn_prefill_host_staged<D, HR>(p, st, kv, v_section, table, kv_head, attn_prefill_pass_keys(keys, false), live,
+                                      plo, phi, g, logits, qi, head0, n_tokens, k_stage, v_stage, lane);
+      continue;
+    }
+    for (int kp = plo & ~3; live && kp <= phi; kp += 4) {
       attn_prefill_host_load_t<Quant, D>(p, kv, p.k_format, table, ring_k, from_ring, kv_head, kp, plo, phi, kt);
-      float4 s[HR];
-      attn_prefill_host_dots<D, HR>(st.q, kt, g, s);
-      for (uint j = 0; j < HR; ++j)
-        if (j < g) s[j] = attn_transform(s[j], p.scale, p.softcap);
       attn_prefill_host_load<Quant, D>(p, v_section, p.v_format, table, ring_v, from_ring, kv_head, kp, plo, phi, vr);
-      for (uint j = 0; j < HR; ++j) {
-        if (j >= g) continue;
-        if (p.logits != 0) {  // a policy's logits, the row's visible keys
-          device float* lg = logits + (qi * p.n_q_heads + head0 + j) * n_tokens;
-          for (int c = 0; c < 4; ++c)
-            if (kp + c >= plo && kp + c <= phi) lg[kp + c] = s[j][c];
-        }
-        attn_update(st, j, attn_mask(s[j], kp, plo, phi), vr);
-      }
+      attn_prefill_host_step<D, HR>(p, st, kt, vr, g, kp, plo, phi, logits, qi, head0, n_tokens);
     }
   }
+  if (!live) return;
 
   for (uint j = 0; j < g; ++j) {
     const uint qh = head0 + j;

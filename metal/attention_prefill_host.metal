@@ -19,7 +19,12 @@ MKV_MAX_THREADS(mkv_params::kAttnPrefillHostQueries) kernel void attn_prefill_ho
     device float* logits [[buffer(7)]],       // a policy's logits (p.logits); out if none
     uint2 tg [[threadgroup_position_in_grid]],
     uint lane [[thread_index_in_threadgroup]]) {
-  attn_prefill_host_body<Quant, D, HR>(p, q, kv, table, ring, sinks, out, logits, tg, lane);
+  // The kvq kernels' staged rows (attn_prefill_host_staged); the f16 ones read the pool in place.
+  // (half4: rows read 4 halves at a time)
+  threadgroup half4 k_stage[Quant ? attn_prefill_host_stage_keys(D) * D / 4 : 1];
+  threadgroup half4 v_stage[Quant ? attn_prefill_host_stage_keys(D) * D / 4 : 1];
+  attn_prefill_host_body<Quant, D, HR>(p, q, kv, table, ring, sinks, out, logits, (threadgroup half*)k_stage,
+                                       (threadgroup half*)v_stage, tg, lane);
 }
 
 #define MKV_ATTN_PREFILL_HOST_KIND(D, kind, quant) \

@@ -81,6 +81,41 @@ def test_quantized_equals_gpu_shape(kv_k, kv_v, d):
     assert_same(*both(lambda s: run(dev, q, pool, table, slots, n_kv, q_pos0, s, kv_k=kv_k, kv_v=kv_v)))
 
 
+# The kvq kernels stage the pool's rows a threadgroup at a time, over the
+# threadgroup's key range (attn_prefill_host_staged): windows narrower and wider
+# than a tile over blocks a window let go (poison: staging must read none of
+# them), queries in several threadgroups, the last one partial, 16-key tiles (D
+# 192 and 256), soft-capping with sinks, and a policy's logits over them.
+@pytest.mark.parametrize("kv_k,kv_v", [("q8", "q8"), ("q4", "q8"), ("f16", "q4")])
+@pytest.mark.parametrize("d", [64, 192, 256])
+@pytest.mark.parametrize("n_q,q_pos0,window", [(24, 100, 16), (70, 130, 37), (77, 40, 0)])
+def test_quantized_sliding_equals_gpu_shape(kv_k, kv_v, d, n_q, q_pos0, window):
+    dev = test_device()
+    n_kv, n = 2, q_pos0 + n_q
+    q, k, v = inputs(d + window, n_q, 6, n_kv, d, n)
+    pool, table, slots = quant_pool(k, v, kv_k, kv_v, first=max(0, q_pos0 - window + 1) if window else 0)
+    sk = np.random.default_rng(d).standard_normal(6).astype(np.float32)
+    kw = dict(kv_k=kv_k, kv_v=kv_v, window=window, softcap=30.0, sinks=dev.buffer_from(sk))
+    assert_same(*both(lambda s: run(dev, q, pool, table, slots, n_kv, q_pos0, s, **kw)))
+
+
+@pytest.mark.parametrize("kv_k,kv_v", [("q8", "q8"), ("q4", "q4")])
+def test_quantized_policy_logits_equal_gpu_shape(kv_k, kv_v):
+    dev = test_device()
+    n_q, q_pos0, n_kv, d = 40, 110, 3, 64
+    q, k, v = inputs(7, n_q, 9, n_kv, d, q_pos0 + n_q)
+    pool, table, slots = quant_pool(k, v, kv_k, kv_v)
+
+    def go(variant):
+        logits = dev.buffer_from(np.full((n_q, 9, q_pos0 + n_q), np.nan, np.float32))
+        out = run(dev, q, pool, table, slots, n_kv, q_pos0, variant, kv_k=kv_k, kv_v=kv_v, logits=logits)
+        return out, logits.numpy().view(np.float32).copy()
+
+    (out_h, logits_h), (out_g, logits_g) = both(go)
+    assert_same(out_h, out_g)
+    np.testing.assert_array_equal(logits_h, logits_g)  # (NaN where masked, in both)
+
+
 @pytest.mark.parametrize("kv_k,kv_v", [("q4", "q8"), ("q2", "q2"), ("q8", "q8")])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("lossy", [False, True])
