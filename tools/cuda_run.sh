@@ -11,6 +11,7 @@
 #                                                  engine-context-sweep (CONTEXTS="4096 16384 ...") bench-speculative
 #                                                  bench-constrained bench-prefix-store bench-preemption
 #                                                  bench-prefix-store-redis bench-swap bench-memory test-kv-memory
+#                                                  bench-suffix (SUFFIX_ARGS)
 #                                                  test-gemma3n bench-gemma3n (GEMMA3N_SHAPE=e4b|e2b, GEMMA3N_ARGS)
 #                                                  test-vision bench-vision (VISION_ARGS) bench-vision-parts
 #                                                  test-audio bench-audio (AUDIO_ARGS)
@@ -146,6 +147,16 @@ stage_bench_prefix_store() {
     --json "$OUT/bench_prefix_store.json" > "$OUT/bench_prefix_store.txt" 2>&1
   note "bench/prefix_store.py: rc=$?"
   tail -8 "$OUT/bench_prefix_store.txt"
+}
+
+# A chat's next turn: a few new tokens over a long cached prefix, beside transformers' forward
+# over a DynamicCache of the same prefix, and the call's kernels (torch.profiler).
+stage_bench_suffix() {
+  step "suffix: 8B shape, 1-256 new tokens over 4096 cached ones, beside transformers"
+  timeout ${ENGINE_S:-420} python3 bench/gpu/suffix.py --random-llama 8b --device cuda ${SUFFIX_ARGS:-} \
+    --json "$OUT/bench_suffix.json" > "$OUT/bench_suffix.txt" 2>&1
+  note "bench/gpu/suffix.py: rc=$?"
+  tail -40 "$OUT/bench_suffix.txt"
 }
 
 # The Redis tier on a machine without Redis: the carried Debian redis-server and the
