@@ -115,6 +115,20 @@ inline void attn_prefill_host_load(constant mkv_params::AttnPrefill& p, const de
   }
 }
 
+// 4 keys' rows of D halves (from the pool or from threadgroup memory: P is a
+// half4 pointer of either space), element-major: out[e] = the 4 keys' element
+// e, read a half4 a row at a time (one conversion for 4 elements).
+template <uint D, typename P>
+inline void attn_prefill_host_transpose(P r0, P r1, P r2, P r3, thread float4* out) {
+  for (uint c = 0; c < D; c += 4) {
+    const float4 a = float4(r0[c / 4]), b = float4(r1[c / 4]), e = float4(r2[c / 4]), f = float4(r3[c / 4]);
+    out[c] = float4(a.x, b.x, e.x, f.x);
+    out[c + 1] = float4(a.y, b.y, e.y, f.y);
+    out[c + 2] = float4(a.z, b.z, e.z, f.z);
+    out[c + 3] = float4(a.w, b.w, e.w, f.w);
+  }
+}
+
 // K rows of keys kp .. kp+3, element-major: out[e] = the 4 keys' element e, so
 // a score's multiply takes one vector, transposed once per block for every
 // query head of the block (a 4x4 transpose per 4 elements).
@@ -126,14 +140,8 @@ inline void attn_prefill_host_load_t(constant mkv_params::AttnPrefill& p, const 
   for (uint j = 0; j < 4; ++j)
     k[j] = attn_prefill_host_key<Quant, D>(p, section, table, ring_rows, from_ring, kv_head, kp + int(j), lo, hi);
   if (k[0].f16 && k[1].f16 && k[2].f16 && k[3].f16) {  // the common block: 4 visible f16 rows, no branch inside
-    for (uint c = 0; c < D; c += 4) {
-      const float4 r0 = float4(*(const device half4*)(k[0].f16 + c)), r1 = float4(*(const device half4*)(k[1].f16 + c));
-      const float4 r2 = float4(*(const device half4*)(k[2].f16 + c)), r3 = float4(*(const device half4*)(k[3].f16 + c));
-      out[c] = float4(r0.x, r1.x, r2.x, r3.x);
-      out[c + 1] = float4(r0.y, r1.y, r2.y, r3.y);
-      out[c + 2] = float4(r0.z, r1.z, r2.z, r3.z);
-      out[c + 3] = float4(r0.w, r1.w, r2.w, r3.w);
-    }
+    attn_prefill_host_transpose<D>((const device half4*)k[0].f16, (const device half4*)k[1].f16,
+                                   (const device half4*)k[2].f16, (const device half4*)k[3].f16, out);
     return;
   }
   float r[4][D];
@@ -228,16 +236,8 @@ inline void attn_prefill_host_staged(constant mkv_params::AttnPrefill& p, thread
       const threadgroup half* kr = k_stage + uint(kp - t0) * D;
       const threadgroup half* vv = v_stage + uint(kp - t0) * D;
       if (kp >= plo && kp + 3 <= phi) {  // the common block: the row sees all 4 keys
-        for (uint c = 0; c < D; c += 4) {
-          const float4 r0 = float4(*(const threadgroup half4*)(kr + c));
-          const float4 r1 = float4(*(const threadgroup half4*)(kr + D + c));
-          const float4 r2 = float4(*(const threadgroup half4*)(kr + 2 * D + c));
-          const float4 r3 = float4(*(const threadgroup half4*)(kr + 3 * D + c));
-          kt[c] = float4(r0.x, r1.x, r2.x, r3.x);
-          kt[c + 1] = float4(r0.y, r1.y, r2.y, r3.y);
-          kt[c + 2] = float4(r0.z, r1.z, r2.z, r3.z);
-          kt[c + 3] = float4(r0.w, r1.w, r2.w, r3.w);
-        }
+        const threadgroup half4* k4 = (const threadgroup half4*)kr;
+        attn_prefill_host_transpose<D>(k4, k4 + D / 4, k4 + D / 2, k4 + 3 * D / 4, kt);
         for (uint j = 0; j < 4; ++j)
           for (uint c = 0; c < D; c += 4) {
             const float4 x = float4(*(const threadgroup half4*)(vv + j * D + c));
