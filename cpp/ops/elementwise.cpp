@@ -12,7 +12,10 @@ namespace {
 
 // Kernel names: the one builder of each (elementwise_kernel_names lists them).
 std::string embedding_kernel(WeightType t) { return std::string("embedding_") + weight_type_name(t); }
-std::string rms_norm_kernel(WeightType t) { return std::string("rms_norm_") + weight_type_name(t); }
+// host: the host executor's shape (metal/elementwise_host.metal), a lane a row.
+std::string rms_norm_kernel(WeightType t, bool host = false) {
+  return std::string("rms_norm_") + weight_type_name(t) + (host ? "_h" : "");
+}
 std::string f32_kernel(const char* op) { return std::string(op) + "_f32"; }  // add_f32, swiglu_f32, ...
 constexpr const char* kF32Ops[] = {"add", "scale", "softcap", "swiglu", "geglu", "argmax", "softmax"};
 
@@ -67,7 +70,10 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   check_view(op, "out (n_rows, dim) float32", out, size_t(n_rows) * dim * 4, 4);
   // One threadgroup a row. GPUs: enough SIMD-groups that each lane has about
   // kRmsNormLaneElems elements (a row is latency-bound otherwise); fiber lanes
-  // (the host executor), where each collective is a rendezvous: one.
+  // (the host executor), where each collective is a rendezvous: one, and where
+  // the device has its shapes, that one SIMD-group's arithmetic a lane a row
+  // (the same bits, no rendezvous).
+  const bool host = device.properties().lanes_are_fibers && device.properties().has_host_shapes;
   const uint32_t simds = device.properties().lanes_are_fibers
                              ? 1u
                              : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);
@@ -75,12 +81,15 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   // row that fits the threads' registers (else the strided scalar loops).
   const bool vec = dim % 4 == 0 && x.offset % 16 == 0 && out.offset % 16 == 0 && w.offset % (4 * w_size) == 0 &&
                    dim <= 4 * mkv_params::kRmsNormVec * 32 * simds;
-  enc.set_pipeline(device.pipeline(rms_norm_kernel(wtype)));
+  enc.set_pipeline(device.pipeline(rms_norm_kernel(wtype, host)));
   bind_params(enc, mkv_params::RmsNorm{n_rows, dim, eps, w_offset, vec ? mkv_params::kRmsNormVec4 : 0u}, 0);
   bind(enc, x, 1);
   bind(enc, w, 2);
   bind(enc, out, 3);
-  enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
+  if (host)
+    enc.dispatch_threadgroups({ceil_div(n_rows, 32), 1, 1}, {32, 1, 1});
+  else
+    enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * simds, 1, 1});
 }
 
 void add(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& y, const BufferView& x,
@@ -169,10 +178,13 @@ void softmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
   enc.dispatch_threadgroups({n_rows, 1, 1}, {32 * mkv_params::kRowSimds, 1, 1});
 }
 
-std::vector<std::string> elementwise_kernel_names() {
+std::vector<std::string> elementwise_kernel_names(gpu::Device& device) {
   std::vector<std::string> names;
   for (const std::string& type : weight_type_names()) names.push_back(embedding_kernel(parse_weight_type(type, "embedding")));
-  for (WeightType t : {WeightType::f32, WeightType::f16}) names.push_back(rms_norm_kernel(t));
+  for (WeightType t : {WeightType::f32, WeightType::f16}) {
+    names.push_back(rms_norm_kernel(t));
+    if (device.properties().has_host_shapes) names.push_back(rms_norm_kernel(t, true));
+  }
   for (const char* op : kF32Ops) names.push_back(f32_kernel(op));
   return names;
 }

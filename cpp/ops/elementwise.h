@@ -56,7 +56,7 @@ void argmax(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x,
             const BufferView& out, uint32_t n_rows, uint32_t n, const BufferView& mask = {});
 
 // Every kernel name the ops above build (tests/gpu/test_kernel_names.py).
-std::vector<std::string> elementwise_kernel_names();
+std::vector<std::string> elementwise_kernel_names(gpu::Device& device);
 
 // out[r, :] = softmax(x[r, :] * scale) for r < n_rows; x, out (n_rows, n)
 // float32, out may be x. scale = 1 / temperature for sampling.

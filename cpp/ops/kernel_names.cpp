@@ -17,7 +17,7 @@ namespace mkv::ops {
 
 std::vector<std::string> op_kernel_names(gpu::Device& dev) {
   std::set<std::string> names;
-  for (const auto& family : {attention_kernel_names(dev), linear_kernel_names(dev), elementwise_kernel_names(),
+  for (const auto& family : {attention_kernel_names(dev), linear_kernel_names(dev), elementwise_kernel_names(dev),
                              rope_kernel_names(), kv_store_kernel_names(), kv_evict_kernel_names(),
                              sample_kernel_names(), altup_kernel_names(), vision_kernel_names(),
                              audio_kernel_names()})

@@ -37,8 +37,9 @@ DESC = re.compile(r'const ::mkv::cuda::KernelDesc mkv_desc_(\d+) = \{"(\w+)", "(
 
 # metal/gemv_tokens.metal builds its 8-token shapes for the host executor only,
 # metal/attention_decode_host.metal and attention_prefill_host.metal their
-# attention shapes (the _h kernels), metal/gemm_host.metal its prefill gemm (gemm_<fmt>_h).
-HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_(decode|prefill|scores)_\w+_h$|^gemm_\w+_h$")
+# attention shapes (the _h kernels), metal/gemm_host.metal its prefill gemm (gemm_<fmt>_h),
+# metal/elementwise_host.metal its RMSNorm (rms_norm_<w>_h).
+HOST_ONLY = re.compile(r"^gemv_\w+_t8$|^attn_(decode|prefill|scores)_\w+_h$|^gemm_\w+_h$|^rms_norm_\w+_h$")
 
 
 def host_kernels(path: pathlib.Path) -> list[kernel_source.Kernel]:

@@ -10,7 +10,7 @@ from metalkv._core import ops
 from gpu.kernels import run
 
 from .reference import WTYPES, f32, fit, gelu_pytorch_tanh, kernel_bytes, make_weights, rms_norm, silu
-from devices import test_device  # tests/ is on sys.path
+from devices import host_only, test_device  # tests/ is on sys.path
 
 # libm's expf/tanhf are within ~1 ulp; a few float32 operations follow.
 ACT_RTOL, ACT_ATOL = 4e-7, 1e-7
@@ -86,6 +86,32 @@ def test_rms_norm(dev, wtype, w_offset, n_rows, dim):
     # float32 sum of squares over <= 576 terms, then a few roundings per element.
     np.testing.assert_allclose(f32(out, x.shape), rms_norm(x, w, 1e-5, w_offset), rtol=2e-6,
                                atol=1e-6)
+
+
+# The host's shape (rms_norm_<w>_h, a lane a row) is the GPU shape's arithmetic
+# with one SIMD-group: the same bits, so assert_array_equal against the GPU
+# kernel run on the host as the op ran it there before (a threadgroup of 32 a
+# row). Rows past a threadgroup's 32, both paths (float4s; scalars past 1024
+# and for odd dims), both weight types, Gemma's offset, in place.
+@pytest.mark.parametrize("wtype", ["f32", "f16"])
+@pytest.mark.parametrize("n_rows,dim,w_offset", [(37, 576, 0.0), (5, 64, 1.0), (3, 33, 0.0), (2, 1152, 1.0)])
+@pytest.mark.parametrize("in_place", [False, True])
+@host_only
+def test_rms_norm_host_shape_equals_gpu_shape(wtype, n_rows, dim, w_offset, in_place):
+    dev = metalkv.Device("host", profile=True)
+    rng = np.random.default_rng([n_rows, dim])
+    x = (rng.standard_normal((n_rows, dim)) * 3).astype(np.float32)
+    w = rng.standard_normal(dim).astype(np.float16 if wtype == "f16" else np.float32)
+    eps = 1e-6
+    xb = dev.buffer_from(x)
+    out = xb if in_place else dev.buffer(x.nbytes)
+    ops.rms_norm(dev, xb, dev.buffer_from(w), out, n_rows=n_rows, dim=dim, eps=eps, wtype=wtype, w_offset=w_offset)
+    assert set(dev.kernel_times()) == {f"rms_norm_{wtype}_h"}  # the op's pick on the host
+    vec = dim % 4 == 0 and dim <= 4 * 8 * 32  # the op's register path with one SIMD-group
+    params = (np.array([n_rows, dim], np.uint32).tobytes() + np.array([eps, w_offset], np.float32).tobytes()
+              + np.array([1 if vec else 0], np.uint32).tobytes())
+    gpu = run(dev, f"rms_norm_{wtype}", [params, x, w, np.zeros_like(x)], n_rows, 32)[3]
+    np.testing.assert_array_equal(f32(out, x.shape), gpu)
 
 
 def test_rms_norm_in_place(dev):
