@@ -99,6 +99,19 @@ def test_quantized_sliding_equals_gpu_shape(kv_k, kv_v, d, n_q, q_pos0, window):
     assert_same(*both(lambda s: run(dev, q, pool, table, slots, n_kv, q_pos0, s, **kw)))
 
 
+# Bidirectional spans (an image's tokens see each other): a row's last key can
+# lie past its position and past the threadgroup's last query, which the staged
+# tiles' key range must cover.
+@pytest.mark.parametrize("blocks", [[(40, 90)], [(30, 64), (64, 90)], [(25, 45)]])
+def test_quantized_bidirectional_blocks_equal_gpu_shape(blocks):
+    dev = test_device()
+    n_q, q_pos0, n_kv, d = 70, 20, 2, 64
+    q, k, v = inputs(11, n_q, 4, n_kv, d, q_pos0 + n_q)
+    pool, table, slots = quant_pool(k, v, "q8", "q4")
+    kw = dict(kv_k="q8", kv_v="q4", blocks=blocks)
+    assert_same(*both(lambda s: run(dev, q, pool, table, slots, n_kv, q_pos0, s, **kw)))
+
+
 @pytest.mark.parametrize("kv_k,kv_v", [("q8", "q8"), ("q4", "q4")])
 def test_quantized_policy_logits_equal_gpu_shape(kv_k, kv_v):
     dev = test_device()
