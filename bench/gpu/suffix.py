@@ -62,9 +62,9 @@ def kernel_table(fn) -> list[dict]:
         torch.cuda.synchronize()
     total, calls = defaultdict(float), defaultdict(int)
     for e in prof.events():
-        if getattr(e, "device_type", None) is None or str(e.device_type) != "DeviceType.CUDA":
+        if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        total[e.name] += e.device_time if hasattr(e, "device_time") else e.cuda_time
+        total[e.name] += e.device_time_total  # (a kernel's event: its own duration, us)
         calls[e.name] += 1
     whole = sum(total.values()) or 1.0
     return [{"kernel": k, "calls": calls[k], "us": total[k], "share": total[k] / whole}
