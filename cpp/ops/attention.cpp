@@ -240,7 +240,7 @@ uint32_t decode_shape(const AttentionDesc& d, uint32_t& per_block, uint32_t& blo
 // or nullptr for a plan without one.
 bool decode_host_shape(const AttentionDesc& d, const gpu::Device* dev) {
   const std::string& v = d.decode_variant;
-  if (v.empty()) return dev && dev->properties().lanes_are_fibers;
+  if (v.empty()) return dev && picks_host_shapes(dev->properties());
   if (v == "gpu" || v == "nopf") return false;
   if (v != "host")
     fail(kDecodeOp, "decode_variant '" + v + "' is not one of '' (the device's shape), 'gpu', 'host' or 'nopf'");
@@ -258,7 +258,7 @@ PrefillShape prefill_shape(const char* op, const AttentionDesc& d, const gpu::De
   const std::string& v = d.prefill_variant;
   const gpu::DeviceProperties props = dev.properties();
   if (v.empty())
-    return props.matrix_units ? PrefillShape::mma : props.lanes_are_fibers ? PrefillShape::host : PrefillShape::gpu;
+    return props.matrix_units ? PrefillShape::mma : picks_host_shapes(props) ? PrefillShape::host : PrefillShape::gpu;
   if (v == "gpu") return PrefillShape::gpu;
   if (v == "mma") return PrefillShape::mma;
   if (v != "host")

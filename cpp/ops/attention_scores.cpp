@@ -19,7 +19,7 @@ void check_floats(const char* op, const char* what, const BufferView& v, uint64_
 // other than '' or 'host'), so the host validates both.
 bool host_stats(const gpu::Device& dev, const AttentionDesc& d) {
   auto host_variant = [](const std::string& v) { return v.empty() || v == "host"; };
-  return dev.properties().lanes_are_fibers && dev.properties().has_host_shapes && host_variant(d.decode_variant) &&
+  return picks_host_shapes(dev.properties()) && host_variant(d.decode_variant) &&
          host_variant(d.prefill_variant);
 }
 

@@ -73,7 +73,7 @@ void rms_norm(gpu::Device& device, gpu::ComputeEncoder& enc, const BufferView& x
   // (the host executor), where each collective is a rendezvous: one, and where
   // the device has its shapes, that one SIMD-group's arithmetic a lane a row
   // (the same bits, no rendezvous).
-  const bool host = device.properties().lanes_are_fibers && device.properties().has_host_shapes;
+  const bool host = picks_host_shapes(device.properties());
   const uint32_t simds = device.properties().lanes_are_fibers
                              ? 1u
                              : std::clamp(dim / (32 * mkv_params::kRmsNormLaneElems), 1u, mkv_params::kRmsNormSimds);

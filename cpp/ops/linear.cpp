@@ -140,7 +140,7 @@ GemmShape gemm_shape(const gpu::Device& device, MatmulKernel kernel) {
     default: break;
   }
   if (props.matrix_units) return GemmShape::mma;
-  return props.lanes_are_fibers && props.has_host_shapes ? GemmShape::host : GemmShape::gpu;
+  return picks_host_shapes(props) ? GemmShape::host : GemmShape::gpu;
 }
 
 uint32_t gemm_threads(GemmShape shape) {

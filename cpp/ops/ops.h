@@ -17,6 +17,13 @@ namespace mkv::ops {
 
 inline uint32_t ceil_div(uint64_t a, uint64_t b) { return uint32_t((a + b - 1) / b); }
 
+// Whether an op's own pick is the host executor's shape of its kernel (the _h
+// kernels): lanes are fibers, where every collective is a rendezvous, and the
+// library holds those shapes. The one place that decides it.
+inline bool picks_host_shapes(const gpu::DeviceProperties& props) {
+  return props.lanes_are_fibers && props.has_host_shapes;
+}
+
 // Whether v is in a constant list (a variant table's entries: metal/*_variants.h).
 template <class T, size_t N>
 constexpr bool listed(const T (&list)[N], T v) {
