@@ -1,7 +1,8 @@
 """Compare metalkv (host executor) with llama.cpp and MLX on the same GGUF, in one run.
 
     python bench/compare.py [--prompt-tokens 128] [--decode-tokens 64] [--repeat 3]
-                            [--threads 2] [--engines metalkv,llama.cpp,mlx] [--json out.json]
+                            [--threads 2] [--engines metalkv,llama.cpp,mlx] [--kv f16|q8|q4]
+                            [--json out.json]
 
 Every engine gets the same prompt token ids (tokenized once by metalkv's tokenizer, no
 BOS), the same number of decoded tokens, greedy, no stop on end-of-sequence. Each one
@@ -125,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="MLX activation dtype (the quantization scales are cast to it)")
     ap.add_argument("--mlx-dequantize", action="store_true",
                     help="MLX: expand the quantized weights to dense --mlx-dtype (what-if, not the default)")
+    ap.add_argument("--kv", default="f16", choices=("f16", "q8", "q4"),
+                    help="KV cache format, K and V: metalkv's (q4 with its default residual window) "
+                         "against llama.cpp's q8_0 / q4_0 with flash attention; MLX runs f16 only")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
+    if args.kv != "f16" and "mlx" in args.engines:
+        ap.error("--kv q8/q4: leave mlx out of --engines (its cache here is f16)")
     if args.prompt_tokens < 1 or args.decode_tokens < 2 or args.repeat < 1 or args.threads < 1:
         ap.error("need --prompt-tokens >= 1, --decode-tokens >= 2, --repeat >= 1, --threads >= 1")
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -141,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     model = str(pathlib.Path(args.model) if args.model else default_model_path())
     tokenizer = load_model(model, progress=False).tokenizer
     spec = RunSpec(model, tuple(prompt_ids(tokenizer, args.prompt_tokens)), args.decode_tokens,
-                   args.repeat, args.threads)
+                   args.repeat, args.threads, args.kv)
     header = {"model": model, "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
               "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-              "metalkv_host_threads": os.environ["METALKV_HOST_THREADS"],
+              "metalkv_host_threads": os.environ["METALKV_HOST_THREADS"], "kv": args.kv,
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     results = []

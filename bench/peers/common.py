@@ -28,6 +28,7 @@ class RunSpec:
     n_decode: int                 # new tokens per generation, the first one included
     repeat: int                   # timed runs; the median is reported
     threads: int                  # CPU threads asked of peers that take a count
+    kv: str = "f16"               # the KV cache's K and V format: f16, q8 or q4 (llama.cpp: q8_0, q4_0)
 
 
 @dataclass

@@ -15,6 +15,10 @@ import numpy as np
 from .common import PeerResult, PeerUnavailable, RunSpec, Timing, measure, timed
 
 
+# ggml's type ids (ggml.h: GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q8_0 = 8) for metalkv's KV format names.
+LLAMA_KV_TYPES = {"q8": 8, "q4": 2}
+
+
 def run(spec: RunSpec) -> PeerResult:
     try:
         import llama_cpp
@@ -22,10 +26,13 @@ def run(spec: RunSpec) -> PeerResult:
         raise PeerUnavailable(f"llama-cpp-python not installed ({e.name})") from None
 
     n_ctx = len(spec.prompt_ids) + spec.n_decode + 8
+    # A quantized cache: llama.cpp's q8_0 / q4_0 for K and V, which needs its flash attention.
+    kv = {} if spec.kv == "f16" else dict(
+        type_k=LLAMA_KV_TYPES[spec.kv], type_v=LLAMA_KV_TYPES[spec.kv], flash_attn=True)
     llm = llama_cpp.Llama(
         model_path=spec.model_path, n_ctx=n_ctx, n_batch=max(len(spec.prompt_ids), 32),
         n_threads=spec.threads, n_threads_batch=spec.threads, n_gpu_layers=0,
-        logits_all=False, verbose=False)
+        logits_all=False, verbose=False, **kv)
     n_vocab = llm.n_vocab()
 
     def argmax_last() -> int:

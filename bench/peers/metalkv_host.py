@@ -24,8 +24,9 @@ def run(spec: RunSpec, *, device: str = "host", prefill_chunk: int | None = None
     context = len(spec.prompt_ids) + spec.n_decode + 8
     # kv_memory=0: no shared pool, so no prefix cache. With one, every timed run after the
     # warm-up found the whole prompt cached (1,500 tokens "prefilled" at ~1,500 tok/s).
+    kv = {} if spec.kv == "f16" else {"kv_k": spec.kv, "kv_v": spec.kv}
     eng = metalkv.Engine.load(spec.model_path, device=device, context=context,
-                              prefill_chunk=chunk, kv_memory=0, progress=False)
+                              prefill_chunk=chunk, kv_memory=0, progress=False, **kv)
 
     def generate() -> Timing:
         # stop_ids=(): never stop on end-of-generation ids, like the peers
